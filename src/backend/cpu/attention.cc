@@ -1,0 +1,80 @@
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+
+namespace paraflow::cpu {
+
+// One (batch, head) pair per iteration; its GEMMs run single-threaded inside the parallel loop.
+// q, k and v are read in place from qkv with a row stride of 3C.
+
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    int64_t b = bh / NH, h = bh % NH;
+    const float* q = qkv + b * T * 3 * C + h * hs;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* p = probs + bh * T * T;  // (T,T)
+    // scores = scale * q · k^T
+    sgemm(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, p, T);
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = p + t * T;
+      float max_value = -INFINITY;
+      for (int64_t j = 0; j <= t; ++j) max_value = row[j] > max_value ? row[j] : max_value;
+      float sum = 0.0f;
+      for (int64_t j = 0; j <= t; ++j) {
+        row[j] = std::exp(row[j] - max_value);
+        sum += row[j];
+      }
+      float inverse = 1.0f / sum;
+      for (int64_t j = 0; j <= t; ++j) row[j] *= inverse;
+      for (int64_t j = t + 1; j < T; ++j) row[j] = 0.0f;
+    }
+    // out (T,hs) with row stride C = probs · v
+    sgemm(false, false, T, hs, T, 1.0f, p, T, v, 3 * C, 0.0f, out + b * T * C + h * hs, C);
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
+                        int64_t C, int64_t NH) {
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel
+  {
+    std::vector<float> dscores(static_cast<size_t>(T * T));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      int64_t b = bh / NH, h = bh % NH;
+      const float* q = qkv + b * T * 3 * C + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + b * T * 3 * C + h * hs;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* p = probs + bh * T * T;
+      const float* dy = dout + b * T * C + h * hs;
+      float* ds = dscores.data();
+      // dprobs = dout · v^T ; dv += probs^T · dout
+      sgemm(false, true, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T);
+      sgemm(true, false, T, hs, T, 1.0f, p, T, dy, C, 1.0f, dv, 3 * C);
+      // softmax backward, in place: dscores = probs * (dprobs - sum(probs * dprobs))
+      for (int64_t t = 0; t < T; ++t) {
+        const float* prow = p + t * T;
+        float* drow = ds + t * T;
+        float dot = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) dot += prow[j] * drow[j];
+        for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
+        for (int64_t j = t + 1; j < T; ++j) drow[j] = 0.0f;
+      }
+      // dq += scale * dscores · k ; dk += scale * dscores^T · q
+      sgemm(false, false, T, hs, T, scale, ds, T, k, 3 * C, 1.0f, dq, 3 * C);
+      sgemm(true, false, T, hs, T, scale, ds, T, q, 3 * C, 1.0f, dk, 3 * C);
+    }
+  }
+}
+
+}  // namespace paraflow::cpu

@@ -1,0 +1,96 @@
+#include <cmath>
+
+#include "backend/cpu/kernels.h"
+
+namespace paraflow::cpu {
+
+void add_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_backward(float* da, float* db, const float* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    float* p = probs + n * V;
+    float max_value = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) max_value = x[i] > max_value ? x[i] : max_value;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < V; ++i) {
+      p[i] = std::exp(x[i] - max_value);
+      sum += p[i];
+    }
+    float inverse = 1.0f / sum;
+#pragma omp simd
+    for (int64_t i = 0; i < V; ++i) p[i] *= inverse;
+    int32_t target = targets[n];
+    // -log p[target] from the logits directly keeps precision when p[target] is tiny.
+    losses[n] = target < 0 ? 0.0f : std::log(sum) - (x[target] - max_value);
+  }
+}
+
+void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, const float* dlosses,
+                           int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    int32_t target = targets[n];
+    if (target < 0) continue;
+    float dloss = dlosses[n];
+    const float* p = probs + n * V;
+    float* d = dlogits + n * V;
+#pragma omp simd
+    for (int64_t i = 0; i < V; ++i) d[i] += p[i] * dloss;
+    d[target] -= dloss;
+  }
+}
+
+double sum_squares(const float* x, int64_t n) {
+  // Fixed blocks summed in order: the same result for any thread count.
+  constexpr int64_t kBlock = 1 << 14;
+  int64_t blocks = (n + kBlock - 1) / kBlock;
+  double total = 0.0;
+#pragma omp parallel for schedule(static) ordered
+  for (int64_t block = 0; block < blocks; ++block) {
+    int64_t end = (block + 1) * kBlock < n ? (block + 1) * kBlock : n;
+    double partial = 0.0;
+    for (int64_t i = block * kBlock; i < end; ++i) partial += static_cast<double>(x[i]) * x[i];
+#pragma omp ordered
+    total += partial;
+  }
+  return total;
+}
+
+void scale(float* x, float factor, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& params) {
+  // torch.optim.AdamW: decay first, then the bias-corrected Adam step.
+  const float decay = 1.0f - params.lr * params.weight_decay;
+  const float correction1 = 1.0f - static_cast<float>(std::pow(params.beta1, static_cast<double>(params.step)));
+  const float correction2_sqrt =
+      std::sqrt(1.0f - static_cast<float>(std::pow(params.beta2, static_cast<double>(params.step))));
+  const float step_size = params.lr / correction1;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i];
+    m[i] = params.beta1 * m[i] + (1.0f - params.beta1) * g;
+    v[i] = params.beta2 * v[i] + (1.0f - params.beta2) * g * g;
+    float denominator = std::sqrt(v[i]) / correction2_sqrt + params.eps;
+    param[i] = param[i] * decay - step_size * m[i] / denominator;
+  }
+}
+
+}  // namespace paraflow::cpu

@@ -1,0 +1,43 @@
+// CPU kernels: free functions, OpenMP-parallel with static schedules so every reduction happens
+// in the same order on every run (deterministic for a fixed thread count). Shapes as in
+// backend/backend.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace paraflow::cpu {
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                       int64_t C, int64_t position0);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+
+void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int64_t C, int64_t OC, WeightLayout layout, bool gelu);
+void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
+                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu);
+
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
+                        int64_t C, int64_t NH);
+
+void add_forward(float* out, const float* a, const float* b, int64_t n);
+void add_backward(float* da, float* db, const float* dout, int64_t n);
+
+void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V);
+void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, const float* dlosses,
+                           int64_t N, int64_t V);
+
+double sum_squares(const float* x, int64_t n);
+void scale(float* x, float factor, int64_t n);
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& params);
+
+}  // namespace paraflow::cpu

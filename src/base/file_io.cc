@@ -1,0 +1,109 @@
+#include "base/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "base/error.h"
+
+namespace paraflow {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("{}: cannot open for reading: {}", path.string(), std::strerror(errno)));
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw IoError(fmt::format("{}: read failed", path.string()));
+  return content;
+}
+
+namespace {
+
+void write_all(int fd, const char* data, size_t size, const std::filesystem::path& path) {
+  while (size > 0) {
+    ssize_t written = ::write(fd, data, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(fmt::format("{}: write failed: {}", path.string(), std::strerror(errno)));
+    }
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+}
+
+}  // namespace
+
+void fsync_directory(const std::filesystem::path& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot open directory: {}", dir.string(), std::strerror(errno)));
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
+  std::filesystem::path temporary = path;
+  temporary += fmt::format(".tmp.{}", ::getpid());
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot create: {}", temporary.string(), std::strerror(errno)));
+  try {
+    write_all(fd, content.data(), content.size(), temporary);
+    if (::fsync(fd) != 0) throw IoError(fmt::format("{}: fsync failed: {}", temporary.string(), std::strerror(errno)));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    ::unlink(temporary.c_str());
+    throw IoError(fmt::format("{}: rename failed: {}", path.string(), std::strerror(errno)));
+  }
+  fsync_directory(path.parent_path());
+}
+
+#if !defined(__SSE4_2__)
+namespace {
+
+// Byte-at-a-time table for CPUs without SSE4.2's crc32 instruction.
+std::array<uint32_t, 256> make_crc32c_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+    table[i] = crc;
+  }
+  return table;
+}
+
+}  // namespace
+#endif
+
+uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+#if defined(__SSE4_2__)
+  while (size >= 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes, 8);
+    crc = static_cast<uint32_t>(__builtin_ia32_crc32di(crc, word));
+    bytes += 8;
+    size -= 8;
+  }
+  while (size > 0) {
+    crc = __builtin_ia32_crc32qi(crc, *bytes++);
+    --size;
+  }
+#else
+  static const std::array<uint32_t, 256> table = make_crc32c_table();
+  while (size > 0) {
+    crc = table[(crc ^ *bytes++) & 0xFFu] ^ (crc >> 8);
+    --size;
+  }
+#endif
+  return ~crc;
+}
+
+}  // namespace paraflow

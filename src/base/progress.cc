@@ -1,0 +1,39 @@
+#include "base/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+namespace paraflow {
+
+std::string format_duration(double seconds) {
+  long total = static_cast<long>(seconds + 0.5);
+  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total / 60) % 60);
+  if (total >= 60) return fmt::format("{}m{:02}s", total / 60, total % 60);
+  return fmt::format("{}s", total);
+}
+
+Progress::Progress(std::string label, long total, long print_every)
+    : label_(std::move(label)),
+      total_(total),
+      print_every_(print_every < 1 ? 1 : print_every),
+      interactive_(::isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()) {}
+
+void Progress::update(long done, const std::string& metrics) {
+  if (!interactive_ && done % print_every_ != 0 && done != total_) return;
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0.0;
+  std::string line = fmt::format("{} {}/{} | {} | ETA {}", label_, done, total_, metrics, format_duration(eta));
+  if (interactive_) {
+    fmt::print(stderr, "\r\033[K{}", line);
+  } else {
+    fmt::print(stderr, "{}\n", line);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::finish() {
+  if (interactive_) fmt::print(stderr, "\n");
+}
+
+}  // namespace paraflow

@@ -1,0 +1,14 @@
+// Reverse-mode autodiff as a graph pass: for every value the loss depends on through
+// differentiable inputs, a gradient value; for every forward node on that path, in reverse
+// order, a backward node that accumulates into its inputs' gradients.
+#pragma once
+
+#include "graph/graph.h"
+
+namespace paraflow::graph {
+
+// Adds gradient values and backward nodes to `graph` for the scalar-per-position `loss` value.
+// Afterwards graph.value(loss).grad is the value the caller fills with d(objective)/d(loss).
+void add_backward_pass(Graph& graph, ValueId loss);
+
+}  // namespace paraflow::graph

@@ -1,0 +1,39 @@
+// Runs a graph on a backend. The caller binds inputs, parameters (and their gradients, so that
+// all of them can live in flat buffers) and state; the executor allocates every other value
+// once and reuses it across runs. It knows nothing about models.
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "graph/graph.h"
+#include "graph/op.h"
+
+namespace paraflow::graph {
+
+class Executor {
+ public:
+  Executor(const Graph& graph, Backend& backend);
+
+  void bind(ValueId id, const Tensor& tensor);
+  const Tensor& tensor(ValueId id);  // allocates on first use when unbound
+
+  void forward();
+  // Zeroes every unbound gradient (activations'), then runs the backward nodes. Bound
+  // gradients (parameters', the loss's) are the caller's: they accumulate until it zeroes them.
+  void backward();
+
+  const Graph& graph() const { return graph_; }
+  Backend& backend() { return backend_; }
+
+ private:
+  NodeTensors gather(const Node& node);
+  void run(const Node& node);
+
+  const Graph& graph_;
+  Backend& backend_;
+  std::vector<Tensor> tensors_;
+  std::vector<bool> bound_;
+};
+
+}  // namespace paraflow::graph

@@ -1,0 +1,72 @@
+#include "graph/graph.h"
+
+#include "base/error.h"
+#include "graph/op.h"
+
+namespace paraflow::graph {
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::embedding: return "embedding";
+    case OpKind::layernorm: return "layernorm";
+    case OpKind::matmul: return "matmul";
+    case OpKind::attention: return "attention";
+    case OpKind::add: return "add";
+    case OpKind::softmax_xent: return "softmax_xent";
+  }
+  return "?";
+}
+
+int64_t Attributes::get(const std::string& key) const {
+  auto found = ints_.find(key);
+  if (found == ints_.end()) throw Error("op attribute '" + key + "' is missing");
+  return found->second;
+}
+
+int64_t Attributes::get(const std::string& key, int64_t fallback) const {
+  auto found = ints_.find(key);
+  return found == ints_.end() ? fallback : found->second;
+}
+
+double Attributes::get_float(const std::string& key) const {
+  auto found = floats_.find(key);
+  if (found == floats_.end()) throw Error("op attribute '" + key + "' is missing");
+  return found->second;
+}
+
+ValueId Graph::add_value(std::string name, Shape shape, DType dtype, ValueRole role) {
+  if (by_name_.count(name)) throw Error("graph already has a value named '" + name + "'");
+  ValueId id = static_cast<ValueId>(values_.size());
+  by_name_[name] = id;
+  values_.push_back(Value{std::move(name), std::move(shape), dtype, role, kNoValue});
+  return id;
+}
+
+std::vector<ValueId> Graph::add_node(OpKind kind, std::string name, std::vector<ValueId> inputs,
+                                     Attributes attributes) {
+  std::vector<const Value*> input_values;
+  for (ValueId id : inputs) input_values.push_back(&value(id));
+  std::vector<OutputSpec> specs = op_def(kind).infer(input_values, attributes);
+  std::vector<ValueId> outputs;
+  for (OutputSpec& spec : specs) outputs.push_back(add_value(name + spec.suffix, spec.shape, spec.dtype, spec.role));
+  nodes_.push_back(Node{kind, std::move(name), std::move(inputs), outputs, std::move(attributes), false, -1});
+  return outputs;
+}
+
+int32_t Graph::add_backward_node(int32_t forward_node) {
+  const Node& forward = nodes_.at(static_cast<size_t>(forward_node));
+  Node node{forward.kind, forward.name + ".backward", {}, {}, forward.attributes, true, forward_node};
+  nodes_.push_back(std::move(node));
+  return static_cast<int32_t>(nodes_.size() - 1);
+}
+
+ValueId Graph::find(const std::string& name) const {
+  auto found = by_name_.find(name);
+  return found == by_name_.end() ? kNoValue : found->second;
+}
+
+void expect_shape(bool condition, const char* op, const std::string& what, const Shape& shape) {
+  if (!condition) fail("{}: {} (got shape {})", op, what, shape.to_string());
+}
+
+}  // namespace paraflow::graph

@@ -1,0 +1,43 @@
+// An op definition: shape inference with its checks (written once), and forward/backward that
+// call the backend's kernels. One file per op in graph/ops/.
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "graph/graph.h"
+
+namespace paraflow::graph {
+
+struct OutputSpec {
+  std::string suffix;  // output value name = node name + suffix
+  Shape shape;
+  DType dtype;
+  ValueRole role;
+};
+
+// The tensors a kernel sees. For backward, input_grads[i] is undefined when input i needs none,
+// and output_grads[i] is undefined for saved outputs.
+struct NodeTensors {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::vector<Tensor> input_grads;
+  std::vector<Tensor> output_grads;
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef() = default;
+  virtual std::vector<OutputSpec> infer(const std::vector<const Value*>& inputs, const Attributes& attributes) const = 0;
+  virtual void forward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
+  virtual void backward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
+  // Inputs that can never have a gradient (token ids, targets).
+  virtual bool differentiable_input(size_t index) const { (void)index; return true; }
+};
+
+const OpDef& op_def(OpKind kind);
+
+// Shape-check helper for op definitions: throws InputError "<op>: <what> ..." when false.
+void expect_shape(bool condition, const char* op, const std::string& what, const Shape& shape);
+
+}  // namespace paraflow::graph

@@ -1,0 +1,44 @@
+// attention: causal multi-head self-attention over a fused qkv projection.
+// inputs: qkv (B,T,3C); attributes: n_head
+// outputs: out (B,T,C); saved probs (B,NH,T,T)
+#include "graph/ops/ops.h"
+
+namespace paraflow::graph {
+
+namespace {
+
+class AttentionOp final : public OpDef {
+ public:
+  std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
+    check(in.size() == 1, "attention: expected 1 input, got {}", in.size());
+    const Shape& qkv = in[0]->shape;
+    int64_t NH = attributes.get("n_head");
+    expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention", "qkv must be (B,T,3C)", qkv);
+    int64_t C = qkv[2] / 3;
+    expect_shape(NH > 0 && C % NH == 0, "attention", fmt::format("C must be a multiple of n_head={}", NH), qkv);
+    return {{"", Shape{qkv[0], qkv[1], C}, DType::f32, ValueRole::activation},
+            {".probs", Shape{qkv[0], NH, qkv[1], qkv[1]}, DType::f32, ValueRole::saved}};
+  }
+
+  void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    const Shape& s = t.inputs[0].shape();
+    backend.attention_forward(t.outputs[0].data<float>(), t.outputs[1].data<float>(), t.inputs[0].data<float>(), s[0],
+                              s[1], s[2] / 3, attributes.get("n_head"));
+  }
+
+  void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    const Shape& s = t.inputs[0].shape();
+    backend.attention_backward(t.input_grads[0].data<float>(), t.output_grads[0].data<float>(),
+                               t.inputs[0].data<float>(), t.outputs[1].data<float>(), s[0], s[1], s[2] / 3,
+                               attributes.get("n_head"));
+  }
+};
+
+}  // namespace
+
+const OpDef& attention_op() {
+  static AttentionOp op;
+  return op;
+}
+
+}  // namespace paraflow::graph

@@ -1,0 +1,66 @@
+// matmul: out (...,OC) = x (...,C) · W [+ bias], optionally GELU(tanh) fused.
+// inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in) [, bias (OC)]
+// attributes: layout (WeightLayout as int), gelu (0/1)
+// outputs: out; with gelu also the saved pre-activation
+#include "graph/ops/ops.h"
+
+namespace paraflow::graph {
+
+namespace {
+
+struct MatmulDims {
+  int64_t N, C, OC;
+  WeightLayout layout;
+  bool gelu;
+};
+
+MatmulDims dims_of(const Shape& x, const Shape& weight, const Attributes& attributes) {
+  auto layout = static_cast<WeightLayout>(attributes.get("layout", 0));
+  int64_t C = x[x.rank() - 1];
+  int64_t OC = layout == WeightLayout::in_out ? weight[1] : weight[0];
+  return {leading_rows(x), C, OC, layout, attributes.get("gelu", 0) != 0};
+}
+
+class MatmulOp final : public OpDef {
+ public:
+  std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
+    check(in.size() == 2 || in.size() == 3, "matmul: expected 2 or 3 inputs, got {}", in.size());
+    const Shape &x = in[0]->shape, &w = in[1]->shape;
+    expect_shape(w.rank() == 2, "matmul", "weight must be 2-D", w);
+    MatmulDims d = dims_of(x, w, attributes);
+    int64_t weight_in = d.layout == WeightLayout::in_out ? w[0] : w[1];
+    expect_shape(weight_in == d.C, "matmul", fmt::format("weight's input dimension must equal x's last ({})", d.C), w);
+    if (in.size() == 3) expect_shape(in[2]->shape == Shape{d.OC}, "matmul", "bias must be (OC)", in[2]->shape);
+    std::vector<int64_t> out_dims = x.dims();
+    out_dims.back() = d.OC;
+    std::vector<OutputSpec> outputs{{"", Shape(out_dims), DType::f32, ValueRole::activation}};
+    if (d.gelu) outputs.push_back({".pre", Shape(out_dims), DType::f32, ValueRole::saved});
+    return outputs;
+  }
+
+  void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
+    backend.matmul_forward(t.outputs[0].data<float>(), d.gelu ? t.outputs[1].data<float>() : nullptr,
+                           t.inputs[0].data<float>(), t.inputs[1].data<float>(),
+                           t.inputs.size() == 3 ? t.inputs[2].data<float>() : nullptr, d.N, d.C, d.OC, d.layout,
+                           d.gelu);
+  }
+
+  void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
+    float* dinp = t.input_grads[0].defined() ? t.input_grads[0].data<float>() : nullptr;
+    float* dbias = t.inputs.size() == 3 ? t.input_grads[2].data<float>() : nullptr;
+    backend.matmul_backward(dinp, t.input_grads[1].data<float>(), dbias, t.output_grads[0].data<float>(),
+                            t.inputs[0].data<float>(), t.inputs[1].data<float>(),
+                            d.gelu ? t.outputs[1].data<float>() : nullptr, d.N, d.C, d.OC, d.layout, d.gelu);
+  }
+};
+
+}  // namespace
+
+const OpDef& matmul_op() {
+  static MatmulOp op;
+  return op;
+}
+
+}  // namespace paraflow::graph

@@ -1,0 +1,43 @@
+// softmax_xent: per-position cross-entropy of softmax(logits) against integer targets.
+// inputs: logits (B,T,V), targets (B,T) i32 (negative = ignored)
+// outputs: losses (B,T); saved probs (B,T,V)
+#include "graph/ops/ops.h"
+
+namespace paraflow::graph {
+
+namespace {
+
+class SoftmaxXentOp final : public OpDef {
+ public:
+  std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes&) const override {
+    check(in.size() == 2, "softmax_xent: expected 2 inputs, got {}", in.size());
+    const Shape &logits = in[0]->shape, &targets = in[1]->shape;
+    expect_shape(logits.rank() == 3, "softmax_xent", "logits must be (B,T,V)", logits);
+    expect_shape(targets == Shape{logits[0], logits[1]} && in[1]->dtype == DType::i32, "softmax_xent",
+                 "targets must be (B,T) i32 matching the logits", targets);
+    return {{"", targets, DType::f32, ValueRole::activation}, {".probs", logits, DType::f32, ValueRole::saved}};
+  }
+
+  void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
+    const Shape& s = t.inputs[0].shape();
+    backend.softmax_xent_forward(t.outputs[0].data<float>(), t.outputs[1].data<float>(), t.inputs[0].data<float>(),
+                                 t.inputs[1].data<int32_t>(), s[0] * s[1], s[2]);
+  }
+
+  void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
+    const Shape& s = t.inputs[0].shape();
+    backend.softmax_xent_backward(t.input_grads[0].data<float>(), t.outputs[1].data<float>(),
+                                  t.inputs[1].data<int32_t>(), t.output_grads[0].data<float>(), s[0] * s[1], s[2]);
+  }
+
+  bool differentiable_input(size_t index) const override { return index == 0; }
+};
+
+}  // namespace
+
+const OpDef& softmax_xent_op() {
+  static SoftmaxXentOp op;
+  return op;
+}
+
+}  // namespace paraflow::graph

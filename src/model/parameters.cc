@@ -1,0 +1,75 @@
+#include "model/parameters.h"
+
+#include <cmath>
+
+#include "base/error.h"
+
+namespace paraflow::model {
+
+std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config) {
+  const int64_t C = config.n_embd;
+  std::vector<TensorSpec> specs{
+      {"wte.weight", Shape{config.vocab_size, C}, Init::normal, true},
+      {"wpe.weight", Shape{config.n_positions, C}, Init::normal, true},
+  };
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    std::string prefix = "h." + std::to_string(layer) + ".";
+    std::vector<TensorSpec> block{
+        {prefix + "ln_1.weight", Shape{C}, Init::ones, false},
+        {prefix + "ln_1.bias", Shape{C}, Init::zeros, false},
+        {prefix + "attn.c_attn.weight", Shape{C, 3 * C}, Init::normal, true},
+        {prefix + "attn.c_attn.bias", Shape{3 * C}, Init::zeros, false},
+        {prefix + "attn.c_proj.weight", Shape{C, C}, Init::residual_projection, true},
+        {prefix + "attn.c_proj.bias", Shape{C}, Init::zeros, false},
+        {prefix + "ln_2.weight", Shape{C}, Init::ones, false},
+        {prefix + "ln_2.bias", Shape{C}, Init::zeros, false},
+        {prefix + "mlp.c_fc.weight", Shape{C, 4 * C}, Init::normal, true},
+        {prefix + "mlp.c_fc.bias", Shape{4 * C}, Init::zeros, false},
+        {prefix + "mlp.c_proj.weight", Shape{4 * C, C}, Init::residual_projection, true},
+        {prefix + "mlp.c_proj.bias", Shape{C}, Init::zeros, false},
+    };
+    specs.insert(specs.end(), block.begin(), block.end());
+  }
+  specs.push_back({"ln_f.weight", Shape{C}, Init::ones, false});
+  specs.push_back({"ln_f.bias", Shape{C}, Init::zeros, false});
+  return specs;
+}
+
+ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend) : specs_(std::move(specs)) {
+  int64_t total = 0;
+  for (const TensorSpec& spec : specs_) {
+    offsets_.push_back(total);
+    total += spec.shape.numel();
+  }
+  flat_ = backend.empty(Shape{total}, DType::f32);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    views_.push_back(flat_.slice_flat(offsets_[i], specs_[i].shape.numel()).reshape(specs_[i].shape));
+    index_[specs_[i].name] = i;
+  }
+}
+
+const Tensor& ParameterSet::get(const std::string& name) const {
+  auto found = index_.find(name);
+  if (found == index_.end()) throw Error("model has no tensor named '" + name + "'");
+  return views_[found->second];
+}
+
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng) {
+  const double std_normal = 0.02;
+  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    const TensorSpec& spec = parameters.specs()[i];
+    float* data = parameters.at(i).data<float>();
+    int64_t n = spec.shape.numel();
+    for (int64_t j = 0; j < n; ++j) {
+      switch (spec.init) {
+        case Init::normal: data[j] = static_cast<float>(rng.normal() * std_normal); break;
+        case Init::residual_projection: data[j] = static_cast<float>(rng.normal() * std_residual); break;
+        case Init::zeros: data[j] = 0.0f; break;
+        case Init::ones: data[j] = 1.0f; break;
+      }
+    }
+  }
+}
+
+}  // namespace paraflow::model

@@ -1,0 +1,51 @@
+// The model's tensors, listed once (gemma.cpp's ForEachTensor idea): loading, saving,
+// initialisation, the optimizer and gradient all-reduce all walk this one list. Every tensor
+// is a view into one flat buffer, in list order, so whole-model operations are flat loops.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/random.h"
+#include "model/gpt_config.h"
+
+namespace paraflow::model {
+
+enum class Init : uint8_t { normal, residual_projection, zeros, ones };
+
+struct TensorSpec {
+  std::string name;  // Hugging Face GPT2Model name: "h.0.attn.c_attn.weight"
+  Shape shape;       // [in, out] for linear weights, as HF's Conv1D stores them
+  Init init;
+  bool weight_decay;  // AdamW decays matrices and embeddings, not biases or layernorm
+};
+
+std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config);
+
+class ParameterSet {
+ public:
+  ParameterSet() = default;
+  ParameterSet(std::vector<TensorSpec> specs, Backend& backend);
+
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+  const Tensor& flat() const { return flat_; }
+  const Tensor& get(const std::string& name) const;
+  const Tensor& at(size_t index) const { return views_[index]; }
+  int64_t offset_of(size_t index) const { return offsets_[index]; }
+  int64_t numel() const { return flat_.numel(); }
+
+ private:
+  std::vector<TensorSpec> specs_;
+  Tensor flat_;
+  std::vector<Tensor> views_;
+  std::vector<int64_t> offsets_;
+  std::map<std::string, size_t> index_;
+};
+
+// GPT-2's initialisation: N(0, 0.02) for weights and embeddings, N(0, 0.02/sqrt(2·n_layer)) for
+// the projections that write into the residual stream, zeros for biases, ones for layernorm gains.
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng);
+
+}  // namespace paraflow::model

@@ -1,0 +1,153 @@
+#include "model/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+#include "base/error.h"
+#include "base/file_io.h"
+
+namespace paraflow::model {
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementation's limit
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& origin) {
+  SafetensorsFile file;
+  file.origin_ = origin;
+  check(bytes.size() >= 8, "{}: file is {} bytes, too short for the 8-byte header length", origin, bytes.size());
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
+  check(header_length <= kMaxHeaderBytes, "{}: header length {} exceeds the {}-byte limit", origin, header_length,
+        kMaxHeaderBytes);
+  check(header_length <= bytes.size() - 8, "{}: header length {} runs past the end of the {}-byte file", origin,
+        header_length, bytes.size());
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_length));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: header is not valid JSON: {}", origin, e.what());
+  }
+  check(header.is_object(), "{}: header must be a JSON object", origin);
+  file.data_start_ = 8 + header_length;
+  const size_t data_size = bytes.size() - file.data_start_;
+
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      check(info.is_object(), "{}: __metadata__ must be an object of strings", origin);
+      for (auto& [key, value] : info.items()) {
+        check(value.is_string(), "{}: __metadata__ field '{}' must be a string", origin, key);
+        file.metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    std::string where = fmt::format("{}: tensor '{}'", origin, name);
+    check(info.is_object(), "{}: entry must be an object", where);
+    check(info.contains("dtype") && info["dtype"].is_string(), "{}: missing string field 'dtype'", where);
+    check(info.contains("shape") && info["shape"].is_array(), "{}: missing array field 'shape'", where);
+    check(info.contains("data_offsets") && info["data_offsets"].is_array() && info["data_offsets"].size() == 2,
+          "{}: 'data_offsets' must be [begin, end]", where);
+    SafetensorsEntry entry;
+    entry.dtype = parse_dtype(info["dtype"].get<std::string>(), where + " field 'dtype'");
+    std::vector<int64_t> dims;
+    for (const auto& dim : info["shape"]) {
+      check(dim.is_number_unsigned() || (dim.is_number_integer() && dim.get<int64_t>() >= 0),
+            "{}: shape entries must be non-negative integers, got {}", where, dim.dump());
+      dims.push_back(dim.get<int64_t>());
+      check(dims.back() <= (int64_t{1} << 40), "{}: dimension {} is implausibly large", where, dims.back());
+    }
+    entry.shape = Shape(dims);
+    for (const auto& offset : info["data_offsets"]) {
+      check(offset.is_number_unsigned() || (offset.is_number_integer() && offset.get<int64_t>() >= 0),
+            "{}: data_offsets must be non-negative integers, got {}", where, offset.dump());
+    }
+    entry.begin = info["data_offsets"][0].get<size_t>();
+    entry.end = info["data_offsets"][1].get<size_t>();
+    check(entry.begin <= entry.end, "{}: data_offsets [{}, {}] are reversed", where, entry.begin, entry.end);
+    check(entry.end <= data_size, "{}: data_offsets [{}, {}] run past the {}-byte data section (file truncated?)",
+          where, entry.begin, entry.end, data_size);
+    size_t expected = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
+    check(entry.end - entry.begin == expected, "{}: {} {} needs {} bytes but data_offsets span {}", where,
+          dtype_name(entry.dtype), entry.shape.to_string(), expected, entry.end - entry.begin);
+    ranges.emplace_back(entry.begin, entry.end);
+    file.entries_[name] = entry;
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    check(ranges[i].first >= ranges[i - 1].second, "{}: tensors overlap at data byte {}", origin, ranges[i].first);
+  }
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::load(const std::string& path) { return parse(read_file(path), path); }
+
+const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
+  auto found = entries_.find(name);
+  if (found == entries_.end()) fail("{}: no tensor named '{}'", origin_, name);
+  return found->second;
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  Tensor result = Tensor::zeros(e.shape, e.dtype);
+  std::memcpy(result.raw(), bytes_.data() + data_start_ + e.begin, e.end - e.begin);
+  return result;
+}
+
+void SafetensorsFile::read_into(const std::string& name, const Tensor& destination) const {
+  const SafetensorsEntry& e = entry(name);
+  check(e.shape == destination.shape(), "{}: tensor '{}' has shape {}, expected {}", origin_, name,
+        e.shape.to_string(), destination.shape().to_string());
+  const char* source = bytes_.data() + data_start_ + e.begin;
+  float* out = destination.data<float>();
+  const int64_t n = e.shape.numel();
+  switch (e.dtype) {
+    case DType::f32: std::memcpy(out, source, static_cast<size_t>(n) * 4); break;
+    case DType::f64:
+      for (int64_t i = 0; i < n; ++i) {
+        double value;
+        std::memcpy(&value, source + i * 8, 8);
+        out[i] = static_cast<float>(value);
+      }
+      break;
+    case DType::bf16:
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, source + i * 2, 2);
+        out[i] = e.dtype == DType::bf16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+      }
+      break;
+    default:
+      fail("{}: tensor '{}' has dtype {}, expected a floating-point type", origin_, name, dtype_name(e.dtype));
+  }
+}
+
+std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    header[name] = {{"dtype", safetensors_dtype_name(tensor.dtype())},
+                    {"shape", tensor.shape().dims()},
+                    {"data_offsets", {offset, offset + tensor.nbytes()}}};
+    offset += tensor.nbytes();
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
+  std::string out;
+  out.reserve(8 + header_text.size() + offset);
+  uint64_t length = header_text.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((length >> (8 * i)) & 0xFF));
+  out += header_text;
+  for (const auto& [name, tensor] : tensors) out.append(static_cast<const char*>(tensor.raw()), tensor.nbytes());
+  return out;
+}
+
+}  // namespace paraflow::model

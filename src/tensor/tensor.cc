@@ -1,0 +1,67 @@
+#include "tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace paraflow {
+
+int64_t Shape::numel() const {
+  int64_t count = 1;
+  for (int64_t dim : dims_) count *= dim;
+  return count;
+}
+
+std::string Shape::to_string() const {
+  std::string text = "[";
+  for (size_t i = 0; i < dims_.size(); ++i) text += (i ? ", " : "") + std::to_string(dims_[i]);
+  return text + "]";
+}
+
+std::string Device::to_string() const {
+  return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+std::shared_ptr<Storage> allocate_host(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!data) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+  std::memset(data, 0, rounded == 0 ? 64 : rounded);
+  return std::make_shared<Storage>(data, bytes, Device{}, [](void* pointer) { std::free(pointer); });
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, size_t byte_offset, Shape shape, DType dtype)
+    : storage_(std::move(storage)), offset_(byte_offset), shape_(std::move(shape)), dtype_(dtype) {
+  if (offset_ + nbytes() > storage_->bytes()) {
+    throw Error(fmt::format("tensor view {} {} at byte {} exceeds its {}-byte storage", dtype_name(dtype_),
+                            shape_.to_string(), offset_, storage_->bytes()));
+  }
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype) {
+  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return Tensor(allocate_host(bytes), 0, std::move(shape), dtype);
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  if (shape.numel() != numel()) {
+    throw Error(fmt::format("cannot reshape {} into {}", shape_.to_string(), shape.to_string()));
+  }
+  return Tensor(storage_, offset_, std::move(shape), dtype_);
+}
+
+Tensor Tensor::slice_flat(int64_t begin, int64_t count) const {
+  if (begin < 0 || count < 0 || begin + count > numel()) {
+    throw Error(fmt::format("slice [{}, {}) out of range for {} elements", begin, begin + count, numel()));
+  }
+  return Tensor(storage_, offset_ + static_cast<size_t>(begin) * dtype_size(dtype_), Shape{count}, dtype_);
+}
+
+void Tensor::check_element_type(size_t element_size) const {
+  if (element_size != dtype_size(dtype_)) {
+    throw Error(fmt::format("tensor of {} accessed with a {}-byte element type", dtype_name(dtype_), element_size));
+  }
+}
+
+}  // namespace paraflow

@@ -1,0 +1,187 @@
+// Every op kernel, on every backend present, against the float64 references on random inputs.
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "backend/reference_kernels.h"
+#include "test_util.h"
+
+namespace paraflow {
+namespace {
+
+using testing::random_vector;
+using testing::to_tensor;
+using testing::to_vector;
+using Vec = std::vector<double>;
+
+// Awkward sizes on purpose: nothing a multiple of 8, a sequence that is not a power of two.
+struct Dims {
+  int64_t B = 3, T = 13, C = 30, NH = 3, V = 47;
+};
+
+class OpsTest : public ::testing::TestWithParam<Backend*> {
+ protected:
+  Backend& backend() { return *GetParam(); }
+  Rng rng{testing::test_seed()};
+  Dims d;
+};
+
+TEST_P(OpsTest, Embedding) {
+  std::vector<int32_t> tokens(d.B * d.T);
+  for (auto& token : tokens) token = static_cast<int32_t>(rng.below(d.V));
+  Vec wte = random_vector(rng, d.V * d.C), wpe = random_vector(rng, d.T * d.C), dout = random_vector(rng, d.B * d.T * d.C);
+  Tensor tokens_tensor = Tensor::zeros({d.B, d.T}, DType::i32);
+  std::copy(tokens.begin(), tokens.end(), tokens_tensor.data<int32_t>());
+  Tensor out = Tensor::zeros({d.B, d.T, d.C}), dwte = Tensor::zeros({d.V, d.C}), dwpe = Tensor::zeros({d.T, d.C});
+  Tensor wte_t = to_tensor(wte, {d.V, d.C}), wpe_t = to_tensor(wpe, {d.T, d.C});
+  backend().embedding_forward(out.data<float>(), tokens_tensor.data<int32_t>(), wte_t.data<float>(), wpe_t.data<float>(),
+                              d.B, d.T, d.C, 0);
+  Tensor dout_t = to_tensor(dout, {d.B * d.T, d.C});
+  backend().embedding_backward(dwte.data<float>(), dwpe.data<float>(), dout_t.data<float>(), tokens_tensor.data<int32_t>(),
+                               d.B, d.T, d.C);
+  Vec ref_out, ref_dwte(d.V * d.C), ref_dwpe(d.T * d.C);
+  reference::embedding_forward(ref_out, tokens, wte, wpe, d.B, d.T, d.C);
+  reference::embedding_backward(ref_dwte, ref_dwpe, dout, tokens, d.B, d.T, d.C);
+  EXPECT_CLOSE(to_vector(out), ref_out, 2, "embedding out");
+  EXPECT_CLOSE(to_vector(dwte), ref_dwte, d.B * d.T, "embedding dwte");
+  EXPECT_CLOSE(to_vector(dwpe), ref_dwpe, d.B, "embedding dwpe");
+}
+
+TEST_P(OpsTest, LayerNorm) {
+  int64_t N = d.B * d.T, C = d.C;
+  Vec x = random_vector(rng, N * C, 2.0), w = random_vector(rng, C), b = random_vector(rng, C);
+  Vec dout = random_vector(rng, N * C);
+  for (double& value : x) value += 0.5;  // a non-zero mean
+  Tensor out = Tensor::zeros({N, C}), mean = Tensor::zeros({N}), rstd = Tensor::zeros({N});
+  Tensor x_t = to_tensor(x, {N, C}), w_t = to_tensor(w, {C}), b_t = to_tensor(b, {C}), dout_t = to_tensor(dout, {N, C});
+  backend().layernorm_forward(out.data<float>(), mean.data<float>(), rstd.data<float>(), x_t.data<float>(),
+                              w_t.data<float>(), b_t.data<float>(), N, C, 1e-5f);
+  Tensor dx = Tensor::zeros({N, C}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
+  backend().layernorm_backward(dx.data<float>(), dw.data<float>(), db.data<float>(), dout_t.data<float>(),
+                               x_t.data<float>(), w_t.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
+  Vec ref_out, ref_dx(N * C), ref_dw(C), ref_db(C);
+  reference::layernorm_forward(ref_out, x, w, b, N, C, 1e-5);
+  reference::layernorm_backward(ref_dx, ref_dw, ref_db, dout, x, w, N, C, 1e-5);
+  EXPECT_CLOSE(to_vector(out), ref_out, C, "layernorm out");
+  EXPECT_CLOSE(to_vector(dx), ref_dx, C, "layernorm dx");
+  EXPECT_CLOSE(to_vector(dw), ref_dw, N, "layernorm dweight");
+  EXPECT_CLOSE(to_vector(db), ref_db, N, "layernorm dbias");
+}
+
+struct MatmulCase {
+  bool transposed, gelu, bias;
+};
+
+TEST_P(OpsTest, Matmul) {
+  int64_t N = d.B * d.T, C = d.C, OC = 3 * d.C + 1;
+  for (MatmulCase mc : {MatmulCase{false, false, true}, MatmulCase{false, true, true}, MatmulCase{true, false, false}}) {
+    SCOPED_TRACE(::testing::Message() << "transposed=" << mc.transposed << " gelu=" << mc.gelu);
+    Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), b = random_vector(rng, OC);
+    Vec dout = random_vector(rng, N * OC);
+    Tensor x_t = to_tensor(x, {N, C}), w_t = to_tensor(w, {C * OC}), b_t = to_tensor(b, {OC});
+    Tensor dout_t = to_tensor(dout, {N, OC});
+    Tensor out = Tensor::zeros({N, OC}), pre = Tensor::zeros({N, OC});
+    WeightLayout layout = mc.transposed ? WeightLayout::out_in : WeightLayout::in_out;
+    backend().matmul_forward(out.data<float>(), pre.data<float>(), x_t.data<float>(), w_t.data<float>(),
+                             mc.bias ? b_t.data<float>() : nullptr, N, C, OC, layout, mc.gelu);
+    Tensor dx = Tensor::zeros({N, C}), dw = Tensor::zeros({C * OC}), db = Tensor::zeros({OC});
+    backend().matmul_backward(dx.data<float>(), dw.data<float>(), mc.bias ? db.data<float>() : nullptr,
+                              dout_t.data<float>(), x_t.data<float>(), w_t.data<float>(), pre.data<float>(), N, C, OC,
+                              layout, mc.gelu);
+    Vec ref_out, ref_dx(N * C), ref_dw(C * OC), ref_db(OC);
+    reference::matmul_forward(ref_out, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed, mc.gelu);
+    reference::matmul_backward(ref_dx, ref_dw, &ref_db, dout, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed,
+                               mc.gelu);
+    EXPECT_CLOSE(to_vector(out), ref_out, C, "matmul out");
+    EXPECT_CLOSE(to_vector(dx), ref_dx, OC, "matmul dx");
+    EXPECT_CLOSE(to_vector(dw), ref_dw, N, "matmul dweight");
+    if (mc.bias) EXPECT_CLOSE(to_vector(db), ref_db, N, "matmul dbias");
+  }
+}
+
+TEST_P(OpsTest, Attention) {
+  for (int64_t NH : {int64_t{1}, d.NH}) {
+    SCOPED_TRACE(::testing::Message() << "n_head=" << NH);
+    Vec qkv = random_vector(rng, d.B * d.T * 3 * d.C), dout = random_vector(rng, d.B * d.T * d.C);
+    Tensor qkv_t = to_tensor(qkv, {d.B, d.T, 3 * d.C}), dout_t = to_tensor(dout, {d.B, d.T, d.C});
+    Tensor out = Tensor::zeros({d.B, d.T, d.C}), probs = Tensor::zeros({d.B, NH, d.T, d.T});
+    Tensor dqkv = Tensor::zeros({d.B, d.T, 3 * d.C});
+    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), d.B, d.T, d.C, NH);
+    backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(),
+                                 d.B, d.T, d.C, NH);
+    Vec ref_out, ref_dqkv(d.B * d.T * 3 * d.C);
+    reference::attention_forward(ref_out, qkv, d.B, d.T, d.C, NH);
+    reference::attention_backward(ref_dqkv, dout, qkv, d.B, d.T, d.C, NH);
+    EXPECT_CLOSE(to_vector(out), ref_out, d.C / NH + d.T, "attention out");
+    EXPECT_CLOSE(to_vector(dqkv), ref_dqkv, d.C / NH + d.T, "attention dqkv");
+  }
+}
+
+TEST_P(OpsTest, Residual) {
+  int64_t n = d.B * d.T * d.C;
+  Vec a = random_vector(rng, n), b = random_vector(rng, n), dout = random_vector(rng, n);
+  Tensor a_t = to_tensor(a, {n}), b_t = to_tensor(b, {n}), dout_t = to_tensor(dout, {n}), out = Tensor::zeros({n});
+  backend().add_forward(out.data<float>(), a_t.data<float>(), b_t.data<float>(), n);
+  Tensor da = to_tensor(a, {n}), db = Tensor::zeros({n});  // da starts non-zero: backward accumulates
+  backend().add_backward(da.data<float>(), db.data<float>(), dout_t.data<float>(), n);
+  Vec ref_out(n), ref_da(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ref_out[i] = a[i] + b[i];
+    ref_da[i] = a[i] + dout[i];
+  }
+  EXPECT_CLOSE(to_vector(out), ref_out, 2, "add out");
+  EXPECT_CLOSE(to_vector(da), ref_da, 2, "add da (accumulated)");
+  EXPECT_CLOSE(to_vector(db), dout, 1, "add db");
+}
+
+TEST_P(OpsTest, SoftmaxCrossEntropy) {
+  int64_t N = d.B * d.T, V = d.V;
+  Vec logits = random_vector(rng, N * V, 3.0), dlosses = random_vector(rng, N);
+  std::vector<int32_t> targets(N);
+  for (auto& target : targets) target = static_cast<int32_t>(rng.below(V));
+  targets[1] = -1;  // ignored position
+  Tensor logits_t = to_tensor(logits, {N, V}), dlosses_t = to_tensor(dlosses, {N});
+  Tensor targets_t = Tensor::zeros({N}, DType::i32);
+  std::copy(targets.begin(), targets.end(), targets_t.data<int32_t>());
+  Tensor losses = Tensor::zeros({N}), probs = Tensor::zeros({N, V}), dlogits = Tensor::zeros({N, V});
+  backend().softmax_xent_forward(losses.data<float>(), probs.data<float>(), logits_t.data<float>(),
+                                 targets_t.data<int32_t>(), N, V);
+  backend().softmax_xent_backward(dlogits.data<float>(), probs.data<float>(), targets_t.data<int32_t>(),
+                                  dlosses_t.data<float>(), N, V);
+  Vec ref_losses, ref_dlogits(N * V);
+  reference::softmax_xent_forward(ref_losses, logits, targets, N, V);
+  reference::softmax_xent_backward(ref_dlogits, logits, targets, dlosses, N, V);
+  EXPECT_CLOSE(to_vector(losses), ref_losses, V, "softmax_xent losses");
+  EXPECT_CLOSE(to_vector(dlogits), ref_dlogits, V, "softmax_xent dlogits");
+  EXPECT_EQ(losses.data<float>()[1], 0.0f);
+}
+
+TEST_P(OpsTest, AdamWMatchesClosedForm) {
+  // One step from m = v = 0: the update is lr·g/(|g|+eps·...) exactly, a hand-checkable value.
+  const int64_t n = 5;
+  Tensor param = to_tensor({1.0, -2.0, 0.5, 3.0, 0.0}, {n}), grad = to_tensor({0.1, -0.2, 0.0, 4.0, -1e-3}, {n});
+  Tensor m = Tensor::zeros({n}), v = Tensor::zeros({n});
+  AdamWParams p{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  backend().adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), n, p);
+  Vec expected(n), got = to_vector(param);
+  Vec p0 = {1.0, -2.0, 0.5, 3.0, 0.0}, g = {0.1, -0.2, 0.0, 4.0, -1e-3};
+  for (int64_t i = 0; i < n; ++i) {
+    double mhat = g[i], vhat = g[i] * g[i];  // bias correction undoes the (1-beta) factors at step 1
+    expected[i] = p0[i] * (1 - 0.01 * 0.1) - 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+  }
+  EXPECT_CLOSE(got, expected, 4, "adamw step 1");
+}
+
+TEST_P(OpsTest, SumSquaresIsExactInDouble) {
+  const int64_t n = 100003;
+  Vec x = random_vector(rng, n);
+  Tensor x_t = to_tensor(x, {n});
+  double expected = 0;
+  for (int64_t i = 0; i < n; ++i) expected += static_cast<double>(x_t.data<float>()[i]) * x_t.data<float>()[i];
+  EXPECT_NEAR(backend().sum_squares(x_t.data<float>(), n), expected, expected * 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, OpsTest, ::testing::ValuesIn(available_backends()),
+                         [](const auto& info) { return info.param->name(); });
+
+}  // namespace
+}  // namespace paraflow

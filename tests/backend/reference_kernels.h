@@ -1,0 +1,196 @@
+// Slow, obvious float64 references for every op kernel; the fast kernels are tested against
+// them, and they are themselves checked against central finite differences. Shapes and the
+// accumulate-into-gradients convention follow backend/backend.h.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace paraflow::reference {
+
+using Vec = std::vector<double>;
+
+inline void embedding_forward(Vec& out, const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe, int64_t B,
+                              int64_t T, int64_t C) {
+  out.assign(B * T * C, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + wpe[t * C + c];
+}
+
+inline void embedding_backward(Vec& dwte, Vec& dwpe, const Vec& dout, const std::vector<int32_t>& tokens, int64_t B,
+                               int64_t T, int64_t C) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        dwte[tokens[b * T + t] * C + c] += dout[(b * T + t) * C + c];
+        dwpe[t * C + c] += dout[(b * T + t) * C + c];
+      }
+}
+
+inline void layernorm_forward(Vec& out, const Vec& inp, const Vec& w, const Vec& bias, int64_t N, int64_t C,
+                              double eps) {
+  out.assign(N * C, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mean += inp[n * C + c];
+    mean /= C;
+    for (int64_t c = 0; c < C; ++c) var += (inp[n * C + c] - mean) * (inp[n * C + c] - mean);
+    var /= C;
+    double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = (inp[n * C + c] - mean) * rstd * w[c] + bias[c];
+  }
+}
+
+inline void layernorm_backward(Vec& dinp, Vec& dw, Vec& dbias, const Vec& dout, const Vec& inp, const Vec& w,
+                               int64_t N, int64_t C, double eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mean += inp[n * C + c];
+    mean /= C;
+    for (int64_t c = 0; c < C; ++c) var += (inp[n * C + c] - mean) * (inp[n * C + c] - mean);
+    var /= C;
+    double rstd = 1.0 / std::sqrt(var + eps);
+    double mean_dnorm = 0, mean_dnorm_norm = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      double norm = (inp[n * C + c] - mean) * rstd;
+      double dnorm = w[c] * dout[n * C + c];
+      mean_dnorm += dnorm / C;
+      mean_dnorm_norm += dnorm * norm / C;
+      dbias[c] += dout[n * C + c];
+      dw[c] += norm * dout[n * C + c];
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      double norm = (inp[n * C + c] - mean) * rstd;
+      dinp[n * C + c] += rstd * (w[c] * dout[n * C + c] - mean_dnorm - norm * mean_dnorm_norm);
+    }
+  }
+}
+
+inline double gelu(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+inline double gelu_grad(double x) {
+  double k = std::sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+// W is [C,OC] (transposed=false) or [OC,C] (transposed=true).
+inline double weight_at(const Vec& W, int64_t c, int64_t o, int64_t C, int64_t OC, bool transposed) {
+  return transposed ? W[o * C + c] : W[c * OC + o];
+}
+
+inline void matmul_forward(Vec& out, const Vec& inp, const Vec& W, const Vec* bias, int64_t N, int64_t C, int64_t OC,
+                           bool transposed, bool gelu_after) {
+  out.assign(N * OC, 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o) {
+      double sum = bias ? (*bias)[o] : 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += inp[n * C + c] * weight_at(W, c, o, C, OC, transposed);
+      out[n * OC + o] = gelu_after ? gelu(sum) : sum;
+    }
+}
+
+inline void matmul_backward(Vec& dinp, Vec& dW, Vec* dbias, const Vec& dout, const Vec& inp, const Vec& W,
+                            const Vec* bias, int64_t N, int64_t C, int64_t OC, bool transposed, bool gelu_after) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o) {
+      double d = dout[n * OC + o];
+      if (gelu_after) {
+        double pre = bias ? (*bias)[o] : 0.0;
+        for (int64_t c = 0; c < C; ++c) pre += inp[n * C + c] * weight_at(W, c, o, C, OC, transposed);
+        d *= gelu_grad(pre);
+      }
+      if (dbias) (*dbias)[o] += d;
+      for (int64_t c = 0; c < C; ++c) {
+        dinp[n * C + c] += d * weight_at(W, c, o, C, OC, transposed);
+        (transposed ? dW[o * C + c] : dW[c * OC + o]) += d * inp[n * C + c];
+      }
+    }
+}
+
+inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  int64_t hs = C / NH;
+  out.assign(B * T * C, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> p(t + 1);
+        double max_value = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double s = 0;
+          for (int64_t i = 0; i < hs; ++i)
+            s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + j) * 3 * C + C + h * hs + i];
+          p[j] = s / std::sqrt(static_cast<double>(hs));
+          max_value = std::max(max_value, p[j]);
+        }
+        for (int64_t j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - max_value));
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t i = 0; i < hs; ++i)
+            out[(b * T + t) * C + h * hs + i] += p[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i];
+      }
+}
+
+inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) {
+  int64_t hs = C / NH;
+  double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        auto q = [&](int64_t i) { return qkv[(b * T + t) * 3 * C + h * hs + i]; };
+        auto k = [&](int64_t j, int64_t i) { return qkv[(b * T + j) * 3 * C + C + h * hs + i]; };
+        auto v = [&](int64_t j, int64_t i) { return qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i]; };
+        std::vector<double> p(t + 1), dp(t + 1);
+        double max_value = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double s = 0;
+          for (int64_t i = 0; i < hs; ++i) s += q(i) * k(j, i);
+          p[j] = s * scale;
+          max_value = std::max(max_value, p[j]);
+        }
+        for (int64_t j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - max_value));
+        for (int64_t j = 0; j <= t; ++j) p[j] /= sum;
+        double dot = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          dp[j] = 0;
+          for (int64_t i = 0; i < hs; ++i) {
+            double dy = dout[(b * T + t) * C + h * hs + i];
+            dp[j] += dy * v(j, i);
+            dqkv[(b * T + j) * 3 * C + 2 * C + h * hs + i] += p[j] * dy;
+          }
+          dot += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          double ds = p[j] * (dp[j] - dot) * scale;
+          for (int64_t i = 0; i < hs; ++i) {
+            dqkv[(b * T + t) * 3 * C + h * hs + i] += ds * k(j, i);
+            dqkv[(b * T + j) * 3 * C + C + h * hs + i] += ds * q(i);
+          }
+        }
+      }
+}
+
+inline void softmax_xent_forward(Vec& losses, const Vec& logits, const std::vector<int32_t>& targets, int64_t N,
+                                 int64_t V) {
+  losses.assign(N, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double max_value = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < V; ++i) max_value = std::max(max_value, logits[n * V + i]);
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(logits[n * V + i] - max_value);
+    losses[n] = targets[n] < 0 ? 0.0 : std::log(sum) + max_value - logits[n * V + targets[n]];
+  }
+}
+
+inline void softmax_xent_backward(Vec& dlogits, const Vec& logits, const std::vector<int32_t>& targets,
+                                  const Vec& dlosses, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    double max_value = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < V; ++i) max_value = std::max(max_value, logits[n * V + i]);
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(logits[n * V + i] - max_value);
+    for (int64_t i = 0; i < V; ++i)
+      dlogits[n * V + i] += (std::exp(logits[n * V + i] - max_value) / sum - (i == targets[n])) * dlosses[n];
+  }
+}
+
+}  // namespace paraflow::reference
