@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian 12 machine needs, then the Release build in build/.
+#   scripts/setup.sh            # system packages, Python reference envs, build
+# Idempotent: packages already present are not fetched again.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+# C++ toolchain and libraries (Debian's -dev packages), plus the `fortunes` corpus for the quickstart.
+PACKAGES=(
+  build-essential cmake g++ pkg-config
+  libgtest-dev libbenchmark-dev
+  libopenblas-openmp-dev libdnnl-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
+  libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
+  fortunes
+)
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "[setup] apt-get install ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python environments for the reference and interop tests (not part of the product).
+bash scripts/setup_python.sh
+if [[ -f scripts/setup_python_data.sh ]]; then bash scripts/setup_python_data.sh; fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"
+echo "[setup] built build/src/cli/paraflow" >&2
