@@ -67,6 +67,12 @@ class Backend {
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B,
                                   int64_t T, int64_t C, int64_t NH) = 0;
 
+  // Generation with a KV cache: qkv (B,Tn,3C) holds Tn new positions starting at `past`; their
+  // k and v are stored into k_cache, v_cache (B,NH,max_T,hs) at [past, past+Tn), then new
+  // position t attends causally over cached positions [0, past+t]. out (B,Tn,C).
+  virtual void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B,
+                                        int64_t Tn, int64_t C, int64_t NH, int64_t past, int64_t max_T) = 0;
+
   // ---- residual: out = a + b ----
   virtual void add_forward(float* out, const float* a, const float* b, int64_t n) = 0;
   // da += dout; db += dout

@@ -67,17 +67,19 @@ void Config::set(const std::string& assignment) {
 }
 
 YAML::Node Config::find(const std::string& key) const {
+  // Const access so a missing key is not created; reset() rebinds (operator= would assign).
   YAML::Node node = YAML::Clone(root_);
   for (const std::string& part : split_key(key)) {
-    if (!node.IsMap()) return YAML::Node();
-    YAML::Node child = node[part];
-    if (!child) return YAML::Node();
-    node = child;
+    if (!node.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& map = node;
+    YAML::Node child = map[part];
+    if (!child.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+    node.reset(child);
   }
   return node;
 }
 
-bool Config::has(const std::string& key) const { return static_cast<bool>(find(key)); }
+bool Config::has(const std::string& key) const { return find(key).IsDefined(); }
 
 void Config::check_all_used() const {
   std::vector<std::string> unknown;

@@ -26,14 +26,14 @@ class Config {
   template <typename T>
   T get(const std::string& key, const T& fallback) const {
     YAML::Node node = find(key);
-    if (!node) return fallback;
+    if (!node.IsDefined()) return fallback;
     return convert<T>(node, key);
   }
 
   template <typename T>
   T require(const std::string& key) const {
     YAML::Node node = find(key);
-    if (!node) fail("{}: missing required key '{}'", origin_, key);
+    if (!node.IsDefined()) fail("{}: missing required key '{}'", origin_, key);
     return convert<T>(node, key);
   }
 

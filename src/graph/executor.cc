@@ -21,7 +21,7 @@ const Tensor& Executor::tensor(ValueId id) {
   Tensor& slot = tensors_.at(static_cast<size_t>(id));
   if (!slot.defined()) {
     const Value& value = graph_.value(id);
-    if (value.role == ValueRole::input || value.role == ValueRole::parameter || value.role == ValueRole::state) {
+    if (value.role == ValueRole::parameter || value.role == ValueRole::state) {
       throw Error(fmt::format("graph value '{}' was not bound before running", value.name));
     }
     slot = backend_.empty(value.shape, value.dtype);

@@ -16,7 +16,9 @@ class Executor {
   Executor(const Graph& graph, Backend& backend);
 
   void bind(ValueId id, const Tensor& tensor);
-  const Tensor& tensor(ValueId id);  // allocates on first use when unbound
+  // Allocates activations, gradients and inputs on first use when unbound; callers feed an
+  // input by writing into its tensor. Parameters and state must be bound.
+  const Tensor& tensor(ValueId id);
 
   void forward();
   // Zeroes every unbound gradient (activations'), then runs the backward nodes. Bound

@@ -11,6 +11,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::layernorm: return "layernorm";
     case OpKind::matmul: return "matmul";
     case OpKind::attention: return "attention";
+    case OpKind::attention_cached: return "attention_cached";
     case OpKind::add: return "add";
     case OpKind::softmax_xent: return "softmax_xent";
   }

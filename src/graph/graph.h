@@ -31,7 +31,7 @@ struct Value {
   ValueId grad = kNoValue;  // the gradient value, once autodiff ran
 };
 
-enum class OpKind : uint8_t { embedding, layernorm, matmul, attention, add, softmax_xent };
+enum class OpKind : uint8_t { embedding, layernorm, matmul, attention, attention_cached, add, softmax_xent };
 const char* op_kind_name(OpKind kind);
 
 // Op attributes; each op documents the keys it reads.

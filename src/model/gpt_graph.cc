@@ -9,8 +9,12 @@ using graph::OpKind;
 using graph::ValueId;
 using graph::ValueRole;
 
-GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence) {
-  GptGraph g;
+namespace {
+
+// The decoder stack shared by every graph: embedding, n_layer blocks, final layernorm and the
+// tied head. `attention` adds one block's attention core given its qkv value.
+template <typename AttentionBuilder>
+ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core) {
   graph::Graph& graph = g.graph;
   for (const TensorSpec& spec : gpt_tensor_specs(config)) {
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
@@ -20,18 +24,16 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   Attributes linear = Attributes().set("layout", static_cast<int64_t>(WeightLayout::in_out));
   Attributes linear_gelu = Attributes(linear).set("gelu", 1);
 
-  g.tokens = graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
-  g.targets = graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
-  ValueId x = graph.add_node(OpKind::embedding, "embed", {g.tokens, param("wte.weight"), param("wpe.weight")})[0];
-
+  std::vector<ValueId> embed_inputs{g.tokens, param("wte.weight"), param("wpe.weight")};
+  if (position != graph::kNoValue) embed_inputs.push_back(position);
+  ValueId x = graph.add_node(OpKind::embedding, "embed", embed_inputs)[0];
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     std::string h = "h." + std::to_string(layer) + ".";
     ValueId ln1 = graph.add_node(OpKind::layernorm, h + "ln_1", {x, param(h + "ln_1.weight"), param(h + "ln_1.bias")},
                                  layernorm)[0];
     ValueId qkv = graph.add_node(OpKind::matmul, h + "attn.c_attn",
                                  {ln1, param(h + "attn.c_attn.weight"), param(h + "attn.c_attn.bias")}, linear)[0];
-    ValueId attention =
-        graph.add_node(OpKind::attention, h + "attn.core", {qkv}, Attributes().set("n_head", config.n_head))[0];
+    ValueId attention = attention_core(layer, h, qkv);
     ValueId attention_out = graph.add_node(OpKind::matmul, h + "attn.c_proj",
                                            {attention, param(h + "attn.c_proj.weight"), param(h + "attn.c_proj.bias")},
                                            linear)[0];
@@ -47,9 +49,36 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   ValueId final_norm =
       graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
   // Tied head: logits = ln_f(x) · wte^T, reading the embedding table in its [V, C] layout.
-  g.logits = graph.add_node(OpKind::matmul, "lm_head", {final_norm, param("wte.weight")},
-                            Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
-  g.losses = graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
+  return graph.add_node(OpKind::matmul, "lm_head", {final_norm, param("wte.weight")},
+                        Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
+}
+
+}  // namespace
+
+GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence) {
+  GptGraph g;
+  g.tokens = g.graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
+  g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
+  Attributes heads = Attributes().set("n_head", config.n_head);
+  g.logits = add_decoder(g, config, graph::kNoValue, [&](int64_t, const std::string& h, ValueId qkv) {
+    return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, heads)[0];
+  });
+  g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
+  return g;
+}
+
+GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t new_tokens, int64_t max_sequence) {
+  GptGraph g;
+  g.tokens = g.graph.add_value("tokens", Shape{batch, new_tokens}, DType::i32, ValueRole::input);
+  g.position = g.graph.add_value("position", Shape{1}, DType::i32, ValueRole::input);
+  Attributes heads = Attributes().set("n_head", config.n_head);
+  const Shape cache{batch, config.n_head, max_sequence, config.n_embd / config.n_head};
+  g.logits = add_decoder(g, config, g.position, [&](int64_t, const std::string& h, ValueId qkv) {
+    ValueId keys = g.graph.add_value(h + "attn.k_cache", cache, DType::f32, ValueRole::state);
+    ValueId values = g.graph.add_value(h + "attn.v_cache", cache, DType::f32, ValueRole::state);
+    g.caches.push_back({keys, values});
+    return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, heads)[0];
+  });
   return g;
 }
 

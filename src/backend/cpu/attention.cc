@@ -78,3 +78,49 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 }  // namespace paraflow::cpu
+
+namespace paraflow::cpu {
+
+void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
+                              int64_t C, int64_t NH, int64_t past, int64_t max_T) {
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(past + Tn));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      int64_t b = bh / NH, h = bh % NH;
+      float* keys = k_cache + bh * max_T * hs;    // (max_T, hs)
+      float* values = v_cache + bh * max_T * hs;  // (max_T, hs)
+      for (int64_t t = 0; t < Tn; ++t) {
+        const float* row = qkv + (b * Tn + t) * 3 * C + h * hs;
+        std::copy(row + C, row + C + hs, keys + (past + t) * hs);
+        std::copy(row + 2 * C, row + 2 * C + hs, values + (past + t) * hs);
+      }
+      for (int64_t t = 0; t < Tn; ++t) {
+        const float* q = qkv + (b * Tn + t) * 3 * C + h * hs;
+        const int64_t visible = past + t + 1;
+        float max_value = -INFINITY;
+        for (int64_t j = 0; j < visible; ++j) {
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t i = 0; i < hs; ++i) dot += q[i] * keys[j * hs + i];
+          scores[j] = dot * scale;
+          max_value = scores[j] > max_value ? scores[j] : max_value;
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max_value));
+        float* y = out + (b * Tn + t) * C + h * hs;
+        std::fill(y, y + hs, 0.0f);
+        for (int64_t j = 0; j < visible; ++j) {
+          float p = scores[j] / sum;
+#pragma omp simd
+          for (int64_t i = 0; i < hs; ++i) y[i] += p * values[j * hs + i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace paraflow::cpu

@@ -56,6 +56,10 @@ class CpuBackend final : public Backend {
                           int64_t C, int64_t NH) override {
     cpu::attention_backward(dqkv, dout, qkv, probs, B, T, C, NH);
   }
+  void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
+                                int64_t C, int64_t NH, int64_t past, int64_t max_T) override {
+    cpu::attention_cached_forward(out, qkv, k_cache, v_cache, B, Tn, C, NH, past, max_T);
+  }
   void add_forward(float* out, const float* a, const float* b, int64_t n) override { cpu::add_forward(out, a, b, n); }
   void add_backward(float* da, float* db, const float* dout, int64_t n) override { cpu::add_backward(da, db, dout, n); }
   void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,

@@ -28,6 +28,9 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
                         int64_t C, int64_t NH);
 
+void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
+                              int64_t C, int64_t NH, int64_t past, int64_t max_T);
+
 void add_forward(float* out, const float* a, const float* b, int64_t n);
 void add_backward(float* da, float* db, const float* dout, int64_t n);
 

@@ -10,6 +10,7 @@ const OpDef& embedding_op();
 const OpDef& layernorm_op();
 const OpDef& matmul_op();
 const OpDef& attention_op();
+const OpDef& attention_cached_op();
 const OpDef& add_op();
 const OpDef& softmax_xent_op();
 

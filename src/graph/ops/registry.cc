@@ -8,6 +8,7 @@ const OpDef& op_def(OpKind kind) {
     case OpKind::layernorm: return layernorm_op();
     case OpKind::matmul: return matmul_op();
     case OpKind::attention: return attention_op();
+    case OpKind::attention_cached: return attention_cached_op();
     case OpKind::add: return add_op();
     case OpKind::softmax_xent: return softmax_xent_op();
   }

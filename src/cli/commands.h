@@ -1,0 +1,11 @@
+// Each subcommand registers itself on the CLI11 app and runs from its callback.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace paraflow::cli {
+
+void add_train_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+
+}  // namespace paraflow::cli

@@ -1,0 +1,83 @@
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "infer/generator.h"
+#include "model/model_files.h"
+
+namespace paraflow::cli {
+
+namespace {
+
+struct GenerateOptions {
+  std::string model_dir;
+  std::string prompt;
+  int64_t max_tokens = 64;
+  infer::SamplingConfig sampling;
+  std::vector<std::string> stops;
+};
+
+// Until the BPE tokenizer is wired in, models are trained on a byte-level vocabulary: token id
+// = byte value.
+std::vector<int32_t> encode_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+
+void run_generate(const GenerateOptions& options) {
+  Backend& backend = cpu_backend();
+  model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
+  check(model.config.vocab_size >= 256, "{}: a byte-level model needs vocab_size >= 256, got {}", options.model_dir,
+        model.config.vocab_size);
+  infer::Generator generator(model.config, model.parameters, backend);
+  infer::Sampler sampler(options.sampling);
+
+  std::vector<int32_t> prompt = encode_bytes(options.prompt);
+  std::string completion;
+  std::fputs(options.prompt.c_str(), stdout);
+  auto start = std::chrono::steady_clock::now();
+  size_t printed = 0;
+  std::vector<int32_t> tokens = generator.generate(prompt, options.max_tokens, sampler, [&](int32_t token) {
+    completion.push_back(static_cast<char>(token < 256 ? token : '?'));
+    for (const std::string& stop : options.stops) {
+      if (!stop.empty() && completion.size() >= stop.size() &&
+          completion.compare(completion.size() - stop.size(), stop.size(), stop) == 0) {
+        completion.resize(completion.size() - stop.size());
+        return false;
+      }
+    }
+    // Hold back text that could still become a stop sequence.
+    size_t hold = 0;
+    for (const std::string& stop : options.stops) hold = std::max(hold, stop.size() - 1);
+    if (completion.size() > printed + hold) {
+      std::fwrite(completion.data() + printed, 1, completion.size() - hold - printed, stdout);
+      std::fflush(stdout);
+      printed = completion.size() - hold;
+    }
+    return true;
+  });
+  if (completion.size() > printed) std::fwrite(completion.data() + printed, 1, completion.size() - printed, stdout);
+  std::fputs("\n", stdout);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(stderr, "[{} prompt + {} generated tokens in {:.2f}s: {:.1f} tokens/s]\n", prompt.size(), tokens.size(),
+             seconds, static_cast<double>(tokens.size()) / seconds);
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto options = std::make_shared<GenerateOptions>();
+  CLI::App* command = app.add_subcommand("generate", "Continue a prompt with a trained model (KV-cache decoding)");
+  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout)")->required()->check(CLI::ExistingDirectory);
+  command->add_option("--prompt", options->prompt, "Text to continue")->required();
+  command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")->capture_default_str();
+  command->add_option("--temperature", options->sampling.temperature, "0 = greedy")->capture_default_str();
+  command->add_option("--top-k", options->sampling.top_k, "Sample among the k most likely (0 = all)")->capture_default_str();
+  command->add_option("--top-p", options->sampling.top_p, "Nucleus sampling mass")->capture_default_str();
+  command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
+  command->add_option("--stop", options->stops, "Stop when the completion ends with this text (repeatable)");
+  command->callback([options] { run_generate(*options); });
+}
+
+}  // namespace paraflow::cli

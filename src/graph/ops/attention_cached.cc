@@ -1,0 +1,50 @@
+// attention_cached: causal attention for generation, reading and extending a KV cache.
+// inputs: qkv (B,Tn,3C), k_cache (B,NH,max_T,hs) state, v_cache (same) state, position (1) i32
+// attributes: n_head. outputs: out (B,Tn,C). Inference only: it has no backward.
+#include "graph/ops/ops.h"
+
+namespace paraflow::graph {
+
+namespace {
+
+class AttentionCachedOp final : public OpDef {
+ public:
+  std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
+    check(in.size() == 4, "attention_cached: expected 4 inputs, got {}", in.size());
+    const Shape &qkv = in[0]->shape, &cache = in[1]->shape;
+    int64_t NH = attributes.get("n_head");
+    expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention_cached", "qkv must be (B,Tn,3C)", qkv);
+    int64_t C = qkv[2] / 3;
+    expect_shape(C % NH == 0 && cache == Shape{qkv[0], NH, cache[2], C / NH} && in[2]->shape == cache,
+                 "attention_cached", "caches must be (B,NH,max_T,hs)", cache);
+    expect_shape(in[3]->shape == Shape{1} && in[3]->dtype == DType::i32, "attention_cached", "position must be (1) i32",
+                 in[3]->shape);
+    return {{"", Shape{qkv[0], qkv[1], C}, DType::f32, ValueRole::activation}};
+  }
+
+  void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    const Shape& s = t.inputs[0].shape();
+    int64_t past = t.inputs[3].data<int32_t>()[0];
+    int64_t max_T = t.inputs[1].shape()[2];
+    check(past >= 0 && past + s[1] <= max_T, "attention_cached: positions [{}, {}) exceed the cache of {}", past,
+          past + s[1], max_T);
+    backend.attention_cached_forward(t.outputs[0].data<float>(), t.inputs[0].data<float>(), t.inputs[1].data<float>(),
+                                     t.inputs[2].data<float>(), s[0], s[1], s[2] / 3, attributes.get("n_head"), past,
+                                     max_T);
+  }
+
+  void backward(Backend&, const NodeTensors&, const Attributes&) const override {
+    throw Error("attention_cached has no backward: it is for generation only");
+  }
+
+  bool differentiable_input(size_t) const override { return false; }
+};
+
+}  // namespace
+
+const OpDef& attention_cached_op() {
+  static AttentionCachedOp op;
+  return op;
+}
+
+}  // namespace paraflow::graph

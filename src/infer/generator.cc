@@ -1,0 +1,69 @@
+#include "infer/generator.h"
+
+#include "base/error.h"
+
+namespace paraflow::infer {
+
+Generator::Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend)
+    : config_(config), parameters_(parameters), backend_(backend) {
+  const Shape cache{1, config.n_head, config.n_positions, config.n_embd / config.n_head};
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    caches_.emplace_back(backend.empty(cache, DType::f32), backend.empty(cache, DType::f32));
+  }
+}
+
+Generator::Step& Generator::step_for(int64_t new_tokens) {
+  auto found = steps_.find(new_tokens);
+  if (found != steps_.end()) return found->second;
+  // Build the graph in its final map slot: the executor keeps a reference to it.
+  auto slot = steps_.emplace(new_tokens, Step{}).first;
+  slot->second.graph = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
+  slot->second.executor = std::make_unique<graph::Executor>(slot->second.graph.graph, backend_);
+  model::bind_parameters(*slot->second.executor, slot->second.graph, parameters_, nullptr);
+  for (size_t layer = 0; layer < caches_.size(); ++layer) {
+    slot->second.executor->bind(slot->second.graph.caches[layer].first, caches_[layer].first);
+    slot->second.executor->bind(slot->second.graph.caches[layer].second, caches_[layer].second);
+  }
+  return slot->second;
+}
+
+std::vector<float> Generator::run(Step& step, const int32_t* tokens, int64_t count) {
+  check(position_ + count <= config_.n_positions, "sequence of {} tokens exceeds the model's context of {}",
+        position_ + count, config_.n_positions);
+  for (int64_t i = 0; i < count; ++i) {
+    check(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token id {} is outside the vocabulary of {}", tokens[i],
+          config_.vocab_size);
+  }
+  graph::Executor& executor = *step.executor;
+  std::copy(tokens, tokens + count, executor.tensor(step.graph.tokens).data<int32_t>());
+  executor.tensor(step.graph.position).data<int32_t>()[0] = static_cast<int32_t>(position_);
+  executor.forward();
+  position_ += count;
+  const float* logits = executor.tensor(step.graph.logits).data<float>() + (count - 1) * config_.vocab_size;
+  return std::vector<float>(logits, logits + config_.vocab_size);
+}
+
+std::vector<float> Generator::prefill(const std::vector<int32_t>& tokens) {
+  check(!tokens.empty(), "the prompt must hold at least one token");
+  position_ = 0;
+  return run(step_for(static_cast<int64_t>(tokens.size())), tokens.data(), static_cast<int64_t>(tokens.size()));
+}
+
+std::vector<float> Generator::decode(int32_t token) { return run(step_for(1), &token, 1); }
+
+std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
+                                         const std::function<bool(int32_t)>& on_token) {
+  std::vector<int32_t> generated;
+  if (max_new_tokens <= 0) return generated;
+  std::vector<float> logits = prefill(prompt);
+  while (true) {
+    int32_t token = sampler.sample(logits.data(), config_.vocab_size);
+    generated.push_back(token);
+    bool keep_going = !on_token || on_token(token);
+    if (!keep_going || static_cast<int64_t>(generated.size()) >= max_new_tokens || position_ >= config_.n_positions) break;
+    logits = decode(token);
+  }
+  return generated;
+}
+
+}  // namespace paraflow::infer

@@ -1,0 +1,47 @@
+// Autoregressive generation with a KV cache: the prompt runs once through a prefill graph, then
+// each new token through a one-position decode graph; both extend the same per-layer caches.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/executor.h"
+#include "infer/sampler.h"
+#include "model/gpt_graph.h"
+
+namespace paraflow::infer {
+
+class Generator {
+ public:
+  Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend);
+
+  // Forgets the cache and runs `tokens` from position 0; returns the logits of the last one.
+  std::vector<float> prefill(const std::vector<int32_t>& tokens);
+  // Appends one token at the current position; returns its logits.
+  std::vector<float> decode(int32_t token);
+  int64_t position() const { return position_; }
+
+  // Greedy or sampled continuation. `on_token` sees each new token and may return false to stop.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
+                                const std::function<bool(int32_t)>& on_token = {});
+
+ private:
+  struct Step {
+    model::GptGraph graph;
+    std::unique_ptr<graph::Executor> executor;
+  };
+  Step& step_for(int64_t new_tokens);
+  std::vector<float> run(Step& step, const int32_t* tokens, int64_t count);
+
+  const model::GptConfig& config_;
+  const model::ParameterSet& parameters_;
+  Backend& backend_;
+  std::vector<std::pair<Tensor, Tensor>> caches_;
+  std::map<int64_t, Step> steps_;  // by number of new positions
+  int64_t position_ = 0;
+};
+
+}  // namespace paraflow::infer

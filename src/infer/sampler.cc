@@ -1,0 +1,51 @@
+#include "infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/error.h"
+
+namespace paraflow::infer {
+
+Sampler::Sampler(const SamplingConfig& config) : config_(config), rng_(config.seed) {
+  check(config.temperature >= 0, "--temperature must be >= 0, got {}", config.temperature);
+  check(config.top_k >= 0, "--top-k must be >= 0, got {}", config.top_k);
+  check(config.top_p > 0 && config.top_p <= 1, "--top-p must be in (0, 1], got {}", config.top_p);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab_size) {
+  if (config_.temperature == 0) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab_size) - logits);
+  }
+  // Candidates sorted by logit (stable on ties: lower id first), cut by top-k.
+  std::vector<int32_t> order(static_cast<size_t>(vocab_size));
+  std::iota(order.begin(), order.end(), 0);
+  int64_t keep = config_.top_k > 0 ? std::min(config_.top_k, vocab_size) : vocab_size;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  order.resize(static_cast<size_t>(keep));
+  std::vector<double> probs(order.size());
+  double max_logit = logits[order[0]], sum = 0;
+  for (size_t i = 0; i < order.size(); ++i) sum += probs[i] = std::exp((logits[order[i]] - max_logit) / config_.temperature);
+  // Nucleus: the smallest prefix whose probability reaches top_p.
+  double cumulative = 0;
+  size_t cut = order.size();
+  for (size_t i = 0; i < order.size(); ++i) {
+    cumulative += probs[i] / sum;
+    if (cumulative >= config_.top_p) {
+      cut = i + 1;
+      break;
+    }
+  }
+  double total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(cut), 0.0);
+  double draw = rng_.uniform() * total;
+  for (size_t i = 0; i < cut; ++i) {
+    draw -= probs[i];
+    if (draw < 0) return order[i];
+  }
+  return order[cut - 1];
+}
+
+}  // namespace paraflow::infer

@@ -1,0 +1,121 @@
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "model/model_files.h"
+#include "model/safetensors.h"
+
+namespace paraflow::train {
+
+namespace {
+
+constexpr const char* kPrefix = "ckpt-";
+
+std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> found;
+  if (!std::filesystem::is_directory(dir)) return found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind(kPrefix, 0) == 0 && name.find(".tmp") == std::string::npos) {
+      found.push_back(entry.path());
+    }
+  }
+  std::sort(found.rbegin(), found.rend());  // zero-padded step numbers sort as text
+  return found;
+}
+
+}  // namespace
+
+std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConfig& config,
+                                              const model::ParameterSet& parameters, AdamW& optimizer,
+                                              const nlohmann::json& state) {
+  std::filesystem::create_directories(dir_);
+  std::filesystem::path final_path = dir_ / fmt::format("{}{:09}", kPrefix, step);
+  std::filesystem::path temporary = dir_ / fmt::format("{}{:09}.tmp.{}", kPrefix, step, ::getpid());
+  std::filesystem::remove_all(temporary);
+  std::filesystem::create_directories(temporary);
+
+  model::save_model_dir(temporary, config, parameters);
+  std::vector<std::pair<std::string, Tensor>> moments;
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    moments.emplace_back("m." + parameters.specs()[i].name, optimizer.first_moment().at(i));
+    moments.emplace_back("v." + parameters.specs()[i].name, optimizer.second_moment().at(i));
+  }
+  write_file_atomic(temporary / "optimizer.safetensors", model::serialize_safetensors(moments));
+  nlohmann::json full_state = state;
+  full_state["step"] = step;
+  full_state["optimizer_steps"] = optimizer.steps_taken();
+  write_file_atomic(temporary / "state.json", full_state.dump(2) + "\n");
+
+  nlohmann::json manifest = {{"step", step}, {"files", nlohmann::json::object()}};
+  for (const char* name : {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"}) {
+    std::string content = read_file(temporary / name);
+    manifest["files"][name] = {{"bytes", content.size()}, {"crc32c", crc32c(content.data(), content.size())}};
+  }
+  write_file_atomic(temporary / "manifest.json", manifest.dump(2) + "\n");
+
+  std::filesystem::remove_all(final_path);
+  std::filesystem::rename(temporary, final_path);
+  fsync_directory(dir_);
+  prune();
+  return final_path;
+}
+
+void CheckpointManager::prune() const {
+  std::vector<std::filesystem::path> all = checkpoints_newest_first(dir_);
+  for (size_t i = static_cast<size_t>(keep_ > 0 ? keep_ : 1); i < all.size(); ++i) std::filesystem::remove_all(all[i]);
+}
+
+void CheckpointManager::verify(const std::filesystem::path& checkpoint) {
+  std::filesystem::path manifest_path = checkpoint / "manifest.json";
+  check(std::filesystem::exists(manifest_path), "{}: missing (checkpoint incomplete)", manifest_path.string());
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(manifest_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", manifest_path.string(), e.what());
+  }
+  for (auto& [name, expected] : manifest.at("files").items()) {
+    std::filesystem::path file = checkpoint / name;
+    check(std::filesystem::exists(file), "{}: missing", file.string());
+    std::string content = read_file(file);
+    check(content.size() == expected.at("bytes").get<size_t>(), "{}: {} bytes, manifest says {}", file.string(),
+          content.size(), expected.at("bytes").get<size_t>());
+    check(crc32c(content.data(), content.size()) == expected.at("crc32c").get<uint32_t>(),
+          "{}: checksum mismatch (file corrupt)", file.string());
+  }
+}
+
+std::optional<std::filesystem::path> CheckpointManager::latest_valid() const {
+  for (const auto& checkpoint : checkpoints_newest_first(dir_)) {
+    try {
+      verify(checkpoint);
+      return checkpoint;
+    } catch (const Error& e) {
+      fmt::print(stderr, "warning: skipping corrupt checkpoint {}: {}\n", checkpoint.string(), e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+nlohmann::json CheckpointManager::load(const std::filesystem::path& checkpoint, model::ParameterSet& parameters,
+                                       AdamW& optimizer) {
+  verify(checkpoint);
+  model::load_parameters(checkpoint / "model.safetensors", parameters);
+  model::SafetensorsFile moments = model::SafetensorsFile::load((checkpoint / "optimizer.safetensors").string());
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    moments.read_into("m." + parameters.specs()[i].name, optimizer.first_moment().at(i));
+    moments.read_into("v." + parameters.specs()[i].name, optimizer.second_moment().at(i));
+  }
+  nlohmann::json state = nlohmann::json::parse(read_file(checkpoint / "state.json"));
+  optimizer.set_steps_taken(state.at("optimizer_steps").get<int64_t>());
+  return state;
+}
+
+}  // namespace paraflow::train

@@ -1,0 +1,44 @@
+// Training checkpoints: an export dir (config.json + model.safetensors) plus optimizer moments,
+// trainer state and a manifest of per-file CRC32C checksums. A checkpoint is built under a
+// temporary name, every file fsynced, then renamed into place: a crash leaves either the whole
+// checkpoint or none. Loading verifies the manifest and falls back to the previous checkpoint.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gpt_config.h"
+#include "model/parameters.h"
+#include "train/optimizer.h"
+
+namespace paraflow::train {
+
+class CheckpointManager {
+ public:
+  CheckpointManager(std::filesystem::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
+
+  std::filesystem::path save(int64_t step, const model::GptConfig& config, const model::ParameterSet& parameters,
+                             AdamW& optimizer, const nlohmann::json& state);
+
+  // The newest checkpoint whose files match its manifest; corrupt ones are reported on stderr
+  // and skipped.
+  std::optional<std::filesystem::path> latest_valid() const;
+
+  // Loads weights and moments into the given sets; returns the trainer state.
+  static nlohmann::json load(const std::filesystem::path& checkpoint, model::ParameterSet& parameters,
+                             AdamW& optimizer);
+
+  // Throws InputError naming the file when a checkpoint does not match its manifest.
+  static void verify(const std::filesystem::path& checkpoint);
+
+ private:
+  void prune() const;
+
+  std::filesystem::path dir_;
+  int keep_;
+};
+
+}  // namespace paraflow::train

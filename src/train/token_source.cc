@@ -1,0 +1,76 @@
+#include "train/token_source.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/random.h"
+
+namespace paraflow::train {
+
+namespace {
+
+std::vector<std::string> expand(const std::string& pattern) {
+  std::vector<std::string> files;
+  if (std::filesystem::is_directory(pattern)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(pattern)) {
+      if (entry.is_regular_file()) files.push_back(entry.path().string());
+    }
+  } else {
+    glob_t matches{};
+    if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
+      for (size_t i = 0; i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
+    }
+    globfree(&matches);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+TokenSource TokenSource::from_text_files(const std::string& pattern, double validation_fraction) {
+  std::vector<std::string> files = expand(pattern);
+  check(!files.empty(), "data.train: no files match '{}'", pattern);
+  std::vector<int32_t> tokens;
+  for (const std::string& file : files) {
+    std::string text = read_file(file);
+    for (unsigned char byte : text) tokens.push_back(byte);
+  }
+  return from_tokens(std::move(tokens), validation_fraction);
+}
+
+TokenSource TokenSource::from_tokens(std::vector<int32_t> tokens, double validation_fraction) {
+  check(validation_fraction >= 0 && validation_fraction < 1, "data.validation_fraction must be in [0, 1), got {}",
+        validation_fraction);
+  TokenSource source;
+  source.tokens_ = std::move(tokens);
+  source.split_ = static_cast<int64_t>(static_cast<double>(source.tokens_.size()) * (1.0 - validation_fraction));
+  source.max_token_ = source.tokens_.empty() ? 0 : *std::max_element(source.tokens_.begin(), source.tokens_.end());
+  return source;
+}
+
+void TokenSource::batch(int64_t index, uint64_t seed, bool validation, const Tensor& tokens,
+                        const Tensor& targets) const {
+  const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
+  const int64_t begin = validation ? split_ : 0;
+  const int64_t length = validation ? static_cast<int64_t>(tokens_.size()) - split_ : split_;
+  check(length > T + 1, "the {} split has {} tokens, fewer than one sequence of {}", validation ? "validation" : "train",
+        length, T + 1);
+  // A generator per batch, seeded by (seed, index): batch k is the same however we got to it.
+  Rng rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index) * 2 + (validation ? 1 : 0));
+  int32_t* x = tokens.data<int32_t>();
+  int32_t* y = targets.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t start = begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(length - T - 1)));
+    for (int64_t t = 0; t < T; ++t) {
+      x[b * T + t] = tokens_[static_cast<size_t>(start + t)];
+      y[b * T + t] = tokens_[static_cast<size_t>(start + t + 1)];
+    }
+  }
+}
+
+}  // namespace paraflow::train

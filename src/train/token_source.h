@@ -1,0 +1,34 @@
+// Where the trainer's tokens come from until the TFRecord input pipeline is wired in: a corpus of
+// text files read as bytes (a byte-level vocabulary of 256 ids), split into train and
+// validation, and sampled as windows of T+1 tokens. Batch k depends only on (seed, k), so the
+// data position in a checkpoint is just the step, and resuming replays exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace paraflow::train {
+
+class TokenSource {
+ public:
+  // `pattern` is a file, a directory (all regular files in it) or a glob.
+  static TokenSource from_text_files(const std::string& pattern, double validation_fraction);
+  static TokenSource from_tokens(std::vector<int32_t> tokens, double validation_fraction);
+
+  // Fills tokens and targets (B,T) i32 for global batch `index` of the train or validation split.
+  void batch(int64_t index, uint64_t seed, bool validation, const Tensor& tokens, const Tensor& targets) const;
+
+  int64_t train_tokens() const { return split_; }
+  int64_t validation_tokens() const { return static_cast<int64_t>(tokens_.size()) - split_; }
+  int32_t max_token() const { return max_token_; }
+
+ private:
+  std::vector<int32_t> tokens_;
+  int64_t split_ = 0;
+  int32_t max_token_ = 0;
+};
+
+}  // namespace paraflow::train

@@ -1,0 +1,181 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "base/progress.h"
+#include "base/random.h"
+#include "graph/autodiff.h"
+#include "model/model_files.h"
+
+namespace paraflow::train {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TrainConfig TrainConfig::from_config(const Config& config) {
+  TrainConfig c;
+  c.batch_size = config.get<int64_t>("train.batch_size", c.batch_size);
+  c.sequence_length = config.get<int64_t>("train.sequence_length", c.sequence_length);
+  c.steps = config.get<int64_t>("train.steps", c.steps);
+  c.grad_accumulation = config.get<int64_t>("train.grad_accumulation", c.grad_accumulation);
+  c.schedule.peak = config.get<double>("train.lr", c.schedule.peak);
+  c.schedule.floor = config.get<double>("train.min_lr", c.schedule.peak * 0.1);
+  c.schedule.warmup = config.get<int64_t>("train.warmup_steps", c.schedule.warmup);
+  c.schedule.total = c.steps;
+  c.adamw.beta1 = config.get<double>("train.beta1", c.adamw.beta1);
+  c.adamw.beta2 = config.get<double>("train.beta2", c.adamw.beta2);
+  c.adamw.eps = config.get<double>("train.eps", c.adamw.eps);
+  c.adamw.weight_decay = config.get<double>("train.weight_decay", c.adamw.weight_decay);
+  c.adamw.grad_clip = config.get<double>("train.grad_clip", c.adamw.grad_clip);
+  c.seed = config.get<uint64_t>("train.seed", c.seed);
+  c.out_dir = config.get<std::string>("train.out_dir", c.out_dir.string());
+  c.checkpoint_every = config.get<int64_t>("train.checkpoint_every", c.checkpoint_every);
+  c.keep_checkpoints = config.get<int>("train.keep_checkpoints", c.keep_checkpoints);
+  c.log_every = config.get<int64_t>("train.log_every", c.log_every);
+  c.eval_every = config.get<int64_t>("train.eval_every", c.eval_every);
+  c.eval_batches = config.get<int64_t>("train.eval_batches", c.eval_batches);
+  check(c.batch_size > 0, "{}: train.batch_size must be positive, got {}", config.origin(), c.batch_size);
+  check(c.sequence_length > 0, "{}: train.sequence_length must be positive", config.origin());
+  check(c.steps > 0, "{}: train.steps must be positive, got {}", config.origin(), c.steps);
+  check(c.grad_accumulation > 0, "{}: train.grad_accumulation must be positive", config.origin());
+  return c;
+}
+
+Trainer::Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend)
+    : model_config_(model_config),
+      config_(std::move(config)),
+      data_(data),
+      backend_(backend),
+      graph_(model::build_gpt_training_graph(model_config_, config_.batch_size, config_.sequence_length)),
+      parameters_(model::gpt_tensor_specs(model_config_), backend),
+      gradients_(model::gpt_tensor_specs(model_config_), backend),
+      checkpoints_(config_.out_dir, config_.keep_checkpoints) {
+  check(config_.sequence_length <= model_config_.n_positions,
+        "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
+  check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
+        data_.max_token(), model_config_.vocab_size);
+  graph::add_backward_pass(graph_.graph, graph_.losses);
+  executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
+  model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
+  loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
+  executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
+  optimizer_ = std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
+}
+
+bool Trainer::initialize_or_resume() {
+  if (auto checkpoint = checkpoints_.latest_valid()) {
+    nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, *optimizer_);
+    step_ = state.at("step").get<int64_t>();
+    fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), step_);
+    return true;
+  }
+  Rng rng(config_.seed);
+  model::initialize_gpt(parameters_, model_config_, rng);
+  step_ = 0;
+  return false;
+}
+
+double Trainer::forward_backward(int64_t index, double loss_weight) {
+  data_.batch(index, config_.seed, false, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
+  executor_->forward();
+  const Tensor& losses = executor_->tensor(graph_.losses);
+  double sum = 0;
+  for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
+  // d(mean loss over all accumulated positions)/d(loss at each position)
+  float weight = static_cast<float>(loss_weight / static_cast<double>(losses.numel()));
+  std::fill(loss_grad_.data<float>(), loss_grad_.data<float>() + loss_grad_.numel(), weight);
+  executor_->backward();
+  return sum / static_cast<double>(losses.numel());
+}
+
+StepStats Trainer::step() {
+  auto start = std::chrono::steady_clock::now();
+  StepStats stats;
+  backend_.fill_zero(gradients_.flat());
+  for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
+    int64_t index = step_ * config_.grad_accumulation + micro;
+    stats.loss += forward_backward(index, 1.0 / static_cast<double>(config_.grad_accumulation)) /
+                  static_cast<double>(config_.grad_accumulation);
+  }
+  stats.lr = config_.schedule.at(step_);
+  stats.grad_norm = optimizer_->step(parameters_, gradients_, stats.lr);
+  ++step_;
+  stats.seconds = seconds_since(start);
+  return stats;
+}
+
+double Trainer::evaluate(int64_t batches) {
+  double total = 0;
+  for (int64_t index = 0; index < batches; ++index) {
+    data_.batch(index, config_.seed, true, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
+    executor_->forward();
+    const Tensor& losses = executor_->tensor(graph_.losses);
+    double sum = 0;
+    for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
+    total += sum / static_cast<double>(losses.numel());
+  }
+  return total / static_cast<double>(batches);
+}
+
+std::filesystem::path Trainer::save_checkpoint() {
+  nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_ * config_.grad_accumulation}}}};
+  return checkpoints_.save(step_, model_config_, parameters_, *optimizer_, state);
+}
+
+void Trainer::export_model(const std::filesystem::path& dir) const {
+  model::save_model_dir(dir, model_config_, parameters_);
+}
+
+void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
+  const double tokens_per_step =
+      static_cast<double>(config_.batch_size * config_.sequence_length * config_.grad_accumulation);
+  const double flops_per_step = model_config_.flops_per_token(config_.sequence_length) * tokens_per_step;
+  Progress progress("step", config_.steps, config_.log_every);
+  double smoothed_seconds = 0;
+  while (step_ < config_.steps && !(stop && stop->load())) {
+    StepStats stats = step();
+    smoothed_seconds = smoothed_seconds == 0 ? stats.seconds : 0.9 * smoothed_seconds + 0.1 * stats.seconds;
+    std::string metrics = fmt::format("loss {:.4f} | lr {:.2e} | norm {:.2f} | {:.0f} tok/s | MFU {:.1f}%", stats.loss,
+                                      stats.lr, stats.grad_norm, tokens_per_step / smoothed_seconds,
+                                      100.0 * flops_per_step / smoothed_seconds / peak_flops);
+    if (config_.eval_every > 0 && step_ % config_.eval_every == 0) {
+      metrics += fmt::format(" | val {:.4f}", evaluate(config_.eval_batches));
+    }
+    progress.update(step_, metrics);
+    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
+      save_checkpoint();
+    }
+  }
+  progress.finish();
+  if (stop && stop->load()) fmt::print(stderr, "stop requested at step {}: saving a checkpoint\n", step_);
+  std::filesystem::path checkpoint = save_checkpoint();
+  export_model(config_.out_dir / "export");
+  fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
+}
+
+double measure_peak_flops(Backend& backend, int64_t n) {
+  Tensor a = backend.empty(Shape{n, n}, DType::f32), b = backend.empty(Shape{n, n}, DType::f32);
+  Tensor c = backend.empty(Shape{n, n}, DType::f32);
+  auto product = [&] {
+    backend.matmul_forward(c.data<float>(), nullptr, a.data<float>(), b.data<float>(), nullptr, n, n, n,
+                           WeightLayout::in_out, false);
+    backend.synchronize();
+  };
+  product();  // warm-up
+  double best = 1e30;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    auto start = std::chrono::steady_clock::now();
+    product();
+    best = std::min(best, seconds_since(start));
+  }
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
+}
+
+}  // namespace paraflow::train

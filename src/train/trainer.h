@@ -1,0 +1,85 @@
+// The training loop on one process: builds the GPT graph with its backward pass, runs
+// forward/backward over gradient-accumulation micro-batches, clips, applies AdamW on the
+// schedule, evaluates, checkpoints, and resumes exactly from the latest valid checkpoint.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+
+#include "base/config.h"
+#include "graph/executor.h"
+#include "model/gpt_graph.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/token_source.h"
+
+namespace paraflow::train {
+
+struct TrainConfig {
+  int64_t batch_size = 8;
+  int64_t sequence_length = 256;
+  int64_t steps = 1000;
+  int64_t grad_accumulation = 1;
+  LrSchedule schedule;
+  AdamWConfig adamw;
+  uint64_t seed = 1337;
+  std::filesystem::path out_dir = "runs/default";
+  int64_t checkpoint_every = 0;  // 0: only at the end
+  int keep_checkpoints = 3;
+  int64_t log_every = 10;
+  int64_t eval_every = 0;
+  int64_t eval_batches = 8;
+
+  static TrainConfig from_config(const Config& config);  // keys train.*
+};
+
+struct StepStats {
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend);
+
+  // Fresh GPT-2 initialisation from the seed, or the latest valid checkpoint in out_dir.
+  // Returns true when it resumed.
+  bool initialize_or_resume();
+
+  StepStats step();
+  double evaluate(int64_t batches);
+  std::filesystem::path save_checkpoint();
+  void export_model(const std::filesystem::path& dir) const;
+
+  // Steps until `config.steps` or until *stop becomes true (SIGTERM), printing progress;
+  // always ends with a checkpoint and an export in out_dir/export.
+  void run(const std::atomic<bool>* stop, double peak_flops);
+
+  int64_t current_step() const { return step_; }
+  model::ParameterSet& parameters() { return parameters_; }
+  model::ParameterSet& gradients() { return gradients_; }
+  graph::Executor& executor() { return *executor_; }
+  const model::GptGraph& gpt_graph() const { return graph_; }
+
+ private:
+  // Runs forward and backward on global batch `index`, accumulating parameter gradients.
+  double forward_backward(int64_t index, double loss_weight);
+
+  model::GptConfig model_config_;
+  TrainConfig config_;
+  const TokenSource& data_;
+  Backend& backend_;
+  model::GptGraph graph_;
+  model::ParameterSet parameters_, gradients_;
+  std::unique_ptr<graph::Executor> executor_;
+  std::unique_ptr<AdamW> optimizer_;
+  CheckpointManager checkpoints_;
+  Tensor loss_grad_;
+  int64_t step_ = 0;
+};
+
+// Measured single-precision GEMM throughput of `backend` on an n³ product, in FLOP/s.
+double measure_peak_flops(Backend& backend, int64_t n = 1024);
+
+}  // namespace paraflow::train
