@@ -1,0 +1,129 @@
+// The whole model against PyTorch + transformers (tests/reference/gpt2_torch.py, float64):
+// logits, loss, every parameter gradient, and a 10-step AdamW loss curve, on GPT-2-shaped and
+// awkward configs. The oracle loads our export with GPT2LMHeadModel.from_pretrained, so this
+// also checks the Hugging Face file layout.
+#include <gtest/gtest.h>
+
+#include "base/file_io.h"
+#include "graph/autodiff.h"
+#include "model/gpt_graph.h"
+#include "model/model_files.h"
+#include "model/safetensors.h"
+#include "reference_runner.h"
+#include "test_util.h"
+#include "train/optimizer.h"
+
+namespace paraflow {
+namespace {
+
+struct Case {
+  const char* name;
+  model::GptConfig config;
+  int64_t B, T;
+};
+
+std::vector<double> read_f32(const model::SafetensorsFile& file, const std::string& name) {
+  return testing::to_vector(file.tensor(name));
+}
+
+class TorchReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
+  const Case& c = GetParam();
+  const int64_t B = c.B, T = c.T, V = c.config.vocab_size;
+  Backend& backend = cpu_backend();
+  testing::TempDir dir;
+  Rng rng(testing::test_seed());
+
+  model::ParameterSet parameters(model::gpt_tensor_specs(c.config), backend);
+  model::initialize_gpt(parameters, c.config, rng);
+  model::save_model_dir(dir.path() / "model", c.config, parameters);
+
+  Tensor tokens = Tensor::zeros({B, T}, DType::i64), targets = Tensor::zeros({B, T}, DType::i64);
+  for (int64_t i = 0; i < B * T; ++i) {
+    tokens.data<int64_t>()[i] = static_cast<int64_t>(rng.below(static_cast<uint64_t>(V)));
+    targets.data<int64_t>()[i] = static_cast<int64_t>(rng.below(static_cast<uint64_t>(V)));
+  }
+  write_file_atomic(dir.path() / "batch.safetensors",
+                    model::serialize_safetensors({{"tokens", tokens}, {"targets", targets}}));
+  const int steps = 10;
+  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  ASSERT_TRUE(testing::run_oracle(
+      "gpt2_torch.py", fmt::format("--model {} --batch {} --out {} --steps {} --lr {} --beta1 {} --beta2 {} --eps {} "
+                                   "--weight-decay {} --dtype float64",
+                                   (dir.path() / "model").string(), (dir.path() / "batch.safetensors").string(),
+                                   (dir.path() / "out.safetensors").string(), steps, lr, beta1, beta2, eps,
+                                   weight_decay)));
+  model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "out.safetensors").string());
+
+  model::GptGraph g = model::build_gpt_training_graph(c.config, B, T);
+  graph::add_backward_pass(g.graph, g.losses);
+  graph::Executor executor(g.graph, backend);
+  model::ParameterSet gradients(model::gpt_tensor_specs(c.config), backend);
+  model::bind_parameters(executor, g, parameters, &gradients);
+  Tensor loss_grad = Tensor::zeros({B, T});
+  executor.bind(g.graph.value(g.losses).grad, loss_grad);
+  for (int64_t i = 0; i < B * T; ++i) {
+    executor.tensor(g.tokens).data<int32_t>()[i] = static_cast<int32_t>(tokens.data<int64_t>()[i]);
+    executor.tensor(g.targets).data<int32_t>()[i] = static_cast<int32_t>(targets.data<int64_t>()[i]);
+  }
+  auto forward_backward = [&] {
+    backend.fill_zero(gradients.flat());
+    executor.forward();
+    std::fill(loss_grad.data<float>(), loss_grad.data<float>() + B * T, 1.0f / static_cast<float>(B * T));
+    executor.backward();
+    double sum = 0;
+    for (int64_t i = 0; i < B * T; ++i) sum += executor.tensor(g.losses).data<float>()[i];
+    return sum / static_cast<double>(B * T);
+  };
+  double loss = forward_backward();
+
+  auto check = [](double error, double bound, const std::string& what) {
+    std::printf("  %-40s rel err %.3e (bound %.0e)\n", what.c_str(), error, bound);
+    EXPECT_LE(error, bound) << what;
+  };
+  check(testing::relative_error(testing::to_vector(executor.tensor(g.logits)), read_f32(expected, "logits")), 1e-5,
+        "logits");
+  check(std::abs(loss - read_f32(expected, "loss")[0]) / read_f32(expected, "loss")[0], 1e-5, "loss");
+  double worst = 0;
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    const std::string& name = parameters.specs()[i].name;
+    double error = testing::relative_error(testing::to_vector(gradients.at(i)), read_f32(expected, "grad." + name));
+    EXPECT_LE(error, 1e-4) << "gradient of " << name;
+    worst = std::max(worst, error);
+  }
+  check(worst, 1e-4, fmt::format("worst of {} parameter gradients", parameters.specs().size()));
+
+  // The AdamW curve: the loss before each of `steps` updates, from the same initial weights.
+  Tensor losses_expected = expected.tensor("losses");
+  train::AdamW optimizer({beta1, beta2, eps, weight_decay, 0.0}, parameters, backend);
+  double worst_curve = 0;
+  for (int step = 0; step < steps; ++step) {
+    double step_loss = step == 0 ? loss : forward_backward();
+    double reference = losses_expected.data<double>()[step];
+    worst_curve = std::max(worst_curve, std::abs(step_loss - reference) / reference);
+    EXPECT_LE(std::abs(step_loss - reference) / reference, 1e-4) << "AdamW step " << step;
+    optimizer.step(parameters, gradients, lr);
+  }
+  check(worst_curve, 1e-4, fmt::format("worst loss of the {}-step AdamW curve", steps));
+}
+
+model::GptConfig config(int64_t V, int64_t P, int64_t C, int64_t L, int64_t H) {
+  model::GptConfig c;
+  c.vocab_size = V;
+  c.n_positions = P;
+  c.n_embd = C;
+  c.n_layer = L;
+  c.n_head = H;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, TorchReference,
+    ::testing::Values(Case{"gpt2_shaped", config(512, 64, 64, 2, 4), 2, 64},
+                      Case{"awkward", config(97, 24, 30, 1, 3), 3, 13},
+                      Case{"one_head", config(61, 16, 20, 2, 1), 2, 11}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace paraflow
