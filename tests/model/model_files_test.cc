@@ -1,0 +1,117 @@
+// Model files: GPT-2 dirs saved by transformers load in paraflow and give transformers' logits;
+// malformed safetensors and config files are refused with an error naming the file and problem.
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "graph/executor.h"
+#include "model/gpt_graph.h"
+#include "model/model_files.h"
+#include "model/safetensors.h"
+#include "reference_runner.h"
+#include "test_util.h"
+
+namespace paraflow {
+namespace {
+
+class HfSavedModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfSavedModel, LoadsAndGivesTransformersLogits) {
+  testing::TempDir dir;
+  const std::vector<int32_t> tokens{5, 17, 0, 42, 42, 8, 60, 3, 11};
+  std::string token_text;
+  for (int32_t token : tokens) token_text += (token_text.empty() ? "" : ",") + std::to_string(token);
+  ASSERT_TRUE(testing::run_oracle(
+      "gpt2_hf.py",
+      fmt::format("save --kind {} --config '{}' --seed 3 --dir {} --tokens {} --out {}", GetParam(),
+                  R"({"vocab_size": 61, "n_positions": 32, "n_embd": 24, "n_layer": 2, "n_head": 2})",
+                  (dir.path() / "hf").string(), token_text, (dir.path() / "logits.safetensors").string())));
+  model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  EXPECT_EQ(loaded.config.n_embd, 24);
+  model::GptGraph g = model::build_gpt_training_graph(loaded.config, 1, static_cast<int64_t>(tokens.size()));
+  graph::Executor executor(g.graph, cpu_backend());
+  model::bind_parameters(executor, g, loaded.parameters, nullptr);
+  std::copy(tokens.begin(), tokens.end(), executor.tensor(g.tokens).data<int32_t>());
+  executor.forward();
+  Tensor reference = model::SafetensorsFile::load((dir.path() / "logits.safetensors").string()).tensor("logits");
+  std::vector<double> expected_f64(static_cast<size_t>(reference.numel()));
+  for (size_t i = 0; i < expected_f64.size(); ++i) expected_f64[i] = reference.data<double>()[i];
+  double error = testing::relative_error(testing::to_vector(executor.tensor(g.logits)), expected_f64);
+  std::printf("  %s dir: logits rel err %.3e\n", GetParam(), error);
+  EXPECT_LE(error, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, HfSavedModel, ::testing::Values("model", "lmhead"));
+
+// Expects parse() to throw InputError whose message contains every fragment.
+void expect_refused(const std::string& bytes, const std::vector<std::string>& fragments) {
+  try {
+    model::SafetensorsFile::parse(bytes, "bad.safetensors");
+    ADD_FAILURE() << "accepted a malformed file; expected: " << fragments[0];
+  } catch (const InputError& e) {
+    std::string message = e.what();
+    for (const std::string& fragment : fragments) EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  }
+}
+
+std::string with_header(const std::string& header, size_t data_bytes) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  return out + header + std::string(data_bytes, '\0');
+}
+
+TEST(Safetensors, MalformedFilesAreRefusedWithTheProblemNamed) {
+  Tensor t = Tensor::zeros({2, 3});
+  std::string good = model::serialize_safetensors({{"w", t}});
+  EXPECT_NO_THROW(model::SafetensorsFile::parse(good, "good.safetensors"));
+
+  expect_refused("abc", {"bad.safetensors", "too short"});
+  std::string huge_header = good;
+  huge_header[0] = '\xff';
+  huge_header[1] = '\xff';
+  expect_refused(huge_header, {"bad.safetensors", "header length"});
+  expect_refused(with_header("{not json", 0), {"not valid JSON"});
+  expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", 8),
+                 {"tensor 'w'", "run past", "truncated"});
+  expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24),
+                 {"tensor 'w'", "needs 24 bytes"});
+  expect_refused(with_header(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2), {"unsupported dtype 'Q4'"});
+  expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), {"non-negative"});
+  expect_refused(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+                 {"overlap"});
+  expect_refused(good.substr(0, good.size() - 5), {"run past"});
+}
+
+TEST(ModelFiles, WrongShapeOrBadConfigNamesTheFile) {
+  testing::TempDir dir;
+  model::GptConfig config;
+  config.vocab_size = 11;
+  config.n_positions = 8;
+  config.n_embd = 4;
+  config.n_layer = 1;
+  config.n_head = 2;
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  model::save_model_dir(dir.path(), config, parameters);
+  EXPECT_NO_THROW(model::load_model_dir(dir.path(), cpu_backend()));
+
+  nlohmann::json changed = config.to_hf_json();
+  changed["n_embd"] = 6;  // the weights no longer fit
+  write_file_atomic(dir.path() / "config.json", changed.dump());
+  try {
+    model::load_model_dir(dir.path(), cpu_backend());
+    ADD_FAILURE() << "accepted weights of the wrong shape";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shape"), std::string::npos) << e.what();
+  }
+  write_file_atomic(dir.path() / "config.json", R"({"model_type": "gpt2", "vocab_size": "many"})");
+  try {
+    model::load_model_dir(dir.path(), cpu_backend());
+    ADD_FAILURE() << "accepted a bad config";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace paraflow
