@@ -1,0 +1,116 @@
+// Checkpoints: exact resume (bitwise, CPU deterministic), fallback from a corrupt latest
+// checkpoint, and SIGTERM during `paraflow train` saving a checkpoint and exiting 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "base/file_io.h"
+#include "reference_runner.h"
+#include "test_util.h"
+#include "trained_model.h"
+
+namespace paraflow {
+namespace {
+
+std::vector<float> flat_copy(const model::ParameterSet& parameters) {
+  const float* data = parameters.flat().data<float>();
+  return {data, data + parameters.numel()};
+}
+
+TEST(Checkpoint, ResumeContinuesBitwise) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  const int64_t steps = 8, stop_at = 3;
+
+  train::Trainer uninterrupted(config, testing::short_training(dir.path() / "a", steps), data, cpu_backend());
+  uninterrupted.initialize_or_resume();
+  std::vector<double> losses_a;
+  for (int64_t i = 0; i < steps; ++i) losses_a.push_back(uninterrupted.step().loss);
+
+  {
+    train::Trainer first(config, testing::short_training(dir.path() / "b", steps), data, cpu_backend());
+    EXPECT_FALSE(first.initialize_or_resume());
+    for (int64_t i = 0; i < stop_at; ++i) first.step();
+    first.save_checkpoint();
+  }
+  train::Trainer resumed(config, testing::short_training(dir.path() / "b", steps), data, cpu_backend());
+  ASSERT_TRUE(resumed.initialize_or_resume());
+  ASSERT_EQ(resumed.current_step(), stop_at);
+  for (int64_t i = stop_at; i < steps; ++i) EXPECT_EQ(resumed.step().loss, losses_a[static_cast<size_t>(i)]) << "step " << i;
+  std::vector<float> a = flat_copy(uninterrupted.parameters()), b = flat_copy(resumed.parameters());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "parameters differ after resume";
+}
+
+TEST(Checkpoint, CorruptLatestFallsBackToPrevious) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::Trainer trainer(config, testing::short_training(dir.path(), 10), data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.step();
+  std::filesystem::path older = trainer.save_checkpoint();
+  trainer.step();
+  std::filesystem::path newer = trainer.save_checkpoint();
+  std::filesystem::resize_file(newer / "model.safetensors", std::filesystem::file_size(newer / "model.safetensors") / 2);
+
+  train::CheckpointManager manager(dir.path(), 3);
+  EXPECT_THROW(train::CheckpointManager::verify(newer), InputError);
+  ASSERT_TRUE(manager.latest_valid().has_value());
+  EXPECT_EQ(*manager.latest_valid(), older);
+  train::Trainer resumed(config, testing::short_training(dir.path(), 10), data, cpu_backend());
+  ASSERT_TRUE(resumed.initialize_or_resume());
+  EXPECT_EQ(resumed.current_step(), 1);
+}
+
+TEST(Checkpoint, KeepsOnlyTheLastK) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::TrainConfig train_config = testing::short_training(dir.path(), 10);
+  train_config.keep_checkpoints = 2;
+  train::Trainer trainer(config, train_config, data, cpu_backend());
+  trainer.initialize_or_resume();
+  for (int i = 0; i < 4; ++i) {
+    trainer.step();
+    trainer.save_checkpoint();
+  }
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) count += entry.is_directory();
+  EXPECT_EQ(count, 2);
+}
+
+TEST(Checkpoint, SigtermSavesACheckpointAndExitsZero) {
+  testing::TempDir dir;
+  std::string corpus(200000, 'a');
+  for (size_t i = 0; i < corpus.size(); ++i) corpus[i] = static_cast<char>('a' + (i * 7) % 26);
+  write_file_atomic(dir.path() / "corpus.txt", corpus);
+  write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 32, n_embd: 32, n_layer: 2, n_head: 2}}
+data: {{train: "{}"}}
+train: {{batch_size: 4, sequence_length: 32, steps: 1000000, out_dir: "{}", log_every: 1000}}
+)", (dir.path() / "corpus.txt").string(), (dir.path() / "run").string()));
+  const char* binary = std::getenv("PARAFLOW_BINARY");
+  ASSERT_NE(binary, nullptr);
+  pid_t child = fork();
+  if (child == 0) {
+    execl(binary, binary, "train", "--config", (dir.path() / "config.yaml").c_str(), "--threads", "1", nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  train::CheckpointManager manager(dir.path() / "run", 3);
+  auto latest = manager.latest_valid();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "run" / "export" / "model.safetensors"));
+}
+
+}  // namespace
+}  // namespace paraflow
