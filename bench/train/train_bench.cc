@@ -1,0 +1,69 @@
+// Training throughput of paraflow on a GPT config (default: gpt-small of issue #2), with the
+// sgemm peak of both CPU GEMM engines measured in the same run, MFU against the best of them,
+// and the peak RSS. Prints one `key value` per line for bench/train/compare_torch.py.
+#include <fmt/format.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+
+#include "backend/cpu/gemm.h"
+#include "train/trainer.h"
+
+using namespace paraflow;
+
+int main(int argc, char** argv) {
+  CLI::App app{"paraflow training benchmark"};
+  int64_t steps = 10, warmup = 2, layers = 6, embd = 384, heads = 6, context = 256, vocab = 8192, batch = 8;
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_option("--n-layer", layers);
+  app.add_option("--n-embd", embd);
+  app.add_option("--n-head", heads);
+  app.add_option("--n-ctx", context);
+  app.add_option("--vocab", vocab);
+  app.add_option("--batch", batch);
+  CLI11_PARSE(app, argc, argv);
+
+  Backend& backend = cpu_backend();
+  cpu::GemmEngine chosen = cpu::gemm_engine();
+  double peak = 0;
+  for (cpu::GemmEngine engine : {cpu::GemmEngine::openblas, cpu::GemmEngine::onednn}) {
+    cpu::set_gemm_engine(engine);
+    double flops = train::measure_peak_flops(backend, 2048);
+    fmt::print("sgemm_gflops_{} {:.1f}\n", cpu::gemm_engine_name(engine), flops / 1e9);
+    peak = std::max(peak, flops);
+  }
+  cpu::set_gemm_engine(chosen);
+
+  model::GptConfig config;
+  config.vocab_size = vocab;
+  config.n_positions = context;
+  config.n_embd = embd;
+  config.n_layer = layers;
+  config.n_head = heads;
+  Rng rng(1);
+  std::vector<int32_t> tokens(1 << 20);
+  for (auto& token : tokens) token = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+  train::TokenSource data = train::TokenSource::from_tokens(std::move(tokens), 0.01);
+  train::TrainConfig train_config;
+  train_config.batch_size = batch;
+  train_config.sequence_length = context;
+  train_config.steps = steps + warmup;
+  train_config.out_dir = "/tmp/paraflow-bench-unused";
+  train::Trainer trainer(config, train_config, data, backend);
+  trainer.initialize_or_resume();
+  for (int64_t i = 0; i < warmup; ++i) trainer.step();
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) trainer.step();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double tokens_per_second = static_cast<double>(steps * batch * context) / seconds;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  fmt::print("gemm_engine {}\nthreads {}\nparameters {}\ntokens_per_s {:.1f}\nstep_ms {:.1f}\nmfu {:.4f}\npeak_rss_mb {:.1f}\n",
+             cpu::gemm_engine_name(chosen), omp_get_max_threads(), config.parameter_count(), tokens_per_second,
+             1000 * seconds / static_cast<double>(steps), tokens_per_second * config.flops_per_token(context) / peak,
+             static_cast<double>(usage.ru_maxrss) / 1024.0);
+  return 0;
+}
