@@ -82,8 +82,11 @@ TEST_P(RoundTrip, WritesReadsSeeksAndIndexes) {
   if (compression != Compression::none) {
     EXPECT_LT(fs::file_size(path), 6u << 20);  // random data barely compresses, but it is a zlib stream
     std::string head = read_file(path).substr(0, 2);
-    if (compression == Compression::gzip) EXPECT_EQ(head, "\x1f\x8b");
-    if (compression == Compression::zlib) EXPECT_EQ(static_cast<uint8_t>(head[0]) & 0x0f, 8);  // deflate
+    if (compression == Compression::gzip) {
+      EXPECT_EQ(head, "\x1f\x8b");
+    } else {
+      EXPECT_EQ(static_cast<uint8_t>(head[0]) & 0x0f, 8);  // zlib header: deflate
+    }
   }
 
   TFRecordReaderOptions options;

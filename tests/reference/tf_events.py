@@ -35,11 +35,12 @@ def main():
     for tag in tags["histograms"]:
         out["histograms"][tag] = [[e.step, h.min, h.max, h.num, h.sum, h.sum_squares, list(h.bucket_limit),
                                    list(h.bucket)] for e in acc.Histograms(tag) for h in [e.histogram_value]]
-    text_tags = list(acc.PluginTagToContent("text").keys()) if "text" in acc.ActivePlugins() else []
+    plugins = sorted(acc._plugin_to_tag_to_content)  # no public list of plugins seen
+    text_tags = sorted(acc.PluginTagToContent("text")) if "text" in plugins else []
     for tag in text_tags:
         out["texts"][tag] = [[e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode("utf-8")]
                              for e in acc.Tensors(tag)]
-    for plugin in acc.ActivePlugins():
+    for plugin in plugins:
         out["plugins"][plugin] = sorted(acc.PluginTagToContent(plugin).keys())
     json.dump(out, sys.stdout)
 
