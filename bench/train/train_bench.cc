@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   app.add_option("--n-ctx", context);
   app.add_option("--vocab", vocab);
   app.add_option("--batch", batch);
+  bool profile = false;
+  app.add_flag("--profile", profile, "Print the time of each op kind for one extra step");
   CLI11_PARSE(app, argc, argv);
 
   Backend& backend = cpu_backend();
@@ -58,6 +60,20 @@ int main(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) trainer.step();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (profile) {
+    // One more step with per-op timing: where the time goes.
+    trainer.executor().set_profiling(true);
+    auto profiled_start = std::chrono::steady_clock::now();
+    trainer.step();
+    double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - profiled_start).count();
+    double ops = 0;
+    for (const auto& [key, value] : trainer.executor().profile()) {
+      fmt::print("profile {:<26} {:7.1f} ms {:5.1f}%\n", key, value * 1000, 100 * value / total);
+      ops += value;
+    }
+    fmt::print("profile {:<26} {:7.1f} ms {:5.1f}%\n", "(optimizer, data, rest)", (total - ops) * 1000,
+               100 * (total - ops) / total);
+  }
   double tokens_per_second = static_cast<double>(steps * batch * context) / seconds;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

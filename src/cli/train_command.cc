@@ -4,9 +4,12 @@
 #include <atomic>
 #include <csignal>
 #include <memory>
+#include <optional>
 
 #include "base/config.h"
 #include "cli/commands.h"
+#include "dist/cluster_spec.h"
+#include "dist/communicator.h"
 #include "train/trainer.h"
 
 namespace paraflow::cli {
@@ -24,6 +27,15 @@ struct TrainOptions {
   int threads = 0;
 };
 
+// mpirun -> MPI; TF_CONFIG -> Gloo through the chief's rendezvous; otherwise one process.
+std::unique_ptr<dist::Communicator> join_training_group(std::chrono::milliseconds timeout) {
+  if (dist::launched_by_mpi()) return dist::make_mpi_communicator();
+  if (auto cluster = dist::ClusterSpec::from_environment(); cluster && cluster->training_size() > 1) {
+    return dist::make_gloo_communicator(*cluster, timeout);
+  }
+  return dist::make_local_communicator();
+}
+
 void run_train(const TrainOptions& options) {
   Config config = Config::from_file(options.config_path);
   for (const std::string& assignment : options.overrides) config.set(assignment);
@@ -34,7 +46,17 @@ void run_train(const TrainOptions& options) {
   train::TrainConfig train_config = train::TrainConfig::from_config(config);
   std::string data_path = config.require<std::string>("data.train");
   double validation_fraction = config.get<double>("data.validation_fraction", 0.05);
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * config.get<double>("dist.timeout_seconds", 60)));
   config.check_all_used();
+
+  std::optional<dist::ClusterSpec> cluster = dist::ClusterSpec::from_environment();
+  if (cluster && cluster->role() == dist::Role::ps) {
+    fail("TF_CONFIG task {}:{}: parameter-server training is not implemented yet; use chief/worker tasks",
+         cluster->task_type, cluster->task_index);
+  }
+  if (cluster && cluster->role() == dist::Role::evaluator) {
+    fail("TF_CONFIG task evaluator: run `paraflow eval --watch <out_dir>` for the evaluator role");
+  }
 
   train::TokenSource data = train::TokenSource::from_text_files(data_path, validation_fraction);
   fmt::print(stderr, "data: {} train / {} validation tokens from {}\n", data.train_tokens(), data.validation_tokens(),
@@ -44,10 +66,17 @@ void run_train(const TrainOptions& options) {
              model_config.n_embd, omp_get_max_threads());
 
   Backend& backend = cpu_backend();
-  train::Trainer trainer(model_config, train_config, data, backend);
+  std::unique_ptr<dist::Communicator> communicator = join_training_group(timeout);
+  if (communicator->rank() == 0 && communicator->size() > 1) {
+    fmt::print(stderr, "data parallel: {} ranks over {}\n", communicator->size(), communicator->name());
+  }
+  train::Trainer trainer(model_config, train_config, data, backend, *communicator);
   trainer.initialize_or_resume();
   double peak = train::measure_peak_flops(backend);
-  fmt::print(stderr, "measured sgemm peak: {:.1f} GFLOP/s (MFU is relative to it)\n", peak / 1e9);
+  if (communicator->rank() == 0) {
+    fmt::print(stderr, "measured sgemm peak: {:.1f} GFLOP/s per process (MFU is relative to it x ranks)\n", peak / 1e9);
+  }
+  peak *= communicator->size();
 
   std::signal(SIGTERM, request_stop);
   std::signal(SIGINT, request_stop);

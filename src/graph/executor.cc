@@ -1,5 +1,7 @@
 #include "graph/executor.h"
 
+#include <chrono>
+
 #include "base/error.h"
 
 namespace paraflow::graph {
@@ -50,10 +52,18 @@ NodeTensors Executor::gather(const Node& node) {
 void Executor::run(const Node& node) {
   const OpDef& def = op_def(node.kind);
   NodeTensors tensors = gather(node);
+  auto start = std::chrono::steady_clock::now();
   if (node.is_backward) {
     def.backward(backend_, tensors, node.attributes);
   } else {
     def.forward(backend_, tensors, node.attributes);
+  }
+  if (profiling_) {
+    backend_.synchronize();
+    std::string key = std::string(op_kind_name(node.kind)) + (node.is_backward ? " backward" : " forward");
+    const Node& forward = node.is_backward ? graph_.nodes()[static_cast<size_t>(node.forward_node)] : node;
+    if (forward.name == "lm_head") key = "lm_head" + key.substr(6);  // the vocabulary projection apart
+    profile_[key] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 }
 
@@ -68,8 +78,11 @@ void Executor::backward() {
     const Value& value = graph_.value(static_cast<ValueId>(id));
     if (value.role == ValueRole::gradient && !bound_[id]) backend_.fill_zero(tensor(static_cast<ValueId>(id)));
   }
-  for (const Node& node : graph_.nodes()) {
-    if (node.is_backward) run(node);
+  for (size_t index = 0; index < graph_.nodes().size(); ++index) {
+    const Node& node = graph_.nodes()[index];
+    if (!node.is_backward) continue;
+    run(node);
+    if (backward_hook_) backward_hook_(index);
   }
 }
 

@@ -3,6 +3,9 @@
 // once and reuses it across runs. It knows nothing about models.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,6 +28,15 @@ class Executor {
   // gradients (parameters', the loss's) are the caller's: they accumulate until it zeroes them.
   void backward();
 
+  // Called after each backward node with its index in graph().nodes(); gradient
+  // synchronisation uses it to start all-reducing buckets while backward goes on.
+  void set_backward_hook(std::function<void(size_t)> hook) { backward_hook_ = std::move(hook); }
+
+  // Per-op wall time, summed by "<op kind> forward|backward", when profiling is on. Backends
+  // are synchronised around each node, so the times are exact but the run is a little slower.
+  void set_profiling(bool enabled) { profiling_ = enabled; }
+  const std::map<std::string, double>& profile() const { return profile_; }
+
   const Graph& graph() const { return graph_; }
   Backend& backend() { return backend_; }
 
@@ -36,6 +48,9 @@ class Executor {
   Backend& backend_;
   std::vector<Tensor> tensors_;
   std::vector<bool> bound_;
+  std::function<void(size_t)> backward_hook_;
+  bool profiling_ = false;
+  std::map<std::string, double> profile_;
 };
 
 }  // namespace paraflow::graph

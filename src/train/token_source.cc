@@ -53,8 +53,8 @@ TokenSource TokenSource::from_tokens(std::vector<int32_t> tokens, double validat
   return source;
 }
 
-void TokenSource::batch(int64_t index, uint64_t seed, bool validation, const Tensor& tokens,
-                        const Tensor& targets) const {
+void TokenSource::batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices,
+                        const Tensor& tokens, const Tensor& targets) const {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   const int64_t begin = validation ? split_ : 0;
   const int64_t length = validation ? static_cast<int64_t>(tokens_.size()) - split_ : split_;
@@ -64,8 +64,10 @@ void TokenSource::batch(int64_t index, uint64_t seed, bool validation, const Ten
   Rng rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index) * 2 + (validation ? 1 : 0));
   int32_t* x = tokens.data<int32_t>();
   int32_t* y = targets.data<int32_t>();
+  std::vector<int64_t> starts(static_cast<size_t>(B * slices));
+  for (int64_t& start : starts) start = begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(length - T - 1)));
   for (int64_t b = 0; b < B; ++b) {
-    int64_t start = begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(length - T - 1)));
+    int64_t start = starts[static_cast<size_t>(slice * B + b)];
     for (int64_t t = 0; t < T; ++t) {
       x[b * T + t] = tokens_[static_cast<size_t>(start + t)];
       y[b * T + t] = tokens_[static_cast<size_t>(start + t + 1)];

@@ -18,8 +18,11 @@ class TokenSource {
   static TokenSource from_text_files(const std::string& pattern, double validation_fraction);
   static TokenSource from_tokens(std::vector<int32_t> tokens, double validation_fraction);
 
-  // Fills tokens and targets (B,T) i32 for global batch `index` of the train or validation split.
-  void batch(int64_t index, uint64_t seed, bool validation, const Tensor& tokens, const Tensor& targets) const;
+  // Global batch `index` has B·slices rows; this fills tokens and targets (B,T) i32 with rows
+  // [slice·B, (slice+1)·B) of it. Data-parallel rank r with accumulation step m takes slice
+  // r·accumulation + m, so the rows a step sees do not depend on how they are split.
+  void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices, const Tensor& tokens,
+             const Tensor& targets) const;
 
   int64_t train_tokens() const { return split_; }
   int64_t validation_tokens() const { return static_cast<int64_t>(tokens_.size()) - split_; }

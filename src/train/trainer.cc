@@ -41,6 +41,8 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.log_every = config.get<int64_t>("train.log_every", c.log_every);
   c.eval_every = config.get<int64_t>("train.eval_every", c.eval_every);
   c.eval_batches = config.get<int64_t>("train.eval_batches", c.eval_batches);
+  c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb", 25.0) * (1 << 20));
+  c.sync.overlap = config.get<bool>("dist.overlap", true);
   check(c.batch_size > 0, "{}: train.batch_size must be positive, got {}", config.origin(), c.batch_size);
   check(c.sequence_length > 0, "{}: train.sequence_length must be positive", config.origin());
   check(c.steps > 0, "{}: train.steps must be positive, got {}", config.origin(), c.steps);
@@ -48,64 +50,96 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   return c;
 }
 
-Trainer::Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend)
+Trainer::Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend,
+                 dist::Communicator& communicator)
     : model_config_(model_config),
       config_(std::move(config)),
       data_(data),
       backend_(backend),
-      graph_(model::build_gpt_training_graph(model_config_, config_.batch_size, config_.sequence_length)),
+      communicator_(communicator),
       parameters_(model::gpt_tensor_specs(model_config_), backend),
       gradients_(model::gpt_tensor_specs(model_config_), backend),
       checkpoints_(config_.out_dir, config_.keep_checkpoints) {
+  const int64_t slices = communicator_.size() * config_.grad_accumulation;
+  check(config_.batch_size % slices == 0,
+        "train.batch_size ({}) must be a multiple of ranks ({}) x train.grad_accumulation ({})", config_.batch_size,
+        communicator_.size(), config_.grad_accumulation);
+  micro_batch_ = config_.batch_size / slices;
   check(config_.sequence_length <= model_config_.n_positions,
         "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
   check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
         data_.max_token(), model_config_.vocab_size);
+  graph_ = model::build_gpt_training_graph(model_config_, micro_batch_, config_.sequence_length);
   graph::add_backward_pass(graph_.graph, graph_.losses);
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
   model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
   loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
   executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
   optimizer_ = std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
+  if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(model::gpt_tensor_specs(model_config_), backend);
+
+  std::vector<dist::GradientSlice> slices_of_grads;
+  for (size_t i = 0; i < parameters_.specs().size(); ++i) {
+    graph::ValueId grad = graph_.graph.value(graph_.parameters.at(parameters_.specs()[i].name)).grad;
+    slices_of_grads.push_back({grad, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
+  }
+  sync_ = std::make_unique<dist::GradientSync>(
+      communicator_, graph_.graph, std::move(slices_of_grads), gradients_.flat().data<float>(),
+      config_.grad_accumulation > 1 ? accumulated_.flat().data<float>() : nullptr, config_.sync);
+  executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
 }
 
 bool Trainer::initialize_or_resume() {
-  if (auto checkpoint = checkpoints_.latest_valid()) {
-    nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, *optimizer_);
-    step_ = state.at("step").get<int64_t>();
-    fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), step_);
-    return true;
+  float resumed_step = 0;
+  if (is_chief()) {
+    if (auto checkpoint = checkpoints_.latest_valid()) {
+      nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, *optimizer_);
+      resumed_step = static_cast<float>(state.at("step").get<int64_t>());
+      fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), resumed_step);
+    } else {
+      Rng rng(config_.seed);
+      model::initialize_gpt(parameters_, model_config_, rng);
+    }
   }
-  Rng rng(config_.seed);
-  model::initialize_gpt(parameters_, model_config_, rng);
-  step_ = 0;
-  return false;
+  // The chief's state is everyone's: weights, moments, step.
+  sync_->broadcast(parameters_.flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
+  sync_->broadcast(optimizer_->first_moment().flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
+  sync_->broadcast(optimizer_->second_moment().flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
+  sync_->broadcast(&resumed_step, 1, 0);
+  step_ = static_cast<int64_t>(resumed_step);
+  optimizer_->set_steps_taken(step_);
+  return step_ > 0;
 }
 
-double Trainer::forward_backward(int64_t index, double loss_weight) {
-  data_.batch(index, config_.seed, false, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
+double Trainer::forward_backward(int64_t index, int64_t micro) {
+  const int64_t slice = communicator_.rank() * config_.grad_accumulation + micro;
+  const int64_t slices = communicator_.size() * config_.grad_accumulation;
+  data_.batch(index, config_.seed, false, slice, slices, executor_->tensor(graph_.tokens),
+              executor_->tensor(graph_.targets));
   executor_->forward();
   const Tensor& losses = executor_->tensor(graph_.losses);
   double sum = 0;
   for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
-  // d(mean loss over all accumulated positions)/d(loss at each position)
-  float weight = static_cast<float>(loss_weight / static_cast<double>(losses.numel()));
+  // d(mean loss over the global batch)/d(loss at each of this slice's positions)
+  float weight = 1.0f / static_cast<float>(losses.numel() * slices);
   std::fill(loss_grad_.data<float>(), loss_grad_.data<float>() + loss_grad_.numel(), weight);
+  backend_.fill_zero(gradients_.flat());
+  sync_->begin_backward(micro + 1 == config_.grad_accumulation);
   executor_->backward();
+  sync_->end_backward();
   return sum / static_cast<double>(losses.numel());
 }
 
 StepStats Trainer::step() {
   auto start = std::chrono::steady_clock::now();
   StepStats stats;
-  backend_.fill_zero(gradients_.flat());
+  double local_loss = 0;
   for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
-    int64_t index = step_ * config_.grad_accumulation + micro;
-    stats.loss += forward_backward(index, 1.0 / static_cast<double>(config_.grad_accumulation)) /
-                  static_cast<double>(config_.grad_accumulation);
+    local_loss += forward_backward(step_, micro) / static_cast<double>(config_.grad_accumulation);
   }
+  stats.loss = sync_->all_reduce_sum(static_cast<float>(local_loss)) / static_cast<double>(communicator_.size());
   stats.lr = config_.schedule.at(step_);
-  stats.grad_norm = optimizer_->step(parameters_, gradients_, stats.lr);
+  stats.grad_norm = optimizer_->step(parameters_, final_gradients(), stats.lr);
   ++step_;
   stats.seconds = seconds_since(start);
   return stats;
@@ -114,7 +148,7 @@ StepStats Trainer::step() {
 double Trainer::evaluate(int64_t batches) {
   double total = 0;
   for (int64_t index = 0; index < batches; ++index) {
-    data_.batch(index, config_.seed, true, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
+    data_.batch(index, config_.seed, true, 0, 1, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
     executor_->forward();
     const Tensor& losses = executor_->tensor(graph_.losses);
     double sum = 0;
@@ -125,6 +159,7 @@ double Trainer::evaluate(int64_t batches) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
+  if (!is_chief()) return {};
   nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_ * config_.grad_accumulation}}}};
   return checkpoints_.save(step_, model_config_, parameters_, *optimizer_, state);
 }
@@ -134,12 +169,14 @@ void Trainer::export_model(const std::filesystem::path& dir) const {
 }
 
 void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
-  const double tokens_per_step =
-      static_cast<double>(config_.batch_size * config_.sequence_length * config_.grad_accumulation);
+  const double tokens_per_step = static_cast<double>(config_.batch_size * config_.sequence_length);
   const double flops_per_step = model_config_.flops_per_token(config_.sequence_length) * tokens_per_step;
-  Progress progress("step", config_.steps, config_.log_every);
+  Progress progress("step", config_.steps, is_chief() ? config_.log_every : config_.steps + 1);
   double smoothed_seconds = 0;
-  while (step_ < config_.steps && !(stop && stop->load())) {
+  // Every rank must stop at the same step, so the stop request is agreed on by all-reduce.
+  auto stop_agreed = [&] { return sync_->all_reduce_max(stop && stop->load() ? 1.0f : 0.0f) > 0; };
+  bool stopping = false;
+  while (step_ < config_.steps && !(stopping = stop_agreed())) {
     StepStats stats = step();
     smoothed_seconds = smoothed_seconds == 0 ? stats.seconds : 0.9 * smoothed_seconds + 0.1 * stats.seconds;
     std::string metrics = fmt::format("loss {:.4f} | lr {:.2e} | norm {:.2f} | {:.0f} tok/s | MFU {:.1f}%", stats.loss,
@@ -148,16 +185,22 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
     if (config_.eval_every > 0 && step_ % config_.eval_every == 0) {
       metrics += fmt::format(" | val {:.4f}", evaluate(config_.eval_batches));
     }
-    progress.update(step_, metrics);
+    if (is_chief()) progress.update(step_, metrics);
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
       save_checkpoint();
     }
   }
+  if (!is_chief()) return;
   progress.finish();
-  if (stop && stop->load()) fmt::print(stderr, "stop requested at step {}: saving a checkpoint\n", step_);
+  if (stopping) fmt::print(stderr, "stop requested at step {}: saving a checkpoint\n", step_);
   std::filesystem::path checkpoint = save_checkpoint();
   export_model(config_.out_dir / "export");
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
+}
+
+dist::Communicator& local_communicator() {
+  static std::unique_ptr<dist::Communicator> communicator = dist::make_local_communicator();
+  return *communicator;
 }
 
 double measure_peak_flops(Backend& backend, int64_t n) {

@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "base/config.h"
+#include "dist/communicator.h"
+#include "dist/gradient_sync.h"
 #include "graph/executor.h"
 #include "model/gpt_graph.h"
 #include "train/checkpoint.h"
@@ -18,7 +20,7 @@
 namespace paraflow::train {
 
 struct TrainConfig {
-  int64_t batch_size = 8;
+  int64_t batch_size = 8;  // sequences per optimizer step, over all ranks and micro-batches
   int64_t sequence_length = 256;
   int64_t steps = 1000;
   int64_t grad_accumulation = 1;
@@ -31,25 +33,35 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 0;
   int64_t eval_batches = 8;
+  dist::GradientSyncConfig sync;
 
   static TrainConfig from_config(const Config& config);  // keys train.*
 };
+
+// The process-wide single-rank communicator.
+dist::Communicator& local_communicator();
 
 struct StepStats {
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
 };
 
+// One process of a (possibly) data-parallel run: the communicator's rank r trains on slice r of
+// every global batch; rank 0 (the chief) initialises or loads the state and broadcasts it, and
+// alone writes checkpoints and exports.
 class Trainer {
  public:
-  Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend);
+  Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend,
+          dist::Communicator& communicator);
+  Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend)
+      : Trainer(model_config, std::move(config), data, backend, local_communicator()) {}
 
-  // Fresh GPT-2 initialisation from the seed, or the latest valid checkpoint in out_dir.
-  // Returns true when it resumed.
+  // Fresh GPT-2 initialisation from the seed, or the latest valid checkpoint in out_dir (read by
+  // the chief, broadcast to the others). Returns true when it resumed.
   bool initialize_or_resume();
 
   StepStats step();
   double evaluate(int64_t batches);
-  std::filesystem::path save_checkpoint();
+  std::filesystem::path save_checkpoint();  // the chief writes; other ranks return {}
   void export_model(const std::filesystem::path& dir) const;
 
   // Steps until `config.steps` or until *stop becomes true (SIGTERM), printing progress;
@@ -63,17 +75,23 @@ class Trainer {
   const model::GptGraph& gpt_graph() const { return graph_; }
 
  private:
-  // Runs forward and backward on global batch `index`, accumulating parameter gradients.
-  double forward_backward(int64_t index, double loss_weight);
+  bool is_chief() const { return communicator_.rank() == 0; }
+  // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
+  // slice's mean loss.
+  double forward_backward(int64_t index, int64_t micro);
+  model::ParameterSet& final_gradients() { return config_.grad_accumulation > 1 ? accumulated_ : gradients_; }
 
   model::GptConfig model_config_;
   TrainConfig config_;
   const TokenSource& data_;
   Backend& backend_;
   model::GptGraph graph_;
-  model::ParameterSet parameters_, gradients_;
+  dist::Communicator& communicator_;
+  int64_t micro_batch_ = 0;
+  model::ParameterSet parameters_, gradients_, accumulated_;
   std::unique_ptr<graph::Executor> executor_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<dist::GradientSync> sync_;
   CheckpointManager checkpoints_;
   Tensor loss_grad_;
   int64_t step_ = 0;

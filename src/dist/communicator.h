@@ -1,0 +1,45 @@
+// Collective communication through existing engines: MPI (mpirun launches), Gloo (TF_CONFIG
+// launches, bootstrapped by the chief's gRPC rendezvous) and, with one process, a local no-op.
+// Calls are blocking; a Communicator is used from one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "dist/cluster_spec.h"
+
+namespace paraflow::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: every rank ends with the element-wise sum over ranks.
+  virtual void all_reduce_sum(float* data, size_t count) = 0;
+  virtual void all_reduce_max(float* data, size_t count) = 0;
+  // input holds size()·count elements; this rank's output (count) is the sum of its chunk.
+  virtual void reduce_scatter_sum(const float* input, float* output, size_t count) = 0;
+  // input holds count elements; output (size()·count) holds every rank's input in rank order.
+  virtual void all_gather(const float* input, float* output, size_t count) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void send(const void* data, size_t bytes, int peer) = 0;
+  virtual void recv(void* data, size_t bytes, int peer) = 0;
+  virtual void barrier() = 0;
+};
+
+std::unique_ptr<Communicator> make_local_communicator();
+
+// True when this process was started by mpirun (OpenMPI's environment is present).
+bool launched_by_mpi();
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Joins the training group of `spec` through Gloo's TCP transport; ranks exchange addresses
+// through the chief's rendezvous. Fails after `timeout` naming the peer it could not reach.
+std::unique_ptr<Communicator> make_gloo_communicator(const ClusterSpec& spec, std::chrono::milliseconds timeout);
+
+}  // namespace paraflow::dist

@@ -1,0 +1,158 @@
+#include "dist/gradient_sync.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace paraflow::dist {
+
+GradientSync::GradientSync(Communicator& communicator, const graph::Graph& graph, std::vector<GradientSlice> slices,
+                           float* micro, float* accumulated, const GradientSyncConfig& config)
+    : communicator_(communicator), config_(config), slices_(std::move(slices)), micro_(micro), accumulated_(accumulated) {
+  for (size_t i = 1; i < slices_.size(); ++i) {
+    if (slices_[i].offset != slices_[i - 1].offset + slices_[i - 1].count) {
+      throw Error("GradientSync: gradient slices must tile the flat buffer in order");
+    }
+  }
+  // Which gradients each backward node writes, and how many nodes write each one.
+  slices_written_by_node_.resize(graph.nodes().size());
+  writers_per_slice_.assign(slices_.size(), 0);
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    const graph::Node& node = graph.nodes()[n];
+    if (!node.is_backward) continue;
+    for (graph::ValueId input : graph.nodes()[static_cast<size_t>(node.forward_node)].inputs) {
+      for (size_t s = 0; s < slices_.size(); ++s) {
+        if (graph.value(input).grad == slices_[s].grad) {
+          slices_written_by_node_[n].push_back(s);
+          ++writers_per_slice_[s];
+        }
+      }
+    }
+  }
+  // Buckets from the end of the buffer, each at least bucket_bytes (the last may be smaller).
+  bucket_of_slice_.assign(slices_.size(), 0);
+  Bucket current{0, 0, {}};
+  for (size_t s = slices_.size(); s-- > 0;) {
+    current.slices.push_back(s);
+    current.begin = slices_[s].offset;
+    current.count += slices_[s].count;
+    if (current.count * static_cast<int64_t>(sizeof(float)) >= config_.bucket_bytes || s == 0) {
+      for (size_t member : current.slices) bucket_of_slice_[member] = buckets_.size();
+      buckets_.push_back(current);
+      current = Bucket{0, 0, {}};
+    }
+  }
+  thread_ = std::thread([this] { communication_loop(); });
+}
+
+GradientSync::~GradientSync() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  thread_.join();
+}
+
+void GradientSync::communication_loop() {
+  while (true) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // an exception is stored in the task's future
+  }
+}
+
+std::future<void> GradientSync::submit(std::function<void()> work) {
+  std::packaged_task<void()> task(std::move(work));
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  work_ready_.notify_one();
+  return done;
+}
+
+void GradientSync::begin_backward(bool last_micro_batch) {
+  last_micro_ = last_micro_batch;
+  remaining_writers_ = writers_per_slice_;
+  remaining_slices_per_bucket_.clear();
+  for (const Bucket& bucket : buckets_) remaining_slices_per_bucket_.push_back(static_cast<int>(bucket.slices.size()));
+  next_bucket_ = 0;
+}
+
+void GradientSync::reduce_bucket(const Bucket& bucket) {
+  float* target = micro_;
+  if (accumulated_ != nullptr) {
+    float* acc = accumulated_ + bucket.begin;
+    const float* micro = micro_ + bucket.begin;
+    for (int64_t i = 0; i < bucket.count; ++i) acc[i] = acc[i] + micro[i];
+    target = accumulated_;
+  }
+  communicator_.all_reduce_sum(target + bucket.begin, static_cast<size_t>(bucket.count));
+}
+
+void GradientSync::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && remaining_slices_per_bucket_[next_bucket_] == 0) {
+    const Bucket& bucket = buckets_[next_bucket_++];
+    pending_.push_back(submit([this, &bucket] { reduce_bucket(bucket); }));
+  }
+}
+
+void GradientSync::on_backward_node(size_t node_index) {
+  if (!last_micro_ || !config_.overlap) return;
+  for (size_t s : slices_written_by_node_[node_index]) {
+    if (--remaining_writers_[s] == 0) --remaining_slices_per_bucket_[bucket_of_slice_[s]];
+  }
+  launch_ready_buckets();
+}
+
+void GradientSync::end_backward() {
+  if (!last_micro_) {
+    // Not the last micro-batch: fold it into the accumulator (the first one is a plain copy, so
+    // the accumulator holds g0, then g0 + g1, ... exactly as separate ranks would sum them).
+    const int64_t total = slices_.back().offset + slices_.back().count;
+    if (first_micro_) {
+      std::memcpy(accumulated_, micro_, static_cast<size_t>(total) * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < total; ++i) accumulated_[i] = accumulated_[i] + micro_[i];
+    }
+    first_micro_ = false;
+    return;
+  }
+  if (accumulated_ != nullptr && first_micro_) {
+    // One micro-batch only: nothing accumulated yet, so the sum starts from zero.
+    std::memset(accumulated_, 0, static_cast<size_t>(slices_.back().offset + slices_.back().count) * sizeof(float));
+  }
+  for (int& remaining : remaining_slices_per_bucket_) remaining = 0;  // backward is over: all are ready
+  launch_ready_buckets();
+  auto start = std::chrono::steady_clock::now();
+  for (auto& done : pending_) done.get();
+  last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  pending_.clear();
+  first_micro_ = true;
+}
+
+float GradientSync::all_reduce_sum(float value) {
+  submit([&] { communicator_.all_reduce_sum(&value, 1); }).get();
+  return value;
+}
+
+float GradientSync::all_reduce_max(float value) {
+  submit([&] { communicator_.all_reduce_max(&value, 1); }).get();
+  return value;
+}
+
+void GradientSync::broadcast(float* data, size_t count, int root) {
+  submit([&] { communicator_.broadcast(data, count * sizeof(float), root); }).get();
+}
+
+}  // namespace paraflow::dist

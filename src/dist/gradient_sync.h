@@ -1,0 +1,89 @@
+// Data-parallel gradient synchronisation. Gradients live in one flat buffer; it is cut into
+// buckets (from the end, the order in which backward finishes them), and each bucket is
+// all-reduced on a communication thread as soon as backward has written its last gradient, while
+// backward goes on — the same buckets in the same order on every rank. With gradient
+// accumulation, each micro-batch's gradients are added into a separate accumulator
+// (acc = acc + micro), so N ranks reproduce one rank's accumulation bit for bit at N = 2.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "graph/graph.h"
+
+namespace paraflow::dist {
+
+struct GradientSlice {
+  graph::ValueId grad;  // the gradient value in the graph
+  int64_t offset;       // its elements in the flat buffer
+  int64_t count;
+};
+
+struct GradientSyncConfig {
+  int64_t bucket_bytes = 25 << 20;
+  bool overlap = true;  // false: all-reduce every bucket after backward, for comparison
+};
+
+class GradientSync {
+ public:
+  // `slices` must tile [0, total) of `micro` in order. `accumulated` is null without accumulation.
+  GradientSync(Communicator& communicator, const graph::Graph& graph, std::vector<GradientSlice> slices, float* micro,
+               float* accumulated, const GradientSyncConfig& config);
+  ~GradientSync();
+
+  // Around each micro-batch's backward; buckets are reduced only in the last one.
+  void begin_backward(bool last_micro_batch);
+  void on_backward_node(size_t node_index);  // the executor's backward hook
+  void end_backward();
+
+  // Small collectives, run on the communication thread in order with the buckets.
+  float all_reduce_sum(float value);
+  float all_reduce_max(float value);
+  void broadcast(float* data, size_t count, int root);
+
+  Communicator& communicator() { return communicator_; }
+  size_t bucket_count() const { return buckets_.size(); }
+  // Seconds the main thread waited for communication at the end of the last backward.
+  double last_wait_seconds() const { return last_wait_seconds_; }
+
+ private:
+  struct Bucket {
+    int64_t begin, count;
+    std::vector<size_t> slices;
+  };
+  std::future<void> submit(std::function<void()> work);
+  void launch_ready_buckets();
+  void reduce_bucket(const Bucket& bucket);
+  void communication_loop();
+
+  Communicator& communicator_;
+  GradientSyncConfig config_;
+  std::vector<GradientSlice> slices_;
+  float* micro_;
+  float* accumulated_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<size_t>> slices_written_by_node_;
+  std::vector<int> writers_per_slice_;
+  std::vector<int> remaining_writers_;
+  std::vector<int> remaining_slices_per_bucket_;
+  std::vector<size_t> bucket_of_slice_;
+  size_t next_bucket_ = 0;
+  bool last_micro_ = true;
+  bool first_micro_ = true;
+  std::vector<std::future<void>> pending_;
+  double last_wait_seconds_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace paraflow::dist

@@ -1,0 +1,91 @@
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "base/error.h"
+#include "dist/communicator.h"
+
+namespace paraflow::dist {
+
+namespace {
+
+void check_mpi(int status, const char* call) {
+  if (status != MPI_SUCCESS) {
+    char message[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(status, message, &length);
+    throw Error(fmt::format("{} failed: {}", call, std::string(message, static_cast<size_t>(length))));
+  }
+}
+
+int as_count(size_t count) {
+  if (count > static_cast<size_t>(INT_MAX)) throw Error(fmt::format("MPI message of {} elements is too large", count));
+  return static_cast<int>(count);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      // Collectives run on the gradient thread while the main thread computes: SERIALIZED
+      // suffices (one thread calls MPI at a time), MULTIPLE is welcome.
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      if (provided < MPI_THREAD_SERIALIZED) throw Error("this MPI library does not support MPI_THREAD_SERIALIZED");
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, size_t count) override {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, as_count(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+  void all_reduce_max(float* data, size_t count) override {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, as_count(count), MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+  void reduce_scatter_sum(const float* input, float* output, size_t count) override {
+    check_mpi(MPI_Reduce_scatter_block(input, output, as_count(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+              "MPI_Reduce_scatter_block");
+  }
+  void all_gather(const float* input, float* output, size_t count) override {
+    check_mpi(MPI_Allgather(input, as_count(count), MPI_FLOAT, output, as_count(count), MPI_FLOAT, MPI_COMM_WORLD),
+              "MPI_Allgather");
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    check_mpi(MPI_Bcast(data, as_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  }
+  void send(const void* data, size_t bytes, int peer) override {
+    check_mpi(MPI_Send(data, as_count(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD), "MPI_Send");
+  }
+  void recv(void* data, size_t bytes, int peer) override {
+    check_mpi(MPI_Recv(data, as_count(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+  }
+  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+}  // namespace paraflow::dist

@@ -1,0 +1,106 @@
+#include "dist/rendezvous.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "base/error.h"
+#include "dist/rendezvous.grpc.pb.h"
+
+namespace paraflow::dist {
+
+namespace {
+
+class RendezvousService final : public Rendezvous::Service {
+ public:
+  grpc::Status Set(grpc::ServerContext*, const SetRequest* request, SetReply*) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      store_[request->key()] = request->value();
+    }
+    changed_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext*, const GetRequest* request, GetReply* reply) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    bool found = changed_.wait_for(lock, std::chrono::milliseconds(request->timeout_ms()),
+                                   [&] { return store_.count(request->key()) != 0; });
+    reply->set_found(found);
+    if (found) reply->set_value(store_[request->key()]);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string> store_;
+};
+
+}  // namespace
+
+struct RendezvousServer::Impl {
+  RendezvousService service;
+  std::unique_ptr<grpc::Server> server;
+};
+
+RendezvousServer::RendezvousServer(int port) : impl_(std::make_unique<Impl>()) {
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort("0.0.0.0:" + std::to_string(port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&impl_->service);
+  impl_->server = builder.BuildAndStart();
+  check(impl_->server != nullptr && bound_port == port, "rendezvous: cannot listen on port {} (in use?)", port);
+}
+
+RendezvousServer::~RendezvousServer() {
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+struct RendezvousClient::Impl {
+  std::string address;
+  std::chrono::milliseconds timeout;
+  std::unique_ptr<Rendezvous::Stub> stub;
+};
+
+RendezvousClient::RendezvousClient(const std::string& address, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->address = address;
+  impl_->timeout = timeout;
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+    fail("cannot reach the chief's rendezvous at {} within {} ms", address, timeout.count());
+  }
+  impl_->stub = Rendezvous::NewStub(channel);
+}
+
+RendezvousClient::~RendezvousClient() = default;
+
+void RendezvousClient::set(const std::string& key, const std::vector<char>& value) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + impl_->timeout);
+  SetRequest request;
+  request.set_key(key);
+  request.set_value(std::string(value.begin(), value.end()));
+  SetReply reply;
+  grpc::Status status = impl_->stub->Set(&context, request, &reply);
+  check(status.ok(), "rendezvous at {}: set '{}' failed: {}", impl_->address, key, status.error_message());
+}
+
+std::vector<char> RendezvousClient::get(const std::string& key) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + impl_->timeout + std::chrono::seconds(5));
+  GetRequest request;
+  request.set_key(key);
+  request.set_timeout_ms(impl_->timeout.count());
+  GetReply reply;
+  grpc::Status status = impl_->stub->Get(&context, request, &reply);
+  check(status.ok(), "rendezvous at {}: get '{}' failed: {}", impl_->address, key, status.error_message());
+  check(reply.found(), "rendezvous at {}: '{}' was not published within {} ms (a peer did not join)", impl_->address,
+        key, impl_->timeout.count());
+  return {reply.value().begin(), reply.value().end()};
+}
+
+}  // namespace paraflow::dist
