@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-openmp-dev libdnnl-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
+  libopenmpi-dev openmpi-bin libgloo-dev libgrpc++-dev protobuf-compiler-grpc
   fortunes
 )
 missing=()

@@ -1,0 +1,62 @@
+// TF_CONFIG parsing against TensorFlow's rules, and errors that quote the offending part.
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "dist/cluster_spec.h"
+
+namespace paraflow::dist {
+namespace {
+
+void expect_error(const std::string& tf_config, const std::string& fragment) {
+  try {
+    ClusterSpec::parse(tf_config);
+    ADD_FAILURE() << "accepted: " << tf_config;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(ClusterSpec, ChiefAndWorkersGetRanksInOrder) {
+  const std::string cluster = R"("cluster": {"chief": ["c:1"], "worker": ["w0:2", "w1:3"], "evaluator": ["e:4"]})";
+  ClusterSpec chief = ClusterSpec::parse("{" + cluster + R"(, "task": {"type": "chief", "index": 0}})");
+  EXPECT_EQ(chief.role(), Role::chief);
+  EXPECT_EQ(chief.training_rank(), 0);
+  EXPECT_EQ(chief.training_size(), 3);
+  ClusterSpec worker = ClusterSpec::parse("{" + cluster + R"(, "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(worker.role(), Role::worker);
+  EXPECT_EQ(worker.training_rank(), 2);
+  EXPECT_EQ(worker.address(), "w1:3");
+  EXPECT_EQ(worker.chief_address(), "c:1");
+  ClusterSpec evaluator = ClusterSpec::parse("{" + cluster + R"(, "task": {"type": "evaluator", "index": 0}})");
+  EXPECT_EQ(evaluator.role(), Role::evaluator);
+  EXPECT_FALSE(evaluator.in_training_group());
+}
+
+TEST(ClusterSpec, WorkerZeroIsChiefWithoutAChiefJob) {
+  ClusterSpec spec = ClusterSpec::parse(
+      R"({"cluster": {"worker": ["a:1", "b:2"], "ps": ["p:3"]}, "task": {"type": "worker", "index": 0}})");
+  EXPECT_EQ(spec.role(), Role::chief);
+  EXPECT_EQ(spec.training_rank(), 0);
+  EXPECT_EQ(spec.training_size(), 2);
+  EXPECT_EQ(spec.chief_address(), "a:1");
+  ClusterSpec second = ClusterSpec::parse(R"({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(second.role(), Role::worker);
+  EXPECT_EQ(second.training_rank(), 1);
+}
+
+TEST(ClusterSpec, MalformedConfigsQuoteTheOffendingPart) {
+  expect_error("{not json", "not valid JSON");
+  expect_error(R"({"task": {"type": "worker"}})", "needs a \"cluster\"");
+  expect_error(R"({"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief"}})", R"(["a:1","b:2"])");
+  expect_error(R"({"cluster": {"worker": ["a:1"], "evaluator": ["e:1", "e:2"]}, "task": {"type": "worker"}})",
+               "at most one evaluator");
+  expect_error(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})", "out of range");
+  expect_error(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master"}})", "\"master\"");
+  expect_error(R"({"cluster": {"worker": ["a"]}, "task": {"type": "worker"}})", "\"a\" is not host:port");
+  expect_error(R"({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker"}})", "port");
+  expect_error(R"({"cluster": {"trainer": ["a:1"]}, "task": {"type": "worker"}})", "\"trainer\"");
+  expect_error(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}})", "task.index");
+}
+
+}  // namespace
+}  // namespace paraflow::dist

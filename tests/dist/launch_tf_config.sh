@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Starts N processes of a command as a TF_CONFIG cluster on loopback (chief + N-1 workers on
+# random free ports), waits for all, and fails if any failed.
+#   tests/dist/launch_tf_config.sh N command args...
+set -uo pipefail
+n=$1
+shift
+base=$((20000 + RANDOM % 30000))
+workers=""
+for ((i = 1; i < n; i++)); do workers+="${workers:+,}\"127.0.0.1:$((base + i))\""; done
+cluster="\"cluster\":{\"chief\":[\"127.0.0.1:$base\"]${workers:+,\"worker\":[$workers]}}"
+pids=()
+for ((i = 0; i < n; i++)); do
+  if ((i == 0)); then task='{"type":"chief","index":0}'; else task="{\"type\":\"worker\",\"index\":$((i - 1))}"; fi
+  TF_CONFIG="{$cluster,\"task\":$task}" "$@" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+exit $status
