@@ -24,6 +24,7 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.batch_size = config.get<int64_t>("train.batch_size", c.batch_size);
   c.sequence_length = config.get<int64_t>("train.sequence_length", c.sequence_length);
   c.steps = config.get<int64_t>("train.steps", c.steps);
+  c.stop_at_step = config.get<int64_t>("train.stop_at_step", c.stop_at_step);
   c.grad_accumulation = config.get<int64_t>("train.grad_accumulation", c.grad_accumulation);
   c.schedule.peak = config.get<double>("train.lr", c.schedule.peak);
   c.schedule.floor = config.get<double>("train.min_lr", c.schedule.peak * 0.1);
@@ -176,7 +177,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   // Every rank must stop at the same step, so the stop request is agreed on by all-reduce.
   auto stop_agreed = [&] { return sync_->all_reduce_max(stop && stop->load() ? 1.0f : 0.0f) > 0; };
   bool stopping = false;
-  while (step_ < config_.steps && !(stopping = stop_agreed())) {
+  const int64_t last_step = config_.stop_at_step > 0 ? std::min(config_.stop_at_step, config_.steps) : config_.steps;
+  while (step_ < last_step && !(stopping = stop_agreed())) {
     StepStats stats = step();
     smoothed_seconds = smoothed_seconds == 0 ? stats.seconds : 0.9 * smoothed_seconds + 0.1 * stats.seconds;
     std::string metrics = fmt::format("loss {:.4f} | lr {:.2e} | norm {:.2f} | {:.0f} tok/s | MFU {:.1f}%", stats.loss,

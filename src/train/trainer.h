@@ -22,7 +22,8 @@ namespace paraflow::train {
 struct TrainConfig {
   int64_t batch_size = 8;  // sequences per optimizer step, over all ranks and micro-batches
   int64_t sequence_length = 256;
-  int64_t steps = 1000;
+  int64_t steps = 1000;        // the schedule's length
+  int64_t stop_at_step = 0;    // > 0: checkpoint and exit at this step (a session of a longer run)
   int64_t grad_accumulation = 1;
   LrSchedule schedule;
   AdamWConfig adamw;

@@ -1,0 +1,149 @@
+// Data parallelism end to end with the real `paraflow` binary, launched by mpirun and as
+// TF_CONFIG tasks on loopback: N ranks reproduce one rank's gradient accumulation (bitwise for
+// N = 2), a killed worker's job resumes exactly from the chief's checkpoint, a checkpoint from
+// 2 ranks resumes on 1 or 3, and an unreachable peer fails within the timeout, named.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/file_io.h"
+#include "model/safetensors.h"
+#include "reference_runner.h"
+#include "test_util.h"
+
+namespace paraflow {
+namespace {
+
+class DataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string corpus;
+    Rng rng(3);
+    for (int i = 0; i < 60000; ++i) corpus.push_back(static_cast<char>('a' + rng.below(26)));
+    write_file_atomic(dir.path() / "corpus.txt", corpus);
+    write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 24, n_layer: 2, n_head: 2}}
+data: {{train: "{}"}}
+train: {{batch_size: 6, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 100}}
+dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
+)", (dir.path() / "corpus.txt").string()));
+  }
+
+  std::string train_command(const std::string& out, const std::string& extra = "") const {
+    return fmt::format("{} train --config {} --threads 1 --set train.out_dir={} {}", binary(),
+                       (dir.path() / "config.yaml").string(), (dir.path() / out).string(), extra);
+  }
+  static std::string binary() { return std::getenv("PARAFLOW_BINARY"); }
+  static std::string mpirun(int ranks) {
+    return fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} -x OMP_NUM_THREADS=1 ", ranks);
+  }
+  static std::string tf_config(int ranks) {
+    return (testing::source_dir() / "tests/dist/launch_tf_config.sh").string() + " " + std::to_string(ranks) + " ";
+  }
+  static int run(const std::string& command) {
+    int status = std::system((command + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::vector<double> weights(const std::string& out) const {
+    model::SafetensorsFile file = model::SafetensorsFile::load((dir.path() / out / "export/model.safetensors").string());
+    std::vector<double> all;
+    for (const auto& [name, entry] : file.entries()) {
+      std::vector<double> part = testing::to_vector(file.tensor(name));
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  }
+  bool bitwise_equal(const std::string& a, const std::string& b) const {
+    return read_file(dir.path() / a / "export/model.safetensors") == read_file(dir.path() / b / "export/model.safetensors");
+  }
+
+  testing::TempDir dir;
+};
+
+TEST_F(DataParallel, TwoRanksEqualTwoStepAccumulationBitwise) {
+  ASSERT_EQ(run(train_command("accumulate2", "--set train.grad_accumulation=2")), 0);
+  ASSERT_EQ(run(mpirun(2) + train_command("mpi2")), 0);
+  ASSERT_EQ(run(tf_config(2) + train_command("gloo2")), 0);
+  ASSERT_EQ(run(mpirun(2) + train_command("mpi2_no_overlap", "--set dist.overlap=false")), 0);
+  EXPECT_TRUE(bitwise_equal("accumulate2", "mpi2")) << "mpirun -np 2";
+  EXPECT_TRUE(bitwise_equal("accumulate2", "gloo2")) << "TF_CONFIG, 2 tasks";
+  EXPECT_TRUE(bitwise_equal("accumulate2", "mpi2_no_overlap")) << "overlap off";
+}
+
+TEST_F(DataParallel, ThreeRanksMatchThreeStepAccumulation) {
+  ASSERT_EQ(run(train_command("accumulate3", "--set train.grad_accumulation=3")), 0);
+  ASSERT_EQ(run(mpirun(3) + train_command("mpi3")), 0);
+  ASSERT_EQ(run(tf_config(3) + train_command("gloo3")), 0);
+  std::vector<double> reference = weights("accumulate3");
+  for (const char* out : {"mpi3", "gloo3"}) {
+    double error = testing::relative_error(weights(out), reference);
+    std::printf("  %s: parameters after 10 steps, rel err %.3e vs one rank\n", out, error);
+    EXPECT_LE(error, 1e-5) << out;
+  }
+}
+
+TEST_F(DataParallel, CheckpointFromTwoRanksResumesOnOneOrThree) {
+  ASSERT_EQ(run(train_command("straight", "--set train.grad_accumulation=6")), 0);
+  for (int ranks : {1, 3}) {
+    std::string out = "resume_on_" + std::to_string(ranks);
+    // 5 steps on 2 ranks, then the same run continued to 10 on `ranks` ranks.
+    ASSERT_EQ(run(mpirun(2) + train_command(out, "--set train.steps=10 --set train.grad_accumulation=3 "
+                                                  "--set train.stop_at_step=5")), 0);
+    std::string accumulation = "--set train.grad_accumulation=" + std::to_string(6 / ranks);
+    ASSERT_EQ(run((ranks > 1 ? mpirun(ranks) : "") + train_command(out, accumulation)), 0);
+    double error = testing::relative_error(weights(out), weights("straight"));
+    std::printf("  2 ranks then %d: rel err %.3e vs an uninterrupted single rank\n", ranks, error);
+    EXPECT_LE(error, 1e-5);
+  }
+}
+
+TEST_F(DataParallel, KilledWorkerResumesExactly) {
+  const std::string extra = "--set train.steps=150 --set train.checkpoint_every=2";
+  ASSERT_EQ(run(tf_config(2) + train_command("uninterrupted", extra)), 0);
+
+  // The same job; SIGKILL the worker once the chief has written checkpoint 4.
+  std::string command = tf_config(2) + train_command("crashed", extra);
+  pid_t job = fork();
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", (command + " > /dev/null 2>&1").c_str(), nullptr);
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir.path() / "crashed/ckpt-000000004") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir.path() / "crashed/ckpt-000000004"));
+  // The worker is the newest paraflow process of the group (the launcher starts the chief first).
+  // The pattern is anchored at the binary so it matches neither the launcher nor this shell.
+  std::system(fmt::format("pkill -9 -n -f '^{} train.*{}/crashed'", binary(), dir.path().string()).c_str());
+  int status = 0;
+  waitpid(job, &status, 0);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job should fail when a worker dies";
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "crashed/export")) << "the crashed run must not have finished";
+
+  ASSERT_EQ(run(command), 0) << "relaunching the same command resumes";
+  EXPECT_TRUE(bitwise_equal("uninterrupted", "crashed"));
+}
+
+TEST_F(DataParallel, UnreachablePeerFailsWithinTheTimeoutNamingIt) {
+  // A worker whose chief never comes up.
+  std::string cluster = R"({"cluster":{"chief":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}})";
+  auto start = std::chrono::steady_clock::now();
+  std::string log = (dir.path() / "worker.log").string();
+  int status = std::system(fmt::format("TF_CONFIG='{}' {} --set dist.timeout_seconds=2 > {} 2>&1", cluster,
+                                       train_command("lonely"), log).c_str());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_LT(seconds, 20);
+  std::string message = read_file(log);
+  EXPECT_NE(message.find("127.0.0.1:1"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace paraflow
