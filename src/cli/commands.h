@@ -7,5 +7,6 @@ namespace paraflow::cli {
 
 void add_train_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 }  // namespace paraflow::cli

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"paraflow: train GPT-style language models in parallel and serve them"};
   app.require_subcommand(1);
   paraflow::cli::add_train_command(app);
+  paraflow::cli::add_eval_command(app);
   paraflow::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);

@@ -10,6 +10,8 @@
 #include "cli/commands.h"
 #include "dist/cluster_spec.h"
 #include "dist/communicator.h"
+#include "cli/run_setup.h"
+#include "train/evaluator.h"
 #include "train/trainer.h"
 
 namespace paraflow::cli {
@@ -37,28 +39,28 @@ std::unique_ptr<dist::Communicator> join_training_group(std::chrono::millisecond
 }
 
 void run_train(const TrainOptions& options) {
-  Config config = Config::from_file(options.config_path);
-  for (const std::string& assignment : options.overrides) config.set(assignment);
-  int threads = options.threads > 0 ? options.threads : config.get<int>("train.threads", 0);
+  RunSetup setup = RunSetup::load(options.config_path, options.overrides);
+  int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
-
-  model::GptConfig model_config = model::GptConfig::from_config(config);
-  train::TrainConfig train_config = train::TrainConfig::from_config(config);
-  std::string data_path = config.require<std::string>("data.train");
-  double validation_fraction = config.get<double>("data.validation_fraction", 0.05);
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * config.get<double>("dist.timeout_seconds", 60)));
-  config.check_all_used();
+  const model::GptConfig& model_config = setup.model;
+  const train::TrainConfig& train_config = setup.train;
+  const std::string& data_path = setup.data_path;
 
   std::optional<dist::ClusterSpec> cluster = dist::ClusterSpec::from_environment();
   if (cluster && cluster->role() == dist::Role::ps) {
     fail("TF_CONFIG task {}:{}: parameter-server training is not implemented yet; use chief/worker tasks",
          cluster->task_type, cluster->task_index);
   }
+  train::TokenSource data = train::TokenSource::from_text_files(data_path, setup.validation_fraction);
   if (cluster && cluster->role() == dist::Role::evaluator) {
-    fail("TF_CONFIG task evaluator: run `paraflow eval --watch <out_dir>` for the evaluator role");
+    // The evaluator task of a TF_CONFIG cluster runs the same command and follows the chief.
+    std::signal(SIGTERM, request_stop);
+    std::signal(SIGINT, request_stop);
+    train::Evaluator evaluator(model_config, data, cpu_backend(), train_config.batch_size, train_config.sequence_length,
+                               train_config.eval_batches, train_config.seed);
+    evaluator.watch(train_config.out_dir, train_config.steps, &stop_requested);
+    return;
   }
-
-  train::TokenSource data = train::TokenSource::from_text_files(data_path, validation_fraction);
   fmt::print(stderr, "data: {} train / {} validation tokens from {}\n", data.train_tokens(), data.validation_tokens(),
              data_path);
   fmt::print(stderr, "model: {:.2f}M parameters, {} layers, {} heads, n_embd {}; {} threads\n",
@@ -66,7 +68,7 @@ void run_train(const TrainOptions& options) {
              model_config.n_embd, omp_get_max_threads());
 
   Backend& backend = cpu_backend();
-  std::unique_ptr<dist::Communicator> communicator = join_training_group(timeout);
+  std::unique_ptr<dist::Communicator> communicator = join_training_group(setup.timeout);
   if (communicator->rank() == 0 && communicator->size() > 1) {
     fmt::print(stderr, "data parallel: {} ranks over {}\n", communicator->size(), communicator->name());
   }

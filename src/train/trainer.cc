@@ -6,6 +6,7 @@
 
 #include "base/progress.h"
 #include "base/random.h"
+#include "data/events.h"
 #include "graph/autodiff.h"
 #include "model/model_files.h"
 
@@ -173,6 +174,9 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   const double tokens_per_step = static_cast<double>(config_.batch_size * config_.sequence_length);
   const double flops_per_step = model_config_.flops_per_token(config_.sequence_length) * tokens_per_step;
   Progress progress("step", config_.steps, is_chief() ? config_.log_every : config_.steps + 1);
+  // TensorBoard summaries come from the chief only, so no two processes write one file.
+  std::unique_ptr<data::EventWriter> events;
+  if (is_chief()) events = std::make_unique<data::EventWriter>(config_.out_dir);
   double smoothed_seconds = 0;
   // Every rank must stop at the same step, so the stop request is agreed on by all-reduce.
   auto stop_agreed = [&] { return sync_->all_reduce_max(stop && stop->load() ? 1.0f : 0.0f) > 0; };
@@ -184,8 +188,17 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
     std::string metrics = fmt::format("loss {:.4f} | lr {:.2e} | norm {:.2f} | {:.0f} tok/s | MFU {:.1f}%", stats.loss,
                                       stats.lr, stats.grad_norm, tokens_per_step / smoothed_seconds,
                                       100.0 * flops_per_step / smoothed_seconds / peak_flops);
+    if (events) {
+      events->add_scalar("train/loss", stats.loss, step_);
+      events->add_scalar("train/lr", stats.lr, step_);
+      events->add_scalar("train/grad_norm", stats.grad_norm, step_);
+      events->add_scalar("train/tokens_per_second", tokens_per_step / stats.seconds, step_);
+      events->add_scalar("train/mfu", flops_per_step / stats.seconds / peak_flops, step_);
+    }
     if (config_.eval_every > 0 && step_ % config_.eval_every == 0) {
-      metrics += fmt::format(" | val {:.4f}", evaluate(config_.eval_batches));
+      double validation = evaluate(config_.eval_batches);
+      metrics += fmt::format(" | val {:.4f}", validation);
+      if (events) events->add_scalar("train/val_loss", validation, step_);
     }
     if (is_chief()) progress.update(step_, metrics);
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {

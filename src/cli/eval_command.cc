@@ -1,0 +1,65 @@
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <atomic>
+#include <csignal>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/run_setup.h"
+#include "train/evaluator.h"
+
+namespace paraflow::cli {
+
+namespace {
+
+std::atomic<bool> stop_watching{false};
+
+void request_stop(int) { stop_watching.store(true); }
+
+struct EvalOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string checkpoint;
+  std::string watch;
+  int threads = 0;
+};
+
+void run_eval(const EvalOptions& options) {
+  RunSetup setup = RunSetup::load(options.config_path, options.overrides);
+  int threads = options.threads > 0 ? options.threads : setup.threads;
+  if (threads > 0) omp_set_num_threads(threads);
+  train::TokenSource data = train::TokenSource::from_text_files(setup.data_path, setup.validation_fraction);
+  train::Evaluator evaluator(setup.model, data, cpu_backend(), setup.train.batch_size, setup.train.sequence_length,
+                             setup.train.eval_batches, setup.train.seed);
+  if (!options.watch.empty()) {
+    std::signal(SIGTERM, request_stop);
+    std::signal(SIGINT, request_stop);
+    evaluator.watch(options.watch, setup.train.steps, &stop_watching);
+    return;
+  }
+  train::EvalResult result = evaluator.evaluate_dir(options.checkpoint);
+  fmt::print("val loss {:.4f} | perplexity {:.3f} | {} batches of {}x{}\n", result.loss, result.perplexity,
+             setup.train.eval_batches, setup.train.batch_size, setup.train.sequence_length);
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto options = std::make_shared<EvalOptions>();
+  CLI::App* command = app.add_subcommand("eval", "Evaluate a checkpoint on the validation split, or follow a run");
+  command->add_option("--config", options->config_path, "The run's YAML config")->required()->check(CLI::ExistingFile);
+  command->add_option("--set", options->overrides, "Override a config key (repeatable)");
+  auto* checkpoint = command->add_option("--checkpoint", options->checkpoint, "A checkpoint or export dir")
+                         ->check(CLI::ExistingDirectory);
+  auto* watch = command->add_option("--watch", options->watch,
+                                    "A run dir: evaluate each new checkpoint, TensorBoard summaries in <dir>/eval");
+  checkpoint->excludes(watch);
+  command->add_option("--threads", options->threads, "CPU threads (default: all cores)");
+  command->callback([options] {
+    if (options->checkpoint.empty() && options->watch.empty()) throw CLI::ValidationError("give --checkpoint or --watch");
+    run_eval(*options);
+  });
+}
+
+}  // namespace paraflow::cli

@@ -1,0 +1,93 @@
+#include "train/evaluator.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <thread>
+
+#include "base/file_io.h"
+#include "data/events.h"
+#include "model/model_files.h"
+#include "train/checkpoint.h"
+
+namespace paraflow::train {
+
+Evaluator::Evaluator(const model::GptConfig& config, const TokenSource& data, Backend& backend, int64_t batch_size,
+                     int64_t sequence_length, int64_t batches, uint64_t seed)
+    : config_(config),
+      data_(data),
+      backend_(backend),
+      batches_(batches),
+      seed_(seed),
+      graph_(model::build_gpt_training_graph(config, batch_size, sequence_length)),
+      parameters_(model::gpt_tensor_specs(config), backend) {
+  executor_ = std::make_unique<graph::Executor>(graph_.graph, backend);
+  model::bind_parameters(*executor_, graph_, parameters_, nullptr);
+}
+
+EvalResult Evaluator::evaluate(const model::ParameterSet& parameters) {
+  backend_.copy(parameters.flat(), parameters_.flat());
+  double total = 0;
+  for (int64_t index = 0; index < batches_; ++index) {
+    data_.batch(index, seed_, true, 0, 1, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
+    executor_->forward();
+    const Tensor& losses = executor_->tensor(graph_.losses);
+    double sum = 0;
+    for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
+    total += sum / static_cast<double>(losses.numel());
+  }
+  EvalResult result;
+  result.loss = total / static_cast<double>(batches_);
+  result.perplexity = std::exp(result.loss);
+  return result;
+}
+
+EvalResult Evaluator::evaluate_dir(const std::filesystem::path& model_dir) {
+  model::load_parameters(model_dir / "model.safetensors", parameters_);
+  return evaluate(parameters_);
+}
+
+void Evaluator::watch(const std::filesystem::path& run_dir, int64_t final_step, const std::atomic<bool>* stop,
+                      double poll_seconds) {
+  const std::filesystem::path eval_dir = run_dir / "eval";
+  const std::filesystem::path state_file = eval_dir / "evaluated.json";
+  std::filesystem::create_directories(eval_dir);
+  int64_t last_step = -1;
+  if (std::filesystem::exists(state_file)) {
+    last_step = nlohmann::json::parse(read_file(state_file)).at("step").get<int64_t>();
+    fmt::print(stderr, "evaluator: resuming after step {}\n", last_step);
+  }
+  data::EventWriter events(eval_dir, {std::chrono::milliseconds(1000), ".eval"});
+  CheckpointManager checkpoints(run_dir, 1);
+  while (!(stop && stop->load()) && last_step < final_step) {
+    auto latest = checkpoints.latest_valid();
+    int64_t step = -1;
+    if (latest) {
+      // Read the step before loading: the chief may prune this checkpoint while we work.
+      try {
+        step = nlohmann::json::parse(read_file(*latest / "state.json")).at("step").get<int64_t>();
+      } catch (const std::exception&) {
+        step = -1;
+      }
+    }
+    if (step > last_step) {
+      try {
+        EvalResult result = evaluate_dir(*latest);
+        events.add_scalar("loss", result.loss, step);
+        events.add_scalar("perplexity", result.perplexity, step);
+        events.flush();
+        last_step = step;
+        write_file_atomic(state_file, nlohmann::json{{"step", step}, {"loss", result.loss}}.dump() + "\n");
+        fmt::print(stderr, "evaluator: step {} | val loss {:.4f} | perplexity {:.2f}\n", step, result.loss,
+                   result.perplexity);
+      } catch (const Error& e) {
+        fmt::print(stderr, "evaluator: {} vanished or is unreadable ({}); waiting for the next\n", latest->string(),
+                   e.what());
+      }
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
+  }
+}
+
+}  // namespace paraflow::train

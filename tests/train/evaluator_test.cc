@@ -1,0 +1,99 @@
+// The evaluator role and TensorBoard summaries, read back by the `tensorboard` package:
+// the chief's train/* scalars, and an evaluator (TF_CONFIG task or `paraflow eval --watch`)
+// that evaluates the run's checkpoints, writes eval/ summaries, and after a restart does not
+// evaluate a checkpoint twice.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/file_io.h"
+#include "reference_runner.h"
+#include "test_util.h"
+
+namespace paraflow {
+namespace {
+
+nlohmann::json tensorboard_scalars(const std::filesystem::path& logdir) {
+  std::filesystem::path python = testing::source_dir() / ".venv-data/bin/python";
+  EXPECT_TRUE(std::filesystem::exists(python)) << "run scripts/setup.sh (.venv-data)";
+  std::filesystem::path out = logdir.parent_path() / (logdir.filename().string() + ".json");
+  std::string command = fmt::format("{} {} {} > {}", python.string(),
+                                    (testing::source_dir() / "tests/reference/tf_events.py").string(), logdir.string(),
+                                    out.string());
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return nlohmann::json::parse(read_file(out)).at("scalars");
+}
+
+class EvaluatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string corpus;
+    Rng rng(4);
+    for (int i = 0; i < 40000; ++i) corpus.push_back(static_cast<char>('a' + rng.below(8)));
+    write_file_atomic(dir.path() / "corpus.txt", corpus);
+    write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 16, n_layer: 1, n_head: 2}}
+data: {{train: "{}", validation_fraction: 0.2}}
+train: {{batch_size: 4, sequence_length: 16, steps: 12, checkpoint_every: 4, eval_batches: 2, out_dir: "{}", log_every: 100}}
+)", (dir.path() / "corpus.txt").string(), (dir.path() / "run").string()));
+  }
+  std::string command(const std::string& subcommand) const {
+    return fmt::format("{} {} --config {} --threads 1", std::getenv("PARAFLOW_BINARY"), subcommand,
+                       (dir.path() / "config.yaml").string());
+  }
+  testing::TempDir dir;
+};
+
+TEST_F(EvaluatorTest, TfConfigEvaluatorFollowsTheChief) {
+  // A chief and an evaluator task running the same command.
+  std::string cluster = R"("cluster":{"chief":["127.0.0.1:1"],"evaluator":["127.0.0.1:2"]})";
+  std::string evaluator = fmt::format(R"(TF_CONFIG='{{{},"task":{{"type":"evaluator","index":0}}}}' {} > {} 2>&1 &)",
+                                      cluster, command("train"), (dir.path() / "evaluator.log").string());
+  ASSERT_EQ(std::system(evaluator.c_str()), 0);
+  std::string chief = fmt::format(R"(TF_CONFIG='{{{},"task":{{"type":"chief","index":0}}}}' {} > /dev/null 2>&1)",
+                                  cluster, command("train"));
+  ASSERT_EQ(std::system(chief.c_str()), 0);
+  // The evaluator exits by itself once it has evaluated the final checkpoint.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir.path() / "run/eval/evaluated.json") ||
+         nlohmann::json::parse(read_file(dir.path() / "run/eval/evaluated.json"))["step"] != 12) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(dir.path() / "evaluator.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  nlohmann::json train = tensorboard_scalars(dir.path() / "run");
+  for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "train/mfu"}) {
+    ASSERT_TRUE(train.contains(tag)) << tag;
+    EXPECT_EQ(train[tag].size(), 12u) << tag;
+    EXPECT_EQ(train[tag].back()[0], 12) << tag;
+  }
+  nlohmann::json eval = tensorboard_scalars(dir.path() / "run/eval");
+  ASSERT_TRUE(eval.contains("loss"));
+  EXPECT_EQ(eval["loss"].back()[0], 12);
+  double loss = eval["loss"].back()[1];
+  EXPECT_NEAR(eval["perplexity"].back()[1].get<double>(), std::exp(loss), 1e-3 * std::exp(loss));
+
+  // `paraflow eval --checkpoint` on the export gives the evaluator's loss for the final step.
+  std::string out = (dir.path() / "eval.txt").string();
+  ASSERT_EQ(std::system((command("eval") + " --checkpoint " + (dir.path() / "run/export").string() + " > " + out).c_str()), 0);
+  EXPECT_NE(read_file(out).find(fmt::format("val loss {:.4f}", loss)), std::string::npos) << read_file(out);
+}
+
+TEST_F(EvaluatorTest, WatchSurvivesARestartWithoutRepeatingWork) {
+  ASSERT_EQ(std::system((command("train") + " > /dev/null 2>&1").c_str()), 0);
+  std::string log = (dir.path() / "watch.log").string();
+  ASSERT_EQ(std::system((command("eval") + " --watch " + (dir.path() / "run").string() + " 2> " + log).c_str()), 0);
+  EXPECT_NE(read_file(log).find("evaluator: step 12"), std::string::npos) << read_file(log);
+  // A restarted evaluator remembers step 12 and evaluates nothing again.
+  ASSERT_EQ(std::system((command("eval") + " --watch " + (dir.path() / "run").string() + " 2> " + log).c_str()), 0);
+  EXPECT_NE(read_file(log).find("resuming after step 12"), std::string::npos) << read_file(log);
+  EXPECT_EQ(read_file(log).find("evaluator: step"), std::string::npos) << read_file(log);
+}
+
+}  // namespace
+}  // namespace paraflow
