@@ -58,9 +58,10 @@ def main():
 
     # paraflow (C++): prints JSON, writes its ids for the comparison below.
     ids_file = tempfile.NamedTemporaryFile(suffix=".ids", delete=False).name
+    train_dir = tempfile.mkdtemp(prefix="paraflow_tok_bench_")
     ours = json.loads(subprocess.run([args.bench, "--corpus", args.corpus, "--vocab", args.ranks, "--repeats",
                                       str(args.repeats), "--train-vocab", str(args.train_vocab),
-                                      "--ids-out", ids_file],
+                                      "--ids-out", ids_file, "--train-out", train_dir],
                                      check=True, capture_output=True, text=True).stdout)
     our_ids = array.array("i")
     with open(ids_file, "rb") as f:
@@ -131,6 +132,20 @@ def main():
     print(f"paraflow     {ours['train_total_s']:8.2f} s  ({ours['train_vocab_size']} tokens, "
           f"{ours['train_distinct_words']} distinct words, counting {ours['train_count_words_s']:.2f} s)")
     print(f"tokenizers   {hf_train:8.2f} s  ({model.get_vocab_size()} tokens)")
+    # Our trained tokenizer, loaded by tokenizers, gives our ids on the corpus.
+    trained = Tokenizer.from_file(os.path.join(train_dir, "tokenizer.json"))
+    trained_ids = array.array("i", (i for e in trained.encode_batch(texts) for i in e.ids))
+    ours_trained = array.array("i")
+    with open(os.path.join(train_dir, "corpus.ids"), "rb") as f:
+        ours_trained.frombytes(f.read())
+    ours_vocab, hf_vocab = set(trained.get_vocab()), set(model.get_vocab())
+    print(f"our 8k tokenizer in tokenizers: same ids on the corpus: {trained_ids == ours_trained} "
+          f"({len(ours_trained)} tokens, {mb * 1e6 / len(ours_trained):.2f} bytes/token); "
+          f"vocabulary shared with tokenizers' trainer: {len(ours_vocab & hf_vocab)} of {len(ours_vocab)}")
+    same = same and trained_ids == ours_trained
+    import shutil
+
+    shutil.rmtree(train_dir)
     if not same:
         print("ERROR: ids differ between encoders", file=sys.stderr)
         sys.exit(1)

@@ -4,6 +4,7 @@
 //
 //   tokenizer_bench --corpus sotu.jsonl.gz --vocab gpt2.tiktoken|DIR [--repeats 5] [--train-vocab 8192]
 //                   [--ids-out FILE]   (all documents' ids, int32 little-endian, for comparison)
+//                   [--train-out DIR]  (the trained tokenizer's files, and DIR/corpus.ids: its ids)
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
@@ -43,7 +44,7 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string corpus, vocab, ids_out;
+  std::string corpus, vocab, ids_out, train_out;
   int repeats = 5, train_vocab = 8192;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     else if (flag == "--vocab") vocab = argv[i + 1];
     else if (flag == "--repeats") repeats = std::stoi(argv[i + 1]);
     else if (flag == "--ids-out") ids_out = argv[i + 1];
+    else if (flag == "--train-out") train_out = argv[i + 1];
     else if (flag == "--train-vocab") train_vocab = std::stoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
@@ -133,6 +135,15 @@ int main(int argc, char** argv) {
     out["train_distinct_words"] = trainer.distinct_words();
     out["train_count_words_s"] = count_s;
     out["train_total_s"] = seconds_since(start);
+    if (!train_out.empty()) {
+      trained.save(train_out);
+      std::string ids_bytes;
+      for (const auto& t : texts) {
+        std::vector<TokenId> ids = trained.encode(t);
+        ids_bytes.append(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(TokenId));
+      }
+      write_file_atomic(std::filesystem::path(train_out) / "corpus.ids", ids_bytes);
+    }
     std::printf("%s\n", out.dump().c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());

@@ -434,11 +434,21 @@ std::vector<TokenId> Tokenizer::encode_parallel(std::string_view text, int threa
   if (n == 1 || text.size() < 2 * kMinChunk) return encode(text, allow_special);
   // Chunks of about size / (4n) bytes, each ending at a safe split point (none found: one chunk).
   size_t target = std::max(kMinChunk, text.size() / (4 * static_cast<size_t>(n)));
+  // A special token with whitespace in it could straddle a split point: never cut inside one.
+  auto inside_special = [&](size_t cut) {
+    for (TokenId id : special_ids_) {
+      std::string_view s = token_bytes(id);
+      size_t from = cut >= s.size() ? cut - s.size() + 1 : 0;
+      size_t at = text.find(s, from);
+      if (at != std::string_view::npos && at < cut) return true;
+    }
+    return false;
+  };
   std::vector<std::string_view> chunks;
   size_t start = 0;
   while (start < text.size()) {
     size_t cut = start + target;
-    while (cut < text.size() && !is_safe_split_point(text, cut)) ++cut;
+    while (cut < text.size() && (!is_safe_split_point(text, cut) || (allow_special && inside_special(cut)))) ++cut;
     if (cut >= text.size()) cut = text.size();
     chunks.push_back(text.substr(start, cut - start));
     start = cut;

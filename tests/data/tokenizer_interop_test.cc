@@ -134,7 +134,8 @@ void compare(const Tokenizer& tok, const fs::path& dir, const std::vector<std::s
   }
   EXPECT_EQ(split_mismatches, 0);
   const json& libs = result["ids"];
-  for (const char* name : {"tiktoken", "tokenizers_json", "tokenizers_files", "transformers_fast", "transformers_slow"}) {
+  for (const char* name : {"tiktoken", "tokenizers_json", "tokenizers_files", "transformers_fast", "transformers_fast_files",
+                           "transformers_slow"}) {
     ASSERT_TRUE(libs.contains(name)) << name << " missing from the oracle's output";
     const json& all = libs[name];
     ASSERT_EQ(all.size(), texts.size());

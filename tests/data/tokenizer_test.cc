@@ -160,6 +160,19 @@ TEST(Bpe, ParallelAndBatchMatchSerial) {
   for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(batch[i], tok.encode(docs[i]));
 }
 
+TEST(Bpe, ParallelNeverCutsASpecialTokenWithSpaces) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  tokens.emplace_back("x <sep> y");
+  Tokenizer tok(tokens, {}, {256});
+  std::string text;
+  std::mt19937_64 rng(seed() + 4);
+  while (text.size() < (2u << 20)) text += rng() % 4 ? "ab x <sep> y " : "cd\n";
+  std::vector<TokenId> serial = tok.encode(text);
+  EXPECT_EQ(tok.encode_parallel(text, 8), serial);
+  EXPECT_EQ(tok.decode(serial), text);
+}
+
 TEST(Bpe, SpecialTokens) {
   const Tokenizer& tok = small_tokenizer();
   TokenId eot = tok.eot_id();

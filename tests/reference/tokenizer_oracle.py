@@ -17,6 +17,8 @@ for these encoders (special token text `<|endoftext|>` becomes its id in all of 
   tokenizers_json    tokenizers.Tokenizer.from_file(DIR/tokenizer.json)
   tokenizers_files   tokenizers BPE built from DIR/vocab.json + DIR/merges.txt, ByteLevel
   transformers_fast  transformers.GPT2TokenizerFast.from_pretrained(DIR)
+  transformers_fast_files  GPT2TokenizerFast.from_pretrained on a copy of DIR without
+                     tokenizer.json (transformers converts vocab.json + merges.txt itself)
   transformers_slow  transformers.GPT2Tokenizer (pure Python, `regex` module) from the same files
 Exit status 0 on success, 1 on any error (reason on stderr).
 """
@@ -89,6 +91,21 @@ def build_transformers_fast(directory):
     return lambda text: tok.encode(text)
 
 
+def build_transformers_fast_files(directory):
+    import shutil
+    import tempfile
+
+    from transformers import GPT2TokenizerFast
+
+    copy = tempfile.mkdtemp(prefix="paraflow_oracle_")
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(directory, name), copy)
+    tok = GPT2TokenizerFast.from_pretrained(copy)
+    tok.add_special_tokens({"additional_special_tokens": list(specials_of(directory))})
+    shutil.rmtree(copy)
+    return lambda text: tok.encode(text)
+
+
 def build_transformers_slow(directory):
     from transformers import GPT2Tokenizer
 
@@ -120,6 +137,7 @@ def main():
             "tokenizers_json": lambda: build_tokenizers_json(args.dir),
             "tokenizers_files": lambda: build_tokenizers_files(args.dir),
             "transformers_fast": lambda: build_transformers_fast(args.dir),
+            "transformers_fast_files": lambda: build_transformers_fast_files(args.dir),
             "transformers_slow": lambda: build_transformers_slow(args.dir),
         }
         ids = {}
