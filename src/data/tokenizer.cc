@@ -70,7 +70,7 @@ struct Tokenizer::PairTable {
     slots.resize(capacity);
     mask = capacity - 1;
   }
-  // Returns false when the pair is already present (an earlier merge wins).
+  // Returns false when the pair is already present.
   bool insert(uint64_t key, uint32_t rank, TokenId id) {
     for (uint64_t i = mix(key) & mask;; i = (i + 1) & mask) {
       if (slots[i].key == key) return false;
@@ -154,7 +154,8 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<Toke
       merged += token_bytes(right);
       auto it = index.find(merged);
       check(it != index.end(), "tokenizer: merge {} ({} + {}) makes bytes that are not in the vocabulary", rank, left, right);
-      pairs_->insert(pair_key(left, right), static_cast<uint32_t>(rank), it->second);
+      check(pairs_->insert(pair_key(left, right), static_cast<uint32_t>(rank), it->second),
+            "tokenizer: merge {} ({} + {}) repeats an earlier merge", rank, left, right);
     }
   }
 }

@@ -26,7 +26,8 @@ class Tokenizer {
  public:
   // tokens[id] = the token's bytes (all 256 single bytes must be present); merges in rank order
   // as (left id, right id), each producing the token whose bytes are left + right; special[id]
-  // marks tokens matched verbatim in text (never produced by merges).
+  // marks tokens matched verbatim in text (never produced by merges). A pair listed twice is an
+  // error.
   Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<TokenId, TokenId>> merges,
             std::vector<TokenId> special_ids);
   Tokenizer(Tokenizer&&) noexcept;
@@ -79,7 +80,7 @@ class Tokenizer {
   TokenId special_id(std::string_view text) const;
   // The id of `<|endoftext|>`, or -1 when the vocabulary has none.
   TokenId eot_id() const { return special_id(kEndOfText); }
-  // Hex SHA-like fingerprint of tokens + merges + specials (FNV-1a 64), for data manifests.
+  // 16 hex digits: FNV-1a 64 of tokens + merges + special ids, for data manifests.
   std::string fingerprint() const;
 
  private:

@@ -26,7 +26,9 @@ namespace paraflow::data {
 struct BpeTrainOptions {
   int vocab_size = 8192;  // 256 bytes + merges + special tokens
   std::vector<std::string> special_tokens = {std::string(kEndOfText)};
-  int64_t min_pair_count = 2;  // stop early when the best pair occurs less often
+  // Stop early when the best pair occurs less often. 1 (as tokenizers' min_frequency 0) fills
+  // the vocabulary whenever any adjacent pair is left.
+  int64_t min_pair_count = 1;
   int threads = 0;             // for counting words; 0: all cores
 };
 

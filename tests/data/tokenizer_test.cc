@@ -279,6 +279,11 @@ TEST(Files, BadFilesGiveClearErrors) {
   write_file_atomic(m, "#version: 0.2\nĠ t\nq zzz\n");
   expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {m.string() + ":3", "\"zzz\" is not in the vocabulary"});
 
+  std::string first_merge = merges.substr(merges.find('\n') + 1);
+  first_merge = first_merge.substr(0, first_merge.find('\n') + 1);
+  write_file_atomic(m, "#version: 0.2\n" + first_merge + first_merge);
+  expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {m.string(), "repeats an earlier merge"});
+
   write_file_atomic(m, "#version: 0.2\nĠ\n");
   expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {m.string() + ":2", "LEFT RIGHT"});
 
