@@ -32,8 +32,9 @@ uint64_t seed() {
 }
 
 fs::path source_dir() {
+  // ctest sets PARAFLOW_SOURCE_DIR; the build's source dir lets the binary run by hand too.
   const char* dir = std::getenv("PARAFLOW_SOURCE_DIR");
-  return dir ? fs::path(dir) : fs::path();
+  return dir ? fs::path(dir) : fs::path(PARAFLOW_SOURCE_DIR_FALLBACK);
 }
 
 // Fragments the texts are made of: English, code, whitespace runs, digits, emoji, CJK, combining
