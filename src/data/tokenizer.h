@@ -3,6 +3,9 @@
 // single-byte tokens, and adjacent pairs are merged lowest merge rank first (leftmost on ties)
 // until no listed merge applies. Special tokens (`<|endoftext|>`) are matched in the raw text
 // before pre-tokenisation when allowed. Any byte string round-trips: decode(encode(b)) == b.
+// Merge ranks are the merges' order, as in Hugging Face tokenizers; tiktoken ranks a pair by the
+// id of its concatenated bytes instead. The two agree when token 256 + r is made by merge r (GPT-2's
+// vocabulary, and the ones BpeTrainer makes): tests/data/tokenizer_interop_test.cc checks both.
 //
 // A Tokenizer is immutable once built; encode/decode may be called from any number of threads.
 #pragma once
