@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "backend/cpu/gemm.h"
+#include "dist/communicator.h"
 #include "train/trainer.h"
 
 using namespace paraflow;
@@ -23,18 +24,24 @@ int main(int argc, char** argv) {
   app.add_option("--n-head", heads);
   app.add_option("--n-ctx", context);
   app.add_option("--vocab", vocab);
-  app.add_option("--batch", batch);
+  app.add_option("--batch", batch, "Sequences per rank per step");
+  bool overlap = true;
+  app.add_option("--overlap", overlap, "All-reduce gradient buckets while backward runs");
   bool profile = false;
   app.add_flag("--profile", profile, "Print the time of each op kind for one extra step");
   CLI11_PARSE(app, argc, argv);
 
   Backend& backend = cpu_backend();
+  // Under mpirun: data parallel over MPI, `--batch` per rank (weak scaling: the global batch grows).
+  std::unique_ptr<dist::Communicator> communicator =
+      dist::launched_by_mpi() ? dist::make_mpi_communicator() : dist::make_local_communicator();
+  const int ranks = communicator->size();
   cpu::GemmEngine chosen = cpu::gemm_engine();
   double peak = 0;
   for (cpu::GemmEngine engine : {cpu::GemmEngine::openblas, cpu::GemmEngine::onednn}) {
     cpu::set_gemm_engine(engine);
     double flops = train::measure_peak_flops(backend, 2048);
-    fmt::print("sgemm_gflops_{} {:.1f}\n", cpu::gemm_engine_name(engine), flops / 1e9);
+    if (communicator->rank() == 0) fmt::print("sgemm_gflops_{} {:.1f}\n", cpu::gemm_engine_name(engine), flops / 1e9);
     peak = std::max(peak, flops);
   }
   cpu::set_gemm_engine(chosen);
@@ -54,11 +61,14 @@ int main(int argc, char** argv) {
   train_config.sequence_length = context;
   train_config.steps = steps + warmup;
   train_config.out_dir = "/tmp/paraflow-bench-unused";
-  train::Trainer trainer(config, train_config, data, backend);
+  train_config.batch_size = batch * ranks;
+  train_config.sync.overlap = overlap;
+  train::Trainer trainer(config, train_config, data, backend, *communicator);
   trainer.initialize_or_resume();
   for (int64_t i = 0; i < warmup; ++i) trainer.step();
   auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < steps; ++i) trainer.step();
+  double communication_wait = 0;
+  for (int64_t i = 0; i < steps; ++i) communication_wait += trainer.step().communication_wait;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (profile) {
     // One more step with per-op timing: where the time goes.
@@ -74,12 +84,15 @@ int main(int argc, char** argv) {
     fmt::print("profile {:<26} {:7.1f} ms {:5.1f}%\n", "(optimizer, data, rest)", (total - ops) * 1000,
                100 * (total - ops) / total);
   }
-  double tokens_per_second = static_cast<double>(steps * batch * context) / seconds;
+  double tokens_per_second = static_cast<double>(steps * batch * ranks * context) / seconds;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  if (communicator->rank() != 0) return 0;
+  fmt::print("ranks {}\ncommunication_wait_ms {:.1f}\n", ranks, 1000 * communication_wait / static_cast<double>(steps));
   fmt::print("gemm_engine {}\nthreads {}\nparameters {}\ntokens_per_s {:.1f}\nstep_ms {:.1f}\nmfu {:.4f}\npeak_rss_mb {:.1f}\n",
              cpu::gemm_engine_name(chosen), omp_get_max_threads(), config.parameter_count(), tokens_per_second,
-             1000 * seconds / static_cast<double>(steps), tokens_per_second * config.flops_per_token(context) / peak,
+             1000 * seconds / static_cast<double>(steps),
+             tokens_per_second * config.flops_per_token(context) / (peak * ranks),
              static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }

@@ -139,6 +139,7 @@ StepStats Trainer::step() {
   for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
     local_loss += forward_backward(step_, micro) / static_cast<double>(config_.grad_accumulation);
   }
+  stats.communication_wait = sync_->last_wait_seconds();
   stats.loss = sync_->all_reduce_sum(static_cast<float>(local_loss)) / static_cast<double>(communicator_.size());
   stats.lr = config_.schedule.at(step_);
   stats.grad_norm = optimizer_->step(parameters_, final_gradients(), stats.lr);

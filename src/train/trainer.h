@@ -44,6 +44,7 @@ dist::Communicator& local_communicator();
 
 struct StepStats {
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  double communication_wait = 0;  // seconds backward's end waited for gradient all-reduces
 };
 
 // One process of a (possibly) data-parallel run: the communicator's rank r trains on slice r of
