@@ -1,0 +1,421 @@
+#include "data/prepare.h"
+
+#include <fmt/format.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/progress.h"
+#include "data/example.h"
+#include "data/tfrecord.h"
+#include "data/tokenizer.h"
+
+namespace paraflow::data {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+enum class InputKind { txt, jsonl, jsonl_gz };
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+InputKind input_kind(const fs::path& path) {
+  std::string name = path.filename().string();
+  if (ends_with(name, ".txt")) return InputKind::txt;
+  if (ends_with(name, ".jsonl")) return InputKind::jsonl;
+  if (ends_with(name, ".jsonl.gz")) return InputKind::jsonl_gz;
+  fail("{}: unknown input kind (want .txt, .jsonl or .jsonl.gz)", path.string());
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The split of document `doc` of input `input`: uniform in [0,1) from the seed, compared to F.
+bool goes_to_val(uint64_t seed, size_t input, uint64_t doc, double val_fraction) {
+  if (val_fraction <= 0.0) return false;
+  uint64_t h = splitmix64(splitmix64(seed) ^ splitmix64((static_cast<uint64_t>(input) << 40) ^ doc));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
+}
+
+struct Document {
+  std::vector<TokenId> tokens;  // ends with <|endoftext|>
+};
+
+// What one worker made of one input file.
+struct FileResult {
+  std::vector<Document> docs;
+  std::vector<std::string> skipped;  // "file:line: problem" (policy skip)
+  int64_t empty_documents = 0;
+  uint64_t bytes = 0;
+  std::exception_ptr error;  // the first bad line under policy fail, or any other failure
+};
+
+std::string describe_type(const json& value) {
+  return value.type_name();
+}
+
+// Calls `line_fn(line, number)` for every line of the stream (without its '\n').
+template <typename LineFn>
+void for_each_line(InputStream& stream, LineFn&& line_fn) {
+  std::string buffer;
+  std::string chunk(1 << 20, '\0');
+  int64_t number = 0;
+  for (;;) {
+    size_t got = stream.read(chunk.data(), chunk.size());
+    if (got == 0) break;
+    buffer.append(chunk.data(), got);
+    size_t start = 0;
+    for (;;) {
+      size_t nl = buffer.find('\n', start);
+      if (nl == std::string::npos) break;
+      line_fn(std::string_view(buffer).substr(start, nl - start), ++number);
+      start = nl + 1;
+    }
+    buffer.erase(0, start);
+  }
+  if (!buffer.empty()) line_fn(std::string_view(buffer), ++number);
+}
+
+void process_file(const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options,
+                  FileResult& result) {
+  const TokenId eot = tokenizer.eot_id();
+  auto add_document = [&](std::string_view text) {
+    if (text.empty()) {
+      ++result.empty_documents;
+      return;
+    }
+    Document doc;
+    tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
+    doc.tokens.push_back(eot);
+    result.docs.push_back(std::move(doc));
+  };
+  result.bytes = fs::file_size(path);
+  InputKind kind = input_kind(path);
+  if (kind == InputKind::txt) {
+    add_document(read_file(path));
+    return;
+  }
+  auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
+  const std::string& field = options.text_field;
+  bool stop = false;
+  for_each_line(*stream, [&](std::string_view line, int64_t number) {
+    if (stop) return;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank line
+    std::string problem;
+    json object;
+    bool parsed = true;
+    try {
+      object = json::parse(line);
+    } catch (const json::exception& e) {
+      parsed = false;
+      std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
+      size_t cut = what.find("] ");
+      problem = fmt::format("invalid JSON ({})", cut == std::string::npos ? what : what.substr(cut + 2));
+    }
+    if (!parsed) {
+    } else if (!object.is_object()) {
+      problem = fmt::format("a JSON {}, not an object", describe_type(object));
+    } else {
+      auto it = object.find(field);
+      if (it == object.end()) {
+        problem = fmt::format("no \"{}\" field", field);
+      } else if (!it->is_string()) {
+        problem = fmt::format("field \"{}\" is a {}, not a string", field, describe_type(*it));
+      } else {
+        add_document(it->get_ref<const std::string&>());
+        return;
+      }
+    }
+    std::string message = fmt::format("{}:{}: {}", path.string(), number, problem);
+    if (options.on_bad_line == BadLinePolicy::fail) {
+      result.error = std::make_exception_ptr(InputError(message));
+      stop = true;
+    } else {
+      result.skipped.push_back(std::move(message));
+    }
+  });
+}
+
+std::string shard_suffix(Compression compression) {
+  switch (compression) {
+    case Compression::gzip: return ".tfrecord.gz";
+    case Compression::zlib: return ".tfrecord.zlib";
+    default: return ".tfrecord";
+  }
+}
+
+// Size-bounded shards of one split.
+class ShardSet {
+ public:
+  ShardSet(std::string split, const PrepareOptions& options) : split_(std::move(split)), options_(options) {}
+
+  void write_document(const std::vector<int32_t>& tokens) {
+    ++documents_;
+    tokens_ += static_cast<int64_t>(tokens.size());
+    for (int32_t t : tokens) max_token_ = std::max<int64_t>(max_token_, t);
+    bool first = true;
+    for (size_t pos = 0; pos < tokens.size(); pos += static_cast<size_t>(options_.record_tokens)) {
+      size_t n = std::min(tokens.size() - pos, static_cast<size_t>(options_.record_tokens));
+      ids_.assign(tokens.begin() + static_cast<ptrdiff_t>(pos), tokens.begin() + static_cast<ptrdiff_t>(pos + n));
+      std::string record = make_input_ids_example(ids_);
+      uint64_t framed = record.size() + kRecordHeaderSize + kRecordFooterSize;
+      if (!writer_ || (writer_->records() > 0 && writer_->offset() + framed > static_cast<uint64_t>(options_.shard_bytes))) {
+        open_next();
+      }
+      writer_->write(record);
+      ++records_;
+      json& shard = shards_.back();
+      shard["records"] = shard["records"].get<int64_t>() + 1;
+      shard["tokens"] = shard["tokens"].get<int64_t>() + static_cast<int64_t>(n);
+      if (first) shard["documents"] = shard["documents"].get<int64_t>() + 1;
+      first = false;
+    }
+  }
+
+  json finish() {
+    close_current();
+    return json{{"documents", documents_}, {"tokens", tokens_}, {"records", records_},
+                {"max_token", max_token_}, {"shards", shards_}};
+  }
+
+ private:
+  void close_current() {
+    if (!writer_) return;
+    shards_.back()["bytes"] = writer_->offset();
+    writer_->close();
+    shards_.back()["file_bytes"] = fs::file_size(writer_->path());
+    writer_.reset();
+  }
+  void open_next() {
+    close_current();
+    std::string name = fmt::format("{}-{:05}{}", split_, shards_.size(), shard_suffix(options_.compression));
+    writer_ = std::make_unique<TFRecordWriter>(options_.out / name, options_.compression);
+    shards_.push_back(json{{"file", name}, {"documents", 0}, {"tokens", 0}, {"records", 0}});
+  }
+
+  std::string split_;
+  const PrepareOptions& options_;
+  std::unique_ptr<TFRecordWriter> writer_;
+  json shards_ = json::array();
+  std::vector<int64_t> ids_;
+  int64_t documents_ = 0, tokens_ = 0, records_ = 0, max_token_ = -1;
+};
+
+void remove_stale_outputs(const fs::path& out) {
+  static const std::regex shard(R"((train|val)-\d{5}\.tfrecord(\.gz|\.zlib)?)");
+  fs::remove(out / "manifest.json");
+  for (const auto& entry : fs::directory_iterator(out)) {
+    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), shard)) fs::remove(entry.path());
+  }
+}
+
+}  // namespace
+
+BadLinePolicy parse_bad_line_policy(std::string_view name) {
+  if (name == "fail") return BadLinePolicy::fail;
+  if (name == "skip") return BadLinePolicy::skip;
+  fail("--on-bad-line: '{}' is not one of fail, skip", name);
+}
+
+std::vector<fs::path> expand_inputs(const std::vector<std::string>& patterns) {
+  std::set<std::string> seen;
+  std::vector<fs::path> files;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+    std::vector<std::string> matches;
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) matches.emplace_back(g.gl_pathv[i]);
+    }
+    globfree(&g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && matches.empty())) fail("--input '{}' matches no file", pattern);
+    if (rc != 0) throw IoError(fmt::format("--input '{}': glob failed ({})", pattern, rc));
+    for (std::string& m : matches) {
+      if (!fs::is_regular_file(m)) continue;
+      (void)input_kind(m);
+      if (seen.insert(m).second) files.emplace_back(m);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  check(!files.empty(), "--input: no regular files among the matches");
+  return files;
+}
+
+json prepare(const PrepareOptions& options) {
+  check(options.val_fraction >= 0.0 && options.val_fraction < 1.0, "--val-fraction {} is not in [0, 1)",
+        options.val_fraction);
+  check(options.shard_bytes > 0, "--shard-mb must be positive");
+  check(options.record_tokens > 0, "record_tokens must be positive");
+  check(!options.text_field.empty(), "--text-field must not be empty");
+  const std::vector<fs::path> inputs = expand_inputs(options.inputs);
+  Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
+  check(tokenizer.eot_id() >= 0, "{}: the tokenizer has no {} token", options.tokenizer.string(), kEndOfText);
+  fs::create_directories(options.out);
+  remove_stale_outputs(options.out);
+
+  auto log = options.log ? options.log : [](const std::string& m) { fmt::print(stderr, "{}\n", m); };
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min<int>(threads, static_cast<int>(inputs.size()));
+  const size_t window = static_cast<size_t>(2 * threads);  // results in flight (memory bound)
+
+  // Workers claim inputs in order, at most `window` ahead of the writer; the writer (this
+  // thread) consumes results strictly in input order, so the output does not depend on timing.
+  std::vector<std::optional<FileResult>> results(inputs.size());
+  std::mutex mu;
+  std::condition_variable ready_cv, room_cv;
+  size_t next_claim = 0, consumed = 0;
+  bool abort = false;
+  auto worker = [&] {
+    for (;;) {
+      size_t index;
+      {
+        std::unique_lock lock(mu);
+        room_cv.wait(lock, [&] { return abort || next_claim >= inputs.size() || next_claim < consumed + window; });
+        if (abort || next_claim >= inputs.size()) return;
+        index = next_claim++;
+      }
+      FileResult result;
+      try {
+        process_file(inputs[index], tokenizer, options, result);
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mu);
+        results[index] = std::move(result);
+      }
+      ready_cv.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+  auto stop_pool = [&] {
+    {
+      std::lock_guard lock(mu);
+      abort = true;
+    }
+    room_cv.notify_all();
+    for (auto& t : pool) t.join();
+    pool.clear();
+  };
+
+  uint64_t total_bytes = 0;
+  for (const auto& p : inputs) total_bytes += fs::file_size(p);
+  Progress progress("prepare", static_cast<long>(inputs.size()),
+                    std::max<long>(1, static_cast<long>(inputs.size()) / 20));
+  auto start = std::chrono::steady_clock::now();
+
+  ShardSet train("train", options), val("val", options);
+  json input_list = json::array();
+  int64_t skipped_lines = 0, empty_documents = 0, documents = 0, tokens = 0;
+  uint64_t done_bytes = 0;
+  try {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      FileResult result;
+      {
+        std::unique_lock lock(mu);
+        ready_cv.wait(lock, [&] { return results[i].has_value(); });
+        result = std::move(*results[i]);
+        results[i].reset();
+        consumed = i + 1;
+      }
+      room_cv.notify_all();
+      if (result.error) std::rethrow_exception(result.error);
+      int64_t file_tokens = 0;
+      for (size_t d = 0; d < result.docs.size(); ++d) {
+        const auto& doc = result.docs[d].tokens;
+        (goes_to_val(options.seed, i, d, options.val_fraction) ? val : train).write_document(doc);
+        file_tokens += static_cast<int64_t>(doc.size());
+      }
+      for (const auto& message : result.skipped) log(message);
+      skipped_lines += static_cast<int64_t>(result.skipped.size());
+      empty_documents += result.empty_documents;
+      documents += static_cast<int64_t>(result.docs.size());
+      tokens += file_tokens;
+      done_bytes += result.bytes;
+      input_list.push_back(json{{"path", inputs[i].string()},
+                                {"bytes", result.bytes},
+                                {"documents", result.docs.size()},
+                                {"tokens", file_tokens},
+                                {"skipped_lines", result.skipped.size()},
+                                {"empty_documents", result.empty_documents}});
+      if (options.progress) {
+        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        progress.update(static_cast<long>(i + 1),
+                        fmt::format("docs {} | tokens {} | {:.1f}/{:.1f} MB | {:.1f} MB/s", documents, tokens,
+                                    done_bytes / 1e6, total_bytes / 1e6, done_bytes / 1e6 / std::max(seconds, 1e-9)));
+      }
+    }
+  } catch (...) {
+    stop_pool();
+    throw;
+  }
+  stop_pool();
+  if (options.progress) progress.finish();
+
+  json manifest = {
+      {"format", "paraflow.prepare/1"},
+      {"tokenizer",
+       {{"path", options.tokenizer.string()},
+        {"fingerprint", tokenizer.fingerprint()},
+        {"vocab_size", tokenizer.vocab_size()},
+        {"eot_id", tokenizer.eot_id()}}},
+      {"options",
+       {{"val_fraction", options.val_fraction},
+        {"seed", options.seed},
+        {"text_field", options.text_field},
+        {"shard_bytes", options.shard_bytes},
+        {"record_tokens", options.record_tokens},
+        {"compression", std::string(compression_name(options.compression))},
+        {"on_bad_line", options.on_bad_line == BadLinePolicy::fail ? "fail" : "skip"}}},
+      {"inputs", input_list},
+      {"documents", documents},
+      {"tokens", tokens},
+      {"skipped_lines", skipped_lines},
+      {"empty_documents", empty_documents},
+      {"splits", {{"train", train.finish()}, {"val", val.finish()}}},
+  };
+  write_file_atomic(options.out / "manifest.json", manifest.dump(2) + "\n");
+  return manifest;
+}
+
+json read_manifest(const fs::path& prepared_dir) {
+  fs::path path = prepared_dir / "manifest.json";
+  check(fs::exists(path), "{}: no manifest.json (run `paraflow data prepare` first)", prepared_dir.string());
+  json manifest = json::parse(read_file(path), nullptr, false);
+  check(!manifest.is_discarded() && manifest.is_object() && manifest.contains("splits"),
+        "{}: not a paraflow data manifest", path.string());
+  return manifest;
+}
+
+std::vector<fs::path> list_shards(const fs::path& prepared_dir, const std::string& split) {
+  check(split == "train" || split == "val", "split '{}' is not one of train, val", split);
+  json manifest = read_manifest(prepared_dir);
+  std::vector<fs::path> shards;
+  for (const json& shard : manifest["splits"][split]["shards"]) {
+    fs::path path = prepared_dir / shard["file"].get<std::string>();
+    check(fs::exists(path), "{}: listed in the manifest but missing", path.string());
+    shards.push_back(path);
+  }
+  return shards;
+}
+
+}  // namespace paraflow::data

@@ -1,0 +1,67 @@
+// `paraflow data prepare`: text corpora -> tokenized TFRecord shards + manifest.json.
+//
+// Inputs are glob patterns of `.txt` files (one document per file) and `.jsonl` / `.jsonl.gz`
+// files (one JSON object per line; its `text_field` string is the document). Every document is
+// tokenized (special-token text in it stays plain text) and followed by `<|endoftext|>`; it is
+// written as one tf.train.Example{input_ids: int64 list} record, or as consecutive records of at
+// most `record_tokens` tokens when it is longer.
+//
+// Split: a document goes to "val" when a hash of (seed, input index, document index) falls below
+// val_fraction, else to "train" — a pure function of the seed and the sorted input list, so the
+// output is byte-identical for any thread count. Within a split, records keep input order
+// (inputs sorted by path, documents in file order); the input pipeline does the shuffling.
+//
+// Output directory:
+//   train-00000.tfrecord[.gz|.zlib], ...   shards of at most shard_bytes (uncompressed record
+//   val-00000.tfrecord[.gz|.zlib], ...     bytes; a single larger record gets a shard of its own)
+//   manifest.json                          written last (atomically): its presence means done
+// Stale shards of an earlier run in the directory are removed first.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/tfrecord_io.h"
+
+namespace paraflow::data {
+
+enum class BadLinePolicy { fail, skip };
+BadLinePolicy parse_bad_line_policy(std::string_view name);  // "fail" | "skip"
+
+struct PrepareOptions {
+  std::filesystem::path tokenizer;       // a directory Tokenizer::load reads
+  std::vector<std::string> inputs;       // glob patterns (or plain paths)
+  std::filesystem::path out;             // created if missing
+  double val_fraction = 0.0;             // in [0, 1)
+  std::string text_field = "text";       // for .jsonl / .jsonl.gz
+  int64_t shard_bytes = 64ll << 20;      // --shard-mb 64
+  Compression compression = Compression::none;
+  BadLinePolicy on_bad_line = BadLinePolicy::fail;
+  uint64_t seed = 0;
+  int64_t record_tokens = 1 << 16;       // longer documents are cut into several records
+  int threads = 0;                       // 0: all cores
+  bool progress = true;                  // a progress line on stderr
+  // Called with "file:line: problem" for every skipped line (policy skip); default: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+// Runs the whole preparation; returns the manifest it wrote. Throws InputError on a bad input
+// line under policy fail ("file:line: problem"), a glob that matches nothing, an unknown file
+// kind, or a tokenizer without `<|endoftext|>`.
+nlohmann::json prepare(const PrepareOptions& options);
+
+// Sorted, de-duplicated files matching the patterns; InputError names a pattern without match.
+std::vector<std::filesystem::path> expand_inputs(const std::vector<std::string>& patterns);
+
+// The shards of one split ("train" | "val") listed in `prepared_dir`/manifest.json, in order.
+std::vector<std::filesystem::path> list_shards(const std::filesystem::path& prepared_dir, const std::string& split);
+
+// The manifest of a prepared directory (InputError when absent or malformed).
+nlohmann::json read_manifest(const std::filesystem::path& prepared_dir);
+
+}  // namespace paraflow::data
