@@ -2,8 +2,10 @@
 // backward side by side. Kernels take raw device pointers with shapes in the comments, as llm.c
 // does; graph ops own the shape checks, backends own only the arithmetic.
 //
-// Conventions: row-major; N = rows (B*T); backward kernels ACCUMULATE (+=) into every gradient
-// they produce, so a value used twice (the residual stream, the tied embedding) needs no add op.
+// Conventions: row-major; N = rows (B*T). Backward kernels ACCUMULATE (+=) into parameter
+// gradients, so a weight used twice (the tied embedding) needs no add op. Gradients of
+// activations are accumulated or assigned as the `accumulate_*` flag says: the executor lets the
+// first writer of a gradient assign it, which saves zeroing it beforehand.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +51,7 @@ class Backend {
                                  const float* bias, int64_t N, int64_t C, float eps) = 0;
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                   const float* weight, const float* mean, const float* rstd, int64_t N,
-                                  int64_t C) = 0;
+                                  int64_t C, bool accumulate_dinp) = 0;
 
   // ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
   // With gelu, `pre` (N,OC) keeps the pre-activation for backward; bias may be null.
@@ -58,14 +60,14 @@ class Backend {
   // With gelu, `dout` is overwritten with the pre-activation gradient (it is not used again).
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,
                                const float* weight, const float* pre, int64_t N, int64_t C, int64_t OC,
-                               WeightLayout layout, bool gelu) = 0;
+                               WeightLayout layout, bool gelu, bool accumulate_dinp) = 0;
 
   // ---- causal multi-head self-attention ----
   // qkv (B,T,3C) holds q,k,v for NH heads of C/NH; out (B,T,C); probs (B,NH,T,T) saved.
   virtual void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C,
                                  int64_t NH) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B,
-                                  int64_t T, int64_t C, int64_t NH) = 0;
+                                  int64_t T, int64_t C, int64_t NH, bool accumulate_dqkv) = 0;
 
   // Generation with a KV cache: qkv (B,Tn,3C) holds Tn new positions starting at `past`; their
   // k and v are stored into k_cache, v_cache (B,NH,max_T,hs) at [past, past+Tn), then new
@@ -75,16 +77,18 @@ class Backend {
 
   // ---- residual: out = a + b ----
   virtual void add_forward(float* out, const float* a, const float* b, int64_t n) = 0;
-  // da += dout; db += dout
-  virtual void add_backward(float* da, float* db, const float* dout, int64_t n) = 0;
+  // da (+)= dout; db (+)= dout
+  virtual void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a,
+                            bool accumulate_b) = 0;
 
   // ---- softmax cross-entropy fused over the vocabulary ----
-  // logits (N,V) -> probs (N,V), losses (N); targets (N) i32, a negative target is ignored.
-  virtual void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+  // logits (N,V) -> losses (N) and stats (N,2) = (row max, log-sum-exp) saved for backward, so
+  // the probabilities are never stored; targets (N) i32, a negative target is ignored.
+  virtual void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets,
                                     int64_t N, int64_t V) = 0;
-  // dlogits += (probs - onehot(target)) * dlosses[n]
-  virtual void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
-                                     const float* dlosses, int64_t N, int64_t V) = 0;
+  // dlogits (+)= (softmax(logits) - onehot(target)) * dlosses[n]
+  virtual void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
+                                     const float* dlosses, int64_t N, int64_t V, bool accumulate) = 0;
 
   // ---- optimizer ----
   // Sum of squares of `n` values, accumulated in double.

@@ -17,6 +17,7 @@ void Executor::bind(ValueId id, const Tensor& tensor) {
   }
   tensors_[static_cast<size_t>(id)] = tensor;
   bound_[static_cast<size_t>(id)] = true;
+  gradient_writes_planned_ = false;
 }
 
 const Tensor& Executor::tensor(ValueId id) {
@@ -31,7 +32,34 @@ const Tensor& Executor::tensor(ValueId id) {
   return slot;
 }
 
-NodeTensors Executor::gather(const Node& node) {
+void Executor::plan_gradient_writes() {
+  accumulate_.assign(graph_.nodes().size(), {});
+  zero_before_backward_.assign(graph_.values().size(), false);
+  std::vector<bool> written(graph_.values().size(), false);
+  for (size_t n = 0; n < graph_.nodes().size(); ++n) {
+    const Node& node = graph_.nodes()[n];
+    if (!node.is_backward) continue;
+    const Node& forward = graph_.nodes()[static_cast<size_t>(node.forward_node)];
+    const OpDef& def = op_def(forward.kind);
+    for (size_t i = 0; i < forward.inputs.size(); ++i) {
+      ValueId grad = graph_.value(forward.inputs[i]).grad;
+      bool accumulate = true;
+      if (grad != kNoValue && !bound_[static_cast<size_t>(grad)] && !written[static_cast<size_t>(grad)]) {
+        if (def.can_assign_input_grad(i)) {
+          accumulate = false;
+        } else {
+          zero_before_backward_[static_cast<size_t>(grad)] = true;
+        }
+      }
+      if (grad != kNoValue) written[static_cast<size_t>(grad)] = true;
+      accumulate_[n].push_back(accumulate);
+    }
+  }
+  gradient_writes_planned_ = true;
+}
+
+NodeTensors Executor::gather(size_t node_index) {
+  const Node& node = graph_.nodes()[node_index];
   const Node& forward = node.is_backward ? graph_.nodes()[static_cast<size_t>(node.forward_node)] : node;
   NodeTensors tensors;
   for (ValueId id : forward.inputs) tensors.inputs.push_back(tensor(id));
@@ -45,13 +73,15 @@ NodeTensors Executor::gather(const Node& node) {
       ValueId grad = graph_.value(id).grad;
       tensors.output_grads.push_back(grad == kNoValue ? Tensor() : tensor(grad));
     }
+    tensors.accumulate = accumulate_[node_index];
   }
   return tensors;
 }
 
-void Executor::run(const Node& node) {
+void Executor::run(size_t node_index) {
+  const Node& node = graph_.nodes()[node_index];
   const OpDef& def = op_def(node.kind);
-  NodeTensors tensors = gather(node);
+  NodeTensors tensors = gather(node_index);
   auto start = std::chrono::steady_clock::now();
   if (node.is_backward) {
     def.backward(backend_, tensors, node.attributes);
@@ -68,20 +98,20 @@ void Executor::run(const Node& node) {
 }
 
 void Executor::forward() {
-  for (const Node& node : graph_.nodes()) {
-    if (!node.is_backward) run(node);
+  for (size_t index = 0; index < graph_.nodes().size(); ++index) {
+    if (!graph_.nodes()[index].is_backward) run(index);
   }
 }
 
 void Executor::backward() {
+  if (!gradient_writes_planned_) plan_gradient_writes();
   for (size_t id = 0; id < graph_.values().size(); ++id) {
-    const Value& value = graph_.value(static_cast<ValueId>(id));
-    if (value.role == ValueRole::gradient && !bound_[id]) backend_.fill_zero(tensor(static_cast<ValueId>(id)));
+    if (zero_before_backward_[id]) backend_.fill_zero(tensor(static_cast<ValueId>(id)));
   }
   for (size_t index = 0; index < graph_.nodes().size(); ++index) {
     const Node& node = graph_.nodes()[index];
     if (!node.is_backward) continue;
-    run(node);
+    run(index);
     if (backward_hook_) backward_hook_(index);
   }
 }

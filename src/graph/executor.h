@@ -24,8 +24,9 @@ class Executor {
   const Tensor& tensor(ValueId id);
 
   void forward();
-  // Zeroes every unbound gradient (activations'), then runs the backward nodes. Bound
-  // gradients (parameters', the loss's) are the caller's: they accumulate until it zeroes them.
+  // Runs the backward nodes. Unbound gradients (activations') are assigned by their first
+  // writer, or zeroed first when that op can only accumulate. Bound gradients (parameters',
+  // the loss's) are the caller's: they accumulate until it zeroes them.
   void backward();
 
   // Called after each backward node with its index in graph().nodes(); gradient
@@ -41,13 +42,19 @@ class Executor {
   Backend& backend() { return backend_; }
 
  private:
-  NodeTensors gather(const Node& node);
-  void run(const Node& node);
+  NodeTensors gather(size_t node_index);
+  void run(size_t node_index);
+  // Decides, for every unbound gradient, whether its first writer assigns it (no zeroing
+  // needed) and which later writers accumulate.
+  void plan_gradient_writes();
 
   const Graph& graph_;
   Backend& backend_;
   std::vector<Tensor> tensors_;
   std::vector<bool> bound_;
+  std::vector<std::vector<bool>> accumulate_;  // per node, per input: accumulate into its gradient
+  std::vector<bool> zero_before_backward_;     // per value
+  bool gradient_writes_planned_ = false;
   std::function<void(size_t)> backward_hook_;
   bool profiling_ = false;
   std::map<std::string, double> profile_;

@@ -17,12 +17,14 @@ struct OutputSpec {
 };
 
 // The tensors a kernel sees. For backward, input_grads[i] is undefined when input i needs none,
-// and output_grads[i] is undefined for saved outputs.
+// and output_grads[i] is undefined for saved outputs; accumulate[i] says whether input_grads[i]
+// already holds contributions to add to (false: this node is its first writer and assigns).
 struct NodeTensors {
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   std::vector<Tensor> input_grads;
   std::vector<Tensor> output_grads;
+  std::vector<bool> accumulate;
 };
 
 class OpDef {
@@ -33,6 +35,9 @@ class OpDef {
   virtual void backward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
   // Inputs that can never have a gradient (token ids, targets).
   virtual bool differentiable_input(size_t index) const { (void)index; return true; }
+  // Whether backward can assign (rather than only accumulate) input i's gradient; the executor
+  // then skips zeroing that gradient when this node writes it first.
+  virtual bool can_assign_input_grad(size_t index) const { (void)index; return false; }
 };
 
 const OpDef& op_def(OpKind kind);

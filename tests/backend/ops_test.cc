@@ -21,6 +21,12 @@ struct Dims {
 class OpsTest : public ::testing::TestWithParam<Backend*> {
  protected:
   Backend& backend() { return *GetParam(); }
+  // A gradient buffer full of NaN: a kernel told to assign must not read it.
+  static Tensor garbage(Shape shape) {
+    Tensor tensor = Tensor::zeros(std::move(shape));
+    std::fill(tensor.data<float>(), tensor.data<float>() + tensor.numel(), std::nanf(""));
+    return tensor;
+  }
   Rng rng{testing::test_seed()};
   Dims d;
 };
@@ -55,9 +61,10 @@ TEST_P(OpsTest, LayerNorm) {
   Tensor x_t = to_tensor(x, {N, C}), w_t = to_tensor(w, {C}), b_t = to_tensor(b, {C}), dout_t = to_tensor(dout, {N, C});
   backend().layernorm_forward(out.data<float>(), mean.data<float>(), rstd.data<float>(), x_t.data<float>(),
                               w_t.data<float>(), b_t.data<float>(), N, C, 1e-5f);
-  Tensor dx = Tensor::zeros({N, C}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
+  Tensor dx = garbage({N, C}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
   backend().layernorm_backward(dx.data<float>(), dw.data<float>(), db.data<float>(), dout_t.data<float>(),
-                               x_t.data<float>(), w_t.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
+                               x_t.data<float>(), w_t.data<float>(), mean.data<float>(), rstd.data<float>(), N, C,
+                               false);
   Vec ref_out, ref_dx(N * C), ref_dw(C), ref_db(C);
   reference::layernorm_forward(ref_out, x, w, b, N, C, 1e-5);
   reference::layernorm_backward(ref_dx, ref_dw, ref_db, dout, x, w, N, C, 1e-5);
@@ -83,11 +90,14 @@ TEST_P(OpsTest, Matmul) {
     WeightLayout layout = mc.transposed ? WeightLayout::out_in : WeightLayout::in_out;
     backend().matmul_forward(out.data<float>(), pre.data<float>(), x_t.data<float>(), w_t.data<float>(),
                              mc.bias ? b_t.data<float>() : nullptr, N, C, OC, layout, mc.gelu);
-    Tensor dx = Tensor::zeros({N, C}), dw = Tensor::zeros({C * OC}), db = Tensor::zeros({OC});
+    // dx accumulates onto a non-zero start in one case and is assigned over garbage in the others.
+    Vec dx_start = mc.transposed ? random_vector(rng, N * C) : Vec(N * C, 0.0);
+    Tensor dx = mc.transposed ? to_tensor(dx_start, {N, C}) : garbage({N, C});
+    Tensor dw = Tensor::zeros({C * OC}), db = Tensor::zeros({OC});
     backend().matmul_backward(dx.data<float>(), dw.data<float>(), mc.bias ? db.data<float>() : nullptr,
                               dout_t.data<float>(), x_t.data<float>(), w_t.data<float>(), pre.data<float>(), N, C, OC,
-                              layout, mc.gelu);
-    Vec ref_out, ref_dx(N * C), ref_dw(C * OC), ref_db(OC);
+                              layout, mc.gelu, mc.transposed);
+    Vec ref_out, ref_dx = dx_start, ref_dw(C * OC), ref_db(OC);
     reference::matmul_forward(ref_out, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed, mc.gelu);
     reference::matmul_backward(ref_dx, ref_dw, &ref_db, dout, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed,
                                mc.gelu);
@@ -104,11 +114,13 @@ TEST_P(OpsTest, Attention) {
     Vec qkv = random_vector(rng, d.B * d.T * 3 * d.C), dout = random_vector(rng, d.B * d.T * d.C);
     Tensor qkv_t = to_tensor(qkv, {d.B, d.T, 3 * d.C}), dout_t = to_tensor(dout, {d.B, d.T, d.C});
     Tensor out = Tensor::zeros({d.B, d.T, d.C}), probs = Tensor::zeros({d.B, NH, d.T, d.T});
-    Tensor dqkv = Tensor::zeros({d.B, d.T, 3 * d.C});
+    const bool accumulate = NH == 1;
+    Vec dqkv_start = accumulate ? random_vector(rng, d.B * d.T * 3 * d.C) : Vec(d.B * d.T * 3 * d.C, 0.0);
+    Tensor dqkv = accumulate ? to_tensor(dqkv_start, {d.B, d.T, 3 * d.C}) : garbage({d.B, d.T, 3 * d.C});
     backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), d.B, d.T, d.C, NH);
     backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(),
-                                 d.B, d.T, d.C, NH);
-    Vec ref_out, ref_dqkv(d.B * d.T * 3 * d.C);
+                                 d.B, d.T, d.C, NH, accumulate);
+    Vec ref_out, ref_dqkv = dqkv_start;
     reference::attention_forward(ref_out, qkv, d.B, d.T, d.C, NH);
     reference::attention_backward(ref_dqkv, dout, qkv, d.B, d.T, d.C, NH);
     EXPECT_CLOSE(to_vector(out), ref_out, d.C / NH + d.T, "attention out");
@@ -121,8 +133,8 @@ TEST_P(OpsTest, Residual) {
   Vec a = random_vector(rng, n), b = random_vector(rng, n), dout = random_vector(rng, n);
   Tensor a_t = to_tensor(a, {n}), b_t = to_tensor(b, {n}), dout_t = to_tensor(dout, {n}), out = Tensor::zeros({n});
   backend().add_forward(out.data<float>(), a_t.data<float>(), b_t.data<float>(), n);
-  Tensor da = to_tensor(a, {n}), db = Tensor::zeros({n});  // da starts non-zero: backward accumulates
-  backend().add_backward(da.data<float>(), db.data<float>(), dout_t.data<float>(), n);
+  Tensor da = to_tensor(a, {n}), db = garbage({n});  // da accumulates onto a; db is assigned
+  backend().add_backward(da.data<float>(), db.data<float>(), dout_t.data<float>(), n, true, false);
   Vec ref_out(n), ref_da(n);
   for (int64_t i = 0; i < n; ++i) {
     ref_out[i] = a[i] + b[i];
@@ -142,17 +154,22 @@ TEST_P(OpsTest, SoftmaxCrossEntropy) {
   Tensor logits_t = to_tensor(logits, {N, V}), dlosses_t = to_tensor(dlosses, {N});
   Tensor targets_t = Tensor::zeros({N}, DType::i32);
   std::copy(targets.begin(), targets.end(), targets_t.data<int32_t>());
-  Tensor losses = Tensor::zeros({N}), probs = Tensor::zeros({N, V}), dlogits = Tensor::zeros({N, V});
-  backend().softmax_xent_forward(losses.data<float>(), probs.data<float>(), logits_t.data<float>(),
+  Tensor losses = Tensor::zeros({N}), stats = Tensor::zeros({N, 2}), dlogits = garbage({N, V});
+  backend().softmax_xent_forward(losses.data<float>(), stats.data<float>(), logits_t.data<float>(),
                                  targets_t.data<int32_t>(), N, V);
-  backend().softmax_xent_backward(dlogits.data<float>(), probs.data<float>(), targets_t.data<int32_t>(),
-                                  dlosses_t.data<float>(), N, V);
+  backend().softmax_xent_backward(dlogits.data<float>(), logits_t.data<float>(), stats.data<float>(),
+                                  targets_t.data<int32_t>(), dlosses_t.data<float>(), N, V, false);
   Vec ref_losses, ref_dlogits(N * V);
   reference::softmax_xent_forward(ref_losses, logits, targets, N, V);
   reference::softmax_xent_backward(ref_dlogits, logits, targets, dlosses, N, V);
   EXPECT_CLOSE(to_vector(losses), ref_losses, V, "softmax_xent losses");
   EXPECT_CLOSE(to_vector(dlogits), ref_dlogits, V, "softmax_xent dlogits");
   EXPECT_EQ(losses.data<float>()[1], 0.0f);
+  // Accumulating adds the same contribution again.
+  backend().softmax_xent_backward(dlogits.data<float>(), logits_t.data<float>(), stats.data<float>(),
+                                  targets_t.data<int32_t>(), dlosses_t.data<float>(), N, V, true);
+  for (double& value : ref_dlogits) value *= 2;
+  EXPECT_CLOSE(to_vector(dlogits), ref_dlogits, V, "softmax_xent dlogits (accumulated)");
 }
 
 TEST_P(OpsTest, AdamWMatchesClosedForm) {

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 
@@ -24,13 +25,16 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
     for (int64_t t = 0; t < T; ++t) {
       float* row = p + t * T;
       float max_value = -INFINITY;
+#pragma omp simd reduction(max : max_value)
       for (int64_t j = 0; j <= t; ++j) max_value = row[j] > max_value ? row[j] : max_value;
       float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j <= t; ++j) {
-        row[j] = std::exp(row[j] - max_value);
+        row[j] = fast_exp(row[j] - max_value);
         sum += row[j];
       }
       float inverse = 1.0f / sum;
+#pragma omp simd
       for (int64_t j = 0; j <= t; ++j) row[j] *= inverse;
       for (int64_t j = t + 1; j < T; ++j) row[j] = 0.0f;
     }
@@ -40,8 +44,9 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                        int64_t C, int64_t NH) {
+                        int64_t C, int64_t NH, bool accumulate_dqkv) {
   const int64_t hs = C / NH;
+  const float beta = accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
   {
@@ -60,19 +65,21 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       float* ds = dscores.data();
       // dprobs = dout · v^T ; dv += probs^T · dout
       sgemm(false, true, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T);
-      sgemm(true, false, T, hs, T, 1.0f, p, T, dy, C, 1.0f, dv, 3 * C);
+      sgemm(true, false, T, hs, T, 1.0f, p, T, dy, C, beta, dv, 3 * C);
       // softmax backward, in place: dscores = probs * (dprobs - sum(probs * dprobs))
       for (int64_t t = 0; t < T; ++t) {
         const float* prow = p + t * T;
         float* drow = ds + t * T;
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j <= t; ++j) dot += prow[j] * drow[j];
+#pragma omp simd
         for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
         for (int64_t j = t + 1; j < T; ++j) drow[j] = 0.0f;
       }
       // dq += scale * dscores · k ; dk += scale * dscores^T · q
-      sgemm(false, false, T, hs, T, scale, ds, T, k, 3 * C, 1.0f, dq, 3 * C);
-      sgemm(true, false, T, hs, T, scale, ds, T, q, 3 * C, 1.0f, dk, 3 * C);
+      sgemm(false, false, T, hs, T, scale, ds, T, k, 3 * C, beta, dq, 3 * C);
+      sgemm(true, false, T, hs, T, scale, ds, T, q, 3 * C, beta, dk, 3 * C);
     }
   }
 }

@@ -37,38 +37,42 @@ class CpuBackend final : public Backend {
     cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                          bool accumulate_dinp) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate_dinp);
   }
   void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
                       int64_t C, int64_t OC, WeightLayout layout, bool gelu) override {
     cpu::matmul_forward(out, pre, inp, weight, bias, N, C, OC, layout, gelu);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
-                       const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, pre, N, C, OC, layout, gelu);
+                       const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
+                       bool accumulate_dinp) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, pre, N, C, OC, layout, gelu, accumulate_dinp);
   }
   void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C,
                          int64_t NH) override {
     cpu::attention_forward(out, probs, qkv, B, T, C, NH);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                          int64_t C, int64_t NH) override {
-    cpu::attention_backward(dqkv, dout, qkv, probs, B, T, C, NH);
+                          int64_t C, int64_t NH, bool accumulate_dqkv) override {
+    cpu::attention_backward(dqkv, dout, qkv, probs, B, T, C, NH, accumulate_dqkv);
   }
   void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
                                 int64_t C, int64_t NH, int64_t past, int64_t max_T) override {
     cpu::attention_cached_forward(out, qkv, k_cache, v_cache, B, Tn, C, NH, past, max_T);
   }
   void add_forward(float* out, const float* a, const float* b, int64_t n) override { cpu::add_forward(out, a, b, n); }
-  void add_backward(float* da, float* db, const float* dout, int64_t n) override { cpu::add_backward(da, db, dout, n); }
-  void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,
-                            int64_t V) override {
-    cpu::softmax_xent_forward(losses, probs, logits, targets, N, V);
+  void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a, bool accumulate_b) override {
+    cpu::add_backward(da, db, dout, n, accumulate_a, accumulate_b);
   }
-  void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, const float* dlosses,
-                             int64_t N, int64_t V) override {
-    cpu::softmax_xent_backward(dlogits, probs, targets, dlosses, N, V);
+  void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                            int64_t V) override {
+    cpu::softmax_xent_forward(losses, stats, logits, targets, N, V);
+  }
+  void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
+                             const float* dlosses, int64_t N, int64_t V, bool accumulate) override {
+    cpu::softmax_xent_backward(dlogits, logits, stats, targets, dlosses, N, V, accumulate);
   }
   double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
   void scale(float* x, float factor, int64_t n) override { cpu::scale(x, factor, n); }

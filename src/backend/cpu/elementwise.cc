@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "backend/cpu/fast_math.h"
 #include "backend/cpu/kernels.h"
 
 namespace paraflow::cpu {
@@ -9,49 +10,56 @@ void add_forward(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void add_backward(float* da, float* db, const float* dout, int64_t n) {
+void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a, bool accumulate_b) {
+  if (da == db) {  // the same value on both sides (x + x): one buffer, two contributions
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) da[i] = (accumulate_a ? da[i] : 0.0f) + 2.0f * dout[i];
+    return;
+  }
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    da[i] += dout[i];
-    db[i] += dout[i];
+    da[i] = (accumulate_a ? da[i] : 0.0f) + dout[i];
+    db[i] = (accumulate_b ? db[i] : 0.0f) + dout[i];
   }
 }
 
-void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,
+void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                           int64_t V) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
-    float* p = probs + n * V;
     float max_value = -INFINITY;
+#pragma omp simd reduction(max : max_value)
     for (int64_t i = 0; i < V; ++i) max_value = x[i] > max_value ? x[i] : max_value;
-    float sum = 0.0f;
+    float sum = 0.0f;  // the row is still in cache: this second pass costs no memory traffic
 #pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < V; ++i) {
-      p[i] = std::exp(x[i] - max_value);
-      sum += p[i];
-    }
-    float inverse = 1.0f / sum;
-#pragma omp simd
-    for (int64_t i = 0; i < V; ++i) p[i] *= inverse;
+    for (int64_t i = 0; i < V; ++i) sum += fast_exp(x[i] - max_value);
+    const float log_sum = std::log(sum);
+    stats[2 * n] = max_value;
+    stats[2 * n + 1] = max_value + log_sum;
     int32_t target = targets[n];
     // -log p[target] from the logits directly keeps precision when p[target] is tiny.
-    losses[n] = target < 0 ? 0.0f : std::log(sum) - (x[target] - max_value);
+    losses[n] = target < 0 ? 0.0f : log_sum - (x[target] - max_value);
   }
 }
 
-void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, const float* dlosses,
-                           int64_t N, int64_t V) {
+void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
+                           const float* dlosses, int64_t N, int64_t V, bool accumulate) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    int32_t target = targets[n];
-    if (target < 0) continue;
-    float dloss = dlosses[n];
-    const float* p = probs + n * V;
+    const int32_t target = targets[n];
+    const float dloss = target < 0 ? 0.0f : dlosses[n];
+    const float log_normalizer = stats[2 * n + 1];
+    const float* x = logits + n * V;
     float* d = dlogits + n * V;
+    if (accumulate) {
 #pragma omp simd
-    for (int64_t i = 0; i < V; ++i) d[i] += p[i] * dloss;
-    d[target] -= dloss;
+      for (int64_t i = 0; i < V; ++i) d[i] += fast_exp(x[i] - log_normalizer) * dloss;
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < V; ++i) d[i] = fast_exp(x[i] - log_normalizer) * dloss;
+    }
+    if (target >= 0) d[target] -= dloss;
   }
 }
 

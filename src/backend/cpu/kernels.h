@@ -17,27 +17,29 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool accumulate_dinp);
 
 void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
                     int64_t C, int64_t OC, WeightLayout layout, bool gelu);
 void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
-                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu);
+                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
+                     bool accumulate_dinp);
 
 void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                        int64_t C, int64_t NH);
+                        int64_t C, int64_t NH, bool accumulate_dqkv);
 
 void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
                               int64_t C, int64_t NH, int64_t past, int64_t max_T);
 
 void add_forward(float* out, const float* a, const float* b, int64_t n);
-void add_backward(float* da, float* db, const float* dout, int64_t n);
+void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a, bool accumulate_b);
 
-void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets, int64_t N,
+void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                           int64_t V);
-void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, const float* dlosses,
-                           int64_t N, int64_t V);
+void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
+                           const float* dlosses, int64_t N, int64_t V, bool accumulate);
 
 double sum_squares(const float* x, int64_t n);
 void scale(float* x, float factor, int64_t n);

@@ -1,5 +1,6 @@
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -29,7 +30,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool accumulate_dinp) {
   // dweight/dbias: per-thread partial sums over a fixed split of rows, added in thread order.
   int threads = omp_get_max_threads();
   std::vector<float> partial(static_cast<size_t>(threads) * 2 * C, 0.0f);
@@ -54,6 +56,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
       mean_dnorm /= static_cast<float>(C);
       mean_dnorm_norm /= static_cast<float>(C);
+      if (!accumulate_dinp) std::fill(dx, dx + C, 0.0f);
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         float norm = (x[c] - m) * s;

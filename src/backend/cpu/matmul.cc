@@ -1,5 +1,9 @@
-#include <cmath>
+#include <omp.h>
 
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 
@@ -9,9 +13,6 @@ namespace {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
-
-// tanh through exp, so the loop vectorises; saturates correctly for large |u|.
-inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f); }
 
 }  // namespace
 
@@ -34,14 +35,43 @@ void matmul_forward(float* out, float* pre, const float* inp, const float* weigh
 #pragma omp simd
       for (int64_t o = 0; o < OC; ++o) {
         float x = row[o];
-        out_row[o] = 0.5f * x * (1.0f + tanh_via_exp(kGeluScale * (x + kGeluCubic * x * x * x)));
+        out_row[o] = 0.5f * x * (1.0f + fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x)));
       }
     }
   }
 }
 
+namespace {
+
+// dbias[o] += sum over rows of dout[n, o]: each thread sums a fixed block of rows into its own
+// row of partials (contiguous reads), then the partials are added in thread order, so the result
+// is the same on every run with the same thread count.
+void bias_gradient(float* dbias, const float* dout, int64_t N, int64_t OC) {
+  const int threads = omp_get_max_threads();
+  std::vector<float> partial(static_cast<size_t>(threads) * OC, 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    const int id = omp_get_thread_num();
+    float* sums = partial.data() + static_cast<int64_t>(id) * OC;
+    const int64_t begin = N * id / threads, end = N * (id + 1) / threads;
+    for (int64_t n = begin; n < end; ++n) {
+      const float* d = dout + n * OC;
+#pragma omp simd
+      for (int64_t o = 0; o < OC; ++o) sums[o] += d[o];
+    }
+  }
+  for (int id = 0; id < threads; ++id) {
+    const float* sums = partial.data() + static_cast<int64_t>(id) * OC;
+#pragma omp simd
+    for (int64_t o = 0; o < OC; ++o) dbias[o] += sums[o];
+  }
+}
+
+}  // namespace
+
 void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
-                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu) {
+                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
+                     bool accumulate_dinp) {
   if (gelu) {
     // dout (N,OC) becomes the gradient of the pre-activation, in place.
 #pragma omp parallel for schedule(static)
@@ -51,7 +81,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, con
 #pragma omp simd
       for (int64_t o = 0; o < OC; ++o) {
         float x = p[o];
-        float t = tanh_via_exp(kGeluScale * (x + kGeluCubic * x * x * x));
+        float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
         float local = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
         d[o] *= local;
       }
@@ -59,8 +89,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, con
   }
   bool transposed = layout == WeightLayout::out_in;
   if (dinp != nullptr) {
-    // dinp (N,C) += dout (N,OC) · W^T
-    sgemm(false, !transposed, N, C, OC, 1.0f, dout, OC, weight, transposed ? C : OC, 1.0f, dinp, C);
+    // dinp (N,C) (+)= dout (N,OC) · W^T
+    sgemm(false, !transposed, N, C, OC, 1.0f, dout, OC, weight, transposed ? C : OC, accumulate_dinp ? 1.0f : 0.0f,
+          dinp, C);
   }
   if (transposed) {
     // dW [OC,C] += dout^T · inp
@@ -69,21 +100,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, con
     // dW [C,OC] += inp^T · dout
     sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
   }
-  if (dbias != nullptr) {
-    // Column sums; each thread owns a band of columns and adds rows in order.
-    constexpr int64_t kBand = 64;
-#pragma omp parallel for schedule(static)
-    for (int64_t o0 = 0; o0 < OC; o0 += kBand) {
-      int64_t o1 = o0 + kBand < OC ? o0 + kBand : OC;
-      float sums[kBand] = {};
-      for (int64_t n = 0; n < N; ++n) {
-        const float* d = dout + n * OC;
-#pragma omp simd
-        for (int64_t o = o0; o < o1; ++o) sums[o - o0] += d[o];
-      }
-      for (int64_t o = o0; o < o1; ++o) dbias[o] += sums[o - o0];
-    }
-  }
+  if (dbias != nullptr) bias_gradient(dbias, dout, N, OC);
 }
 
 }  // namespace paraflow::cpu

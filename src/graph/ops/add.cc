@@ -21,8 +21,10 @@ class AddOp final : public OpDef {
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
     backend.add_backward(t.input_grads[0].data<float>(), t.input_grads[1].data<float>(),
-                         t.output_grads[0].data<float>(), t.outputs[0].numel());
+                         t.output_grads[0].data<float>(), t.outputs[0].numel(), t.accumulate[0], t.accumulate[1]);
   }
+
+  bool can_assign_input_grad(size_t) const override { return true; }
 };
 
 }  // namespace

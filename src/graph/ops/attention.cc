@@ -30,8 +30,10 @@ class AttentionOp final : public OpDef {
     const Shape& s = t.inputs[0].shape();
     backend.attention_backward(t.input_grads[0].data<float>(), t.output_grads[0].data<float>(),
                                t.inputs[0].data<float>(), t.outputs[1].data<float>(), s[0], s[1], s[2] / 3,
-                               attributes.get("n_head"));
+                               attributes.get("n_head"), t.accumulate[0]);
   }
+
+  bool can_assign_input_grad(size_t index) const override { return index == 0; }
 };
 
 }  // namespace

@@ -34,8 +34,10 @@ class LayerNormOp final : public OpDef {
     backend.layernorm_backward(t.input_grads[0].data<float>(), t.input_grads[1].data<float>(),
                                t.input_grads[2].data<float>(), t.output_grads[0].data<float>(),
                                t.inputs[0].data<float>(), t.inputs[1].data<float>(), t.outputs[1].data<float>(),
-                               t.outputs[2].data<float>(), leading_rows(x), x[x.rank() - 1]);
+                               t.outputs[2].data<float>(), leading_rows(x), x[x.rank() - 1], t.accumulate[0]);
   }
+
+  bool can_assign_input_grad(size_t index) const override { return index == 0; }
 };
 
 }  // namespace

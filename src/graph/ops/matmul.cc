@@ -52,8 +52,11 @@ class MatmulOp final : public OpDef {
     float* dbias = t.inputs.size() == 3 ? t.input_grads[2].data<float>() : nullptr;
     backend.matmul_backward(dinp, t.input_grads[1].data<float>(), dbias, t.output_grads[0].data<float>(),
                             t.inputs[0].data<float>(), t.inputs[1].data<float>(),
-                            d.gelu ? t.outputs[1].data<float>() : nullptr, d.N, d.C, d.OC, d.layout, d.gelu);
+                            d.gelu ? t.outputs[1].data<float>() : nullptr, d.N, d.C, d.OC, d.layout, d.gelu,
+                            t.accumulate[0]);
   }
+
+  bool can_assign_input_grad(size_t index) const override { return index == 0; }
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // softmax_xent: per-position cross-entropy of softmax(logits) against integer targets.
 // inputs: logits (B,T,V), targets (B,T) i32 (negative = ignored)
-// outputs: losses (B,T); saved probs (B,T,V)
+// outputs: losses (B,T); saved stats (B,T,2): row max and log-sum-exp, from which backward
+// recomputes the probabilities instead of storing (B,T,V) of them
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -15,7 +16,8 @@ class SoftmaxXentOp final : public OpDef {
     expect_shape(logits.rank() == 3, "softmax_xent", "logits must be (B,T,V)", logits);
     expect_shape(targets == Shape{logits[0], logits[1]} && in[1]->dtype == DType::i32, "softmax_xent",
                  "targets must be (B,T) i32 matching the logits", targets);
-    return {{"", targets, DType::f32, ValueRole::activation}, {".probs", logits, DType::f32, ValueRole::saved}};
+    return {{"", targets, DType::f32, ValueRole::activation},
+            {".stats", Shape{logits[0], logits[1], 2}, DType::f32, ValueRole::saved}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
@@ -26,9 +28,12 @@ class SoftmaxXentOp final : public OpDef {
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
     const Shape& s = t.inputs[0].shape();
-    backend.softmax_xent_backward(t.input_grads[0].data<float>(), t.outputs[1].data<float>(),
-                                  t.inputs[1].data<int32_t>(), t.output_grads[0].data<float>(), s[0] * s[1], s[2]);
+    backend.softmax_xent_backward(t.input_grads[0].data<float>(), t.inputs[0].data<float>(), t.outputs[1].data<float>(),
+                                  t.inputs[1].data<int32_t>(), t.output_grads[0].data<float>(), s[0] * s[1], s[2],
+                                  t.accumulate[0]);
   }
+
+  bool can_assign_input_grad(size_t index) const override { return index == 0; }
 
   bool differentiable_input(size_t index) const override { return index == 0; }
 };
