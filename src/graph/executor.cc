@@ -7,7 +7,11 @@
 namespace paraflow::graph {
 
 Executor::Executor(const Graph& graph, Backend& backend)
-    : graph_(graph), backend_(backend), tensors_(graph.values().size()), bound_(graph.values().size(), false) {}
+    : graph_(graph),
+      backend_(backend),
+      tensors_(graph.values().size()),
+      bound_(graph.values().size(), false),
+      kept_(graph.values().size(), false) {}
 
 void Executor::bind(ValueId id, const Tensor& tensor) {
   const Value& value = graph_.value(id);
@@ -15,9 +19,50 @@ void Executor::bind(ValueId id, const Tensor& tensor) {
     throw Error(fmt::format("binding '{}': expected {} {}, got {} {}", value.name, dtype_name(value.dtype),
                             value.shape.to_string(), dtype_name(tensor.dtype()), tensor.shape().to_string()));
   }
+  if (planned_) throw Error(fmt::format("binding '{}' after the executor planned its memory", value.name));
   tensors_[static_cast<size_t>(id)] = tensor;
   bound_[static_cast<size_t>(id)] = true;
-  gradient_writes_planned_ = false;
+}
+
+void Executor::keep(ValueId id) {
+  if (planned_) throw Error("Executor::keep after the executor planned its memory");
+  kept_[static_cast<size_t>(id)] = true;
+}
+
+const MemoryPlan& Executor::memory_plan() {
+  if (!planned_) plan();
+  return memory_plan_;
+}
+
+void Executor::plan() {
+  // Outside the arena: what the caller binds, feeds or keeps, and the graph's outputs (values
+  // of forward ops that no node reads, such as the losses), which the caller reads after a run.
+  std::vector<bool> read(graph_.values().size(), false);
+  for (const Node& node : graph_.nodes()) {
+    for (ValueId id : node.inputs) read[static_cast<size_t>(id)] = true;
+    if (node.is_backward) {
+      const Node& source = graph_.nodes()[static_cast<size_t>(node.forward_node)];
+      const OpDef& def = op_def(source.kind);
+      for (size_t i = 0; i < source.outputs.size(); ++i) {
+        if (def.backward_reads_output(i)) read[static_cast<size_t>(source.outputs[i])] = true;
+      }
+    }
+  }
+  std::vector<bool> outside(graph_.values().size(), false);
+  for (size_t v = 0; v < outside.size(); ++v) {
+    const Value& value = graph_.values()[v];
+    bool output = !read[v] && (value.role == ValueRole::activation || value.role == ValueRole::saved);
+    outside[v] = bound_[v] || kept_[v] || value.role == ValueRole::input || output;
+  }
+  memory_plan_ = plan_memory(graph_, outside);
+  arena_ = backend_.empty(Shape{std::max<int64_t>(memory_plan_.arena_bytes / 4, 1)}, DType::f32);
+  for (size_t v = 0; v < outside.size(); ++v) {
+    if (memory_plan_.offsets[v] < 0) continue;
+    const Value& value = graph_.values()[v];
+    tensors_[v] = arena_.view(static_cast<size_t>(memory_plan_.offsets[v]), value.shape, value.dtype);
+  }
+  plan_gradient_writes();
+  planned_ = true;
 }
 
 const Tensor& Executor::tensor(ValueId id) {
@@ -34,7 +79,7 @@ const Tensor& Executor::tensor(ValueId id) {
 
 void Executor::plan_gradient_writes() {
   accumulate_.assign(graph_.nodes().size(), {});
-  zero_before_backward_.assign(graph_.values().size(), false);
+  zero_first_.assign(graph_.nodes().size(), {});
   std::vector<bool> written(graph_.values().size(), false);
   for (size_t n = 0; n < graph_.nodes().size(); ++n) {
     const Node& node = graph_.nodes()[n];
@@ -48,14 +93,13 @@ void Executor::plan_gradient_writes() {
         if (def.can_assign_input_grad(i)) {
           accumulate = false;
         } else {
-          zero_before_backward_[static_cast<size_t>(grad)] = true;
+          zero_first_[n].push_back(grad);  // zeroed just in time: its arena bytes may be in use until then
         }
       }
       if (grad != kNoValue) written[static_cast<size_t>(grad)] = true;
       accumulate_[n].push_back(accumulate);
     }
   }
-  gradient_writes_planned_ = true;
 }
 
 NodeTensors Executor::gather(size_t node_index) {
@@ -81,6 +125,7 @@ NodeTensors Executor::gather(size_t node_index) {
 void Executor::run(size_t node_index) {
   const Node& node = graph_.nodes()[node_index];
   const OpDef& def = op_def(node.kind);
+  for (ValueId grad : zero_first_[node_index]) backend_.fill_zero(tensor(grad));
   NodeTensors tensors = gather(node_index);
   auto start = std::chrono::steady_clock::now();
   if (node.is_backward) {
@@ -98,21 +143,19 @@ void Executor::run(size_t node_index) {
 }
 
 void Executor::forward() {
+  if (!planned_) plan();
   for (size_t index = 0; index < graph_.nodes().size(); ++index) {
-    if (!graph_.nodes()[index].is_backward) run(index);
+    if (!Graph::in_backward_phase(graph_.nodes()[index])) run(index);
   }
 }
 
 void Executor::backward() {
-  if (!gradient_writes_planned_) plan_gradient_writes();
-  for (size_t id = 0; id < graph_.values().size(); ++id) {
-    if (zero_before_backward_[id]) backend_.fill_zero(tensor(static_cast<ValueId>(id)));
-  }
+  if (!planned_) plan();
   for (size_t index = 0; index < graph_.nodes().size(); ++index) {
     const Node& node = graph_.nodes()[index];
-    if (!node.is_backward) continue;
+    if (!Graph::in_backward_phase(node)) continue;
     run(index);
-    if (backward_hook_) backward_hook_(index);
+    if (node.is_backward && backward_hook_) backward_hook_(index);
   }
 }
 

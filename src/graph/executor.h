@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "graph/graph.h"
+#include "graph/memory_plan.h"
 #include "graph/op.h"
 
 namespace paraflow::graph {
@@ -19,6 +20,8 @@ class Executor {
   Executor(const Graph& graph, Backend& backend);
 
   void bind(ValueId id, const Tensor& tensor);
+  // The caller reads this value between runs, so it gets a buffer of its own.
+  void keep(ValueId id);
   // Allocates activations, gradients and inputs on first use when unbound; callers feed an
   // input by writing into its tensor. Parameters and state must be bound.
   const Tensor& tensor(ValueId id);
@@ -38,23 +41,31 @@ class Executor {
   void set_profiling(bool enabled) { profiling_ = enabled; }
   const std::map<std::string, double>& profile() const { return profile_; }
 
+  // Plans memory now if not yet done (it happens on the first run otherwise).
+  const MemoryPlan& memory_plan();
+
   const Graph& graph() const { return graph_; }
   Backend& backend() { return backend_; }
 
  private:
   NodeTensors gather(size_t node_index);
   void run(size_t node_index);
-  // Decides, for every unbound gradient, whether its first writer assigns it (no zeroing
-  // needed) and which later writers accumulate.
+  // Decides, for every unbound gradient, whether its first writer assigns it or the gradient
+  // must be zeroed right before that writer, and which later writers accumulate.
   void plan_gradient_writes();
+  // Lays out every value the caller does not own in one arena (graph/memory_plan.h).
+  void plan();
 
   const Graph& graph_;
   Backend& backend_;
   std::vector<Tensor> tensors_;
   std::vector<bool> bound_;
+  std::vector<bool> kept_;
   std::vector<std::vector<bool>> accumulate_;  // per node, per input: accumulate into its gradient
-  std::vector<bool> zero_before_backward_;     // per value
-  bool gradient_writes_planned_ = false;
+  std::vector<std::vector<ValueId>> zero_first_;  // per node: gradients to zero before it runs
+  bool planned_ = false;
+  MemoryPlan memory_plan_;
+  Tensor arena_;
   std::function<void(size_t)> backward_hook_;
   bool profiling_ = false;
   std::map<std::string, double> profile_;

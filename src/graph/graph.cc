@@ -50,13 +50,23 @@ std::vector<ValueId> Graph::add_node(OpKind kind, std::string name, std::vector<
   std::vector<OutputSpec> specs = op_def(kind).infer(input_values, attributes);
   std::vector<ValueId> outputs;
   for (OutputSpec& spec : specs) outputs.push_back(add_value(name + spec.suffix, spec.shape, spec.dtype, spec.role));
-  nodes_.push_back(Node{kind, std::move(name), std::move(inputs), outputs, std::move(attributes), false, -1});
+  nodes_.push_back(Node{.kind = kind, .name = std::move(name), .inputs = std::move(inputs), .outputs = outputs,
+                        .attributes = std::move(attributes)});
   return outputs;
 }
 
 int32_t Graph::add_backward_node(int32_t forward_node) {
   const Node& forward = nodes_.at(static_cast<size_t>(forward_node));
-  Node node{forward.kind, forward.name + ".backward", {}, {}, forward.attributes, true, forward_node};
+  Node node{.kind = forward.kind, .name = forward.name + ".backward", .attributes = forward.attributes,
+            .is_backward = true, .forward_node = forward_node};
+  nodes_.push_back(std::move(node));
+  return static_cast<int32_t>(nodes_.size() - 1);
+}
+
+int32_t Graph::add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
+  const Node& source = nodes_.at(static_cast<size_t>(original));
+  Node node{.kind = source.kind, .name = source.name + ".recompute", .inputs = std::move(inputs),
+            .outputs = std::move(outputs), .attributes = source.attributes, .is_recompute = true};
   nodes_.push_back(std::move(node));
   return static_cast<int32_t>(nodes_.size() - 1);
 }

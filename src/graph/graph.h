@@ -55,6 +55,7 @@ struct Node {
   std::vector<ValueId> outputs;  // the op's activations first, then values saved for backward
   Attributes attributes;
   bool is_backward = false;  // a backward node reads forward_node's tensors and the output grads
+  bool is_recompute = false; // a forward op re-run during backward (gradient checkpointing)
   int32_t forward_node = -1;
 };
 
@@ -64,6 +65,13 @@ class Graph {
   // Adds a forward node; the op infers and checks output shapes. Returns the output ids.
   std::vector<ValueId> add_node(OpKind kind, std::string name, std::vector<ValueId> inputs, Attributes attributes = {});
   int32_t add_backward_node(int32_t forward_node);
+  // Re-runs forward node `original` during backward, writing `outputs` (clones of its outputs)
+  // from `inputs`; returns the new node's index.
+  int32_t add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs);
+  // Makes backward node `node` read the tensors of forward (or recompute) node `source`.
+  void set_backward_source(int32_t node, int32_t source) { nodes_.at(static_cast<size_t>(node)).forward_node = source; }
+  // True for nodes that run in Executor::backward(): backward and recompute nodes.
+  static bool in_backward_phase(const Node& node) { return node.is_backward || node.is_recompute; }
 
   const Value& value(ValueId id) const { return values_.at(static_cast<size_t>(id)); }
   Value& value(ValueId id) { return values_.at(static_cast<size_t>(id)); }

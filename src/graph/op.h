@@ -38,6 +38,9 @@ class OpDef {
   // Whether backward can assign (rather than only accumulate) input i's gradient; the executor
   // then skips zeroing that gradient when this node writes it first.
   virtual bool can_assign_input_grad(size_t index) const { (void)index; return false; }
+  // What backward reads of the forward tensors; the memory planner frees the rest after forward.
+  virtual bool backward_reads_input(size_t index) const { (void)index; return true; }
+  virtual bool backward_reads_output(size_t index) const { (void)index; return true; }
 };
 
 const OpDef& op_def(OpKind kind);

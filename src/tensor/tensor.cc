@@ -58,6 +58,10 @@ Tensor Tensor::slice_flat(int64_t begin, int64_t count) const {
   return Tensor(storage_, offset_ + static_cast<size_t>(begin) * dtype_size(dtype_), Shape{count}, dtype_);
 }
 
+Tensor Tensor::view(size_t byte_offset, Shape shape, DType dtype) const {
+  return Tensor(storage_, offset_ + byte_offset, std::move(shape), dtype);
+}
+
 void Tensor::check_element_type(size_t element_size) const {
   if (element_size != dtype_size(dtype_)) {
     throw Error(fmt::format("tensor of {} accessed with a {}-byte element type", dtype_name(dtype_), element_size));

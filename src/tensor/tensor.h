@@ -88,6 +88,8 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // Elements [begin, begin + count) of the flattened tensor, as a 1-D view.
   Tensor slice_flat(int64_t begin, int64_t count) const;
+  // Another tensor living in this one's storage at `byte_offset` (memory planning's arena).
+  Tensor view(size_t byte_offset, Shape shape, DType dtype) const;
 
  private:
   void check_element_type(size_t element_size) const;

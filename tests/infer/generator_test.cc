@@ -20,6 +20,7 @@ std::vector<double> full_logits(const model::GptConfig& config, const model::Par
   model::GptGraph g = model::build_gpt_training_graph(config, 1, T);
   graph::Executor executor(g.graph, cpu_backend());
   model::bind_parameters(executor, g, parameters, nullptr);
+  executor.keep(g.logits);
   std::copy(tokens.begin(), tokens.end(), executor.tensor(g.tokens).data<int32_t>());
   executor.forward();
   return testing::to_vector(executor.tensor(g.logits));

@@ -31,6 +31,7 @@ TEST_P(HfSavedModel, LoadsAndGivesTransformersLogits) {
   model::GptGraph g = model::build_gpt_training_graph(loaded.config, 1, static_cast<int64_t>(tokens.size()));
   graph::Executor executor(g.graph, cpu_backend());
   model::bind_parameters(executor, g, loaded.parameters, nullptr);
+  executor.keep(g.logits);
   std::copy(tokens.begin(), tokens.end(), executor.tensor(g.tokens).data<int32_t>());
   executor.forward();
   Tensor reference = model::SafetensorsFile::load((dir.path() / "logits.safetensors").string()).tensor("logits");

@@ -63,6 +63,7 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
   model::bind_parameters(executor, g, parameters, &gradients);
   Tensor loss_grad = Tensor::zeros({B, T});
   executor.bind(g.graph.value(g.losses).grad, loss_grad);
+  executor.keep(g.logits);
   for (int64_t i = 0; i < B * T; ++i) {
     executor.tensor(g.tokens).data<int32_t>()[i] = static_cast<int32_t>(tokens.data<int64_t>()[i]);
     executor.tensor(g.targets).data<int32_t>()[i] = static_cast<int32_t>(targets.data<int64_t>()[i]);

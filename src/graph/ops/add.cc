@@ -25,6 +25,8 @@ class AddOp final : public OpDef {
   }
 
   bool can_assign_input_grad(size_t) const override { return true; }
+  bool backward_reads_input(size_t) const override { return false; }
+  bool backward_reads_output(size_t) const override { return false; }
 };
 
 }  // namespace

@@ -34,6 +34,8 @@ class EmbeddingOp final : public OpDef {
   }
 
   bool differentiable_input(size_t index) const override { return index == 1 || index == 2; }
+  bool backward_reads_input(size_t index) const override { return index == 0; }  // the token ids
+  bool backward_reads_output(size_t) const override { return false; }
 };
 
 }  // namespace

@@ -38,6 +38,8 @@ class LayerNormOp final : public OpDef {
   }
 
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool backward_reads_input(size_t index) const override { return index < 2; }   // x and weight
+  bool backward_reads_output(size_t index) const override { return index > 0; }  // mean, rstd
 };
 
 }  // namespace

@@ -57,6 +57,8 @@ class MatmulOp final : public OpDef {
   }
 
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool backward_reads_input(size_t index) const override { return index < 2; }   // x and W, not the bias
+  bool backward_reads_output(size_t index) const override { return index == 1; }  // pre, not out
 };
 
 }  // namespace

@@ -34,6 +34,7 @@ class SoftmaxXentOp final : public OpDef {
   }
 
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool backward_reads_output(size_t index) const override { return index == 1; }  // stats
 
   bool differentiable_input(size_t index) const override { return index == 0; }
 };

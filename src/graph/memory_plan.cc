@@ -1,0 +1,99 @@
+#include "graph/memory_plan.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "graph/op.h"
+
+namespace paraflow::graph {
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t aligned_bytes(const Value& value) {
+  int64_t bytes = value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+}  // namespace
+
+std::vector<size_t> execution_order(const Graph& graph) {
+  std::vector<size_t> order;
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    if (!Graph::in_backward_phase(graph.nodes()[n])) order.push_back(n);
+  }
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    if (Graph::in_backward_phase(graph.nodes()[n])) order.push_back(n);
+  }
+  return order;
+}
+
+MemoryPlan plan_memory(const Graph& graph, const std::vector<bool>& outside) {
+  const size_t count = graph.values().size();
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> first(count, kNever), last(count, -1);
+  auto touch = [&](ValueId id, int64_t position) {
+    if (id == kNoValue) return;
+    size_t v = static_cast<size_t>(id);
+    first[v] = std::min(first[v], position);
+    last[v] = std::max(last[v], position);
+  };
+  std::vector<size_t> order = execution_order(graph);
+  for (size_t position = 0; position < order.size(); ++position) {
+    const Node& node = graph.nodes()[order[position]];
+    const auto p = static_cast<int64_t>(position);
+    if (!node.is_backward) {
+      for (ValueId id : node.inputs) touch(id, p);
+      for (ValueId id : node.outputs) touch(id, p);
+      continue;
+    }
+    const Node& source = graph.nodes()[static_cast<size_t>(node.forward_node)];
+    const OpDef& def = op_def(source.kind);
+    for (size_t i = 0; i < source.inputs.size(); ++i) {
+      if (def.backward_reads_input(i)) touch(source.inputs[i], p);
+      touch(graph.value(source.inputs[i]).grad, p);
+    }
+    for (size_t i = 0; i < source.outputs.size(); ++i) {
+      if (def.backward_reads_output(i)) touch(source.outputs[i], p);
+      touch(graph.value(source.outputs[i]).grad, p);
+    }
+  }
+
+  MemoryPlan plan;
+  plan.offsets.assign(count, -1);
+  std::vector<size_t> planned;
+  for (size_t v = 0; v < count; ++v) {
+    if (!outside[v] && first[v] != kNever) {
+      planned.push_back(v);
+      plan.unplanned_sum_bytes += aligned_bytes(graph.values()[v]);
+    }
+  }
+  // Greedy by size: the largest values first, each at the lowest offset that does not overlap
+  // a placed value whose lifetime intersects its own.
+  std::stable_sort(planned.begin(), planned.end(), [&](size_t a, size_t b) {
+    return aligned_bytes(graph.values()[a]) > aligned_bytes(graph.values()[b]);
+  });
+  std::vector<size_t> placed;
+  for (size_t v : planned) {
+    const int64_t size = aligned_bytes(graph.values()[v]);
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placements
+    for (size_t other : placed) {
+      if (first[other] <= last[v] && first[v] <= last[other]) {
+        busy.emplace_back(plan.offsets[other], plan.offsets[other] + aligned_bytes(graph.values()[other]));
+      }
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [begin, end] : busy) {
+      if (offset + size <= begin) break;
+      offset = std::max(offset, end);
+    }
+    plan.offsets[v] = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
+    placed.push_back(v);
+  }
+  return plan;
+}
+
+}  // namespace paraflow::graph
