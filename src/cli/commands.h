@@ -8,5 +8,7 @@ namespace paraflow::cli {
 void add_train_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
+void add_data_command(CLI::App& app);
 
 }  // namespace paraflow::cli

@@ -29,8 +29,8 @@ void run_eval(const EvalOptions& options) {
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
-  train::TokenSource data = train::TokenSource::from_text_files(setup.data_path, setup.validation_fraction);
-  train::Evaluator evaluator(setup.model, data, cpu_backend(), setup.train.batch_size, setup.train.sequence_length,
+  std::unique_ptr<train::BatchSource> data = setup.open_data();
+  train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train.batch_size, setup.train.sequence_length,
                              setup.train.eval_batches, setup.train.seed);
   if (!options.watch.empty()) {
     std::signal(SIGTERM, request_stop);

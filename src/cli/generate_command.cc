@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "data/tokenizer.h"
 #include "infer/generator.h"
 #include "model/model_files.h"
 
@@ -21,25 +24,45 @@ struct GenerateOptions {
   std::vector<std::string> stops;
 };
 
-// Until the BPE tokenizer is wired in, models are trained on a byte-level vocabulary: token id
-// = byte value.
-std::vector<int32_t> encode_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+// Text <-> ids: the export's BPE tokenizer when it has one (vocab.json + merges.txt or
+// tokenizer.json), else the byte-level vocabulary (id = byte value).
+class TextCodec {
+ public:
+  explicit TextCodec(const std::filesystem::path& model_dir) {
+    if (std::filesystem::exists(model_dir / "tokenizer.json") || std::filesystem::exists(model_dir / "vocab.json")) {
+      tokenizer_.emplace(data::Tokenizer::load(model_dir));
+    }
+  }
+  std::vector<int32_t> encode(const std::string& text) const {
+    if (tokenizer_) return tokenizer_->encode(text);
+    return {text.begin(), text.end()};
+  }
+  // Bytes of one token (a BPE token may end inside a UTF-8 character; the terminal joins them).
+  std::string decode(int32_t token) const {
+    if (tokenizer_) return std::string(tokenizer_->token_bytes(token));
+    return std::string(1, static_cast<char>(token));
+  }
+  bool is_end_of_text(int32_t token) const { return tokenizer_ && token == tokenizer_->eot_id(); }
+
+ private:
+  std::optional<data::Tokenizer> tokenizer_;
+};
 
 void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
-  check(model.config.vocab_size >= 256, "{}: a byte-level model needs vocab_size >= 256, got {}", options.model_dir,
-        model.config.vocab_size);
+  TextCodec codec(options.model_dir);
   infer::Generator generator(model.config, model.parameters, backend);
   infer::Sampler sampler(options.sampling);
 
-  std::vector<int32_t> prompt = encode_bytes(options.prompt);
+  std::vector<int32_t> prompt = codec.encode(options.prompt);
   std::string completion;
   std::fputs(options.prompt.c_str(), stdout);
   auto start = std::chrono::steady_clock::now();
   size_t printed = 0;
   std::vector<int32_t> tokens = generator.generate(prompt, options.max_tokens, sampler, [&](int32_t token) {
-    completion.push_back(static_cast<char>(token < 256 ? token : '?'));
+    if (codec.is_end_of_text(token)) return false;
+    completion += codec.decode(token);
     for (const std::string& stop : options.stops) {
       if (!stop.empty() && completion.size() >= stop.size() &&
           completion.compare(completion.size() - stop.size(), stop.size(), stop) == 0) {

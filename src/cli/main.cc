@@ -9,6 +9,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"paraflow: train GPT-style language models in parallel and serve them"};
   app.require_subcommand(1);
+  paraflow::cli::add_tokenizer_command(app);
+  paraflow::cli::add_data_command(app);
   paraflow::cli::add_train_command(app);
   paraflow::cli::add_eval_command(app);
   paraflow::cli::add_generate_command(app);

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/config.h"
 #include "model/gpt_config.h"
+#include "train/batch_source.h"
 #include "train/trainer.h"
 
 namespace paraflow::cli {
@@ -21,6 +23,10 @@ struct RunSetup {
 
   // Reads every key and refuses unknown ones.
   static RunSetup load(const std::string& config_path, const std::vector<std::string>& overrides);
+
+  // data.train: a `paraflow data prepare` directory (TFRecord input pipeline) or text files read
+  // as bytes.
+  std::unique_ptr<train::BatchSource> open_data() const;
 };
 
 }  // namespace paraflow::cli

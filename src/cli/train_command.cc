@@ -44,14 +44,14 @@ void run_train(const TrainOptions& options) {
   if (threads > 0) omp_set_num_threads(threads);
   const model::GptConfig& model_config = setup.model;
   const train::TrainConfig& train_config = setup.train;
-  const std::string& data_path = setup.data_path;
 
   std::optional<dist::ClusterSpec> cluster = dist::ClusterSpec::from_environment();
   if (cluster && cluster->role() == dist::Role::ps) {
     fail("TF_CONFIG task {}:{}: parameter-server training is not implemented yet; use chief/worker tasks",
          cluster->task_type, cluster->task_index);
   }
-  train::TokenSource data = train::TokenSource::from_text_files(data_path, setup.validation_fraction);
+  std::unique_ptr<train::BatchSource> source = setup.open_data();
+  train::BatchSource& data = *source;
   if (cluster && cluster->role() == dist::Role::evaluator) {
     // The evaluator task of a TF_CONFIG cluster runs the same command and follows the chief.
     std::signal(SIGTERM, request_stop);
@@ -61,8 +61,7 @@ void run_train(const TrainOptions& options) {
     evaluator.watch(train_config.out_dir, train_config.steps, &stop_requested);
     return;
   }
-  fmt::print(stderr, "data: {} train / {} validation tokens from {}\n", data.train_tokens(), data.validation_tokens(),
-             data_path);
+  fmt::print(stderr, "data: {}\n", data.describe());
   fmt::print(stderr, "model: {:.2f}M parameters, {} layers, {} heads, n_embd {}; {} threads\n",
              static_cast<double>(model_config.parameter_count()) / 1e6, model_config.n_layer, model_config.n_head,
              model_config.n_embd, omp_get_max_threads());

@@ -97,61 +97,27 @@ void for_each_line(InputStream& stream, LineFn&& line_fn) {
 void process_file(const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options,
                   FileResult& result) {
   const TokenId eot = tokenizer.eot_id();
-  auto add_document = [&](std::string_view text) {
-    if (text.empty()) {
-      ++result.empty_documents;
-      return;
-    }
-    Document doc;
-    tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
-    doc.tokens.push_back(eot);
-    result.docs.push_back(std::move(doc));
-  };
   result.bytes = fs::file_size(path);
-  InputKind kind = input_kind(path);
-  if (kind == InputKind::txt) {
-    add_document(read_file(path));
-    return;
-  }
-  auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
-  const std::string& field = options.text_field;
-  bool stop = false;
-  for_each_line(*stream, [&](std::string_view line, int64_t number) {
-    if (stop) return;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank line
-    std::string problem;
-    json object;
-    bool parsed = true;
-    try {
-      object = json::parse(line);
-    } catch (const json::exception& e) {
-      parsed = false;
-      std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
-      size_t cut = what.find("] ");
-      problem = fmt::format("invalid JSON ({})", cut == std::string::npos ? what : what.substr(cut + 2));
-    }
-    if (!parsed) {
-    } else if (!object.is_object()) {
-      problem = fmt::format("a JSON {}, not an object", describe_type(object));
-    } else {
-      auto it = object.find(field);
-      if (it == object.end()) {
-        problem = fmt::format("no \"{}\" field", field);
-      } else if (!it->is_string()) {
-        problem = fmt::format("field \"{}\" is a {}, not a string", field, describe_type(*it));
-      } else {
-        add_document(it->get_ref<const std::string&>());
-        return;
-      }
-    }
-    std::string message = fmt::format("{}:{}: {}", path.string(), number, problem);
-    if (options.on_bad_line == BadLinePolicy::fail) {
-      result.error = std::make_exception_ptr(InputError(message));
-      stop = true;
-    } else {
-      result.skipped.push_back(std::move(message));
-    }
-  });
+  for_each_document(
+      path, options.text_field,
+      [&](std::string_view text) {
+        if (text.empty()) {
+          ++result.empty_documents;
+          return;
+        }
+        Document doc;
+        tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
+        doc.tokens.push_back(eot);
+        result.docs.push_back(std::move(doc));
+      },
+      [&](std::string message) {
+        if (options.on_bad_line == BadLinePolicy::fail) {
+          result.error = std::make_exception_ptr(InputError(message));
+          return false;
+        }
+        result.skipped.push_back(std::move(message));
+        return true;
+      });
 }
 
 std::string shard_suffix(Compression compression) {
@@ -228,6 +194,48 @@ void remove_stale_outputs(const fs::path& out) {
 }
 
 }  // namespace
+
+void for_each_document(const fs::path& path, const std::string& text_field,
+                       const std::function<void(std::string_view)>& on_document,
+                       const std::function<bool(std::string)>& on_bad_line) {
+  InputKind kind = input_kind(path);
+  if (kind == InputKind::txt) {
+    on_document(read_file(path));
+    return;
+  }
+  auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
+  bool stop = false;
+  for_each_line(*stream, [&](std::string_view line, int64_t number) {
+    if (stop) return;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank line
+    std::string problem;
+    json object;
+    bool parsed = true;
+    try {
+      object = json::parse(line);
+    } catch (const json::exception& e) {
+      parsed = false;
+      std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
+      size_t cut = what.find("] ");
+      problem = fmt::format("invalid JSON ({})", cut == std::string::npos ? what : what.substr(cut + 2));
+    }
+    if (!parsed) {
+    } else if (!object.is_object()) {
+      problem = fmt::format("a JSON {}, not an object", describe_type(object));
+    } else {
+      auto it = object.find(text_field);
+      if (it == object.end()) {
+        problem = fmt::format("no \"{}\" field", text_field);
+      } else if (!it->is_string()) {
+        problem = fmt::format("field \"{}\" is a {}, not a string", text_field, describe_type(*it));
+      } else {
+        on_document(it->get_ref<const std::string&>());
+        return;
+      }
+    }
+    stop = !on_bad_line(fmt::format("{}:{}: {}", path.string(), number, problem));
+  });
+}
 
 BadLinePolicy parse_bad_line_policy(std::string_view name) {
   if (name == "fail") return BadLinePolicy::fail;

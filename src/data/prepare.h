@@ -55,6 +55,13 @@ struct PrepareOptions {
 // kind, or a tokenizer without `<|endoftext|>`.
 nlohmann::json prepare(const PrepareOptions& options);
 
+// The documents of one input: a .txt file whole, or the `text_field` string of every line of a
+// .jsonl / .jsonl.gz file. A bad line goes to `on_bad_line("file:line: problem")`, which returns
+// whether to go on.
+void for_each_document(const std::filesystem::path& path, const std::string& text_field,
+                       const std::function<void(std::string_view)>& on_document,
+                       const std::function<bool(std::string)>& on_bad_line);
+
 // Sorted, de-duplicated files matching the patterns; InputError names a pattern without match.
 std::vector<std::filesystem::path> expand_inputs(const std::vector<std::string>& patterns);
 

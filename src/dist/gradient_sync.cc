@@ -151,6 +151,17 @@ float GradientSync::all_reduce_max(float value) {
   return value;
 }
 
+std::string GradientSync::broadcast(const std::string& text, int root) {
+  std::string result = text;
+  submit([&] {
+    uint64_t size = result.size();
+    communicator_.broadcast(&size, sizeof size, root);
+    result.resize(size);
+    communicator_.broadcast(result.data(), size, root);
+  }).get();
+  return result;
+}
+
 void GradientSync::broadcast(float* data, size_t count, int root) {
   submit([&] { communicator_.broadcast(data, count * sizeof(float), root); }).get();
 }

@@ -46,6 +46,7 @@ class GradientSync {
   float all_reduce_sum(float value);
   float all_reduce_max(float value);
   void broadcast(float* data, size_t count, int root);
+  std::string broadcast(const std::string& text, int root);
 
   Communicator& communicator() { return communicator_; }
   size_t bucket_count() const { return buckets_.size(); }

@@ -12,7 +12,7 @@
 
 namespace paraflow::train {
 
-Evaluator::Evaluator(const model::GptConfig& config, const TokenSource& data, Backend& backend, int64_t batch_size,
+Evaluator::Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, int64_t batch_size,
                      int64_t sequence_length, int64_t batches, uint64_t seed)
     : config_(config),
       data_(data),

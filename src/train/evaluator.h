@@ -20,7 +20,7 @@ struct EvalResult {
 
 class Evaluator {
  public:
-  Evaluator(const model::GptConfig& config, const TokenSource& data, Backend& backend, int64_t batch_size,
+  Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, int64_t batch_size,
             int64_t sequence_length, int64_t batches, uint64_t seed);
 
   // Loads the weights of a checkpoint or export dir and evaluates them.
@@ -33,7 +33,7 @@ class Evaluator {
 
  private:
   model::GptConfig config_;
-  const TokenSource& data_;
+  BatchSource& data_;
   Backend& backend_;
   int64_t batches_;
   uint64_t seed_;

@@ -53,8 +53,12 @@ TokenSource TokenSource::from_tokens(std::vector<int32_t> tokens, double validat
   return source;
 }
 
+std::string TokenSource::describe() const {
+  return fmt::format("{} train / {} validation tokens (bytes)", train_tokens(), validation_tokens());
+}
+
 void TokenSource::batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices,
-                        const Tensor& tokens, const Tensor& targets) const {
+                        const Tensor& tokens, const Tensor& targets) {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   const int64_t begin = validation ? split_ : 0;
   const int64_t length = validation ? static_cast<int64_t>(tokens_.size()) - split_ : split_;

@@ -1,32 +1,30 @@
-// Where the trainer's tokens come from until the TFRecord input pipeline is wired in: a corpus of
-// text files read as bytes (a byte-level vocabulary of 256 ids), split into train and
-// validation, and sampled as windows of T+1 tokens. Batch k depends only on (seed, k), so the
-// data position in a checkpoint is just the step, and resuming replays exactly.
+// A corpus of text files read as bytes (a byte-level vocabulary of 256 ids), split into train
+// and validation, and sampled as windows of T+1 tokens — for quick runs without a tokenizer or
+// `data prepare`. Batch k depends only on (seed, k), so the data position in a checkpoint is just
+// the step, and resuming replays exactly.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "train/batch_source.h"
 
 namespace paraflow::train {
 
-class TokenSource {
+class TokenSource final : public BatchSource {
  public:
   // `pattern` is a file, a directory (all regular files in it) or a glob.
   static TokenSource from_text_files(const std::string& pattern, double validation_fraction);
   static TokenSource from_tokens(std::vector<int32_t> tokens, double validation_fraction);
 
-  // Global batch `index` has B·slices rows; this fills tokens and targets (B,T) i32 with rows
-  // [slice·B, (slice+1)·B) of it. Data-parallel rank r with accumulation step m takes slice
-  // r·accumulation + m, so the rows a step sees do not depend on how they are split.
   void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices, const Tensor& tokens,
-             const Tensor& targets) const;
+             const Tensor& targets) override;
+  std::string describe() const override;
 
   int64_t train_tokens() const { return split_; }
   int64_t validation_tokens() const { return static_cast<int64_t>(tokens_.size()) - split_; }
-  int32_t max_token() const { return max_token_; }
+  int32_t max_token() const override { return max_token_; }
 
  private:
   std::vector<int32_t> tokens_;

@@ -7,6 +7,7 @@
 #include "base/progress.h"
 #include "base/random.h"
 #include "data/events.h"
+#include "data/tokenizer.h"
 #include "graph/autodiff.h"
 #include "model/model_files.h"
 
@@ -52,7 +53,7 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   return c;
 }
 
-Trainer::Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend,
+Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend,
                  dist::Communicator& communicator)
     : model_config_(model_config),
       config_(std::move(config)),
@@ -93,10 +94,12 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, const TokenS
 
 bool Trainer::initialize_or_resume() {
   float resumed_step = 0;
+  std::string data_state = "{}";
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
       nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, *optimizer_);
       resumed_step = static_cast<float>(state.at("step").get<int64_t>());
+      if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
       fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), resumed_step);
     } else {
       Rng rng(config_.seed);
@@ -108,6 +111,7 @@ bool Trainer::initialize_or_resume() {
   sync_->broadcast(optimizer_->first_moment().flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
   sync_->broadcast(optimizer_->second_moment().flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
   sync_->broadcast(&resumed_step, 1, 0);
+  data_.restore(nlohmann::json::parse(sync_->broadcast(data_state, 0)));
   step_ = static_cast<int64_t>(resumed_step);
   optimizer_->set_steps_taken(step_);
   return step_ > 0;
@@ -149,26 +153,33 @@ StepStats Trainer::step() {
 }
 
 double Trainer::evaluate(int64_t batches) {
+  // Every rank evaluates its slices of each validation batch; the mean goes through all-reduce.
+  const int64_t slices = communicator_.size() * config_.grad_accumulation;
   double total = 0;
   for (int64_t index = 0; index < batches; ++index) {
-    data_.batch(index, config_.seed, true, 0, 1, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
-    executor_->forward();
-    const Tensor& losses = executor_->tensor(graph_.losses);
-    double sum = 0;
-    for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
-    total += sum / static_cast<double>(losses.numel());
+    for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
+      const int64_t slice = communicator_.rank() * config_.grad_accumulation + micro;
+      data_.batch(index, config_.seed, true, slice, slices, executor_->tensor(graph_.tokens),
+                  executor_->tensor(graph_.targets));
+      executor_->forward();
+      const Tensor& losses = executor_->tensor(graph_.losses);
+      double sum = 0;
+      for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
+      total += sum / static_cast<double>(losses.numel());
+    }
   }
-  return total / static_cast<double>(batches);
+  return sync_->all_reduce_sum(static_cast<float>(total)) / static_cast<double>(batches * slices);
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
   if (!is_chief()) return {};
-  nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_ * config_.grad_accumulation}}}};
+  nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}}};
   return checkpoints_.save(step_, model_config_, parameters_, *optimizer_, state);
 }
 
 void Trainer::export_model(const std::filesystem::path& dir) const {
   model::save_model_dir(dir, model_config_, parameters_);
+  if (!config_.tokenizer_dir.empty()) data::Tokenizer::load(config_.tokenizer_dir).save(dir);
 }
 
 void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
@@ -183,6 +194,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   auto stop_agreed = [&] { return sync_->all_reduce_max(stop && stop->load() ? 1.0f : 0.0f) > 0; };
   bool stopping = false;
   const int64_t last_step = config_.stop_at_step > 0 ? std::min(config_.stop_at_step, config_.steps) : config_.steps;
+  const double wait_before = data_.wait_seconds();
+  const auto run_start = std::chrono::steady_clock::now();
   while (step_ < last_step && !(stopping = stop_agreed())) {
     StepStats stats = step();
     smoothed_seconds = smoothed_seconds == 0 ? stats.seconds : 0.9 * smoothed_seconds + 0.1 * stats.seconds;
@@ -208,6 +221,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   }
   if (!is_chief()) return;
   progress.finish();
+  fmt::print(stderr, "waited for data {:.2f}% of the training time\n",
+             100.0 * (data_.wait_seconds() - wait_before) / std::max(seconds_since(run_start), 1e-9));
   if (stopping) fmt::print(stderr, "stop requested at step {}: saving a checkpoint\n", step_);
   std::filesystem::path checkpoint = save_checkpoint();
   export_model(config_.out_dir / "export");

@@ -35,6 +35,7 @@ struct TrainConfig {
   int64_t eval_every = 0;
   int64_t eval_batches = 8;
   dist::GradientSyncConfig sync;
+  std::filesystem::path tokenizer_dir;  // copied into exports when set
 
   static TrainConfig from_config(const Config& config);  // keys train.*
 };
@@ -52,9 +53,9 @@ struct StepStats {
 // alone writes checkpoints and exports.
 class Trainer {
  public:
-  Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend,
+  Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend,
           dist::Communicator& communicator);
-  Trainer(model::GptConfig model_config, TrainConfig config, const TokenSource& data, Backend& backend)
+  Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend)
       : Trainer(model_config, std::move(config), data, backend, local_communicator()) {}
 
   // Fresh GPT-2 initialisation from the seed, or the latest valid checkpoint in out_dir (read by
@@ -85,7 +86,7 @@ class Trainer {
 
   model::GptConfig model_config_;
   TrainConfig config_;
-  const TokenSource& data_;
+  BatchSource& data_;
   Backend& backend_;
   model::GptGraph graph_;
   dist::Communicator& communicator_;

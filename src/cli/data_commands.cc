@@ -1,0 +1,143 @@
+// `paraflow tokenizer train|encode|decode` and `paraflow data prepare`.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_train.h"
+
+namespace paraflow::cli {
+
+namespace {
+
+struct TokenizerTrainOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  std::string text_field = "text";
+  int vocab_size = 8192;
+  int threads = 0;
+};
+
+void run_tokenizer_train(const TokenizerTrainOptions& options) {
+  data::BpeTrainOptions train_options;
+  train_options.vocab_size = options.vocab_size;
+  train_options.threads = options.threads;
+  data::BpeTrainer trainer(train_options);
+  int64_t documents = 0;
+  for (const auto& path : data::expand_inputs(options.inputs)) {
+    data::for_each_document(
+        path, options.text_field,
+        [&](std::string_view text) {
+          trainer.add_text(text);
+          ++documents;
+        },
+        [](std::string message) -> bool { throw InputError(message); });
+  }
+  data::Tokenizer tokenizer = trainer.train();
+  tokenizer.save(options.out);
+  fmt::print(stderr, "trained a {}-token byte-level BPE on {} documents ({} distinct words) -> {}\n",
+             tokenizer.vocab_size(), documents, trainer.distinct_words(), options.out);
+}
+
+std::vector<data::TokenId> parse_ids(const std::string& text) {
+  std::vector<data::TokenId> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (item.find_first_not_of(" \t\n") == std::string::npos) continue;
+    try {
+      ids.push_back(static_cast<data::TokenId>(std::stol(item)));
+    } catch (const std::exception&) {
+      fail("--ids: '{}' is not an integer", item);
+    }
+  }
+  return ids;
+}
+
+struct PrepareCommandOptions {
+  data::PrepareOptions prepare;
+  double shard_mb = 64;
+  std::string compression = "none";
+  std::string on_bad_line = "fail";
+};
+
+}  // namespace
+
+void add_tokenizer_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("tokenizer", "Train, apply and invert a byte-level BPE tokenizer");
+  command->require_subcommand(1);
+
+  auto train = std::make_shared<TokenizerTrainOptions>();
+  CLI::App* train_command = command->add_subcommand("train", "Train a vocabulary (writes vocab.json, merges.txt, tokenizer.json)");
+  train_command->add_option("--input", train->inputs, "Globs of .txt / .jsonl / .jsonl.gz files")->required();
+  train_command->add_option("--out", train->out, "Output directory")->required();
+  train_command->add_option("--vocab-size", train->vocab_size, "Tokens, including the 256 bytes and <|endoftext|>")
+      ->capture_default_str();
+  train_command->add_option("--text-field", train->text_field, "JSON field holding the text")->capture_default_str();
+  train_command->add_option("--threads", train->threads, "Threads for counting words (0 = all)");
+  train_command->callback([train] { run_tokenizer_train(*train); });
+
+  auto tokenizer_dir = std::make_shared<std::string>();
+  auto text = std::make_shared<std::string>();
+  CLI::App* encode = command->add_subcommand("encode", "Print the ids of --text (or standard input)");
+  encode->add_option("--tokenizer", *tokenizer_dir, "Tokenizer directory")->required()->check(CLI::ExistingDirectory);
+  encode->add_option("--text", *text, "Text to encode (default: standard input)");
+  encode->callback([tokenizer_dir, text] {
+    data::Tokenizer tokenizer = data::Tokenizer::load(*tokenizer_dir);
+    std::string input = text->empty() ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : *text;
+    std::vector<data::TokenId> ids = tokenizer.encode(input);
+    fmt::print("{}\n", fmt::join(ids, ","));
+  });
+
+  auto ids = std::make_shared<std::string>();
+  CLI::App* decode = command->add_subcommand("decode", "Print the text of comma-separated ids");
+  decode->add_option("--tokenizer", *tokenizer_dir, "Tokenizer directory")->required()->check(CLI::ExistingDirectory);
+  decode->add_option("--ids", *ids, "Comma-separated token ids")->required();
+  decode->callback([tokenizer_dir, ids] {
+    data::Tokenizer tokenizer = data::Tokenizer::load(*tokenizer_dir);
+    std::vector<data::TokenId> parsed = parse_ids(*ids);
+    for (data::TokenId id : parsed) {
+      check(id >= 0 && id < tokenizer.vocab_size(), "--ids: {} is outside the vocabulary of {}", id,
+            tokenizer.vocab_size());
+    }
+    fmt::print("{}", tokenizer.decode(parsed));
+  });
+}
+
+void add_data_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("data", "Prepare training data");
+  command->require_subcommand(1);
+  auto options = std::make_shared<PrepareCommandOptions>();
+  CLI::App* prepare = command->add_subcommand(
+      "prepare", "Tokenize text into TFRecord shards of tf.train.Example{input_ids} with a train/val split");
+  prepare->add_option("--tokenizer", options->prepare.tokenizer, "Tokenizer directory")->required()->check(CLI::ExistingDirectory);
+  prepare->add_option("--input", options->prepare.inputs, "Globs of .txt / .jsonl / .jsonl.gz files")->required();
+  prepare->add_option("--out", options->prepare.out, "Output directory")->required();
+  prepare->add_option("--val-fraction", options->prepare.val_fraction, "Share of documents for validation")
+      ->capture_default_str();
+  prepare->add_option("--text-field", options->prepare.text_field, "JSON field holding the text")->capture_default_str();
+  prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str();
+  prepare->add_option("--compression", options->compression, "none | gzip | zlib")->capture_default_str();
+  prepare->add_option("--on-bad-line", options->on_bad_line, "fail | skip")->capture_default_str();
+  prepare->add_option("--seed", options->prepare.seed, "Split seed")->capture_default_str();
+  prepare->add_option("--threads", options->prepare.threads, "Threads (0 = all)");
+  prepare->callback([options] {
+    options->prepare.shard_bytes = static_cast<int64_t>(options->shard_mb * (1 << 20));
+    options->prepare.compression = data::parse_compression(options->compression);
+    options->prepare.on_bad_line = data::parse_bad_line_policy(options->on_bad_line);
+    nlohmann::json manifest = data::prepare(options->prepare);
+    const auto& splits = manifest.at("splits");
+    fmt::print(stderr, "prepared {}: train {} documents / {} tokens, val {} documents / {} tokens\n",
+               options->prepare.out.string(), splits["train"].value("documents", int64_t{0}),
+               splits["train"].value("tokens", int64_t{0}), splits["val"].value("documents", int64_t{0}),
+               splits["val"].value("tokens", int64_t{0}));
+  });
+}
+
+}  // namespace paraflow::cli
