@@ -41,10 +41,10 @@ void Executor::plan() {
   for (const Node& node : graph_.nodes()) {
     for (ValueId id : node.inputs) read[static_cast<size_t>(id)] = true;
     if (node.is_backward) {
-      const Node& source = graph_.nodes()[static_cast<size_t>(node.forward_node)];
-      const OpDef& def = op_def(source.kind);
-      for (size_t i = 0; i < source.outputs.size(); ++i) {
-        if (def.backward_reads_output(i)) read[static_cast<size_t>(source.outputs[i])] = true;
+      const OpDef& def = op_def(node.kind);
+      const std::vector<ValueId>& outputs = graph_.backward_outputs(node);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        if (def.backward_reads_output(i)) read[static_cast<size_t>(outputs[i])] = true;
       }
     }
   }
@@ -81,13 +81,13 @@ void Executor::plan_gradient_writes() {
   accumulate_.assign(graph_.nodes().size(), {});
   zero_first_.assign(graph_.nodes().size(), {});
   std::vector<bool> written(graph_.values().size(), false);
-  for (size_t n = 0; n < graph_.nodes().size(); ++n) {
+  for (size_t n : execution_order(graph_)) {
     const Node& node = graph_.nodes()[n];
     if (!node.is_backward) continue;
-    const Node& forward = graph_.nodes()[static_cast<size_t>(node.forward_node)];
-    const OpDef& def = op_def(forward.kind);
-    for (size_t i = 0; i < forward.inputs.size(); ++i) {
-      ValueId grad = graph_.value(forward.inputs[i]).grad;
+    const OpDef& def = op_def(node.kind);
+    const std::vector<ValueId>& inputs = graph_.backward_inputs(node);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ValueId grad = graph_.value(inputs[i]).grad;
       bool accumulate = true;
       if (grad != kNoValue && !bound_[static_cast<size_t>(grad)] && !written[static_cast<size_t>(grad)]) {
         if (def.can_assign_input_grad(i)) {
@@ -104,21 +104,23 @@ void Executor::plan_gradient_writes() {
 
 NodeTensors Executor::gather(size_t node_index) {
   const Node& node = graph_.nodes()[node_index];
-  const Node& forward = node.is_backward ? graph_.nodes()[static_cast<size_t>(node.forward_node)] : node;
   NodeTensors tensors;
-  for (ValueId id : forward.inputs) tensors.inputs.push_back(tensor(id));
-  for (ValueId id : forward.outputs) tensors.outputs.push_back(tensor(id));
-  if (node.is_backward) {
-    for (ValueId id : forward.inputs) {
-      ValueId grad = graph_.value(id).grad;
-      tensors.input_grads.push_back(grad == kNoValue ? Tensor() : tensor(grad));
-    }
-    for (ValueId id : forward.outputs) {
-      ValueId grad = graph_.value(id).grad;
-      tensors.output_grads.push_back(grad == kNoValue ? Tensor() : tensor(grad));
-    }
-    tensors.accumulate = accumulate_[node_index];
+  if (!node.is_backward) {
+    for (ValueId id : node.inputs) tensors.inputs.push_back(tensor(id));
+    for (ValueId id : node.outputs) tensors.outputs.push_back(tensor(id));
+    return tensors;
   }
+  for (ValueId id : graph_.backward_inputs(node)) {
+    tensors.inputs.push_back(tensor(id));
+    ValueId grad = graph_.value(id).grad;
+    tensors.input_grads.push_back(grad == kNoValue ? Tensor() : tensor(grad));
+  }
+  for (ValueId id : graph_.backward_outputs(node)) {
+    tensors.outputs.push_back(tensor(id));
+    ValueId grad = graph_.value(id).grad;
+    tensors.output_grads.push_back(grad == kNoValue ? Tensor() : tensor(grad));
+  }
+  tensors.accumulate = accumulate_[node_index];
   return tensors;
 }
 
@@ -136,7 +138,7 @@ void Executor::run(size_t node_index) {
   if (profiling_) {
     backend_.synchronize();
     std::string key = std::string(op_kind_name(node.kind)) + (node.is_backward ? " backward" : " forward");
-    const Node& forward = node.is_backward ? graph_.nodes()[static_cast<size_t>(node.forward_node)] : node;
+    const Node& forward = node.is_backward ? graph_.source_of(node) : node;
     if (forward.name == "lm_head") key = "lm_head" + key.substr(6);  // the vocabulary projection apart
     profile_[key] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -144,14 +146,15 @@ void Executor::run(size_t node_index) {
 
 void Executor::forward() {
   if (!planned_) plan();
-  for (size_t index = 0; index < graph_.nodes().size(); ++index) {
-    if (!Graph::in_backward_phase(graph_.nodes()[index])) run(index);
+  for (int32_t index : graph_.schedule()) {
+    if (!Graph::in_backward_phase(graph_.nodes()[static_cast<size_t>(index)])) run(static_cast<size_t>(index));
   }
 }
 
 void Executor::backward() {
   if (!planned_) plan();
-  for (size_t index = 0; index < graph_.nodes().size(); ++index) {
+  for (int32_t scheduled : graph_.schedule()) {
+    const auto index = static_cast<size_t>(scheduled);
     const Node& node = graph_.nodes()[index];
     if (!Graph::in_backward_phase(node)) continue;
     run(index);

@@ -1,5 +1,7 @@
 #include "graph/graph.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "graph/op.h"
 
@@ -52,6 +54,7 @@ std::vector<ValueId> Graph::add_node(OpKind kind, std::string name, std::vector<
   for (OutputSpec& spec : specs) outputs.push_back(add_value(name + spec.suffix, spec.shape, spec.dtype, spec.role));
   nodes_.push_back(Node{.kind = kind, .name = std::move(name), .inputs = std::move(inputs), .outputs = outputs,
                         .attributes = std::move(attributes)});
+  schedule_.push_back(static_cast<int32_t>(nodes_.size() - 1));
   return outputs;
 }
 
@@ -60,15 +63,28 @@ int32_t Graph::add_backward_node(int32_t forward_node) {
   Node node{.kind = forward.kind, .name = forward.name + ".backward", .attributes = forward.attributes,
             .is_backward = true, .forward_node = forward_node};
   nodes_.push_back(std::move(node));
+  schedule_.push_back(static_cast<int32_t>(nodes_.size() - 1));
   return static_cast<int32_t>(nodes_.size() - 1);
 }
 
-int32_t Graph::add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
+int32_t Graph::add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
+                                  int32_t before) {
   const Node& source = nodes_.at(static_cast<size_t>(original));
   Node node{.kind = source.kind, .name = source.name + ".recompute", .inputs = std::move(inputs),
             .outputs = std::move(outputs), .attributes = source.attributes, .is_recompute = true};
   nodes_.push_back(std::move(node));
-  return static_cast<int32_t>(nodes_.size() - 1);
+  const auto index = static_cast<int32_t>(nodes_.size() - 1);
+  auto position = std::find(schedule_.begin(), schedule_.end(), before);
+  if (position == schedule_.end()) throw Error("add_recompute_node: node " + std::to_string(before) + " is not scheduled");
+  schedule_.insert(position, index);
+  return index;
+}
+
+void Graph::set_backward_values(int32_t node, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
+  Node& backward = nodes_.at(static_cast<size_t>(node));
+  if (!backward.is_backward) throw Error("set_backward_values: '" + backward.name + "' is not a backward node");
+  backward.inputs = std::move(inputs);
+  backward.outputs = std::move(outputs);
 }
 
 ValueId Graph::find(const std::string& name) const {

@@ -54,7 +54,9 @@ struct Node {
   std::vector<ValueId> inputs;
   std::vector<ValueId> outputs;  // the op's activations first, then values saved for backward
   Attributes attributes;
-  bool is_backward = false;  // a backward node reads forward_node's tensors and the output grads
+  // A backward node differentiates forward_node's op. It reads that node's tensors, or, when its
+  // own inputs/outputs are set (gradient checkpointing), those values instead: recomputed copies.
+  bool is_backward = false;
   bool is_recompute = false; // a forward op re-run during backward (gradient checkpointing)
   int32_t forward_node = -1;
 };
@@ -66,10 +68,22 @@ class Graph {
   std::vector<ValueId> add_node(OpKind kind, std::string name, std::vector<ValueId> inputs, Attributes attributes = {});
   int32_t add_backward_node(int32_t forward_node);
   // Re-runs forward node `original` during backward, writing `outputs` (clones of its outputs)
-  // from `inputs`; returns the new node's index.
-  int32_t add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs);
-  // Makes backward node `node` read the tensors of forward (or recompute) node `source`.
-  void set_backward_source(int32_t node, int32_t source) { nodes_.at(static_cast<size_t>(node)).forward_node = source; }
+  // from `inputs`, scheduled just before node `before`; returns the new node's index.
+  int32_t add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
+                             int32_t before);
+  // Makes backward node `node` see `inputs`/`outputs` as its op's tensors.
+  void set_backward_values(int32_t node, std::vector<ValueId> inputs, std::vector<ValueId> outputs);
+
+  // The op a backward node differentiates, and the values it sees as that op's inputs/outputs.
+  const Node& source_of(const Node& backward) const { return nodes_.at(static_cast<size_t>(backward.forward_node)); }
+  const std::vector<ValueId>& backward_inputs(const Node& backward) const {
+    return backward.inputs.empty() ? source_of(backward).inputs : backward.inputs;
+  }
+  const std::vector<ValueId>& backward_outputs(const Node& backward) const {
+    return backward.outputs.empty() ? source_of(backward).outputs : backward.outputs;
+  }
+  // The execution order of all nodes (passes may insert nodes anywhere in it).
+  const std::vector<int32_t>& schedule() const { return schedule_; }
   // True for nodes that run in Executor::backward(): backward and recompute nodes.
   static bool in_backward_phase(const Node& node) { return node.is_backward || node.is_recompute; }
 
@@ -82,6 +96,7 @@ class Graph {
  private:
   std::vector<Value> values_;
   std::vector<Node> nodes_;
+  std::vector<int32_t> schedule_;
   std::map<std::string, ValueId> by_name_;
 };
 

@@ -20,11 +20,11 @@ int64_t aligned_bytes(const Value& value) {
 
 std::vector<size_t> execution_order(const Graph& graph) {
   std::vector<size_t> order;
-  for (size_t n = 0; n < graph.nodes().size(); ++n) {
-    if (!Graph::in_backward_phase(graph.nodes()[n])) order.push_back(n);
+  for (int32_t n : graph.schedule()) {
+    if (!Graph::in_backward_phase(graph.nodes()[static_cast<size_t>(n)])) order.push_back(static_cast<size_t>(n));
   }
-  for (size_t n = 0; n < graph.nodes().size(); ++n) {
-    if (Graph::in_backward_phase(graph.nodes()[n])) order.push_back(n);
+  for (int32_t n : graph.schedule()) {
+    if (Graph::in_backward_phase(graph.nodes()[static_cast<size_t>(n)])) order.push_back(static_cast<size_t>(n));
   }
   return order;
 }
@@ -48,15 +48,16 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<bool>& outside) {
       for (ValueId id : node.outputs) touch(id, p);
       continue;
     }
-    const Node& source = graph.nodes()[static_cast<size_t>(node.forward_node)];
-    const OpDef& def = op_def(source.kind);
-    for (size_t i = 0; i < source.inputs.size(); ++i) {
-      if (def.backward_reads_input(i)) touch(source.inputs[i], p);
-      touch(graph.value(source.inputs[i]).grad, p);
+    const OpDef& def = op_def(node.kind);
+    const std::vector<ValueId>& inputs = graph.backward_inputs(node);
+    const std::vector<ValueId>& outputs = graph.backward_outputs(node);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (def.backward_reads_input(i)) touch(inputs[i], p);
+      touch(graph.value(inputs[i]).grad, p);
     }
-    for (size_t i = 0; i < source.outputs.size(); ++i) {
-      if (def.backward_reads_output(i)) touch(source.outputs[i], p);
-      touch(graph.value(source.outputs[i]).grad, p);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (def.backward_reads_output(i)) touch(outputs[i], p);
+      touch(graph.value(outputs[i]).grad, p);
     }
   }
 

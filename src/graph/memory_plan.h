@@ -20,7 +20,8 @@ struct MemoryPlan {
 // `outside[v]` marks values the planner must leave alone (bound, fed or read by the caller).
 MemoryPlan plan_memory(const Graph& graph, const std::vector<bool>& outside);
 
-// Node indices in execution order: forward phase, then backward phase.
+// Node indices in execution order: the forward phase, then the backward phase (backward and
+// recompute nodes), each in the graph's schedule order.
 std::vector<size_t> execution_order(const Graph& graph);
 
 }  // namespace paraflow::graph
