@@ -10,5 +10,6 @@ void add_generate_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace paraflow::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   paraflow::cli::add_tokenizer_command(app);
   paraflow::cli::add_data_command(app);
   paraflow::cli::add_train_command(app);
+  paraflow::cli::add_plan_command(app);
   paraflow::cli::add_eval_command(app);
   paraflow::cli::add_generate_command(app);
   try {

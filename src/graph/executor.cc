@@ -35,25 +35,9 @@ const MemoryPlan& Executor::memory_plan() {
 }
 
 void Executor::plan() {
-  // Outside the arena: what the caller binds, feeds or keeps, and the graph's outputs (values
-  // of forward ops that no node reads, such as the losses), which the caller reads after a run.
-  std::vector<bool> read(graph_.values().size(), false);
-  for (const Node& node : graph_.nodes()) {
-    for (ValueId id : node.inputs) read[static_cast<size_t>(id)] = true;
-    if (node.is_backward) {
-      const OpDef& def = op_def(node.kind);
-      const std::vector<ValueId>& outputs = graph_.backward_outputs(node);
-      for (size_t i = 0; i < outputs.size(); ++i) {
-        if (def.backward_reads_output(i)) read[static_cast<size_t>(outputs[i])] = true;
-      }
-    }
-  }
-  std::vector<bool> outside(graph_.values().size(), false);
-  for (size_t v = 0; v < outside.size(); ++v) {
-    const Value& value = graph_.values()[v];
-    bool output = !read[v] && (value.role == ValueRole::activation || value.role == ValueRole::saved);
-    outside[v] = bound_[v] || kept_[v] || value.role == ValueRole::input || output;
-  }
+  std::vector<bool> caller_owned(graph_.values().size(), false);
+  for (size_t v = 0; v < caller_owned.size(); ++v) caller_owned[v] = bound_[v] || kept_[v];
+  std::vector<bool> outside = values_outside_plan(graph_, caller_owned);
   memory_plan_ = plan_memory(graph_, outside);
   arena_ = backend_.empty(Shape{std::max<int64_t>(memory_plan_.arena_bytes / 4, 1)}, DType::f32);
   for (size_t v = 0; v < outside.size(); ++v) {

@@ -97,4 +97,26 @@ MemoryPlan plan_memory(const Graph& graph, const std::vector<bool>& outside) {
   return plan;
 }
 
+std::vector<bool> values_outside_plan(const Graph& graph, const std::vector<bool>& caller_owned) {
+  std::vector<bool> read(graph.values().size(), false);
+  for (const Node& node : graph.nodes()) {
+    for (ValueId id : node.inputs) read[static_cast<size_t>(id)] = true;
+    if (node.is_backward) {
+      const OpDef& def = op_def(node.kind);
+      const std::vector<ValueId>& outputs = graph.backward_outputs(node);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        if (def.backward_reads_output(i)) read[static_cast<size_t>(outputs[i])] = true;
+      }
+    }
+  }
+  std::vector<bool> outside(graph.values().size(), false);
+  for (size_t v = 0; v < outside.size(); ++v) {
+    const Value& value = graph.values()[v];
+    // A saved value nobody reads (its backward reads a recomputed copy) is scratch, not an output.
+    bool output = !read[v] && value.role == ValueRole::activation;
+    outside[v] = caller_owned[v] || value.role == ValueRole::input || output;
+  }
+  return outside;
+}
+
 }  // namespace paraflow::graph

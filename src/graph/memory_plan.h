@@ -20,6 +20,11 @@ struct MemoryPlan {
 // `outside[v]` marks values the planner must leave alone (bound, fed or read by the caller).
 MemoryPlan plan_memory(const Graph& graph, const std::vector<bool>& outside);
 
+// What stays outside the arena: values the caller binds or keeps (`caller_owned`), inputs, and
+// the graph's outputs — activations that no node reads (the losses), which the caller reads
+// after a run.
+std::vector<bool> values_outside_plan(const Graph& graph, const std::vector<bool>& caller_owned);
+
 // Node indices in execution order: the forward phase, then the backward phase (backward and
 // recompute nodes), each in the graph's schedule order.
 std::vector<size_t> execution_order(const Graph& graph);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 
 #include "base/progress.h"
@@ -9,6 +11,7 @@
 #include "data/events.h"
 #include "data/tokenizer.h"
 #include "graph/autodiff.h"
+#include "graph/recompute.h"
 #include "model/model_files.h"
 
 namespace paraflow::train {
@@ -46,6 +49,7 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.eval_batches = config.get<int64_t>("train.eval_batches", c.eval_batches);
   c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb", 25.0) * (1 << 20));
   c.sync.overlap = config.get<bool>("dist.overlap", true);
+  c.recompute = config.get<std::string>("train.recompute", c.recompute);
   check(c.batch_size > 0, "{}: train.batch_size must be positive, got {}", config.origin(), c.batch_size);
   check(c.sequence_length > 0, "{}: train.sequence_length must be positive", config.origin());
   check(c.steps > 0, "{}: train.steps must be positive, got {}", config.origin(), c.steps);
@@ -74,6 +78,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
         data_.max_token(), model_config_.vocab_size);
   graph_ = model::build_gpt_training_graph(model_config_, micro_batch_, config_.sequence_length);
   graph::add_backward_pass(graph_.graph, graph_.losses);
+  graph::add_recompute(graph_.graph, graph::recompute_regions(graph_.graph, config_.recompute));
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
   model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
   loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
@@ -196,6 +201,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   const int64_t last_step = config_.stop_at_step > 0 ? std::min(config_.stop_at_step, config_.steps) : config_.steps;
   const double wait_before = data_.wait_seconds();
   const auto run_start = std::chrono::steady_clock::now();
+  const int64_t first_step = step_;
+  const int64_t rss_before = peak_rss_bytes();
   while (step_ < last_step && !(stopping = stop_agreed())) {
     StepStats stats = step();
     smoothed_seconds = smoothed_seconds == 0 ? stats.seconds : 0.9 * smoothed_seconds + 0.1 * stats.seconds;
@@ -215,6 +222,10 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       if (events) events->add_scalar("train/val_loss", validation, step_);
     }
     if (is_chief()) progress.update(step_, metrics);
+    if (is_chief() && step_ == first_step + 2) {
+      fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
+                 static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
+    }
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
       save_checkpoint();
     }
@@ -227,6 +238,12 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   std::filesystem::path checkpoint = save_checkpoint();
   export_model(config_.out_dir / "export");
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
 dist::Communicator& local_communicator() {

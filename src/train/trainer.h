@@ -36,9 +36,13 @@ struct TrainConfig {
   int64_t eval_batches = 8;
   dist::GradientSyncConfig sync;
   std::filesystem::path tokenizer_dir;  // copied into exports when set
+  std::string recompute = "none";       // gradient checkpointing: none | block | attention | op kinds
 
   static TrainConfig from_config(const Config& config);  // keys train.*
 };
+
+// This process's peak resident memory so far.
+int64_t peak_rss_bytes();
 
 // The process-wide single-rank communicator.
 dist::Communicator& local_communicator();

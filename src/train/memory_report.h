@@ -1,0 +1,32 @@
+// Where a training step's bytes go, predicted without training: parameters, gradients,
+// optimizer state, activations (the memory plan's arena: activations, values saved for
+// backward and their gradients, logits included), inputs and kernel workspace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/gpt_config.h"
+#include "train/trainer.h"
+
+namespace paraflow::train {
+
+struct MemoryReport {
+  int64_t parameters = 0;
+  int64_t gradients = 0;        // parameter gradients (+ the accumulator with grad_accumulation > 1)
+  int64_t optimizer_state = 0;  // AdamW's two moments
+  int64_t activations = 0;      // the planned arena
+  int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)
+  int64_t inputs = 0;           // tokens, targets, the losses
+  int64_t workspace = 0;        // per-thread scratch of the kernels
+  int64_t total() const { return parameters + gradients + optimizer_state + activations + inputs + workspace; }
+  // What a training step allocates beyond what the trainer holds before its first step.
+  int64_t step_allocations() const { return activations + inputs + workspace; }
+  std::string to_text() const;
+};
+
+// For one rank of `ranks` (each holds a micro-batch of batch_size / (ranks · grad_accumulation)).
+MemoryReport estimate_training_memory(const model::GptConfig& model, const TrainConfig& config, int ranks,
+                                      int threads);
+
+}  // namespace paraflow::train
