@@ -16,6 +16,7 @@ GradientSync::GradientSync(Communicator& communicator, const graph::Graph& graph
       throw Error("GradientSync: gradient slices must tile the flat buffer in order");
     }
   }
+  total_ = slices_.empty() ? 0 : slices_.back().offset + slices_.back().count;
   // Which gradients each backward node writes, and how many nodes write each one.
   slices_written_by_node_.resize(graph.nodes().size());
   writers_per_slice_.assign(slices_.size(), 0);
@@ -108,7 +109,7 @@ void GradientSync::launch_ready_buckets() {
 }
 
 void GradientSync::on_backward_node(size_t node_index) {
-  if (!last_micro_ || !config_.overlap) return;
+  if (!last_micro_ || !config_.overlap || config_.zero) return;
   for (size_t s : slices_written_by_node_[node_index]) {
     if (--remaining_writers_[s] == 0) --remaining_slices_per_bucket_[bucket_of_slice_[s]];
   }
@@ -132,13 +133,49 @@ void GradientSync::end_backward() {
     // One micro-batch only: nothing accumulated yet, so the sum starts from zero.
     std::memset(accumulated_, 0, static_cast<size_t>(slices_.back().offset + slices_.back().count) * sizeof(float));
   }
-  for (int& remaining : remaining_slices_per_bucket_) remaining = 0;  // backward is over: all are ready
-  launch_ready_buckets();
+  if (config_.zero) {
+    float* target = accumulated_ != nullptr ? accumulated_ : micro_;
+    if (accumulated_ != nullptr) {
+      for (int64_t i = 0; i < total_; ++i) accumulated_[i] = accumulated_[i] + micro_[i];
+    }
+    pending_.push_back(submit([this, target] {
+      const int64_t shard = shard_size();
+      const size_t padded = static_cast<size_t>(shard * communicator_.size());
+      const float* input = target;
+      if (padded != static_cast<size_t>(total_)) {
+        padded_.assign(padded, 0.0f);
+        std::copy(target, target + total_, padded_.begin());
+        input = padded_.data();
+      }
+      std::vector<float> mine(static_cast<size_t>(shard));
+      communicator_.reduce_scatter_sum(input, mine.data(), static_cast<size_t>(shard));
+      std::copy(mine.begin(), mine.begin() + (shard_end() - shard_begin()), target + shard_begin());
+    }));
+  } else {
+    for (int& remaining : remaining_slices_per_bucket_) remaining = 0;  // backward is over: all are ready
+    launch_ready_buckets();
+  }
   auto start = std::chrono::steady_clock::now();
   for (auto& done : pending_) done.get();
   last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   pending_.clear();
   first_micro_ = true;
+}
+
+int64_t GradientSync::shard_size() const {
+  const int64_t ranks = communicator_.size();
+  return (total_ + ranks - 1) / ranks;
+}
+
+void GradientSync::all_gather_shards(float* data) {
+  submit([&] {
+    const int64_t shard = shard_size();
+    padded_.assign(static_cast<size_t>(shard * communicator_.size()), 0.0f);
+    std::vector<float> mine(static_cast<size_t>(shard), 0.0f);
+    std::copy(data + shard_begin(), data + shard_end(), mine.begin());
+    communicator_.all_gather(mine.data(), padded_.data(), static_cast<size_t>(shard));
+    std::copy(padded_.begin(), padded_.begin() + total_, data);
+  }).get();
 }
 
 float GradientSync::all_reduce_sum(float value) {

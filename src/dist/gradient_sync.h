@@ -12,6 +12,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <algorithm>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -28,6 +29,9 @@ struct GradientSlice {
 struct GradientSyncConfig {
   int64_t bucket_bytes = 25 << 20;
   bool overlap = true;  // false: all-reduce every bucket after backward, for comparison
+  // ZeRO-1: gradients are reduce-scattered after backward (each rank receives the sum of its
+  // shard) instead of all-reduced; parameters are all-gathered after the optimizer step.
+  bool zero = false;
 };
 
 class GradientSync {
@@ -41,6 +45,13 @@ class GradientSync {
   void begin_backward(bool last_micro_batch);
   void on_backward_node(size_t node_index);  // the executor's backward hook
   void end_backward();
+
+  // ZeRO-1 shards: rank r owns [r·S, min((r+1)·S, total)) with S = ceil(total / ranks).
+  int64_t shard_size() const;
+  int64_t shard_begin() const { return std::min<int64_t>(communicator_.rank() * shard_size(), total_); }
+  int64_t shard_end() const { return std::min<int64_t>(shard_begin() + shard_size(), total_); }
+  // ZeRO-1: every rank's shard of `data` (total elements) to every rank, in place.
+  void all_gather_shards(float* data);
 
   // Small collectives, run on the communication thread in order with the buckets.
   float all_reduce_sum(float value);
@@ -68,6 +79,8 @@ class GradientSync {
   std::vector<GradientSlice> slices_;
   float* micro_;
   float* accumulated_;
+  int64_t total_ = 0;
+  std::vector<float> padded_;  // ZeRO-1 staging when total is not a multiple of the ranks
   std::vector<Bucket> buckets_;
   std::vector<std::vector<size_t>> slices_written_by_node_;
   std::vector<int> writers_per_slice_;

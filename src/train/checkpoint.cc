@@ -33,7 +33,8 @@ std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesyste
 }  // namespace
 
 std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConfig& config,
-                                              const model::ParameterSet& parameters, AdamW& optimizer,
+                                              const model::ParameterSet& parameters, const Tensor& first_moment,
+                                              const Tensor& second_moment, int64_t optimizer_steps,
                                               const nlohmann::json& state) {
   std::filesystem::create_directories(dir_);
   std::filesystem::path final_path = dir_ / fmt::format("{}{:09}", kPrefix, step);
@@ -44,13 +45,15 @@ std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConf
   model::save_model_dir(temporary, config, parameters);
   std::vector<std::pair<std::string, Tensor>> moments;
   for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    moments.emplace_back("m." + parameters.specs()[i].name, optimizer.first_moment().at(i));
-    moments.emplace_back("v." + parameters.specs()[i].name, optimizer.second_moment().at(i));
+    const model::TensorSpec& spec = parameters.specs()[i];
+    const int64_t offset = parameters.offset_of(i), count = spec.shape.numel();
+    moments.emplace_back("m." + spec.name, first_moment.slice_flat(offset, count).reshape(spec.shape));
+    moments.emplace_back("v." + spec.name, second_moment.slice_flat(offset, count).reshape(spec.shape));
   }
   write_file_atomic(temporary / "optimizer.safetensors", model::serialize_safetensors(moments));
   nlohmann::json full_state = state;
   full_state["step"] = step;
-  full_state["optimizer_steps"] = optimizer.steps_taken();
+  full_state["optimizer_steps"] = optimizer_steps;
   write_file_atomic(temporary / "state.json", full_state.dump(2) + "\n");
 
   nlohmann::json manifest = {{"step", step}, {"files", nlohmann::json::object()}};
@@ -105,17 +108,17 @@ std::optional<std::filesystem::path> CheckpointManager::latest_valid() const {
 }
 
 nlohmann::json CheckpointManager::load(const std::filesystem::path& checkpoint, model::ParameterSet& parameters,
-                                       AdamW& optimizer) {
+                                       const Tensor& first_moment, const Tensor& second_moment) {
   verify(checkpoint);
   model::load_parameters(checkpoint / "model.safetensors", parameters);
   model::SafetensorsFile moments = model::SafetensorsFile::load((checkpoint / "optimizer.safetensors").string());
   for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    moments.read_into("m." + parameters.specs()[i].name, optimizer.first_moment().at(i));
-    moments.read_into("v." + parameters.specs()[i].name, optimizer.second_moment().at(i));
+    const model::TensorSpec& spec = parameters.specs()[i];
+    const int64_t offset = parameters.offset_of(i), count = spec.shape.numel();
+    moments.read_into("m." + spec.name, first_moment.slice_flat(offset, count).reshape(spec.shape));
+    moments.read_into("v." + spec.name, second_moment.slice_flat(offset, count).reshape(spec.shape));
   }
-  nlohmann::json state = nlohmann::json::parse(read_file(checkpoint / "state.json"));
-  optimizer.set_steps_taken(state.at("optimizer_steps").get<int64_t>());
-  return state;
+  return nlohmann::json::parse(read_file(checkpoint / "state.json"));
 }
 
 }  // namespace paraflow::train

@@ -12,7 +12,6 @@
 
 #include "model/gpt_config.h"
 #include "model/parameters.h"
-#include "train/optimizer.h"
 
 namespace paraflow::train {
 
@@ -20,16 +19,19 @@ class CheckpointManager {
  public:
   CheckpointManager(std::filesystem::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 
+  // `first_moment`, `second_moment`: AdamW's moments for the whole flat buffer.
   std::filesystem::path save(int64_t step, const model::GptConfig& config, const model::ParameterSet& parameters,
-                             AdamW& optimizer, const nlohmann::json& state);
+                             const Tensor& first_moment, const Tensor& second_moment, int64_t optimizer_steps,
+                             const nlohmann::json& state);
 
   // The newest checkpoint whose files match its manifest; corrupt ones are reported on stderr
   // and skipped.
   std::optional<std::filesystem::path> latest_valid() const;
 
-  // Loads weights and moments into the given sets; returns the trainer state.
+  // Loads weights and the whole-buffer moments; returns the trainer state (with
+  // "optimizer_steps").
   static nlohmann::json load(const std::filesystem::path& checkpoint, model::ParameterSet& parameters,
-                             AdamW& optimizer);
+                             const Tensor& first_moment, const Tensor& second_moment);
 
   // Throws InputError naming the file when a checkpoint does not match its manifest.
   static void verify(const std::filesystem::path& checkpoint);

@@ -19,7 +19,7 @@ std::string MemoryReport::to_text() const {
   std::string text;
   text += fmt::format("parameters       {}\n", mib(parameters));
   text += fmt::format("gradients        {}\n", mib(gradients));
-  text += fmt::format("optimizer state  {}  (AdamW moments)\n", mib(optimizer_state));
+  text += fmt::format("optimizer state  {}  (AdamW moments{})\n", mib(optimizer_state), zero_shards > 1 ? fmt::format(", ZeRO-1: 1/{} each", zero_shards) : "");
   text += fmt::format("activations      {}  (planned arena; {} with a buffer per value)\n", mib(activations),
                       mib(activations_unplanned));
   text += fmt::format("inputs, losses   {}\n", mib(inputs));
@@ -50,7 +50,10 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   const int64_t parameter_bytes = model.parameter_count() * 4;
   report.parameters = parameter_bytes;
   report.gradients = parameter_bytes * (config.grad_accumulation > 1 ? 2 : 1);
-  report.optimizer_state = 2 * parameter_bytes;
+  // ZeRO-1: each rank keeps the moments of its 1/ranks shard.
+  const bool zero = config.sync.zero && ranks > 1;
+  report.optimizer_state = 2 * (zero ? (model.parameter_count() + ranks - 1) / ranks * 4 : parameter_bytes);
+  report.zero_shards = zero ? ranks : 1;
   report.activations = plan.arena_bytes;
   report.activations_unplanned = plan.unplanned_sum_bytes;
   for (size_t v = 0; v < outside.size(); ++v) {

@@ -19,6 +19,7 @@ struct MemoryReport {
   int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)
   int64_t inputs = 0;           // tokens, targets, the losses
   int64_t workspace = 0;        // per-thread scratch of the kernels
+  int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO-1)
   int64_t total() const { return parameters + gradients + optimizer_state + activations + inputs + workspace; }
   // What a training step allocates beyond what the trainer holds before its first step.
   int64_t step_allocations() const { return activations + inputs + workspace; }

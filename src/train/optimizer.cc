@@ -1,28 +1,52 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace paraflow::train {
 
 AdamW::AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, Backend& backend)
-    : config_(config), backend_(backend), m_(parameters.specs(), backend), v_(parameters.specs(), backend) {}
+    : AdamW(config, parameters, backend, 0, parameters.numel()) {}
+
+AdamW::AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, Backend& backend, int64_t begin,
+             int64_t end)
+    : config_(config),
+      backend_(backend),
+      specs_(parameters.specs()),
+      begin_(begin),
+      end_(std::max(begin, end)),
+      m_(backend.empty(Shape{std::max<int64_t>(end_ - begin_, 1)}, DType::f32)),
+      v_(backend.empty(Shape{std::max<int64_t>(end_ - begin_, 1)}, DType::f32)) {
+  for (size_t i = 0; i < specs_.size(); ++i) offsets_.push_back(parameters.offset_of(i));
+}
+
+double AdamW::clip_factor(double norm) const {
+  return config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6) : 1.0;
+}
 
 double AdamW::step(model::ParameterSet& parameters, model::ParameterSet& gradients, double lr) {
   float* grads = gradients.flat().data<float>();
   double norm = std::sqrt(backend_.sum_squares(grads, gradients.numel()));
-  if (config_.grad_clip > 0 && norm > config_.grad_clip) {
-    backend_.scale(grads, static_cast<float>(config_.grad_clip / (norm + 1e-6)), gradients.numel());
-  }
-  ++steps_taken_;
-  for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    const model::TensorSpec& spec = parameters.specs()[i];
-    AdamWParams params{static_cast<float>(lr), static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
-                       static_cast<float>(config_.eps), spec.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
-                       steps_taken_};
-    backend_.adamw_update(parameters.at(i).data<float>(), gradients.at(i).data<float>(), m_.at(i).data<float>(),
-                          v_.at(i).data<float>(), spec.shape.numel(), params);
-  }
+  double factor = clip_factor(norm);
+  if (factor != 1.0) backend_.scale(grads, static_cast<float>(factor), gradients.numel());
+  update(parameters.flat().data<float>(), grads, lr, 1.0f);
   return norm;
+}
+
+void AdamW::update(float* parameters, float* grads, double lr, float grad_scale) {
+  ++steps_taken_;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    // The part of tensor i inside [begin, end).
+    const int64_t first = std::max(offsets_[i], begin_);
+    const int64_t last = std::min(offsets_[i] + specs_[i].shape.numel(), end_);
+    if (first >= last) continue;
+    AdamWParams params{static_cast<float>(lr), static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
+                       static_cast<float>(config_.eps),
+                       specs_[i].weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f, steps_taken_};
+    if (grad_scale != 1.0f) backend_.scale(grads + first, grad_scale, last - first);
+    backend_.adamw_update(parameters + first, grads + first, m_.data<float>() + (first - begin_),
+                          v_.data<float>() + (first - begin_), last - first, params);
+  }
 }
 
 }  // namespace paraflow::train

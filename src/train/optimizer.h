@@ -1,6 +1,7 @@
-// AdamW over a ParameterSet: decoupled weight decay on the tensors whose spec asks for it,
-// global-norm gradient clipping, and moments held in ParameterSets of the same layout (so a
-// checkpoint stores them by tensor name).
+// AdamW over the flat parameter buffer: decoupled weight decay on the tensors whose spec asks
+// for it, global-norm gradient clipping. The optimizer owns elements [begin, end) of the buffer
+// — all of it, or this rank's shard under ZeRO-1 — and holds its two moments for that range
+// only, as flat tensors (checkpoints store them by tensor name through the specs' offsets).
 #pragma once
 
 #include "model/parameters.h"
@@ -14,21 +15,36 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // The whole buffer.
   AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, Backend& backend);
+  // Elements [begin, end) of it.
+  AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, Backend& backend, int64_t begin,
+        int64_t end);
 
-  // Clips `gradients` in place to the global norm limit, then updates `parameters`.
-  // Returns the gradient norm before clipping.
+  // Whole-buffer step: clips `gradients` in place to the global norm limit, then updates
+  // `parameters`. Returns the gradient norm before clipping.
   double step(model::ParameterSet& parameters, model::ParameterSet& gradients, double lr);
 
+  // The factor that clips a gradient of global norm `norm` (1 when under the limit).
+  double clip_factor(double norm) const;
+  // Updates parameters[begin, end) from grads[begin, end) (both full-buffer pointers), after
+  // scaling those gradients in place by `grad_scale` (the clip factor).
+  void update(float* parameters, float* grads, double lr, float grad_scale);
+
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
-  model::ParameterSet& first_moment() { return m_; }
-  model::ParameterSet& second_moment() { return v_; }
+  const Tensor& first_moment() const { return m_; }   // elements [begin, end)
+  const Tensor& second_moment() const { return v_; }
 
  private:
   AdamWConfig config_;
   Backend& backend_;
-  model::ParameterSet m_, v_;
+  std::vector<model::TensorSpec> specs_;
+  std::vector<int64_t> offsets_;
+  int64_t begin_, end_;
+  Tensor m_, v_;
   int64_t steps_taken_ = 0;
 };
 

@@ -50,6 +50,9 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb", 25.0) * (1 << 20));
   c.sync.overlap = config.get<bool>("dist.overlap", true);
   c.recompute = config.get<std::string>("train.recompute", c.recompute);
+  const int zero_stage = config.get<int>("dist.zero", 0);
+  check(zero_stage == 0 || zero_stage == 1, "{}: dist.zero must be 0 or 1 (ZeRO-1), got {}", config.origin(), zero_stage);
+  c.sync.zero = zero_stage == 1;
   check(c.batch_size > 0, "{}: train.batch_size must be positive, got {}", config.origin(), c.batch_size);
   check(c.sequence_length > 0, "{}: train.sequence_length must be positive", config.origin());
   check(c.steps > 0, "{}: train.steps must be positive, got {}", config.origin(), c.steps);
@@ -83,7 +86,6 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
   loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
   executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
-  optimizer_ = std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
   if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(model::gpt_tensor_specs(model_config_), backend);
 
   std::vector<dist::GradientSlice> slices_of_grads;
@@ -91,18 +93,28 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     graph::ValueId grad = graph_.graph.value(graph_.parameters.at(parameters_.specs()[i].name)).grad;
     slices_of_grads.push_back({grad, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
   }
+  dist::GradientSyncConfig sync_config = config_.sync;
+  sync_config.zero = config_.sync.zero && communicator_.size() > 1;
   sync_ = std::make_unique<dist::GradientSync>(
       communicator_, graph_.graph, std::move(slices_of_grads), gradients_.flat().data<float>(),
-      config_.grad_accumulation > 1 ? accumulated_.flat().data<float>() : nullptr, config_.sync);
+      config_.grad_accumulation > 1 ? accumulated_.flat().data<float>() : nullptr, sync_config);
   executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
+  // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
+  optimizer_ = zero()
+                   ? std::make_unique<AdamW>(config_.adamw, parameters_, backend_, sync_->shard_begin(), sync_->shard_end())
+                   : std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
 }
 
 bool Trainer::initialize_or_resume() {
   float resumed_step = 0;
   std::string data_state = "{}";
+  // The chief reads the whole state; everyone receives it (and keeps its shard of the moments).
+  const auto P = parameters_.numel();
+  Tensor first_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->first_moment();
+  Tensor second_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->second_moment();
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
-      nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, *optimizer_);
+      nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, first_moment, second_moment);
       resumed_step = static_cast<float>(state.at("step").get<int64_t>());
       if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
       fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), resumed_step);
@@ -111,10 +123,14 @@ bool Trainer::initialize_or_resume() {
       model::initialize_gpt(parameters_, model_config_, rng);
     }
   }
-  // The chief's state is everyone's: weights, moments, step.
-  sync_->broadcast(parameters_.flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
-  sync_->broadcast(optimizer_->first_moment().flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
-  sync_->broadcast(optimizer_->second_moment().flat().data<float>(), static_cast<size_t>(parameters_.numel()), 0);
+  sync_->broadcast(parameters_.flat().data<float>(), static_cast<size_t>(P), 0);
+  sync_->broadcast(first_moment.data<float>(), static_cast<size_t>(P), 0);
+  sync_->broadcast(second_moment.data<float>(), static_cast<size_t>(P), 0);
+  if (zero()) {
+    const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
+    backend_.copy(first_moment.slice_flat(begin, count), optimizer_->first_moment().slice_flat(0, count));
+    backend_.copy(second_moment.slice_flat(begin, count), optimizer_->second_moment().slice_flat(0, count));
+  }
   sync_->broadcast(&resumed_step, 1, 0);
   data_.restore(nlohmann::json::parse(sync_->broadcast(data_state, 0)));
   step_ = static_cast<int64_t>(resumed_step);
@@ -151,7 +167,17 @@ StepStats Trainer::step() {
   stats.communication_wait = sync_->last_wait_seconds();
   stats.loss = sync_->all_reduce_sum(static_cast<float>(local_loss)) / static_cast<double>(communicator_.size());
   stats.lr = config_.schedule.at(step_);
-  stats.grad_norm = optimizer_->step(parameters_, final_gradients(), stats.lr);
+  if (zero()) {
+    // ZeRO-1: this rank holds the summed gradients of its shard; the norm is summed over shards.
+    float* grads = final_gradients().flat().data<float>();
+    const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
+    stats.grad_norm = std::sqrt(sync_->all_reduce_sum(static_cast<float>(backend_.sum_squares(grads + begin, count))));
+    optimizer_->update(parameters_.flat().data<float>(), grads, stats.lr,
+                       static_cast<float>(optimizer_->clip_factor(stats.grad_norm)));
+    sync_->all_gather_shards(parameters_.flat().data<float>());
+  } else {
+    stats.grad_norm = optimizer_->step(parameters_, final_gradients(), stats.lr);
+  }
   ++step_;
   stats.seconds = seconds_since(start);
   return stats;
@@ -177,9 +203,21 @@ double Trainer::evaluate(int64_t batches) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
+  Tensor first_moment = optimizer_->first_moment(), second_moment = optimizer_->second_moment();
+  if (zero()) {  // every rank contributes its shard of the moments
+    const auto P = parameters_.numel();
+    const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
+    first_moment = backend_.empty(Shape{P}, DType::f32);
+    second_moment = backend_.empty(Shape{P}, DType::f32);
+    backend_.copy(optimizer_->first_moment().slice_flat(0, count), first_moment.slice_flat(begin, count));
+    backend_.copy(optimizer_->second_moment().slice_flat(0, count), second_moment.slice_flat(begin, count));
+    sync_->all_gather_shards(first_moment.data<float>());
+    sync_->all_gather_shards(second_moment.data<float>());
+  }
   if (!is_chief()) return {};
   nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}}};
-  return checkpoints_.save(step_, model_config_, parameters_, *optimizer_, state);
+  return checkpoints_.save(step_, model_config_, parameters_, first_moment, second_moment, optimizer_->steps_taken(),
+                           state);
 }
 
 void Trainer::export_model(const std::filesystem::path& dir) const {
@@ -230,12 +268,12 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       save_checkpoint();
     }
   }
+  std::filesystem::path checkpoint = save_checkpoint();  // every rank: ZeRO-1 gathers the moments
   if (!is_chief()) return;
   progress.finish();
   fmt::print(stderr, "waited for data {:.2f}% of the training time\n",
              100.0 * (data_.wait_seconds() - wait_before) / std::max(seconds_since(run_start), 1e-9));
-  if (stopping) fmt::print(stderr, "stop requested at step {}: saving a checkpoint\n", step_);
-  std::filesystem::path checkpoint = save_checkpoint();
+  if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", step_);
   export_model(config_.out_dir / "export");
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
 }

@@ -83,6 +83,7 @@ class Trainer {
 
  private:
   bool is_chief() const { return communicator_.rank() == 0; }
+  bool zero() const { return config_.sync.zero && communicator_.size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
