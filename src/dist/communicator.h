@@ -42,4 +42,9 @@ std::unique_ptr<Communicator> make_mpi_communicator();
 // through the chief's rendezvous. Fails after `timeout` naming the peer it could not reach.
 std::unique_ptr<Communicator> make_gloo_communicator(const ClusterSpec& spec, std::chrono::milliseconds timeout);
 
+#if PARAFLOW_HAVE_NCCL
+// NCCL over device pointers (GPU `device` of this process), bootstrapped through `bootstrap`.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device);
+#endif
+
 }  // namespace paraflow::dist

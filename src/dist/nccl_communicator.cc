@@ -1,0 +1,93 @@
+// NCCL for GPU data: the same Communicator interface over device pointers, one GPU per rank,
+// bootstrapped through another communicator (MPI or Gloo) that broadcasts rank 0's NCCL id.
+// Built when CMake finds CUDA and NCCL; it serves the CUDA backend, whose buffers live on the
+// device. Every call synchronises its stream before returning, like the other communicators.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "base/error.h"
+#include "dist/communicator.h"
+
+namespace paraflow::dist {
+
+namespace {
+
+void check_cuda(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) throw Error(fmt::format("{} failed: {}", call, cudaGetErrorString(status)));
+}
+
+void check_nccl(ncclResult_t status, const char* call) {
+  if (status != ncclSuccess) throw Error(fmt::format("{} failed: {}", call, ncclGetErrorString(status)));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& bootstrap, int device) : rank_(bootstrap.rank()), size_(bootstrap.size()) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    ncclUniqueId id;
+    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    bootstrap.broadcast(&id, sizeof id, 0);
+    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~NcclCommunicator() override {
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, size_t count) override {
+    check_nccl(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    synchronize();
+  }
+  void all_reduce_max(float* data, size_t count) override {
+    check_nccl(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream_), "ncclAllReduce");
+    synchronize();
+  }
+  void reduce_scatter_sum(const float* input, float* output, size_t count) override {
+    check_nccl(ncclReduceScatter(input, output, count, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter");
+    synchronize();
+  }
+  void all_gather(const float* input, float* output, size_t count) override {
+    check_nccl(ncclAllGather(input, output, count, ncclFloat32, comm_, stream_), "ncclAllGather");
+    synchronize();
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    check_nccl(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+    synchronize();
+  }
+  void send(const void* data, size_t bytes, int peer) override {
+    check_nccl(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_), "ncclSend");
+    synchronize();
+  }
+  void recv(void* data, size_t bytes, int peer) override {
+    check_nccl(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_), "ncclRecv");
+    synchronize();
+  }
+  void barrier() override {
+    // NCCL has no barrier: an all-reduce of one device float is one.
+    float* flag = nullptr;
+    check_cuda(cudaMalloc(&flag, sizeof(float)), "cudaMalloc");
+    check_nccl(ncclAllReduce(flag, flag, 1, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    synchronize();
+    cudaFree(flag);
+  }
+
+ private:
+  void synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  int rank_, size_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device) {
+  return std::make_unique<NcclCommunicator>(bootstrap, device);
+}
+
+}  // namespace paraflow::dist
