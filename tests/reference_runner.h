@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "base/file_io.h"
 #include "base/random.h"
 
 namespace paraflow::testing {
@@ -32,6 +33,14 @@ inline bool run_oracle(const std::string& script, const std::string& arguments) 
   int status = std::system(command.c_str());
   EXPECT_EQ(status, 0) << "oracle failed: " << command;
   return status == 0;
+}
+
+// `bytes` random letters from the first `letters` of the alphabet: a corpus for byte-level runs.
+inline void write_letter_corpus(const std::filesystem::path& path, size_t bytes, int letters, uint64_t seed) {
+  Rng rng(seed);
+  std::string corpus(bytes, 'a');
+  for (char& c : corpus) c = static_cast<char>('a' + rng.below(static_cast<uint64_t>(letters)));
+  write_file_atomic(path, corpus);
 }
 
 // A fresh temporary directory, removed when the object goes away.

@@ -4,19 +4,12 @@
 
 #include <filesystem>
 
+#include "model_configs.h"
 #include "train/trainer.h"
 
 namespace paraflow::testing {
 
-inline model::GptConfig small_config() {
-  model::GptConfig c;
-  c.vocab_size = 67;
-  c.n_positions = 48;
-  c.n_embd = 36;
-  c.n_layer = 2;
-  c.n_head = 3;
-  return c;
-}
+inline model::GptConfig small_config() { return gpt_config(67, 48, 36, 2, 3); }
 
 // A stream where token t+1 is mostly a function of token t: easy to learn in a few steps.
 inline train::TokenSource repetitive_tokens(int64_t vocab_size) {

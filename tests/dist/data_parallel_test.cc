@@ -23,10 +23,7 @@ namespace {
 class DataParallel : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string corpus;
-    Rng rng(3);
-    for (int i = 0; i < 60000; ++i) corpus.push_back(static_cast<char>('a' + rng.below(26)));
-    write_file_atomic(dir.path() / "corpus.txt", corpus);
+    testing::write_letter_corpus(dir.path() / "corpus.txt", 60000, 26, 3);
     write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 24, n_layer: 2, n_head: 2}}
 data: {{train: "{}"}}
 train: {{batch_size: 6, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 100}}

@@ -9,6 +9,7 @@
 #include "model/model_files.h"
 #include "model/safetensors.h"
 #include "reference_runner.h"
+#include "model_configs.h"
 #include "test_util.h"
 
 namespace paraflow {
@@ -85,12 +86,7 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheProblemNamed) {
 
 TEST(ModelFiles, WrongShapeOrBadConfigNamesTheFile) {
   testing::TempDir dir;
-  model::GptConfig config;
-  config.vocab_size = 11;
-  config.n_positions = 8;
-  config.n_embd = 4;
-  config.n_layer = 1;
-  config.n_head = 2;
+  model::GptConfig config = testing::gpt_config(11, 8, 4, 1, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   model::save_model_dir(dir.path(), config, parameters);
   EXPECT_NO_THROW(model::load_model_dir(dir.path(), cpu_backend()));

@@ -86,9 +86,7 @@ TEST(Checkpoint, KeepsOnlyTheLastK) {
 
 TEST(Checkpoint, SigtermSavesACheckpointAndExitsZero) {
   testing::TempDir dir;
-  std::string corpus(200000, 'a');
-  for (size_t i = 0; i < corpus.size(); ++i) corpus[i] = static_cast<char>('a' + (i * 7) % 26);
-  write_file_atomic(dir.path() / "corpus.txt", corpus);
+  testing::write_letter_corpus(dir.path() / "corpus.txt", 200000, 26, 1);
   write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 32, n_embd: 32, n_layer: 2, n_head: 2}}
 data: {{train: "{}"}}
 train: {{batch_size: 4, sequence_length: 32, steps: 1000000, out_dir: "{}", log_every: 1000}}

@@ -32,10 +32,7 @@ nlohmann::json tensorboard_scalars(const std::filesystem::path& logdir) {
 class EvaluatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string corpus;
-    Rng rng(4);
-    for (int i = 0; i < 40000; ++i) corpus.push_back(static_cast<char>('a' + rng.below(8)));
-    write_file_atomic(dir.path() / "corpus.txt", corpus);
+    testing::write_letter_corpus(dir.path() / "corpus.txt", 40000, 8, 4);
     write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 16, n_layer: 1, n_head: 2}}
 data: {{train: "{}", validation_fraction: 0.2}}
 train: {{batch_size: 4, sequence_length: 16, steps: 12, checkpoint_every: 4, eval_batches: 2, out_dir: "{}", log_every: 100}}

@@ -11,6 +11,7 @@
 
 #include "base/file_io.h"
 #include "reference_runner.h"
+#include "model_configs.h"
 #include "test_util.h"
 #include "train/memory_report.h"
 #include "trained_model.h"
@@ -41,12 +42,7 @@ TEST(Recompute, ParametersAreBitwiseEqualUnderEveryPolicy) {
 }
 
 TEST(Recompute, BlockRecomputationCutsActivationMemoryToAThird) {
-  model::GptConfig gpt_small;
-  gpt_small.vocab_size = 8192;
-  gpt_small.n_positions = 256;
-  gpt_small.n_embd = 384;
-  gpt_small.n_layer = 12;
-  gpt_small.n_head = 6;
+  model::GptConfig gpt_small = testing::gpt_config(8192, 256, 384, 12, 6);
   train::TrainConfig config;
   config.batch_size = 8;
   config.sequence_length = 256;
@@ -69,9 +65,7 @@ double mib_after(const std::string& text, const std::string& prefix) {
 
 TEST(MemoryPlan, PredictionMatchesPeakRssGrowthOfARealRun) {
   testing::TempDir dir;
-  std::string corpus(300000, 'a');
-  for (size_t i = 0; i < corpus.size(); ++i) corpus[i] = static_cast<char>('a' + (i * 13) % 26);
-  write_file_atomic(dir.path() / "corpus.txt", corpus);
+  testing::write_letter_corpus(dir.path() / "corpus.txt", 300000, 26, 2);
   write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 4096, n_positions: 256, n_embd: 256, n_layer: 4, n_head: 4}}
 data: {{train: "{}"}}
 train: {{batch_size: 8, sequence_length: 256, steps: 3, out_dir: "{}", log_every: 100}}

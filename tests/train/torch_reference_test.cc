@@ -10,6 +10,7 @@
 #include "model/model_files.h"
 #include "model/safetensors.h"
 #include "reference_runner.h"
+#include "model_configs.h"
 #include "test_util.h"
 #include "train/optimizer.h"
 
@@ -109,21 +110,13 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
   check(worst_curve, 1e-4, fmt::format("worst loss of the {}-step AdamW curve", steps));
 }
 
-model::GptConfig config(int64_t V, int64_t P, int64_t C, int64_t L, int64_t H) {
-  model::GptConfig c;
-  c.vocab_size = V;
-  c.n_positions = P;
-  c.n_embd = C;
-  c.n_layer = L;
-  c.n_head = H;
-  return c;
-}
+using testing::gpt_config;
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, TorchReference,
-    ::testing::Values(Case{"gpt2_shaped", config(512, 64, 64, 2, 4), 2, 64},
-                      Case{"awkward", config(97, 24, 30, 1, 3), 3, 13},
-                      Case{"one_head", config(61, 16, 20, 2, 1), 2, 11}),
+    ::testing::Values(Case{"gpt2_shaped", gpt_config(512, 64, 64, 2, 4), 2, 64},
+                      Case{"awkward", gpt_config(97, 24, 30, 1, 3), 3, 13},
+                      Case{"one_head", gpt_config(61, 16, 20, 2, 1), 2, 11}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
