@@ -59,6 +59,18 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
     return read_file(dir.path() / a / "export/model.safetensors") == read_file(dir.path() / b / "export/model.safetensors");
   }
 
+  // A valid checkpoint at a step >= `step` exists in `run`.
+  static void train_checkpoint_exists_after(const std::filesystem::path& run, int64_t step) {
+    int64_t latest = -1;
+    for (const auto& entry : std::filesystem::directory_iterator(run)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind("ckpt-", 0) == 0 && name.find(".tmp") == std::string::npos) {
+        latest = std::max<int64_t>(latest, std::stoll(name.substr(5)));
+      }
+    }
+    EXPECT_GE(latest, step);
+  }
+
   testing::TempDir dir;
 };
 
@@ -144,6 +156,28 @@ TEST_F(DataParallel, KilledWorkerResumesExactly) {
 
   ASSERT_EQ(run(command), 0) << "relaunching the same command resumes";
   EXPECT_TRUE(bitwise_equal("uninterrupted", "crashed"));
+}
+
+TEST_F(DataParallel, SigtermToTheJobStopsEveryRankWithACheckpoint) {
+  std::string command = tf_config(2) + train_command("preempted", "--set train.steps=100000 --set train.checkpoint_every=2");
+  pid_t job = fork();
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", (command + " > /dev/null 2>&1").c_str(), nullptr);
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir.path() / "preempted/ckpt-000000002") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Preemption: every process of the job gets SIGTERM (as Kubernetes and mpirun deliver it).
+  std::system(fmt::format("pkill -TERM -f '^{} train.*{}/preempted'", binary(), dir.path().string()).c_str());
+  int status = 0;
+  waitpid(job, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "both ranks exit 0";
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "preempted/export/model.safetensors"));
+  // The last checkpoint is the step where both stopped; relaunching resumes from it.
+  train_checkpoint_exists_after(dir.path() / "preempted", 3);
 }
 
 TEST_F(DataParallel, UnreachablePeerFailsWithinTheTimeoutNamingIt) {

@@ -67,6 +67,25 @@ TEST(Checkpoint, CorruptLatestFallsBackToPrevious) {
   EXPECT_EQ(resumed.current_step(), 1);
 }
 
+TEST(Checkpoint, CrashWhileWritingLeavesThePreviousOneLoadable) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::Trainer trainer(config, testing::short_training(dir.path(), 10), data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.step();
+  std::filesystem::path complete = trainer.save_checkpoint();
+  // What a crash mid-save leaves: the temporary directory with some files, and (had the rename
+  // raced) a directory without its manifest.
+  std::filesystem::copy(complete, dir.path() / "ckpt-000000002.tmp.999");
+  std::filesystem::remove(dir.path() / "ckpt-000000002.tmp.999" / "manifest.json");
+  std::filesystem::copy(complete, dir.path() / "ckpt-000000003");
+  std::filesystem::remove(dir.path() / "ckpt-000000003" / "manifest.json");
+  train::CheckpointManager manager(dir.path(), 3);
+  ASSERT_TRUE(manager.latest_valid().has_value());
+  EXPECT_EQ(*manager.latest_valid(), complete);
+}
+
 TEST(Checkpoint, KeepsOnlyTheLastK) {
   testing::TempDir dir;
   model::GptConfig config = testing::small_config();
