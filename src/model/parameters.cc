@@ -6,11 +6,11 @@
 
 namespace paraflow::model {
 
-std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config) {
+std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_embeddings) {
   const int64_t C = config.n_embd;
   std::vector<TensorSpec> specs{
-      {"wte.weight", Shape{config.vocab_size, C}, Init::normal, true},
-      {"wpe.weight", Shape{config.n_positions, C}, Init::normal, true},
+      {"wte.weight", Shape{config.vocab_size, C}, Init::normal, decay_embeddings},
+      {"wpe.weight", Shape{config.n_positions, C}, Init::normal, decay_embeddings},
   };
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     std::string prefix = "h." + std::to_string(layer) + ".";

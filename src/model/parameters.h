@@ -19,10 +19,11 @@ struct TensorSpec {
   std::string name;  // Hugging Face GPT2Model name: "h.0.attn.c_attn.weight"
   Shape shape;       // [in, out] for linear weights, as HF's Conv1D stores them
   Init init;
-  bool weight_decay;  // AdamW decays matrices and embeddings, not biases or layernorm
+  bool weight_decay;  // AdamW decays the linear layers' matrices; not biases, layernorm or (by default) embeddings
 };
 
-std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config);
+// `decay_embeddings` puts wte and wpe under weight decay too (train.decay_embeddings).
+std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_embeddings = false);
 
 class ParameterSet {
  public:

@@ -50,6 +50,7 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb", 25.0) * (1 << 20));
   c.sync.overlap = config.get<bool>("dist.overlap", true);
   c.recompute = config.get<std::string>("train.recompute", c.recompute);
+  c.decay_embeddings = config.get<bool>("train.decay_embeddings", c.decay_embeddings);
   const int zero_stage = config.get<int>("dist.zero", 0);
   check(zero_stage == 0 || zero_stage == 1, "{}: dist.zero must be 0 or 1 (ZeRO-1), got {}", config.origin(), zero_stage);
   c.sync.zero = zero_stage == 1;
@@ -67,7 +68,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       data_(data),
       backend_(backend),
       communicator_(communicator),
-      parameters_(model::gpt_tensor_specs(model_config_), backend),
+      parameters_(model::gpt_tensor_specs(model_config_, config_.decay_embeddings), backend),
       gradients_(model::gpt_tensor_specs(model_config_), backend),
       checkpoints_(config_.out_dir, config_.keep_checkpoints) {
   const int64_t slices = communicator_.size() * config_.grad_accumulation;

@@ -37,6 +37,7 @@ struct TrainConfig {
   dist::GradientSyncConfig sync;
   std::filesystem::path tokenizer_dir;  // copied into exports when set
   std::string recompute = "none";       // gradient checkpointing: none | block | attention | op kinds
+  bool decay_embeddings = false;        // AdamW weight decay on wte/wpe too
 
   static TrainConfig from_config(const Config& config);  // keys train.*
 };

@@ -74,6 +74,8 @@ def parse_args(argv):
     p.add_argument("--beta2", type=float, default=0.999)
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--decay-embeddings", action="store_true",
+                   help="also decay wte/wpe (default: only the linear layers' 2-D weights)")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     args = p.parse_args(argv)
     if args.steps < 0:
@@ -208,8 +210,10 @@ def main(argv=None):
         with torch.no_grad():
             model.load_state_dict(init_state)
         model.zero_grad(set_to_none=True)
-        decay = [p for _, p in named if p.dim() >= 2]
-        no_decay = [p for _, p in named if p.dim() < 2]
+        def decayed(name, p):
+            return p.dim() >= 2 and (args.decay_embeddings or not name.endswith(("wte.weight", "wpe.weight")))
+        decay = [p for name, p in named if decayed(name, p)]
+        no_decay = [p for name, p in named if not decayed(name, p)]
         opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": args.weight_decay},
              {"params": no_decay, "weight_decay": 0.0}],

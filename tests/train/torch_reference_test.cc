@@ -21,6 +21,7 @@ struct Case {
   const char* name;
   model::GptConfig config;
   int64_t B, T;
+  bool decay_embeddings = false;
 };
 
 std::vector<double> read_f32(const model::SafetensorsFile& file, const std::string& name) {
@@ -36,7 +37,7 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
   testing::TempDir dir;
   Rng rng(testing::test_seed());
 
-  model::ParameterSet parameters(model::gpt_tensor_specs(c.config), backend);
+  model::ParameterSet parameters(model::gpt_tensor_specs(c.config, c.decay_embeddings), backend);
   model::initialize_gpt(parameters, c.config, rng);
   model::save_model_dir(dir.path() / "model", c.config, parameters);
 
@@ -51,10 +52,10 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
   const double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   ASSERT_TRUE(testing::run_oracle(
       "gpt2_torch.py", fmt::format("--model {} --batch {} --out {} --steps {} --lr {} --beta1 {} --beta2 {} --eps {} "
-                                   "--weight-decay {} --dtype float64",
+                                   "--weight-decay {} --dtype float64{}",
                                    (dir.path() / "model").string(), (dir.path() / "batch.safetensors").string(),
                                    (dir.path() / "out.safetensors").string(), steps, lr, beta1, beta2, eps,
-                                   weight_decay)));
+                                   weight_decay, c.decay_embeddings ? " --decay-embeddings" : "")));
   model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "out.safetensors").string());
 
   model::GptGraph g = model::build_gpt_training_graph(c.config, B, T);
@@ -115,6 +116,7 @@ using testing::gpt_config;
 INSTANTIATE_TEST_SUITE_P(
     Configs, TorchReference,
     ::testing::Values(Case{"gpt2_shaped", gpt_config(512, 64, 64, 2, 4), 2, 64},
+                      Case{"embeddings_decayed", gpt_config(512, 64, 64, 2, 4), 2, 64, true},
                       Case{"awkward", gpt_config(97, 24, 30, 1, 3), 3, 13},
                       Case{"one_head", gpt_config(61, 16, 20, 2, 1), 2, 11}),
     [](const auto& info) { return std::string(info.param.name); });
