@@ -21,7 +21,12 @@ void matmul_forward(float* out, float* pre, const float* inp, const float* weigh
   // target (N,OC) = inp (N,C) · W, with W [C,OC] (in_out) or [OC,C] (out_in)
   float* target = gelu ? pre : out;
   bool transposed = layout == WeightLayout::out_in;
-  sgemm(false, transposed, N, OC, C, 1.0f, inp, C, weight, transposed ? C : OC, 0.0f, target, OC);
+  // The bias goes into the GEMM's write-back when the engine can: one pass over the output less.
+  if (bias != nullptr && sgemm_bias(transposed, N, OC, C, inp, C, weight, transposed ? C : OC, bias, target, OC)) {
+    bias = nullptr;
+  } else {
+    sgemm(false, transposed, N, OC, C, 1.0f, inp, C, weight, transposed ? C : OC, 0.0f, target, OC);
+  }
   if (bias == nullptr && !gelu) return;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -43,23 +48,36 @@ void matmul_forward(float* out, float* pre, const float* inp, const float* weigh
 
 namespace {
 
-// dbias[o] += sum over rows of dout[n, o]: each thread sums a fixed block of rows into its own
-// row of partials (contiguous reads), then the partials are added in thread order, so the result
-// is the same on every run with the same thread count.
-void bias_gradient(float* dbias, const float* dout, int64_t N, int64_t OC) {
+// dbias[o] += sum over rows of dout[n, o], optionally after turning dout into the gradient of the
+// GELU's input in place (the same pass over dout serves both). Each thread sums a fixed block of
+// rows into its own partials (contiguous reads), added in thread order: the result is the same
+// on every run with the same thread count.
+void bias_gradient(float* dbias, float* dout, const float* pre, int64_t N, int64_t OC) {
   const int threads = omp_get_max_threads();
-  std::vector<float> partial(static_cast<size_t>(threads) * OC, 0.0f);
+  std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(threads) * OC : 0, 0.0f);
 #pragma omp parallel num_threads(threads)
   {
     const int id = omp_get_thread_num();
-    float* sums = partial.data() + static_cast<int64_t>(id) * OC;
+    float* sums = dbias != nullptr ? partial.data() + static_cast<int64_t>(id) * OC : nullptr;
     const int64_t begin = N * id / threads, end = N * (id + 1) / threads;
     for (int64_t n = begin; n < end; ++n) {
-      const float* d = dout + n * OC;
+      float* d = dout + n * OC;
+      if (pre != nullptr) {
+        const float* p = pre + n * OC;
 #pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) sums[o] += d[o];
+        for (int64_t o = 0; o < OC; ++o) {
+          float x = p[o];
+          float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+          d[o] *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+        }
+      }
+      if (sums != nullptr) {
+#pragma omp simd
+        for (int64_t o = 0; o < OC; ++o) sums[o] += d[o];
+      }
     }
   }
+  if (dbias == nullptr) return;
   for (int id = 0; id < threads; ++id) {
     const float* sums = partial.data() + static_cast<int64_t>(id) * OC;
 #pragma omp simd
@@ -72,21 +90,9 @@ void bias_gradient(float* dbias, const float* dout, int64_t N, int64_t OC) {
 void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
                      const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
                      bool accumulate_dinp) {
-  if (gelu) {
-    // dout (N,OC) becomes the gradient of the pre-activation, in place.
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float* d = dout + n * OC;
-      const float* p = pre + n * OC;
-#pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) {
-        float x = p[o];
-        float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-        float local = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-        d[o] *= local;
-      }
-    }
-  }
+  // dout (N,OC) becomes the gradient of the pre-activation in place (with GELU), and the bias
+  // gradient is summed in the same pass.
+  if (gelu || dbias != nullptr) bias_gradient(dbias, dout, gelu ? pre : nullptr, N, OC);
   bool transposed = layout == WeightLayout::out_in;
   if (dinp != nullptr) {
     // dinp (N,C) (+)= dout (N,OC) · W^T
@@ -100,7 +106,6 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, con
     // dW [C,OC] += inp^T · dout
     sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
   }
-  if (dbias != nullptr) bias_gradient(dbias, dout, N, OC);
 }
 
 }  // namespace paraflow::cpu
