@@ -69,7 +69,8 @@ class Trainer {
 
   StepStats step();
   double evaluate(int64_t batches);
-  std::filesystem::path save_checkpoint();  // the chief writes; other ranks return {}
+  // Every rank calls it (ZeRO-1 gathers the moments); the chief writes, the others return {}.
+  std::filesystem::path save_checkpoint();
   void export_model(const std::filesystem::path& dir) const;
 
   // Steps until `config.steps` or until *stop becomes true (SIGTERM), printing progress;
