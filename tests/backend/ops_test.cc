@@ -128,6 +128,26 @@ TEST_P(OpsTest, Attention) {
   }
 }
 
+TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
+  // T = 150 spans three of the CPU kernel's 64-row blocks (the last one partial).
+  const int64_t B = 2, T = 150, C = 24, NH = 2;
+  for (bool accumulate : {false, true}) {
+    Vec qkv = random_vector(rng, B * T * 3 * C), dout = random_vector(rng, B * T * C);
+    Vec dqkv_start = accumulate ? random_vector(rng, B * T * 3 * C) : Vec(B * T * 3 * C, 0.0);
+    Tensor qkv_t = to_tensor(qkv, {B, T, 3 * C}), dout_t = to_tensor(dout, {B, T, C});
+    Tensor out = Tensor::zeros({B, T, C}), probs = garbage({B, NH, T, T});
+    Tensor dqkv = accumulate ? to_tensor(dqkv_start, {B, T, 3 * C}) : garbage({B, T, 3 * C});
+    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), B, T, C, NH);
+    backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(), B,
+                                 T, C, NH, accumulate);
+    Vec ref_out, ref_dqkv = dqkv_start;
+    reference::attention_forward(ref_out, qkv, B, T, C, NH);
+    reference::attention_backward(ref_dqkv, dout, qkv, B, T, C, NH);
+    EXPECT_CLOSE(to_vector(out), ref_out, C / NH + T, "attention out, 3 blocks");
+    EXPECT_CLOSE(to_vector(dqkv), ref_dqkv, C / NH + T, "attention dqkv, 3 blocks");
+  }
+}
+
 TEST_P(OpsTest, Residual) {
   int64_t n = d.B * d.T * d.C;
   Vec a = random_vector(rng, n), b = random_vector(rng, n), dout = random_vector(rng, n);
