@@ -90,6 +90,11 @@ class Backend {
   virtual void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
                                      const float* dlosses, int64_t N, int64_t V, bool accumulate) = 0;
 
+  // ---- precision ----
+  // dst (+)= convert(src) for n elements between f32, bf16 and f16 (round to nearest even; f16
+  // overflows to inf). With accumulate, the sum is formed in f32 and rounded once to dst's type.
+  virtual void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool accumulate) = 0;
+
   // ---- optimizer ----
   // Sum of squares of `n` values, accumulated in double.
   virtual double sum_squares(const float* x, int64_t n) = 0;

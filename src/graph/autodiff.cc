@@ -8,14 +8,15 @@
 namespace paraflow::graph {
 
 void add_backward_pass(Graph& graph, ValueId loss) {
-  const size_t forward_nodes = graph.nodes().size();
+  // Forward nodes in execution order (passes may have scheduled nodes out of index order).
+  std::vector<int32_t> forward_order = graph.schedule();
   std::vector<bool> needs_grad(graph.values().size(), false);
   for (size_t id = 0; id < graph.values().size(); ++id) {
     needs_grad[id] = graph.value(static_cast<ValueId>(id)).role == ValueRole::parameter;
   }
   // Forward sweep: an activation needs a gradient when a differentiable input has one.
-  for (size_t n = 0; n < forward_nodes; ++n) {
-    const Node& node = graph.nodes()[n];
+  for (int32_t n : forward_order) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
     if (node.is_backward) throw Error("add_backward_pass: the graph already has a backward pass");
     bool any = false;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -38,11 +39,11 @@ void add_backward_pass(Graph& graph, ValueId loss) {
     ValueId grad = graph.add_value(name, shape, dtype, ValueRole::gradient);
     graph.value(static_cast<ValueId>(id)).grad = grad;
   }
-  for (size_t n = forward_nodes; n-- > 0;) {
-    const Node& node = graph.nodes()[n];
+  for (auto n = forward_order.rbegin(); n != forward_order.rend(); ++n) {
+    const Node& node = graph.nodes()[static_cast<size_t>(*n)];
     bool output_has_grad = false;
     for (ValueId out : node.outputs) output_has_grad = output_has_grad || graph.value(out).grad != kNoValue;
-    if (output_has_grad) graph.add_backward_node(static_cast<int32_t>(n));
+    if (output_has_grad) graph.add_backward_node(*n);
   }
 }
 

@@ -16,6 +16,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::attention_cached: return "attention_cached";
     case OpKind::add: return "add";
     case OpKind::softmax_xent: return "softmax_xent";
+    case OpKind::cast: return "cast";
   }
   return "?";
 }
@@ -78,6 +79,19 @@ int32_t Graph::add_recompute_node(int32_t original, std::vector<ValueId> inputs,
   if (position == schedule_.end()) throw Error("add_recompute_node: node " + std::to_string(before) + " is not scheduled");
   schedule_.insert(position, index);
   return index;
+}
+
+void Graph::move_before(int32_t node, int32_t before) {
+  schedule_.erase(std::find(schedule_.begin(), schedule_.end(), node));
+  auto position = std::find(schedule_.begin(), schedule_.end(), before);
+  if (position == schedule_.end()) throw Error("move_before: node " + std::to_string(before) + " is not scheduled");
+  schedule_.insert(position, node);
+}
+
+void Graph::replace_input(int32_t node, ValueId from, ValueId to) {
+  for (ValueId& input : nodes_.at(static_cast<size_t>(node)).inputs) {
+    if (input == from) input = to;
+  }
 }
 
 void Graph::set_backward_values(int32_t node, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {

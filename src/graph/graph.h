@@ -31,7 +31,7 @@ struct Value {
   ValueId grad = kNoValue;  // the gradient value, once autodiff ran
 };
 
-enum class OpKind : uint8_t { embedding, layernorm, matmul, attention, attention_cached, add, softmax_xent };
+enum class OpKind : uint8_t { embedding, layernorm, matmul, attention, attention_cached, add, softmax_xent, cast };
 const char* op_kind_name(OpKind kind);
 
 // Op attributes; each op documents the keys it reads.
@@ -71,6 +71,10 @@ class Graph {
   // from `inputs`, scheduled just before node `before`; returns the new node's index.
   int32_t add_recompute_node(int32_t original, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
                              int32_t before);
+  // Moves `node` in the schedule to just before `before`.
+  void move_before(int32_t node, int32_t before);
+  // Makes forward node `node` read `to` wherever it read `from`.
+  void replace_input(int32_t node, ValueId from, ValueId to);
   // Makes backward node `node` see `inputs`/`outputs` as its op's tensors.
   void set_backward_values(int32_t node, std::vector<ValueId> inputs, std::vector<ValueId> outputs);
 

@@ -10,7 +10,9 @@
 
 namespace paraflow::graph {
 
-void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& regions) {
+namespace {
+
+void recompute_regions_in(Graph& graph, const std::vector<std::vector<int32_t>>& regions, bool drop_everything) {
   // Who reads each value during backward: backward nodes, by what their op reads.
   std::vector<std::vector<int32_t>> backward_readers(graph.values().size());
   std::map<int32_t, std::vector<int32_t>> backward_nodes_of;  // forward node -> its backward nodes
@@ -44,7 +46,7 @@ void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& region
         producer[out] = f;
         const auto& readers = backward_readers[static_cast<size_t>(out)];
         bool only_region = std::all_of(readers.begin(), readers.end(), [&](int32_t r) { return region_backward.count(r); });
-        if (only_region) dropped.insert(out);
+        if (only_region || drop_everything) dropped.insert(out);
       }
     }
     // Producers to re-run: those of dropped values the region's backward reads, and, transitively,
@@ -65,10 +67,15 @@ void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& region
       }
     }
     if (rerun.empty()) continue;
-    // The region's first backward node in the schedule: recompute goes right before it.
+    // Backward nodes that will read a copy: the region's own, and (dropping everything) any
+    // other reader of a dropped value. Recompute goes right before the first of them.
+    std::set<int32_t> rewired = region_backward;
+    for (ValueId v : dropped) {
+      for (int32_t reader : backward_readers[static_cast<size_t>(v)]) rewired.insert(reader);
+    }
     int32_t first_backward = -1;
     for (int32_t n : graph.schedule()) {
-      if (region_backward.count(n)) {
+      if (rewired.count(n)) {
         first_backward = n;
         break;
       }
@@ -93,13 +100,23 @@ void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& region
       }
       graph.add_recompute_node(f, mapped(original.inputs), outputs, first_backward);
     }
-    for (int32_t b : region_backward) {
+    for (int32_t b : rewired) {
       const Node& node = graph.nodes()[static_cast<size_t>(b)];
       std::vector<ValueId> inputs = mapped(graph.backward_inputs(node));
       std::vector<ValueId> outputs = mapped(graph.backward_outputs(node));
       graph.set_backward_values(b, std::move(inputs), std::move(outputs));
     }
   }
+}
+
+}  // namespace
+
+void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& regions) {
+  recompute_regions_in(graph, regions, false);
+}
+
+void add_recompute_everywhere(Graph& graph, const std::vector<std::vector<int32_t>>& regions) {
+  recompute_regions_in(graph, regions, true);
 }
 
 std::vector<std::vector<int32_t>> recompute_regions(const Graph& graph, const std::string& policy,

@@ -16,6 +16,11 @@ namespace paraflow::graph {
 // Run after add_backward_pass. Regions must not overlap.
 void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& regions);
 
+// Regions whose outputs are all dropped, also those that backward nodes outside the region read
+// (those nodes are rewired to the recomputed copies): for cheap producers such as the casts of
+// the precision policy, whose f32 copies then live only around their readers.
+void add_recompute_everywhere(Graph& graph, const std::vector<std::vector<int32_t>>& regions);
+
 // Regions for a policy: "none"; "block" (forward nodes named "<prefix><i>." per index i, e.g.
 // "h.0."); "attention" (each attention node alone); or a comma-separated list of op kinds
 // ("attention,layernorm": each node of those kinds alone). InputError for an unknown policy.

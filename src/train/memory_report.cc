@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "graph/autodiff.h"
 #include "graph/memory_plan.h"
-#include "graph/recompute.h"
-#include "model/gpt_graph.h"
+#include "train/training_graph.h"
 
 namespace paraflow::train {
 
@@ -32,9 +30,7 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
                                       int threads) {
   const int64_t micro_batch = config.batch_size / (ranks * config.grad_accumulation);
   const int64_t T = config.sequence_length, C = model.n_embd;
-  model::GptGraph g = model::build_gpt_training_graph(model, micro_batch, T);
-  graph::add_backward_pass(g.graph, g.losses);
-  graph::add_recompute(g.graph, graph::recompute_regions(g.graph, config.recompute));
+  model::GptGraph g = build_training_graph(model, micro_batch, T, config.recompute, config.precision);
 
   // What the trainer binds: parameters, their gradients and the loss gradient.
   std::vector<bool> bound(g.graph.values().size(), false);

@@ -10,8 +10,7 @@
 #include "base/random.h"
 #include "data/events.h"
 #include "data/tokenizer.h"
-#include "graph/autodiff.h"
-#include "graph/recompute.h"
+#include "train/training_graph.h"
 #include "model/model_files.h"
 
 namespace paraflow::train {
@@ -51,6 +50,10 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.sync.overlap = config.get<bool>("dist.overlap", true);
   c.recompute = config.get<std::string>("train.recompute", c.recompute);
   c.decay_embeddings = config.get<bool>("train.decay_embeddings", c.decay_embeddings);
+  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision", "float32"));
+  c.initial_loss_scale = config.get<double>("train.initial_loss_scale", c.initial_loss_scale);
+  check(c.initial_loss_scale >= 1, "{}: train.initial_loss_scale must be >= 1, got {}", config.origin(),
+        c.initial_loss_scale);
   const int zero_stage = config.get<int>("dist.zero", 0);
   check(zero_stage == 0 || zero_stage == 1, "{}: dist.zero must be 0 or 1 (ZeRO-1), got {}", config.origin(), zero_stage);
   c.sync.zero = zero_stage == 1;
@@ -80,9 +83,8 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
         "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
   check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
         data_.max_token(), model_config_.vocab_size);
-  graph_ = model::build_gpt_training_graph(model_config_, micro_batch_, config_.sequence_length);
-  graph::add_backward_pass(graph_.graph, graph_.losses);
-  graph::add_recompute(graph_.graph, graph::recompute_regions(graph_.graph, config_.recompute));
+  graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
+                                config_.precision);
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
   model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
   loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
@@ -101,6 +103,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       config_.grad_accumulation > 1 ? accumulated_.flat().data<float>() : nullptr, sync_config);
   executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
   // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
+  loss_scaler_.scale = config_.initial_loss_scale;
   optimizer_ = zero()
                    ? std::make_unique<AdamW>(config_.adamw, parameters_, backend_, sync_->shard_begin(), sync_->shard_end())
                    : std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
@@ -108,6 +111,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
 
 bool Trainer::initialize_or_resume() {
   float resumed_step = 0;
+  int64_t optimizer_steps = 0;
   std::string data_state = "{}";
   // The chief reads the whole state; everyone receives it (and keeps its shard of the moments).
   const auto P = parameters_.numel();
@@ -117,7 +121,13 @@ bool Trainer::initialize_or_resume() {
     if (auto checkpoint = checkpoints_.latest_valid()) {
       nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, first_moment, second_moment);
       resumed_step = static_cast<float>(state.at("step").get<int64_t>());
+      optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
+      if (state.contains("loss_scale")) {
+        loss_scaler_.scale = state["loss_scale"].at("scale").get<double>();
+        loss_scaler_.finite_steps = state["loss_scale"].at("finite_steps").get<int64_t>();
+        loss_scaler_.skipped_steps = state["loss_scale"].at("skipped_steps").get<int64_t>();
+      }
       fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), resumed_step);
     } else {
       Rng rng(config_.seed);
@@ -133,9 +143,16 @@ bool Trainer::initialize_or_resume() {
     backend_.copy(second_moment.slice_flat(begin, count), optimizer_->second_moment().slice_flat(0, count));
   }
   sync_->broadcast(&resumed_step, 1, 0);
+  // The optimizer's step count and the loss scale travel as JSON text (a double arrives exactly).
+  nlohmann::json counters = nlohmann::json::parse(sync_->broadcast(
+      nlohmann::json{{"optimizer_steps", optimizer_steps}, {"scale", loss_scaler_.scale},
+                     {"finite", loss_scaler_.finite_steps}, {"skipped", loss_scaler_.skipped_steps}}.dump(), 0));
+  optimizer_->set_steps_taken(counters["optimizer_steps"].get<int64_t>());
+  loss_scaler_.scale = counters["scale"].get<double>();
+  loss_scaler_.finite_steps = counters["finite"].get<int64_t>();
+  loss_scaler_.skipped_steps = counters["skipped"].get<int64_t>();
   data_.restore(nlohmann::json::parse(sync_->broadcast(data_state, 0)));
   step_ = static_cast<int64_t>(resumed_step);
-  optimizer_->set_steps_taken(step_);
   return step_ > 0;
 }
 
@@ -150,6 +167,7 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
   for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
   // d(mean loss over the global batch)/d(loss at each of this slice's positions)
   float weight = 1.0f / static_cast<float>(losses.numel() * slices);
+  if (scales_loss()) weight *= static_cast<float>(loss_scaler_.scale);
   std::fill(loss_grad_.data<float>(), loss_grad_.data<float>() + loss_grad_.numel(), weight);
   backend_.fill_zero(gradients_.flat());
   sync_->begin_backward(micro + 1 == config_.grad_accumulation);
@@ -168,16 +186,19 @@ StepStats Trainer::step() {
   stats.communication_wait = sync_->last_wait_seconds();
   stats.loss = sync_->all_reduce_sum(static_cast<float>(local_loss)) / static_cast<double>(communicator_.size());
   stats.lr = config_.schedule.at(step_);
-  if (zero()) {
-    // ZeRO-1: this rank holds the summed gradients of its shard; the norm is summed over shards.
-    float* grads = final_gradients().flat().data<float>();
-    const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
-    stats.grad_norm = std::sqrt(sync_->all_reduce_sum(static_cast<float>(backend_.sum_squares(grads + begin, count))));
+  // The global gradient norm: over this rank's shard and summed (ZeRO-1), or over everything.
+  float* grads = final_gradients().flat().data<float>();
+  const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
+  double squares = backend_.sum_squares(grads + begin, count);
+  if (zero()) squares = sync_->all_reduce_sum(static_cast<float>(squares));
+  const double unscale = scales_loss() ? 1.0 / loss_scaler_.scale : 1.0;
+  stats.grad_norm = std::sqrt(squares) * unscale;
+  const bool apply = !scales_loss() || loss_scaler_.update(std::isfinite(squares));
+  stats.skipped = !apply;
+  if (apply) {
     optimizer_->update(parameters_.flat().data<float>(), grads, stats.lr,
-                       static_cast<float>(optimizer_->clip_factor(stats.grad_norm)));
-    sync_->all_gather_shards(parameters_.flat().data<float>());
-  } else {
-    stats.grad_norm = optimizer_->step(parameters_, final_gradients(), stats.lr);
+                       static_cast<float>(optimizer_->clip_factor(stats.grad_norm) * unscale));
+    if (zero()) sync_->all_gather_shards(parameters_.flat().data<float>());
   }
   ++step_;
   stats.seconds = seconds_since(start);
@@ -216,7 +237,9 @@ std::filesystem::path Trainer::save_checkpoint() {
     sync_->all_gather_shards(second_moment.data<float>());
   }
   if (!is_chief()) return {};
-  nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}}};
+  nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
+                          {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
+                                          {"skipped_steps", loss_scaler_.skipped_steps}}}};
   return checkpoints_.save(step_, model_config_, parameters_, first_moment, second_moment, optimizer_->steps_taken(),
                            state);
 }
@@ -248,12 +271,19 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
     std::string metrics = fmt::format("loss {:.4f} | lr {:.2e} | norm {:.2f} | {:.0f} tok/s | MFU {:.1f}%", stats.loss,
                                       stats.lr, stats.grad_norm, tokens_per_step / smoothed_seconds,
                                       100.0 * flops_per_step / smoothed_seconds / peak_flops);
+    if (scales_loss()) {
+      metrics += fmt::format(" | scale {:g} | skipped {}", loss_scaler_.scale, loss_scaler_.skipped_steps);
+    }
     if (events) {
       events->add_scalar("train/loss", stats.loss, step_);
       events->add_scalar("train/lr", stats.lr, step_);
       events->add_scalar("train/grad_norm", stats.grad_norm, step_);
       events->add_scalar("train/tokens_per_second", tokens_per_step / stats.seconds, step_);
       events->add_scalar("train/mfu", flops_per_step / stats.seconds / peak_flops, step_);
+      if (scales_loss()) {
+        events->add_scalar("train/loss_scale", loss_scaler_.scale, step_);
+        events->add_scalar("train/skipped_steps", static_cast<double>(loss_scaler_.skipped_steps), step_);
+      }
     }
     if (config_.eval_every > 0 && step_ % config_.eval_every == 0) {
       double validation = evaluate(config_.eval_batches);

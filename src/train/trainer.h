@@ -11,8 +11,10 @@
 #include "dist/communicator.h"
 #include "dist/gradient_sync.h"
 #include "graph/executor.h"
+#include "graph/precision.h"
 #include "model/gpt_graph.h"
 #include "train/checkpoint.h"
+#include "train/loss_scale.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/token_source.h"
@@ -38,6 +40,8 @@ struct TrainConfig {
   std::filesystem::path tokenizer_dir;  // copied into exports when set
   std::string recompute = "none";       // gradient checkpointing: none | block | attention | op kinds
   bool decay_embeddings = false;        // AdamW weight decay on wte/wpe too
+  graph::PrecisionPolicy precision = graph::PrecisionPolicy::float32;
+  double initial_loss_scale = 32768.0;  // mixed_float16's dynamic loss scale starts here (2^15)
 
   static TrainConfig from_config(const Config& config);  // keys train.*
 };
@@ -50,6 +54,7 @@ dist::Communicator& local_communicator();
 
 struct StepStats {
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  bool skipped = false;  // mixed_float16: the gradients overflowed and the update was skipped
   double communication_wait = 0;  // seconds backward's end waited for gradient all-reduces
 };
 
@@ -78,6 +83,8 @@ class Trainer {
   void run(const std::atomic<bool>* stop, double peak_flops);
 
   int64_t current_step() const { return step_; }
+  const LossScaler& loss_scaler() const { return loss_scaler_; }
+  bool scales_loss() const { return config_.precision == graph::PrecisionPolicy::mixed_float16; }
   model::ParameterSet& parameters() { return parameters_; }
   model::ParameterSet& gradients() { return gradients_; }
   graph::Executor& executor() { return *executor_; }
@@ -102,6 +109,7 @@ class Trainer {
   std::unique_ptr<graph::Executor> executor_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;
+  LossScaler loss_scaler_;  // used with mixed_float16 only
   CheckpointManager checkpoints_;
   Tensor loss_grad_;
   int64_t step_ = 0;

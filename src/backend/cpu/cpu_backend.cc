@@ -74,6 +74,9 @@ class CpuBackend final : public Backend {
                              const float* dlosses, int64_t N, int64_t V, bool accumulate) override {
     cpu::softmax_xent_backward(dlogits, logits, stats, targets, dlosses, N, V, accumulate);
   }
+  void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool accumulate) override {
+    cpu::cast(src, src_dtype, dst, dst_dtype, n, accumulate);
+  }
   double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
   void scale(float* x, float factor, int64_t n) override { cpu::scale(x, factor, n); }
   void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,

@@ -41,6 +41,8 @@ void softmax_xent_forward(float* losses, float* stats, const float* logits, cons
 void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
                            const float* dlosses, int64_t N, int64_t V, bool accumulate);
 
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool accumulate);
+
 double sum_squares(const float* x, int64_t n);
 void scale(float* x, float factor, int64_t n);
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& params);

@@ -11,6 +11,7 @@ const OpDef& op_def(OpKind kind) {
     case OpKind::attention_cached: return attention_cached_op();
     case OpKind::add: return add_op();
     case OpKind::softmax_xent: return softmax_xent_op();
+    case OpKind::cast: return cast_op();
   }
   throw Error("unknown op kind");
 }

@@ -1,0 +1,28 @@
+// The mixed-precision policy as a graph pass (Keras' names): with mixed_bfloat16 or
+// mixed_float16, every parameter and every activation a forward op produces is stored in 16 bits
+// (a cast), and its readers read an f32 copy cast back from that; the loss, the logits and the
+// values saved inside an op for its backward stay in f32, as do the master weights and their
+// gradients. Gradients flowing back through a cast are rounded to 16 bits the same way. The
+// kernels compute in f32 on the CPU.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace paraflow::graph {
+
+enum class PrecisionPolicy { float32, mixed_bfloat16, mixed_float16 };
+
+PrecisionPolicy parse_precision_policy(const std::string& name);  // InputError names the choices
+const char* precision_policy_name(PrecisionPolicy policy);
+DType storage_dtype(PrecisionPolicy policy);  // f32, bf16 or f16
+
+// Run on the forward graph, before autodiff. Values in `keep_f32` are left alone. Returns the
+// cast-back nodes, to be given to add_recompute_everywhere after autodiff so that only the
+// 16-bit values live from forward to backward.
+std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32);
+
+}  // namespace paraflow::graph

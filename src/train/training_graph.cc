@@ -1,0 +1,29 @@
+#include "train/training_graph.h"
+
+#include <set>
+
+#include "graph/autodiff.h"
+#include "graph/recompute.h"
+
+namespace paraflow::train {
+
+model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
+                                     const std::string& recompute, graph::PrecisionPolicy precision) {
+  model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence);
+  // The logits and the loss stay in f32.
+  std::vector<int32_t> cast_backs = graph::apply_precision_policy(g.graph, precision, {g.logits, g.losses});
+  graph::add_backward_pass(g.graph, g.losses);
+  std::vector<std::vector<int32_t>> regions = graph::recompute_regions(g.graph, recompute);
+  graph::add_recompute(g.graph, regions);
+  // The f32 copies of 16-bit values are re-cast before backward, unless a region already covers them.
+  std::set<int32_t> covered;
+  for (const auto& region : regions) covered.insert(region.begin(), region.end());
+  std::vector<std::vector<int32_t>> casts;
+  for (int32_t node : cast_backs) {
+    if (!covered.count(node)) casts.push_back({node});
+  }
+  graph::add_recompute_everywhere(g.graph, casts);
+  return g;
+}
+
+}  // namespace paraflow::train

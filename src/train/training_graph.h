@@ -1,0 +1,15 @@
+// The graph a training step runs: the GPT forward graph, the precision policy, autodiff, and
+// gradient checkpointing — built the same way for the trainer and for `paraflow plan`.
+#pragma once
+
+#include <string>
+
+#include "graph/precision.h"
+#include "model/gpt_graph.h"
+
+namespace paraflow::train {
+
+model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
+                                     const std::string& recompute, graph::PrecisionPolicy precision);
+
+}  // namespace paraflow::train
