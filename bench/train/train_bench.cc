@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", overlap, "All-reduce gradient buckets while backward runs");
   bool profile = false;
   std::string recompute = "none";
+  std::string precision = "float32";
+  app.add_option("--precision", precision, "float32, mixed_bfloat16 or mixed_float16");
   app.add_option("--recompute", recompute, "Gradient checkpointing: none, block, attention or op kinds");
   app.add_flag("--profile", profile, "Print the time of each op kind for one extra step");
   CLI11_PARSE(app, argc, argv);
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   train_config.batch_size = batch * ranks;
   train_config.sync.overlap = overlap;
   train_config.recompute = recompute;
+  train_config.precision = graph::parse_precision_policy(precision);
   train::Trainer trainer(config, train_config, data, backend, *communicator);
   trainer.initialize_or_resume();
   for (int64_t i = 0; i < warmup; ++i) trainer.step();
@@ -91,7 +94,7 @@ int main(int argc, char** argv) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   if (communicator->rank() != 0) return 0;
-  fmt::print("recompute {}\nactivation_arena_mb {:.1f}\n", recompute,
+  fmt::print("precision {}\nrecompute {}\nactivation_arena_mb {:.1f}\n", precision, recompute,
              static_cast<double>(trainer.executor().memory_plan().arena_bytes) / (1 << 20));
   fmt::print("ranks {}\ncommunication_wait_ms {:.1f}\n", ranks, 1000 * communication_wait / static_cast<double>(steps));
   fmt::print("gemm_engine {}\nthreads {}\nparameters {}\ntokens_per_s {:.1f}\nstep_ms {:.1f}\nmfu {:.4f}\npeak_rss_mb {:.1f}\n",

@@ -52,7 +52,7 @@ DType parse_dtype(const std::string& name, const std::string& context) {
   fail("{}: unsupported dtype '{}'", context, name);
 }
 
-float f16_to_f32(uint16_t bits) {
+float f16_to_f32_portable(uint16_t bits) {
   uint32_t sign = (bits >> 15) & 1u, exponent = (bits >> 10) & 0x1Fu, mantissa = bits & 0x3FFu;
   float magnitude;
   if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -24);
@@ -61,7 +61,7 @@ float f16_to_f32(uint16_t bits) {
   return sign ? -magnitude : magnitude;
 }
 
-uint16_t f32_to_f16(float value) {
+uint16_t f32_to_f16_portable(float value) {
   uint32_t word;
   std::memcpy(&word, &value, 4);
   uint16_t sign = static_cast<uint16_t>((word >> 16) & 0x8000u);

@@ -6,6 +6,10 @@
 #include <cstring>
 #include <string>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace paraflow {
 
 enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u16 };
@@ -33,7 +37,25 @@ inline uint16_t f32_to_bf16(float value) {
   return static_cast<uint16_t>(word >> 16);
 }
 
-float f16_to_f32(uint16_t bits);
-uint16_t f32_to_f16(float value);
+float f16_to_f32_portable(uint16_t bits);
+uint16_t f32_to_f16_portable(float value);
+
+// IEEE half precision, round to nearest even, overflow to inf; the CPU's F16C instructions when
+// it has them.
+inline float f16_to_f32(uint16_t bits) {
+#if defined(__F16C__)
+  return _cvtsh_ss(bits);
+#else
+  return f16_to_f32_portable(bits);
+#endif
+}
+
+inline uint16_t f32_to_f16(float value) {
+#if defined(__F16C__)
+  return _cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT);
+#else
+  return f32_to_f16_portable(value);
+#endif
+}
 
 }  // namespace paraflow
