@@ -46,12 +46,13 @@ class Backend {
                                   int64_t T, int64_t C) = 0;
 
   // ---- layernorm over the last axis ----
-  // out (N,C); mean, rstd (N) saved for backward
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                 const float* bias, int64_t N, int64_t C, float eps) = 0;
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                  const float* weight, const float* mean, const float* rstd, int64_t N,
-                                  int64_t C, bool accumulate_dinp) = 0;
+  // out (N,C); mean, rstd (N) saved for backward. inp, out, dinp and dout have element type
+  // `dtype` (f32, bf16 or f16: the mixed-precision policies' storage); the rest are f32.
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                                 const float* bias, int64_t N, int64_t C, float eps, DType dtype) = 0;
+  virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                                  const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                                  bool accumulate_dinp, DType dtype) = 0;
 
   // ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
   // With gelu, `pre` (N,OC) keeps the pre-activation for backward; bias may be null.
@@ -75,11 +76,11 @@ class Backend {
   virtual void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B,
                                         int64_t Tn, int64_t C, int64_t NH, int64_t past, int64_t max_T) = 0;
 
-  // ---- residual: out = a + b ----
-  virtual void add_forward(float* out, const float* a, const float* b, int64_t n) = 0;
+  // ---- residual: out = a + b, all of element type `dtype` (f32, bf16 or f16) ----
+  virtual void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype) = 0;
   // da (+)= dout; db (+)= dout
-  virtual void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a,
-                            bool accumulate_b) = 0;
+  virtual void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b,
+                            DType dtype) = 0;
 
   // ---- softmax cross-entropy fused over the vocabulary ----
   // logits (N,V) -> losses (N) and stats (N,2) = (row max, log-sum-exp) saved for backward, so

@@ -38,6 +38,9 @@ class OpDef {
   // Whether backward can assign (rather than only accumulate) input i's gradient; the executor
   // then skips zeroing that gradient when this node writes it first.
   virtual bool can_assign_input_grad(size_t index) const { (void)index; return false; }
+  // Whether input i may be a 16-bit (bf16/f16) activation, read directly by the kernel; the
+  // output then has the same type. The precision policy gives other inputs f32 copies.
+  virtual bool accepts_half_input(size_t index) const { (void)index; return false; }
   // What backward reads of the forward tensors; the memory planner frees the rest after forward.
   virtual bool backward_reads_input(size_t index) const { (void)index; return true; }
   virtual bool backward_reads_output(size_t index) const { (void)index; return true; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "graph/op.h"
 
 namespace paraflow::graph {
 
@@ -31,40 +32,89 @@ DType storage_dtype(PrecisionPolicy policy) {
   return DType::f32;
 }
 
+namespace {
+
+struct Reader {
+  int32_t node;
+  bool accepts_half;  // at every position it reads the value from
+};
+
+std::vector<Reader> readers_of(const Graph& graph, ValueId value) {
+  std::vector<Reader> readers;
+  for (int32_t n : graph.schedule()) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    bool reads = false, accepts = true;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i] != value) continue;
+      reads = true;
+      accepts = accepts && op_def(node.kind).accepts_half_input(i);
+    }
+    if (reads) readers.push_back({n, accepts});
+  }
+  return readers;
+}
+
+// Adds `name` = cast(`value`) to `dtype`, scheduled before node `before`; returns (value, node).
+std::pair<ValueId, int32_t> add_cast(Graph& graph, ValueId value, const std::string& name, DType dtype, int32_t before) {
+  ValueId out = graph.add_node(OpKind::cast, name, {value}, Attributes().set("dtype", static_cast<int64_t>(dtype)))[0];
+  const auto node = static_cast<int32_t>(graph.nodes().size() - 1);
+  graph.move_before(node, before);
+  return {out, node};
+}
+
+}  // namespace
+
 std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32) {
   std::vector<int32_t> cast_backs;
   if (policy == PrecisionPolicy::float32) return cast_backs;
   const DType half = storage_dtype(policy);
-  // Candidates: parameters, and the first output (the activation) of every forward op.
-  std::vector<ValueId> candidates;
-  for (size_t v = 0; v < graph.values().size(); ++v) {
-    if (graph.values()[v].role == ValueRole::parameter) candidates.push_back(static_cast<ValueId>(v));
-  }
-  const size_t forward_nodes = graph.nodes().size();
-  for (size_t n = 0; n < forward_nodes; ++n) {
-    const Node& node = graph.nodes()[n];
-    if (!node.is_backward && !node.is_recompute) candidates.push_back(node.outputs.front());
-  }
-  for (ValueId v : candidates) {
-    const Value value = graph.value(v);
-    if (keep_f32.count(v) || value.dtype != DType::f32) continue;
-    std::vector<int32_t> readers;
-    for (int32_t n : graph.schedule()) {
-      const Node& node = graph.nodes()[static_cast<size_t>(n)];
-      if (std::find(node.inputs.begin(), node.inputs.end(), v) != node.inputs.end()) readers.push_back(n);
+  // Stores `value` in 16 bits (unless it already is): readers that take 16-bit inputs read that,
+  // the others an f32 copy cast back from it. Cast nodes carry the value's name, so a
+  // transformer block's casts fall inside the block's recompute region.
+  auto store_half = [&](ValueId value) {
+    std::vector<Reader> readers = readers_of(graph, value);
+    if (readers.empty()) return;
+    const std::string name = graph.value(value).name;
+    ValueId stored = value;
+    if (graph.value(value).dtype == DType::f32) {
+      stored = add_cast(graph, value, name + ".stored", half, readers.front().node).first;
+      for (const Reader& reader : readers) {
+        if (reader.accepts_half) graph.replace_input(reader.node, value, stored);
+      }
     }
-    if (readers.empty()) continue;
-    // Cast nodes carry the value's name, so a block's casts belong to the block's region.
-    ValueId stored = graph.add_node(OpKind::cast, value.name + ".stored", {v},
-                                    Attributes().set("dtype", static_cast<int64_t>(half)))[0];
-    const auto to_half = static_cast<int32_t>(graph.nodes().size() - 1);
-    ValueId copy = graph.add_node(OpKind::cast, value.name + ".f32", {stored},
-                                  Attributes().set("dtype", static_cast<int64_t>(DType::f32)))[0];
-    const auto to_f32 = static_cast<int32_t>(graph.nodes().size() - 1);
-    graph.move_before(to_half, readers.front());
-    graph.move_before(to_f32, readers.front());
-    for (int32_t reader : readers) graph.replace_input(reader, v, copy);
-    cast_backs.push_back(to_f32);
+    int32_t first_f32_reader = -1;
+    for (const Reader& reader : readers) {
+      if (!reader.accepts_half) {
+        first_f32_reader = reader.node;
+        break;
+      }
+    }
+    if (first_f32_reader < 0) return;
+    auto [copy, node] = add_cast(graph, stored, name + ".f32", DType::f32, first_f32_reader);
+    for (const Reader& reader : readers) {
+      if (!reader.accepts_half) graph.replace_input(reader.node, value, copy);
+    }
+    cast_backs.push_back(node);
+  };
+
+  for (size_t v = 0; v < graph.values().size(); ++v) {
+    if (graph.values()[v].role == ValueRole::parameter) store_half(static_cast<ValueId>(v));
+  }
+  std::vector<int32_t> forward_nodes;
+  for (int32_t n : graph.schedule()) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    if (node.kind != OpKind::cast && !node.is_backward && !node.is_recompute) forward_nodes.push_back(n);
+  }
+  for (int32_t n : forward_nodes) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    const ValueId out = node.outputs.front();
+    // An op reading 16-bit inputs writes its activation in 16 bits too.
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (op_def(node.kind).accepts_half_input(i) && graph.value(node.inputs[i]).dtype == half) {
+        graph.value(out).dtype = half;
+      }
+    }
+    if (!keep_f32.count(out)) store_half(out);
   }
   return cast_backs;
 }

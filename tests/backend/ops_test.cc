@@ -60,11 +60,11 @@ TEST_P(OpsTest, LayerNorm) {
   Tensor out = Tensor::zeros({N, C}), mean = Tensor::zeros({N}), rstd = Tensor::zeros({N});
   Tensor x_t = to_tensor(x, {N, C}), w_t = to_tensor(w, {C}), b_t = to_tensor(b, {C}), dout_t = to_tensor(dout, {N, C});
   backend().layernorm_forward(out.data<float>(), mean.data<float>(), rstd.data<float>(), x_t.data<float>(),
-                              w_t.data<float>(), b_t.data<float>(), N, C, 1e-5f);
+                              w_t.data<float>(), b_t.data<float>(), N, C, 1e-5f, DType::f32);
   Tensor dx = garbage({N, C}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
   backend().layernorm_backward(dx.data<float>(), dw.data<float>(), db.data<float>(), dout_t.data<float>(),
                                x_t.data<float>(), w_t.data<float>(), mean.data<float>(), rstd.data<float>(), N, C,
-                               false);
+                               false, DType::f32);
   Vec ref_out, ref_dx(N * C), ref_dw(C), ref_db(C);
   reference::layernorm_forward(ref_out, x, w, b, N, C, 1e-5);
   reference::layernorm_backward(ref_dx, ref_dw, ref_db, dout, x, w, N, C, 1e-5);
@@ -152,9 +152,9 @@ TEST_P(OpsTest, Residual) {
   int64_t n = d.B * d.T * d.C;
   Vec a = random_vector(rng, n), b = random_vector(rng, n), dout = random_vector(rng, n);
   Tensor a_t = to_tensor(a, {n}), b_t = to_tensor(b, {n}), dout_t = to_tensor(dout, {n}), out = Tensor::zeros({n});
-  backend().add_forward(out.data<float>(), a_t.data<float>(), b_t.data<float>(), n);
+  backend().add_forward(out.data<float>(), a_t.data<float>(), b_t.data<float>(), n, DType::f32);
   Tensor da = to_tensor(a, {n}), db = garbage({n});  // da accumulates onto a; db is assigned
-  backend().add_backward(da.data<float>(), db.data<float>(), dout_t.data<float>(), n, true, false);
+  backend().add_backward(da.data<float>(), db.data<float>(), dout_t.data<float>(), n, true, false, DType::f32);
   Vec ref_out(n), ref_da(n);
   for (int64_t i = 0; i < n; ++i) {
     ref_out[i] = a[i] + b[i];
@@ -190,6 +190,61 @@ TEST_P(OpsTest, SoftmaxCrossEntropy) {
                                   targets_t.data<int32_t>(), dlosses_t.data<float>(), N, V, true);
   for (double& value : ref_dlogits) value *= 2;
   EXPECT_CLOSE(to_vector(dlogits), ref_dlogits, V, "softmax_xent dlogits (accumulated)");
+}
+
+// The 16-bit paths of the ops that read and write 16-bit activations directly (the
+// mixed-precision policies' storage): inputs rounded to the format, the float64 reference
+// computed on those rounded inputs, so what remains is the kernel's own error: its output
+// rounding (u = eps/2) and f32 arithmetic. Bound: 2 eps, norm-wise.
+TEST_P(OpsTest, LayerNormAndResidualIn16Bits) {
+  for (auto [dtype, epsilon] : {std::pair{DType::bf16, 0x1.0p-7}, std::pair{DType::f16, 0x1.0p-10}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto to_half = [&](const Vec& values) {
+      Tensor f32 = to_tensor(values, {static_cast<int64_t>(values.size())});
+      Tensor half = Tensor::zeros({static_cast<int64_t>(values.size())}, dtype);
+      backend().cast(f32.raw(), DType::f32, half.raw(), dtype, f32.numel(), false);
+      return half;
+    };
+    auto to_vec = [&](const Tensor& half) {
+      Tensor f32 = Tensor::zeros({half.numel()});
+      backend().cast(half.raw(), dtype, f32.raw(), DType::f32, half.numel(), false);
+      return to_vector(f32);
+    };
+    const int64_t N = d.B * d.T, C = d.C;
+    Tensor x = to_half(random_vector(rng, N * C, 2.0)), dy = to_half(random_vector(rng, N * C));
+    Vec w = random_vector(rng, C), b = random_vector(rng, C);
+    Tensor w_t = to_tensor(w, {C}), b_t = to_tensor(b, {C});
+    Tensor out = Tensor::zeros({N * C}, dtype), dx = Tensor::zeros({N * C}, dtype);
+    Tensor mean = Tensor::zeros({N}), rstd = Tensor::zeros({N}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
+    backend().layernorm_forward(out.raw(), mean.data<float>(), rstd.data<float>(), x.raw(), w_t.data<float>(),
+                                b_t.data<float>(), N, C, 1e-5f, dtype);
+    backend().layernorm_backward(dx.raw(), dw.data<float>(), db.data<float>(), dy.raw(), x.raw(), w_t.data<float>(),
+                                 mean.data<float>(), rstd.data<float>(), N, C, false, dtype);
+    Vec ref_out, ref_dx(N * C), ref_dw(C), ref_db(C);
+    reference::layernorm_forward(ref_out, to_vec(x), w, b, N, C, 1e-5);
+    reference::layernorm_backward(ref_dx, ref_dw, ref_db, to_vec(dy), to_vec(x), w, N, C, 1e-5);
+    auto check = [&](const Vec& actual, const Vec& expected, const char* what) {
+      double error = testing::relative_error(actual, expected);
+      std::printf("  %-5s %-24s rel err %.3e (bound %.3e)\n", dtype_name(dtype), what, error, 2 * epsilon);
+      EXPECT_LE(error, 2 * epsilon) << what;
+    };
+    check(to_vec(out), ref_out, "layernorm out");
+    check(to_vec(dx), ref_dx, "layernorm dx");
+    check(to_vector(dw), ref_dw, "layernorm dweight");
+
+    Tensor a = to_half(random_vector(rng, N * C)), c = to_half(random_vector(rng, N * C));
+    Tensor sum = Tensor::zeros({N * C}, dtype), da = Tensor::zeros({N * C}, dtype), dc = to_half(Vec(N * C, 0.5));
+    backend().add_forward(sum.raw(), a.raw(), c.raw(), N * C, dtype);
+    backend().add_backward(da.raw(), dc.raw(), dy.raw(), N * C, false, true, dtype);
+    Vec ref_sum(N * C), ref_dc(N * C), av = to_vec(a), cv = to_vec(c), dyv = to_vec(dy);
+    for (int64_t i = 0; i < N * C; ++i) {
+      ref_sum[i] = av[i] + cv[i];
+      ref_dc[i] = 0.5 + dyv[i];
+    }
+    check(to_vec(sum), ref_sum, "add out");
+    check(to_vec(da), dyv, "add da (assigned)");
+    check(to_vec(dc), ref_dc, "add db (accumulated)");
+  }
 }
 
 TEST_P(OpsTest, AdamWMatchesClosedForm) {

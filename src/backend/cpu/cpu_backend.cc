@@ -32,14 +32,14 @@ class CpuBackend final : public Backend {
                           int64_t C) override {
     cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int64_t N, int64_t C, float eps) override {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight, const float* bias,
+                         int64_t N, int64_t C, float eps, DType dtype) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, dtype);
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                           const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                          bool accumulate_dinp) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate_dinp);
+                          bool accumulate_dinp, DType dtype) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate_dinp, dtype);
   }
   void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
                       int64_t C, int64_t OC, WeightLayout layout, bool gelu) override {
@@ -62,9 +62,12 @@ class CpuBackend final : public Backend {
                                 int64_t C, int64_t NH, int64_t past, int64_t max_T) override {
     cpu::attention_cached_forward(out, qkv, k_cache, v_cache, B, Tn, C, NH, past, max_T);
   }
-  void add_forward(float* out, const float* a, const float* b, int64_t n) override { cpu::add_forward(out, a, b, n); }
-  void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a, bool accumulate_b) override {
-    cpu::add_backward(da, db, dout, n, accumulate_a, accumulate_b);
+  void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype) override {
+    cpu::add_forward(out, a, b, n, dtype);
+  }
+  void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b,
+                    DType dtype) override {
+    cpu::add_backward(da, db, dout, n, accumulate_a, accumulate_b, dtype);
   }
   void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                             int64_t V) override {

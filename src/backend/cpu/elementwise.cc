@@ -2,25 +2,51 @@
 
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
 
 namespace paraflow::cpu {
 
-void add_forward(float* out, const float* a, const float* b, int64_t n) {
+namespace {
+
+template <typename T>
+void add_forward_as(T* out, const T* a, const T* b, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
-void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a, bool accumulate_b) {
+template <typename T>
+void add_backward_as(T* da, T* db, const T* dout, int64_t n, bool accumulate_a, bool accumulate_b) {
   if (da == db) {  // the same value on both sides (x + x): one buffer, two contributions
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) da[i] = (accumulate_a ? da[i] : 0.0f) + 2.0f * dout[i];
+    for (int64_t i = 0; i < n; ++i) {
+      da[i] = from_float<T>((accumulate_a ? to_float(da[i]) : 0.0f) + 2.0f * to_float(dout[i]));
+    }
     return;
   }
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    da[i] = (accumulate_a ? da[i] : 0.0f) + dout[i];
-    db[i] = (accumulate_b ? db[i] : 0.0f) + dout[i];
+    float g = to_float(dout[i]);
+    da[i] = from_float<T>((accumulate_a ? to_float(da[i]) : 0.0f) + g);
+    db[i] = from_float<T>((accumulate_b ? to_float(db[i]) : 0.0f) + g);
   }
+}
+
+}  // namespace
+
+void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype) {
+  dispatch_storage(dtype, [&](auto element) {
+    using T = decltype(element);
+    add_forward_as(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
+}
+
+void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b,
+                  DType dtype) {
+  dispatch_storage(dtype, [&](auto element) {
+    using T = decltype(element);
+    add_backward_as(static_cast<T*>(da), static_cast<T*>(db), static_cast<const T*>(dout), n, accumulate_a,
+                    accumulate_b);
+  });
 }
 
 void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,

@@ -14,11 +14,11 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                         int64_t C);
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int64_t N, int64_t C, float eps);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, float eps, DType dtype);
+void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                        bool accumulate_dinp);
+                        bool accumulate_dinp, DType dtype);
 
 void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
                     int64_t C, int64_t OC, WeightLayout layout, bool gelu);
@@ -33,8 +33,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
                               int64_t C, int64_t NH, int64_t past, int64_t max_T);
 
-void add_forward(float* out, const float* a, const float* b, int64_t n);
-void add_backward(float* da, float* db, const float* dout, int64_t n, bool accumulate_a, bool accumulate_b);
+void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype);
+void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b, DType dtype);
 
 void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                           int64_t V);

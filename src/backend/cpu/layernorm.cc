@@ -5,33 +5,37 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
 
 namespace paraflow::cpu {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int64_t N, int64_t C, float eps) {
+namespace {
+
+template <typename T>
+void layernorm_forward_as(T* out, float* mean, float* rstd, const T* inp, const float* weight, const float* bias,
+                          int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;
+    const T* x = inp + n * C;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < C; ++c) sum += x[c];
+    for (int64_t c = 0; c < C; ++c) sum += to_float(x[c]);
     float m = sum / static_cast<float>(C);
     float sum_sq = 0.0f;
 #pragma omp simd reduction(+ : sum_sq)
-    for (int64_t c = 0; c < C; ++c) sum_sq += (x[c] - m) * (x[c] - m);
+    for (int64_t c = 0; c < C; ++c) sum_sq += (to_float(x[c]) - m) * (to_float(x[c]) - m);
     float s = 1.0f / std::sqrt(sum_sq / static_cast<float>(C) + eps);
-    float* y = out + n * C;
+    T* y = out + n * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    for (int64_t c = 0; c < C; ++c) y[c] = from_float<T>((to_float(x[c]) - m) * s * weight[c] + bias[c]);
     mean[n] = m;
     rstd[n] = s;
   }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                        bool accumulate_dinp) {
+template <typename T>
+void layernorm_backward_as(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const float* weight,
+                           const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate_dinp) {
   // dweight/dbias: per-thread partial sums over a fixed split of rows, added in thread order.
   int threads = omp_get_max_threads();
   std::vector<float> partial(static_cast<size_t>(threads) * 2 * C, 0.0f);
@@ -42,28 +46,28 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     float* pb = pw + C;
     int64_t begin = N * id / threads, end = N * (id + 1) / threads;
     for (int64_t n = begin; n < end; ++n) {
-      const float* x = inp + n * C;
-      const float* dy = dout + n * C;
-      float* dx = dinp + n * C;
+      const T* x = inp + n * C;
+      const T* dy = dout + n * C;
+      T* dx = dinp + n * C;
       float m = mean[n], s = rstd[n];
       float mean_dnorm = 0.0f, mean_dnorm_norm = 0.0f;
 #pragma omp simd reduction(+ : mean_dnorm, mean_dnorm_norm)
       for (int64_t c = 0; c < C; ++c) {
-        float norm = (x[c] - m) * s;
-        float dnorm = weight[c] * dy[c];
+        float norm = (to_float(x[c]) - m) * s;
+        float dnorm = weight[c] * to_float(dy[c]);
         mean_dnorm += dnorm;
         mean_dnorm_norm += dnorm * norm;
       }
       mean_dnorm /= static_cast<float>(C);
       mean_dnorm_norm /= static_cast<float>(C);
-      if (!accumulate_dinp) std::fill(dx, dx + C, 0.0f);
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
-        float norm = (x[c] - m) * s;
-        float dnorm = weight[c] * dy[c];
-        pb[c] += dy[c];
-        pw[c] += norm * dy[c];
-        dx[c] += s * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+        float norm = (to_float(x[c]) - m) * s;
+        float g = to_float(dy[c]);
+        pb[c] += g;
+        pw[c] += norm * g;
+        float contribution = s * (weight[c] * g - mean_dnorm - norm * mean_dnorm_norm);
+        dx[c] = from_float<T>(accumulate_dinp ? to_float(dx[c]) + contribution : contribution);
       }
     }
   }
@@ -75,6 +79,26 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       dbias[c] += pb[c];
     }
   }
+}
+
+}  // namespace
+
+void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, float eps, DType dtype) {
+  dispatch_storage(dtype, [&](auto element) {
+    using T = decltype(element);
+    layernorm_forward_as(static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp), weight, bias, N, C, eps);
+  });
+}
+
+void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool accumulate_dinp, DType dtype) {
+  dispatch_storage(dtype, [&](auto element) {
+    using T = decltype(element);
+    layernorm_backward_as(static_cast<T*>(dinp), dweight, dbias, static_cast<const T*>(dout),
+                          static_cast<const T*>(inp), weight, mean, rstd, N, C, accumulate_dinp);
+  });
 }
 
 }  // namespace paraflow::cpu

@@ -11,20 +11,23 @@ class AddOp final : public OpDef {
     check(in.size() == 2, "add: expected 2 inputs, got {}", in.size());
     expect_shape(in[0]->shape == in[1]->shape, "add", "operands must have equal shapes, b is " + in[1]->shape.to_string(),
                  in[0]->shape);
-    return {{"", in[0]->shape, DType::f32, ValueRole::activation}};
+    check(in[0]->dtype == in[1]->dtype, "add: operands are {} and {}", dtype_name(in[0]->dtype),
+          dtype_name(in[1]->dtype));
+    return {{"", in[0]->shape, in[0]->dtype, ValueRole::activation}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.add_forward(t.outputs[0].data<float>(), t.inputs[0].data<float>(), t.inputs[1].data<float>(),
-                        t.outputs[0].numel());
+    backend.add_forward(t.outputs[0].raw(), t.inputs[0].raw(), t.inputs[1].raw(), t.outputs[0].numel(),
+                        t.outputs[0].dtype());
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.add_backward(t.input_grads[0].data<float>(), t.input_grads[1].data<float>(),
-                         t.output_grads[0].data<float>(), t.outputs[0].numel(), t.accumulate[0], t.accumulate[1]);
+    backend.add_backward(t.input_grads[0].raw(), t.input_grads[1].raw(), t.output_grads[0].raw(),
+                         t.outputs[0].numel(), t.accumulate[0], t.accumulate[1], t.outputs[0].dtype());
   }
 
   bool can_assign_input_grad(size_t) const override { return true; }
+  bool accepts_half_input(size_t) const override { return true; }
   bool backward_reads_input(size_t) const override { return false; }
   bool backward_reads_output(size_t) const override { return false; }
 };

@@ -17,27 +17,29 @@ class LayerNormOp final : public OpDef {
                  in[1]->shape);
     attributes.get_float("eps");
     Shape rows{leading_rows(x)};
-    return {{"", x, DType::f32, ValueRole::activation},
+    return {{"", x, in[0]->dtype, ValueRole::activation},
             {".mean", rows, DType::f32, ValueRole::saved},
             {".rstd", rows, DType::f32, ValueRole::saved}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     const Shape& x = t.inputs[0].shape();
-    backend.layernorm_forward(t.outputs[0].data<float>(), t.outputs[1].data<float>(), t.outputs[2].data<float>(),
-                              t.inputs[0].data<float>(), t.inputs[1].data<float>(), t.inputs[2].data<float>(),
-                              leading_rows(x), x[x.rank() - 1], static_cast<float>(attributes.get_float("eps")));
+    backend.layernorm_forward(t.outputs[0].raw(), t.outputs[1].data<float>(), t.outputs[2].data<float>(),
+                              t.inputs[0].raw(), t.inputs[1].data<float>(), t.inputs[2].data<float>(),
+                              leading_rows(x), x[x.rank() - 1], static_cast<float>(attributes.get_float("eps")),
+                              t.inputs[0].dtype());
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
     const Shape& x = t.inputs[0].shape();
-    backend.layernorm_backward(t.input_grads[0].data<float>(), t.input_grads[1].data<float>(),
-                               t.input_grads[2].data<float>(), t.output_grads[0].data<float>(),
-                               t.inputs[0].data<float>(), t.inputs[1].data<float>(), t.outputs[1].data<float>(),
-                               t.outputs[2].data<float>(), leading_rows(x), x[x.rank() - 1], t.accumulate[0]);
+    backend.layernorm_backward(t.input_grads[0].raw(), t.input_grads[1].data<float>(), t.input_grads[2].data<float>(),
+                               t.output_grads[0].raw(), t.inputs[0].raw(), t.inputs[1].data<float>(),
+                               t.outputs[1].data<float>(), t.outputs[2].data<float>(), leading_rows(x),
+                               x[x.rank() - 1], t.accumulate[0], t.inputs[0].dtype());
   }
 
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool accepts_half_input(size_t index) const override { return index == 0; }
   bool backward_reads_input(size_t index) const override { return index < 2; }   // x and weight
   bool backward_reads_output(size_t index) const override { return index > 0; }  // mean, rstd
 };
