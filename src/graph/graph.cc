@@ -61,7 +61,8 @@ std::vector<ValueId> Graph::add_node(OpKind kind, std::string name, std::vector<
 
 int32_t Graph::add_backward_node(int32_t forward_node) {
   const Node& forward = nodes_.at(static_cast<size_t>(forward_node));
-  Node node{.kind = forward.kind, .name = forward.name + ".backward", .attributes = forward.attributes,
+  Node node{.kind = forward.kind, .name = forward.name + ".backward", .inputs = {}, .outputs = {},
+            .attributes = forward.attributes,
             .is_backward = true, .forward_node = forward_node};
   nodes_.push_back(std::move(node));
   schedule_.push_back(static_cast<int32_t>(nodes_.size() - 1));
