@@ -79,8 +79,6 @@ YAML::Node Config::find(const std::string& key) const {
   return node;
 }
 
-bool Config::has(const std::string& key) const { return find(key).IsDefined(); }
-
 void Config::check_all_used() const {
   std::vector<std::string> unknown;
   std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& node,
@@ -100,12 +98,6 @@ void Config::check_all_used() const {
     for (const auto& key : unknown) list += (list.empty() ? "" : ", ") + key;
     fail("{}: unknown config key(s): {}", origin_, list);
   }
-}
-
-std::string Config::to_yaml() const {
-  YAML::Emitter out;
-  out << root_;
-  return out.c_str();
 }
 
 }  // namespace paraflow

@@ -21,8 +21,6 @@ class Config {
   // `assignment` is `dotted.key=value`; the value is parsed as YAML (numbers, bools, lists).
   void set(const std::string& assignment);
 
-  bool has(const std::string& key) const;
-
   template <typename T>
   T get(const std::string& key, const T& fallback) const {
     YAML::Node node = find(key);
@@ -40,7 +38,6 @@ class Config {
   // Throws InputError naming every leaf key that no get/require call asked for.
   void check_all_used() const;
 
-  std::string to_yaml() const;
   const std::string& origin() const { return origin_; }
 
  private:

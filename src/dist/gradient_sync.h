@@ -60,7 +60,6 @@ class GradientSync {
   std::string broadcast(const std::string& text, int root);
 
   Communicator& communicator() { return communicator_; }
-  size_t bucket_count() const { return buckets_.size(); }
   // Seconds the main thread waited for communication at the end of the last backward.
   double last_wait_seconds() const { return last_wait_seconds_; }
 

@@ -22,7 +22,6 @@ class Generator {
   std::vector<float> prefill(const std::vector<int32_t>& tokens);
   // Appends one token at the current position; returns its logits.
   std::vector<float> decode(int32_t token);
-  int64_t position() const { return position_; }
 
   // Greedy or sampled continuation. `on_token` sees each new token and may return false to stop.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
