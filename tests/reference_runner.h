@@ -21,7 +21,7 @@ inline std::string reference_python() {
 
 inline std::filesystem::path source_dir() {
   const char* dir = std::getenv("PARAFLOW_SOURCE_DIR");
-  return dir ? dir : ".";
+  return dir ? std::filesystem::path(dir) : std::filesystem::path(PARAFLOW_SOURCE_DIR_FALLBACK);
 }
 
 // Returns true when the oracle exited 0; the test fails otherwise.

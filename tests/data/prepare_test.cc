@@ -4,6 +4,8 @@
 // .venv-data; without it the interop test FAILS, it never skips). Then the pipeline over them.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "reference_runner.h"
 #include <unistd.h>
 
 #include <cstdlib>
@@ -24,10 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path source_dir() {
-  const char* dir = std::getenv("PARAFLOW_SOURCE_DIR");
-  return dir ? fs::path(dir) : fs::path(PARAFLOW_SOURCE_DIR_FALLBACK);
-}
+using testing::source_dir;
 
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / fmt::format("paraflow_prepare_test.{}", ::getpid()) / name;

@@ -4,6 +4,8 @@
 // (scripts/setup_python_data.sh). Without them these tests FAIL: they never skip.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "reference_runner.h"
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -22,10 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path source_dir() {
-  const char* dir = std::getenv("PARAFLOW_SOURCE_DIR");
-  return dir ? fs::path(dir) : fs::path(PARAFLOW_SOURCE_DIR_FALLBACK);
-}
+using testing::source_dir;
 
 fs::path temp_dir() {
   static fs::path dir = [] {

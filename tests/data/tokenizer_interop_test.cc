@@ -4,6 +4,10 @@
 // holds GPT-2's ranks (.venv-data/assets/gpt2.tiktoken, from openai-whisper's PyPI sdist).
 // Missing oracle or vocabulary: the test fails.
 #include <gtest/gtest.h>
+
+#include "reference_runner.h"
+
+#include "test_util.h"
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -21,21 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-uint64_t seed() {
-  static uint64_t value = [] {
-    const char* fixed = std::getenv("PARAFLOW_TEST_SEED");
-    uint64_t v = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
-    std::printf("PARAFLOW_TEST_SEED=%llu\n", static_cast<unsigned long long>(v));
-    return v;
-  }();
-  return value;
-}
+uint64_t seed() { return testing::test_seed(); }
 
-fs::path source_dir() {
-  // ctest sets PARAFLOW_SOURCE_DIR; the build's source dir lets the binary run by hand too.
-  const char* dir = std::getenv("PARAFLOW_SOURCE_DIR");
-  return dir ? fs::path(dir) : fs::path(PARAFLOW_SOURCE_DIR_FALLBACK);
-}
+using testing::source_dir;
 
 // Fragments the texts are made of: English, code, whitespace runs, digits, emoji, CJK, combining
 // marks, other scripts, mixed newlines, contractions, special-token text.

@@ -2,6 +2,8 @@
 // round trips of arbitrary bytes, special tokens, training, files and their errors.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -17,15 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-uint64_t seed() {
-  static uint64_t value = [] {
-    const char* fixed = std::getenv("PARAFLOW_TEST_SEED");
-    uint64_t v = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
-    std::printf("PARAFLOW_TEST_SEED=%llu\n", static_cast<unsigned long long>(v));
-    return v;
-  }();
-  return value;
-}
+uint64_t seed() { return testing::test_seed(); }
 
 std::vector<std::string> split(std::string_view text) {
   std::vector<std::string> pieces;
