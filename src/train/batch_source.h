@@ -12,6 +12,13 @@
 
 namespace paraflow::train {
 
+// The mean of a (B,T) tensor of per-position losses, accumulated in double.
+inline double mean_loss(const Tensor& losses) {
+  double sum = 0;
+  for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
+  return sum / static_cast<double>(losses.numel());
+}
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

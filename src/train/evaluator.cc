@@ -31,10 +31,7 @@ EvalResult Evaluator::evaluate(const model::ParameterSet& parameters) {
   for (int64_t index = 0; index < batches_; ++index) {
     data_.batch(index, seed_, true, 0, 1, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
     executor_->forward();
-    const Tensor& losses = executor_->tensor(graph_.losses);
-    double sum = 0;
-    for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
-    total += sum / static_cast<double>(losses.numel());
+    total += mean_loss(executor_->tensor(graph_.losses));
   }
   EvalResult result;
   result.loss = total / static_cast<double>(batches_);

@@ -163,8 +163,6 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
               executor_->tensor(graph_.targets));
   executor_->forward();
   const Tensor& losses = executor_->tensor(graph_.losses);
-  double sum = 0;
-  for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
   // d(mean loss over the global batch)/d(loss at each of this slice's positions)
   float weight = 1.0f / static_cast<float>(losses.numel() * slices);
   if (scales_loss()) weight *= static_cast<float>(loss_scaler_.scale);
@@ -173,7 +171,7 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
   sync_->begin_backward(micro + 1 == config_.grad_accumulation);
   executor_->backward();
   sync_->end_backward();
-  return sum / static_cast<double>(losses.numel());
+  return mean_loss(losses);
 }
 
 StepStats Trainer::step() {
@@ -215,10 +213,7 @@ double Trainer::evaluate(int64_t batches) {
       data_.batch(index, config_.seed, true, slice, slices, executor_->tensor(graph_.tokens),
                   executor_->tensor(graph_.targets));
       executor_->forward();
-      const Tensor& losses = executor_->tensor(graph_.losses);
-      double sum = 0;
-      for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
-      total += sum / static_cast<double>(losses.numel());
+      total += mean_loss(executor_->tensor(graph_.losses));
     }
   }
   return sync_->all_reduce_sum(static_cast<float>(total)) / static_cast<double>(batches * slices);
