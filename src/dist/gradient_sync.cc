@@ -90,12 +90,14 @@ void GradientSync::begin_backward(bool last_micro_batch) {
   next_bucket_ = 0;
 }
 
+void GradientSync::fold_micro_batch(int64_t begin, int64_t count) {
+  for (int64_t i = begin; i < begin + count; ++i) accumulated_[i] = accumulated_[i] + micro_[i];
+}
+
 void GradientSync::reduce_bucket(const Bucket& bucket) {
   float* target = micro_;
   if (accumulated_ != nullptr) {
-    float* acc = accumulated_ + bucket.begin;
-    const float* micro = micro_ + bucket.begin;
-    for (int64_t i = 0; i < bucket.count; ++i) acc[i] = acc[i] + micro[i];
+    fold_micro_batch(bucket.begin, bucket.count);
     target = accumulated_;
   }
   communicator_.all_reduce_sum(target + bucket.begin, static_cast<size_t>(bucket.count));
@@ -120,24 +122,21 @@ void GradientSync::end_backward() {
   if (!last_micro_) {
     // Not the last micro-batch: fold it into the accumulator (the first one is a plain copy, so
     // the accumulator holds g0, then g0 + g1, ... exactly as separate ranks would sum them).
-    const int64_t total = slices_.back().offset + slices_.back().count;
     if (first_micro_) {
-      std::memcpy(accumulated_, micro_, static_cast<size_t>(total) * sizeof(float));
+      std::memcpy(accumulated_, micro_, static_cast<size_t>(total_) * sizeof(float));
     } else {
-      for (int64_t i = 0; i < total; ++i) accumulated_[i] = accumulated_[i] + micro_[i];
+      fold_micro_batch(0, total_);
     }
     first_micro_ = false;
     return;
   }
   if (accumulated_ != nullptr && first_micro_) {
     // One micro-batch only: nothing accumulated yet, so the sum starts from zero.
-    std::memset(accumulated_, 0, static_cast<size_t>(slices_.back().offset + slices_.back().count) * sizeof(float));
+    std::memset(accumulated_, 0, static_cast<size_t>(total_) * sizeof(float));
   }
   if (config_.zero) {
     float* target = accumulated_ != nullptr ? accumulated_ : micro_;
-    if (accumulated_ != nullptr) {
-      for (int64_t i = 0; i < total_; ++i) accumulated_[i] = accumulated_[i] + micro_[i];
-    }
+    if (accumulated_ != nullptr) fold_micro_batch(0, total_);
     pending_.push_back(submit([this, target] {
       const int64_t shard = shard_size();
       const size_t padded = static_cast<size_t>(shard * communicator_.size());

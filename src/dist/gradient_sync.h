@@ -70,6 +70,8 @@ class GradientSync {
   };
   std::future<void> submit(std::function<void()> work);
   void launch_ready_buckets();
+  // accumulated[begin, begin+count) = accumulated + micro: one more micro-batch's gradients.
+  void fold_micro_batch(int64_t begin, int64_t count);
   void reduce_bucket(const Bucket& bucket);
   void communication_loop();
 

@@ -1,7 +1,6 @@
 #include "train/optimizer.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace paraflow::train {
 
@@ -22,15 +21,6 @@ AdamW::AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, B
 
 double AdamW::clip_factor(double norm) const {
   return config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6) : 1.0;
-}
-
-double AdamW::step(model::ParameterSet& parameters, model::ParameterSet& gradients, double lr) {
-  float* grads = gradients.flat().data<float>();
-  double norm = std::sqrt(backend_.sum_squares(grads, gradients.numel()));
-  double factor = clip_factor(norm);
-  if (factor != 1.0) backend_.scale(grads, static_cast<float>(factor), gradients.numel());
-  update(parameters.flat().data<float>(), grads, lr, 1.0f);
-  return norm;
 }
 
 void AdamW::update(float* parameters, float* grads, double lr, float grad_scale) {

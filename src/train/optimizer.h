@@ -21,10 +21,6 @@ class AdamW {
   AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, Backend& backend, int64_t begin,
         int64_t end);
 
-  // Whole-buffer step: clips `gradients` in place to the global norm limit, then updates
-  // `parameters`. Returns the gradient norm before clipping.
-  double step(model::ParameterSet& parameters, model::ParameterSet& gradients, double lr);
-
   // The factor that clips a gradient of global norm `norm` (1 when under the limit).
   double clip_factor(double norm) const;
   // Updates parameters[begin, end) from grads[begin, end) (both full-buffer pointers), after
