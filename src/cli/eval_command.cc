@@ -1,21 +1,16 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <atomic>
-#include <csignal>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/stop_signal.h"
 #include "cli/run_setup.h"
 #include "train/evaluator.h"
 
 namespace paraflow::cli {
 
 namespace {
-
-std::atomic<bool> stop_watching{false};
-
-void request_stop(int) { stop_watching.store(true); }
 
 struct EvalOptions {
   std::string config_path;
@@ -33,9 +28,7 @@ void run_eval(const EvalOptions& options) {
   train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train.batch_size, setup.train.sequence_length,
                              setup.train.eval_batches, setup.train.seed);
   if (!options.watch.empty()) {
-    std::signal(SIGTERM, request_stop);
-    std::signal(SIGINT, request_stop);
-    evaluator.watch(options.watch, setup.train.steps, &stop_watching);
+    evaluator.watch(options.watch, setup.train.steps, stop_on_termination_signals());
     return;
   }
   train::EvalResult result = evaluator.evaluate_dir(options.checkpoint);

@@ -2,12 +2,12 @@
 #include <omp.h>
 
 #include <atomic>
-#include <csignal>
 #include <memory>
 #include <optional>
 
 #include "base/config.h"
 #include "cli/commands.h"
+#include "cli/stop_signal.h"
 #include "dist/cluster_spec.h"
 #include "dist/communicator.h"
 #include "cli/run_setup.h"
@@ -17,11 +17,6 @@
 namespace paraflow::cli {
 
 namespace {
-
-// Set by SIGTERM/SIGINT; the trainer checks it between steps, saves a checkpoint and exits 0.
-std::atomic<bool> stop_requested{false};
-
-void request_stop(int) { stop_requested.store(true); }
 
 struct TrainOptions {
   std::string config_path;
@@ -54,11 +49,10 @@ void run_train(const TrainOptions& options) {
   train::BatchSource& data = *source;
   if (cluster && cluster->role() == dist::Role::evaluator) {
     // The evaluator task of a TF_CONFIG cluster runs the same command and follows the chief.
-    std::signal(SIGTERM, request_stop);
-    std::signal(SIGINT, request_stop);
+    const std::atomic<bool>* stop = stop_on_termination_signals();
     train::Evaluator evaluator(model_config, data, cpu_backend(), train_config.batch_size, train_config.sequence_length,
                                train_config.eval_batches, train_config.seed);
-    evaluator.watch(train_config.out_dir, train_config.steps, &stop_requested);
+    evaluator.watch(train_config.out_dir, train_config.steps, stop);
     return;
   }
   fmt::print(stderr, "data: {}\n", data.describe());
@@ -79,9 +73,8 @@ void run_train(const TrainOptions& options) {
   }
   peak *= communicator->size();
 
-  std::signal(SIGTERM, request_stop);
-  std::signal(SIGINT, request_stop);
-  trainer.run(&stop_requested, peak);
+  // The trainer checks the flag between steps, saves a checkpoint and exits 0.
+  trainer.run(stop_on_termination_signals(), peak);
 }
 
 }  // namespace
