@@ -34,6 +34,9 @@ std::unique_ptr<dist::Communicator> join_training_group(std::chrono::millisecond
 }
 
 void run_train(const TrainOptions& options) {
+  // From the start: a SIGTERM while the data loads or the graph builds still ends with a
+  // checkpoint and exit 0, instead of killing the process.
+  const std::atomic<bool>* stop = stop_on_termination_signals();
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
@@ -49,7 +52,6 @@ void run_train(const TrainOptions& options) {
   train::BatchSource& data = *source;
   if (cluster && cluster->role() == dist::Role::evaluator) {
     // The evaluator task of a TF_CONFIG cluster runs the same command and follows the chief.
-    const std::atomic<bool>* stop = stop_on_termination_signals();
     train::Evaluator evaluator(model_config, data, cpu_backend(), train_config.batch_size, train_config.sequence_length,
                                train_config.eval_batches, train_config.seed);
     evaluator.watch(train_config.out_dir, train_config.steps, stop);
@@ -74,7 +76,7 @@ void run_train(const TrainOptions& options) {
   peak *= communicator->size();
 
   // The trainer checks the flag between steps, saves a checkpoint and exits 0.
-  trainer.run(stop_on_termination_signals(), peak);
+  trainer.run(stop, peak);
 }
 
 }  // namespace
