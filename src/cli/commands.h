@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <exception>
+
 namespace paraflow::cli {
 
 void add_train_command(CLI::App& app);
@@ -11,5 +13,8 @@ void add_eval_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+
+// The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.
+int exit_status(const std::exception& error);
 
 }  // namespace paraflow::cli

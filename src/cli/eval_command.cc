@@ -28,7 +28,7 @@ void run_eval(const EvalOptions& options) {
   train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train.batch_size, setup.train.sequence_length,
                              setup.train.eval_batches, setup.train.seed);
   if (!options.watch.empty()) {
-    evaluator.watch(options.watch, setup.train.steps, stop_on_termination_signals());
+    evaluator.watch(options.watch, setup.train.steps, stop_requests());
     return;
   }
   train::EvalResult result = evaluator.evaluate_dir(options.checkpoint);

@@ -1,12 +1,14 @@
 // `paraflow`: parses the command line, calls one layer, prints. paraflow::Error is caught here
-// and printed as one line; the exit code is 1 for bad input, 2 for anything else.
+// and printed as one line; the exit status is 1 for bad input, 2 for anything else.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/stop_signal.h"
 
 int main(int argc, char** argv) {
+  paraflow::cli::receive_stop_signals_on_one_thread();
   CLI::App app{"paraflow: train GPT-style language models in parallel and serve them"};
   app.require_subcommand(1);
   paraflow::cli::add_tokenizer_command(app);
@@ -19,12 +21,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const paraflow::InputError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
+    return paraflow::cli::exit_status(e);
   }
   return 0;
 }
+
+namespace paraflow::cli {
+
+int exit_status(const std::exception& error) { return dynamic_cast<const InputError*>(&error) ? 1 : 2; }
+
+}  // namespace paraflow::cli

@@ -33,10 +33,25 @@ std::unique_ptr<dist::Communicator> join_training_group(std::chrono::millisecond
   return dist::make_local_communicator();
 }
 
+// One rank's training: build, resume, step until the end or a stop request.
+void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Communicator& communicator,
+                    const std::atomic<bool>* stop) {
+  Backend& backend = cpu_backend();
+  train::Trainer trainer(setup.model, setup.train, data, backend, communicator);
+  trainer.initialize_or_resume();
+  double peak = train::measure_peak_flops(backend);
+  if (communicator.rank() == 0) {
+    fmt::print(stderr, "measured sgemm peak: {:.1f} GFLOP/s per process (MFU is relative to it x ranks)\n", peak / 1e9);
+  }
+  peak *= communicator.size();
+  // The trainer checks the flag between steps, saves a checkpoint and exits 0.
+  trainer.run(stop, peak);
+}
+
 void run_train(const TrainOptions& options) {
   // From the start: a SIGTERM while the data loads or the graph builds still ends with a
   // checkpoint and exit 0, instead of killing the process.
-  const std::atomic<bool>* stop = stop_on_termination_signals();
+  const std::atomic<bool>* stop = stop_requests();
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
@@ -62,21 +77,18 @@ void run_train(const TrainOptions& options) {
              static_cast<double>(model_config.parameter_count()) / 1e6, model_config.n_layer, model_config.n_head,
              model_config.n_embd, omp_get_max_threads());
 
-  Backend& backend = cpu_backend();
   std::unique_ptr<dist::Communicator> communicator = join_training_group(setup.timeout);
-  if (communicator->rank() == 0 && communicator->size() > 1) {
+  if (communicator->size() == 1) return train_in_group(setup, data, *communicator, stop);
+  if (communicator->rank() == 0) {
     fmt::print(stderr, "data parallel: {} ranks over {}\n", communicator->size(), communicator->name());
   }
-  train::Trainer trainer(model_config, train_config, data, backend, *communicator);
-  trainer.initialize_or_resume();
-  double peak = train::measure_peak_flops(backend);
-  if (communicator->rank() == 0) {
-    fmt::print(stderr, "measured sgemm peak: {:.1f} GFLOP/s per process (MFU is relative to it x ranks)\n", peak / 1e9);
+  try {
+    train_in_group(setup, data, *communicator, stop);
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting for this one in a collective: end the whole job from here.
+    fmt::print(stderr, "error on rank {} of {}: {}\n", communicator->rank(), communicator->size(), e.what());
+    communicator->abort_job(exit_status(e));
   }
-  peak *= communicator->size();
-
-  // The trainer checks the flag between steps, saves a checkpoint and exits 0.
-  trainer.run(stop, peak);
 }
 
 }  // namespace

@@ -30,6 +30,10 @@ class Communicator {
   virtual void send(const void* data, size_t bytes, int peer) = 0;
   virtual void recv(void* data, size_t bytes, int peer) = 0;
   virtual void barrier() = 0;
+  // Ends every process of the job with `exit_status`, now: for an error on one rank, while the
+  // others may be waiting for it in a collective (MPI_Abort; with Gloo this process exits and
+  // its peers' collectives fail at once on the closed connections).
+  [[noreturn]] virtual void abort_job(int exit_status) = 0;
 };
 
 std::unique_ptr<Communicator> make_local_communicator();

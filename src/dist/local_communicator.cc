@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -25,6 +26,7 @@ class LocalCommunicator final : public Communicator {
   void send(const void*, size_t, int peer) override { throw Error(fmt::format("send to rank {} with one process", peer)); }
   void recv(void*, size_t, int peer) override { throw Error(fmt::format("recv from rank {} with one process", peer)); }
   void barrier() override {}
+  [[noreturn]] void abort_job(int exit_status) override { std::_Exit(exit_status); }
 };
 
 }  // namespace

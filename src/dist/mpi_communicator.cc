@@ -1,6 +1,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "base/error.h"
@@ -74,6 +75,11 @@ class MpiCommunicator final : public Communicator {
     check_mpi(MPI_Recv(data, as_count(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
   }
   void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  [[noreturn]] void abort_job(int exit_status) override {
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, exit_status);
+    std::_Exit(exit_status);  // MPI_Abort does not return; this satisfies [[noreturn]]
+  }
 
  private:
   int rank_ = 0, size_ = 1;

@@ -22,7 +22,8 @@ void check_nccl(ncclResult_t status, const char* call) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& bootstrap, int device) : rank_(bootstrap.rank()), size_(bootstrap.size()) {
+  NcclCommunicator(Communicator& bootstrap, int device)
+      : bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -75,10 +76,15 @@ class NcclCommunicator final : public Communicator {
     synchronize();
     cudaFree(flag);
   }
+  [[noreturn]] void abort_job(int exit_status) override {
+    ncclCommAbort(comm_);  // frees this rank's kernels; the bootstrap ends the processes
+    bootstrap_.abort_job(exit_status);
+  }
 
  private:
   void synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
+  Communicator& bootstrap_;
   int rank_, size_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -1,0 +1,57 @@
+#include "base/directory_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace paraflow {
+
+namespace {
+
+std::string holder_description(int fd) {
+  char buffer[512] = {};
+  ssize_t got = pread(fd, buffer, sizeof buffer - 1, 0);
+  std::string text = got > 0 ? std::string(buffer, static_cast<size_t>(got)) : "an unknown process";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+DirectoryLock::DirectoryLock(const std::filesystem::path& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  check(!error && std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(),
+        error ? error.message() : "a file of that name exists");
+  const std::filesystem::path path = dir / ".lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  check(fd_ >= 0, "{}: cannot open the lock file: {}", path.string(), std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int saved = errno;
+    std::string holder = holder_description(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    check(saved != EWOULDBLOCK, "{} is in use by {}: two runs must not share one directory", dir.string(), holder);
+    fail("{}: cannot lock: {}", path.string(), std::strerror(saved));
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  std::string who = fmt::format("process {} on host {} (locked at unix time {})\n", ::getpid(), host,
+                                std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count());
+  // Best effort: without the description a refused process names "an unknown process".
+  [[maybe_unused]] int truncated = ::ftruncate(fd_, 0);
+  [[maybe_unused]] ssize_t written = ::pwrite(fd_, who.data(), who.size(), 0);
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+}
+
+}  // namespace paraflow

@@ -1,0 +1,24 @@
+// An exclusive, advisory lock on a directory (flock on <dir>/.lock), held for the lifetime of
+// the object. The kernel drops it when the process dies, so a crashed run never leaves a stale
+// lock. The holder writes its pid, host and start time into the file, so a refused process can
+// name who holds it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace paraflow {
+
+class DirectoryLock {
+ public:
+  // Creates `dir` if needed. Throws InputError naming the holder when another process has it.
+  explicit DirectoryLock(const std::filesystem::path& dir);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace paraflow
