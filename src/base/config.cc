@@ -1,5 +1,7 @@
 #include "base/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "base/file_io.h"
@@ -20,11 +22,59 @@ std::vector<std::string> split_key(const std::string& key) {
   return parts;
 }
 
+const char* type_label(ConfigType type) {
+  switch (type) {
+    case ConfigType::integer: return "integer";
+    case ConfigType::number: return "number";
+    case ConfigType::boolean: return "bool";
+    case ConfigType::text: return "string";
+  }
+  return "?";
+}
+
+std::string format_bound(double value) { return fmt::format("{:g}", value); }
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
 }  // namespace
 
-Config Config::from_string(const std::string& yaml_text, const std::string& origin) {
-  Config config;
-  config.origin_ = origin;
+bool Range::contains(double value) const {
+  if (std::isnan(value)) return false;
+  const bool low_ok = low_open ? value > low : value >= low;
+  const bool high_ok = high_open ? value < high : value <= high;
+  return low_ok && high_ok;
+}
+
+std::string Range::describe() const {
+  const bool bounded_low = std::isfinite(low), bounded_high = std::isfinite(high);
+  if (bounded_low && bounded_high) {
+    return fmt::format("in {}{}, {}{}", low_open ? "(" : "[", format_bound(low), format_bound(high), high_open ? ")" : "]");
+  }
+  if (bounded_low) return fmt::format("{} {}", low_open ? ">" : ">=", format_bound(low));
+  if (bounded_high) return fmt::format("{} {}", high_open ? "<" : "<=", format_bound(high));
+  return "any";
+}
+
+std::string schema_markdown(const ConfigSchema& schema) {
+  std::string out = "| key | type | default | valid | meaning |\n|---|---|---|---|---|\n";
+  for (const ConfigKey& spec : schema) {
+    std::string valid = spec.type == ConfigType::integer || spec.type == ConfigType::number ? spec.range.describe()
+                        : spec.choices.empty()                                             ? "any"
+                                                                                           : join(spec.choices, " \\| ");
+    std::string fallback = spec.default_value ? (spec.default_value->empty() ? "(empty)" : "`" + *spec.default_value + "`")
+                           : spec.optional    ? "(see meaning)"
+                                              : "required";
+    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", spec.key, type_label(spec.type), fallback, valid, spec.help);
+  }
+  return out;
+}
+
+Config Config::from_string(const std::string& yaml_text, const std::string& origin, const ConfigSchema& schema) {
+  Config config(origin, schema);
   try {
     config.root_ = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
@@ -35,12 +85,8 @@ Config Config::from_string(const std::string& yaml_text, const std::string& orig
   return config;
 }
 
-Config Config::from_file(const std::string& path) {
-  try {
-    return from_string(read_file(path), path);
-  } catch (const YAML::Exception& e) {
-    fail("{}: {}", path, e.what());
-  }
+Config Config::from_file(const std::string& path, const ConfigSchema& schema) {
+  return from_string(read_file(path), path, schema);
 }
 
 void Config::set(const std::string& assignment) {
@@ -79,7 +125,40 @@ YAML::Node Config::find(const std::string& key) const {
   return node;
 }
 
-void Config::check_all_used() const {
+const ConfigKey& Config::key_spec(const std::string& key) const {
+  for (const ConfigKey& spec : *schema_) {
+    if (spec.key == key) return spec;
+  }
+  throw Error(fmt::format("config key '{}' is read but not declared in the schema", key));
+}
+
+void Config::validate_value(const ConfigKey& spec, const YAML::Node& node) const {
+  check(node.IsScalar(), "{}: key '{}' must be a single {}, got '{}'", origin_, spec.key, type_label(spec.type),
+        YAML::Dump(node));
+  switch (spec.type) {
+    case ConfigType::integer: {
+      const auto value = convert<int64_t>(node, spec.key);
+      check(spec.range.contains(static_cast<double>(value)), "{}: key '{}' is {}, must be {}", origin_, spec.key,
+            value, spec.range.describe());
+      break;
+    }
+    case ConfigType::number: {
+      const auto value = convert<double>(node, spec.key);
+      check(spec.range.contains(value), "{}: key '{}' is {}, must be {}", origin_, spec.key, node.Scalar(),
+            spec.range.describe());
+      break;
+    }
+    case ConfigType::boolean: convert<bool>(node, spec.key); break;
+    case ConfigType::text: {
+      const auto value = convert<std::string>(node, spec.key);
+      check(spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end(),
+            "{}: key '{}' is '{}', must be one of {}", origin_, spec.key, value, join(spec.choices, ", "));
+      break;
+    }
+  }
+}
+
+void Config::validate() const {
   std::vector<std::string> unknown;
   std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& node,
                                                                          const std::string& prefix) {
@@ -88,15 +167,21 @@ void Config::check_all_used() const {
         std::string key = prefix.empty() ? entry.first.as<std::string>() : prefix + "." + entry.first.as<std::string>();
         walk(entry.second, key);
       }
-    } else if (!used_.count(prefix)) {
+      return;
+    }
+    const auto spec = std::find_if(schema_->begin(), schema_->end(), [&](const ConfigKey& s) { return s.key == prefix; });
+    if (spec == schema_->end()) {
       unknown.push_back(prefix);
+    } else {
+      validate_value(*spec, node);
     }
   };
   walk(root_, "");
-  if (!unknown.empty()) {
-    std::string list;
-    for (const auto& key : unknown) list += (list.empty() ? "" : ", ") + key;
-    fail("{}: unknown config key(s): {}", origin_, list);
+  check(unknown.empty(), "{}: unknown config key(s): {} (`paraflow config keys` lists them all)", origin_,
+        join(unknown, ", "));
+  for (const ConfigKey& spec : *schema_) {
+    check(spec.default_value || spec.optional || has(spec.key), "{}: missing required key '{}' ({})", origin_, spec.key,
+          spec.help);
   }
 }
 

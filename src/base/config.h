@@ -1,10 +1,13 @@
-// A YAML config with dotted-key access and command-line overrides (`--set train.lr=3e-4`).
-// Every key a program reads is recorded, so a typo in a config is reported instead of ignored.
+// A YAML config with dotted-key access and command-line overrides (`--set train.lr=3e-4`),
+// checked against a schema: one table of every key with its type, default, valid range and
+// meaning. validate() refuses unknown keys, wrong types and out-of-range values with messages
+// naming the key and the value; the README's list of keys is printed from the same table.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
 
-#include <set>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,40 +15,72 @@
 
 namespace paraflow {
 
+enum class ConfigType { integer, number, boolean, text };
+
+// An interval of valid numbers; each end open or closed.
+struct Range {
+  double low = -std::numeric_limits<double>::infinity();
+  double high = std::numeric_limits<double>::infinity();
+  bool low_open = false, high_open = false;
+
+  bool contains(double value) const;
+  std::string describe() const;  // "> 0", ">= 1", "in [0, 1)", "any"
+};
+inline Range at_least(double low) { return {.low = low}; }
+inline Range above(double low) { return {.low = low, .low_open = true}; }
+inline Range between(double low, double high) { return {.low = low, .high = high}; }
+
+struct ConfigKey {
+  std::string key;  // dotted: section.name
+  ConfigType type = ConfigType::text;
+  std::optional<std::string> default_value;  // as YAML; none: required, unless `optional`
+  Range range;                               // integer and number keys
+  std::vector<std::string> choices;          // text keys: the allowed values (empty: any)
+  std::string help;
+  bool optional = false;  // may be absent without a default (the reader derives it; see help)
+};
+using ConfigSchema = std::vector<ConfigKey>;
+
+// The schema as a Markdown table (key, type, default, valid values, meaning).
+std::string schema_markdown(const ConfigSchema& schema);
+
 class Config {
  public:
-  Config() : root_(YAML::NodeType::Map) {}
-  static Config from_file(const std::string& path);
-  static Config from_string(const std::string& yaml_text, const std::string& origin = "<string>");
+  static Config from_file(const std::string& path, const ConfigSchema& schema);
+  static Config from_string(const std::string& yaml_text, const std::string& origin, const ConfigSchema& schema);
 
   // `assignment` is `dotted.key=value`; the value is parsed as YAML (numbers, bools, lists).
   void set(const std::string& assignment);
 
+  // Throws InputError naming the key and value for every unknown key (all of them in one
+  // message), missing required key, value of the wrong type or out of range.
+  void validate() const;
+
+  bool has(const std::string& key) const { return find(key).IsDefined(); }
+
+  // The value, or the schema's default when absent. `key` must be in the schema.
   template <typename T>
-  T get(const std::string& key, const T& fallback) const {
+  T get(const std::string& key) const {
+    const ConfigKey& spec = key_spec(key);
     YAML::Node node = find(key);
-    if (!node.IsDefined()) return fallback;
+    if (!node.IsDefined()) {
+      check(spec.default_value.has_value(), "{}: missing required key '{}' ({})", origin_, key, spec.help);
+      // YAML reads "" as null; an empty default means the empty string.
+      node = spec.default_value->empty() ? YAML::Node(std::string()) : YAML::Load(*spec.default_value);
+    }
     return convert<T>(node, key);
   }
-
-  template <typename T>
-  T require(const std::string& key) const {
-    YAML::Node node = find(key);
-    if (!node.IsDefined()) fail("{}: missing required key '{}'", origin_, key);
-    return convert<T>(node, key);
-  }
-
-  // Throws InputError naming every leaf key that no get/require call asked for.
-  void check_all_used() const;
 
   const std::string& origin() const { return origin_; }
 
  private:
+  Config(std::string origin, const ConfigSchema& schema) : origin_(std::move(origin)), schema_(&schema) {}
   YAML::Node find(const std::string& key) const;
+  const ConfigKey& key_spec(const std::string& key) const;  // Error when not in the schema
+  void validate_value(const ConfigKey& spec, const YAML::Node& node) const;
 
   template <typename T>
   T convert(const YAML::Node& node, const std::string& key) const {
-    used_.insert(key);
     try {
       return node.as<T>();
     } catch (const YAML::Exception&) {
@@ -61,9 +96,9 @@ class Config {
     else return "string";
   }
 
-  YAML::Node root_;
-  std::string origin_ = "<defaults>";
-  mutable std::set<std::string> used_;
+  std::string origin_;
+  const ConfigSchema* schema_;
+  YAML::Node root_{YAML::NodeType::Map};
 };
 
 }  // namespace paraflow

@@ -1,8 +1,10 @@
 #include "base/file_io.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -35,6 +37,25 @@ void write_all(int fd, const char* data, size_t size, const std::filesystem::pat
 }
 
 }  // namespace
+
+std::vector<std::filesystem::path> list_files(const std::string& pattern) {
+  std::vector<std::filesystem::path> files;
+  if (std::filesystem::is_directory(pattern)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(pattern)) {
+      if (entry.is_regular_file() && entry.path().filename().string().front() != '.') files.push_back(entry.path());
+    }
+  } else {
+    glob_t matches{};
+    if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
+      for (size_t i = 0; i < matches.gl_pathc; ++i) {
+        if (std::filesystem::is_regular_file(matches.gl_pathv[i])) files.emplace_back(matches.gl_pathv[i]);
+      }
+    }
+    globfree(&matches);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
 
 void fsync_directory(const std::filesystem::path& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);

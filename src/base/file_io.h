@@ -15,6 +15,10 @@ std::string read_file(const std::filesystem::path& path);
 // torn mix, even if the process dies mid-way.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
+// The files a user names with one string: a file, a directory (its regular files, recursively,
+// skipping hidden ones such as a run's .lock) or a glob; sorted. Empty when nothing matches.
+std::vector<std::filesystem::path> list_files(const std::string& pattern);
+
 // Makes a renamed directory entry durable.
 void fsync_directory(const std::filesystem::path& dir);
 

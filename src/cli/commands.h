@@ -13,6 +13,7 @@ void add_eval_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_config_command(CLI::App& app);
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.
 int exit_status(const std::exception& error);

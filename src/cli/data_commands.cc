@@ -1,10 +1,11 @@
 // `paraflow tokenizer train|encode|decode` and `paraflow data prepare`.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <iostream>
 #include <iterator>
 #include <memory>
-#include <sstream>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -45,17 +46,21 @@ void run_tokenizer_train(const TokenizerTrainOptions& options) {
              tokenizer.vocab_size(), documents, trainer.distinct_words(), options.out);
 }
 
+// Decimal ids separated by commas and/or whitespace; anything else ('12abc', '1.5', '0x10') is refused.
 std::vector<data::TokenId> parse_ids(const std::string& text) {
   std::vector<data::TokenId> ids;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    if (item.find_first_not_of(" \t\n") == std::string::npos) continue;
-    try {
-      ids.push_back(static_cast<data::TokenId>(std::stol(item)));
-    } catch (const std::exception&) {
-      fail("--ids: '{}' is not an integer", item);
-    }
+  size_t position = 0;
+  while (true) {
+    position = text.find_first_not_of(", \t\n", position);
+    if (position == std::string::npos) break;
+    const size_t end = std::min(text.find_first_of(", \t\n", position), text.size());
+    const std::string item = text.substr(position, end - position);
+    data::TokenId id = 0;
+    auto [stop, error] = std::from_chars(item.data(), item.data() + item.size(), id);
+    check(error == std::errc() && stop == item.data() + item.size(),
+          "--ids: '{}' (at character {}) is not a decimal token id", item, position + 1);
+    ids.push_back(id);
+    position = end;
   }
   return ids;
 }
@@ -78,19 +83,21 @@ void add_tokenizer_command(CLI::App& app) {
   train_command->add_option("--input", train->inputs, "Globs of .txt / .jsonl / .jsonl.gz files")->required();
   train_command->add_option("--out", train->out, "Output directory")->required();
   train_command->add_option("--vocab-size", train->vocab_size, "Tokens, including the 256 bytes and <|endoftext|>")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(257, 1 << 24));
   train_command->add_option("--text-field", train->text_field, "JSON field holding the text")->capture_default_str();
-  train_command->add_option("--threads", train->threads, "Threads for counting words (0 = all)");
+  train_command->add_option("--threads", train->threads, "Threads for counting words (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   train_command->callback([train] { run_tokenizer_train(*train); });
 
   auto tokenizer_dir = std::make_shared<std::string>();
   auto text = std::make_shared<std::string>();
   CLI::App* encode = command->add_subcommand("encode", "Print the ids of --text (or standard input)");
   encode->add_option("--tokenizer", *tokenizer_dir, "Tokenizer directory")->required()->check(CLI::ExistingDirectory);
-  encode->add_option("--text", *text, "Text to encode (default: standard input)");
-  encode->callback([tokenizer_dir, text] {
+  CLI::Option* text_option = encode->add_option("--text", *text, "Text to encode (default: standard input)");
+  encode->callback([tokenizer_dir, text, text_option] {
     data::Tokenizer tokenizer = data::Tokenizer::load(*tokenizer_dir);
-    std::string input = text->empty() ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : *text;
+    std::string input = text_option->count() ? *text : std::string(std::istreambuf_iterator<char>(std::cin), {});
     std::vector<data::TokenId> ids = tokenizer.encode(input);
     fmt::print("{}\n", fmt::join(ids, ","));
   });
@@ -98,7 +105,7 @@ void add_tokenizer_command(CLI::App& app) {
   auto ids = std::make_shared<std::string>();
   CLI::App* decode = command->add_subcommand("decode", "Print the text of comma-separated ids");
   decode->add_option("--tokenizer", *tokenizer_dir, "Tokenizer directory")->required()->check(CLI::ExistingDirectory);
-  decode->add_option("--ids", *ids, "Comma-separated token ids")->required();
+  decode->add_option("--ids", *ids, "Token ids separated by commas or spaces")->required();
   decode->callback([tokenizer_dir, ids] {
     data::Tokenizer tokenizer = data::Tokenizer::load(*tokenizer_dir);
     std::vector<data::TokenId> parsed = parse_ids(*ids);
@@ -122,11 +129,11 @@ void add_data_command(CLI::App& app) {
   prepare->add_option("--val-fraction", options->prepare.val_fraction, "Share of documents for validation")
       ->capture_default_str();
   prepare->add_option("--text-field", options->prepare.text_field, "JSON field holding the text")->capture_default_str();
-  prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str();
+  prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str()->check(CLI::PositiveNumber);
   prepare->add_option("--compression", options->compression, "none | gzip | zlib")->capture_default_str();
   prepare->add_option("--on-bad-line", options->on_bad_line, "fail | skip")->capture_default_str();
   prepare->add_option("--seed", options->prepare.seed, "Split seed")->capture_default_str();
-  prepare->add_option("--threads", options->prepare.threads, "Threads (0 = all)");
+  prepare->add_option("--threads", options->prepare.threads, "Threads (0 = all)")->check(CLI::NonNegativeNumber);
   prepare->callback([options] {
     options->prepare.shard_bytes = static_cast<int64_t>(options->shard_mb * (1 << 20));
     options->prepare.compression = data::parse_compression(options->compression);

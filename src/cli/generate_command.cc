@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -24,13 +25,16 @@ struct GenerateOptions {
   std::vector<std::string> stops;
 };
 
-// Text <-> ids: the export's BPE tokenizer when it has one (vocab.json + merges.txt or
-// tokenizer.json), else the byte-level vocabulary (id = byte value).
+// Text <-> ids: the export's BPE tokenizer when it has one (tokenizer.json, vocab.json +
+// merges.txt, or GPT-2's encoder.json + vocab.bpe), else the byte-level vocabulary (id = byte).
 class TextCodec {
  public:
   explicit TextCodec(const std::filesystem::path& model_dir) {
-    if (std::filesystem::exists(model_dir / "tokenizer.json") || std::filesystem::exists(model_dir / "vocab.json")) {
+    if (data::Tokenizer::present_in(model_dir)) {
       tokenizer_.emplace(data::Tokenizer::load(model_dir));
+    } else {
+      fmt::print(stderr, "{}: no tokenizer files; text is read and written as bytes (id = byte value)\n",
+                 model_dir.string());
     }
   }
   std::vector<int32_t> encode(const std::string& text) const {
@@ -60,7 +64,7 @@ void run_generate(const GenerateOptions& options) {
   std::fputs(options.prompt.c_str(), stdout);
   auto start = std::chrono::steady_clock::now();
   size_t printed = 0;
-  std::vector<int32_t> tokens = generator.generate(prompt, options.max_tokens, sampler, [&](int32_t token) {
+  infer::Generation generation = generator.generate(prompt, options.max_tokens, sampler, [&](int32_t token) {
     if (codec.is_end_of_text(token)) return false;
     completion += codec.decode(token);
     for (const std::string& stop : options.stops) {
@@ -83,8 +87,14 @@ void run_generate(const GenerateOptions& options) {
   if (completion.size() > printed) std::fwrite(completion.data() + printed, 1, completion.size() - printed, stdout);
   std::fputs("\n", stdout);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print(stderr, "[{} prompt + {} generated tokens in {:.2f}s: {:.1f} tokens/s]\n", prompt.size(), tokens.size(),
-             seconds, static_cast<double>(tokens.size()) / seconds);
+  const size_t generated = generation.tokens.size();
+  if (generation.context_full) {
+    fmt::print(stderr, "[stopped after {} of {} tokens: the model's context of {} positions is full]\n", generated,
+               options.max_tokens, model.config.n_positions);
+  }
+  fmt::print(stderr, "[{} prompt + {} generated tokens in {:.2f}s: {:.1f} tokens/s; finish_reason: {}]\n", prompt.size(),
+             generated, seconds, static_cast<double>(generated) / seconds,
+             infer::finish_reason_name(generation.finish_reason));
 }
 
 }  // namespace
@@ -94,10 +104,18 @@ void add_generate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("generate", "Continue a prompt with a trained model (KV-cache decoding)");
   command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout)")->required()->check(CLI::ExistingDirectory);
   command->add_option("--prompt", options->prompt, "Text to continue")->required();
-  command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")->capture_default_str();
-  command->add_option("--temperature", options->sampling.temperature, "0 = greedy")->capture_default_str();
-  command->add_option("--top-k", options->sampling.top_k, "Sample among the k most likely (0 = all)")->capture_default_str();
-  command->add_option("--top-p", options->sampling.top_p, "Nucleus sampling mass")->capture_default_str();
+  command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command->add_option("--temperature", options->sampling.temperature, "0 = greedy")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--top-k", options->sampling.top_k, "Sample among the k most likely (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--top-p", options->sampling.top_p, "Nucleus sampling mass, in (0, 1]")
+      ->capture_default_str()
+      ->check(CLI::Range(std::nextafter(0.0, 1.0), 1.0));
   command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
   command->add_option("--stop", options->stops, "Stop when the completion ends with this text (repeatable)");
   command->callback([options] { run_generate(*options); });

@@ -79,9 +79,11 @@ void add_plan_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("plan", "Memory and FLOP estimate of a training config, without training");
   command->add_option("--config", options->config_path, "YAML config")->required()->check(CLI::ExistingFile);
   command->add_option("--set", options->overrides, "Override a config key (repeatable)");
-  command->add_option("--ranks", options->ranks, "Data-parallel ranks")->capture_default_str();
-  command->add_option("--threads", options->threads, "Threads per rank (workspace); default: all cores");
-  command->add_option("--memory-budget", options->budget_gib, "GiB per rank: report the largest batch and sequence that fit");
+  command->add_option("--ranks", options->ranks, "Data-parallel ranks")->capture_default_str()->check(CLI::PositiveNumber);
+  command->add_option("--threads", options->threads, "Threads per rank (workspace); default: all cores")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--memory-budget", options->budget_gib, "GiB per rank: report the largest batch and sequence that fit")
+      ->check(CLI::PositiveNumber);
   command->callback([options] { run_plan(*options); });
 }
 

@@ -2,32 +2,91 @@
 
 #include <filesystem>
 
-#include "train/prepared_data.h"
+#include "base/file_io.h"
+#include "cli/config_schema.h"
+#include "data/tfrecord.h"
+#include "data/tokenizer.h"
+#include "train/tfrecord_data.h"
 #include "train/token_source.h"
 
 namespace paraflow::cli {
 
+namespace {
+
+std::vector<std::filesystem::path> required_files(const std::string& key, const std::string& pattern) {
+  std::vector<std::filesystem::path> files = list_files(pattern);
+  check(!files.empty(), "{} '{}': no such file, directory or matching glob", key, pattern);
+  return files;
+}
+
+// data.format auto: a prepared directory, or files that all start like TFRecord files. Text is
+// never guessed: a TFRecord file read as bytes would train on garbage without a word.
+std::string resolve_format(const std::string& format, const std::string& path) {
+  if (format != "auto") return format;
+  if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) return "prepared";
+  for (const auto& file : required_files("data.train", path)) {
+    try {
+      data::detect_compression(file);
+    } catch (const InputError& e) {
+      fail("data.train '{}': {}. For byte-level training on text files set data.format: text", path, e.what());
+    }
+  }
+  return "tfrecord";
+}
+
+}  // namespace
+
 RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::string>& overrides) {
-  Config config = Config::from_file(config_path);
+  Config config = Config::from_file(config_path, run_config_schema());
   for (const std::string& assignment : overrides) config.set(assignment);
+  config.validate();
   RunSetup setup;
   setup.model = model::GptConfig::from_config(config);
   setup.train = train::TrainConfig::from_config(config);
-  setup.data_path = config.require<std::string>("data.train");
-  setup.validation_fraction = config.get<double>("data.validation_fraction", 0.05);
-  setup.timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * config.get<double>("dist.timeout_seconds", 60)));
-  setup.threads = config.get<int>("train.threads", 0);
-  setup.train.tokenizer_dir = config.get<std::string>("data.tokenizer", "");
-  config.check_all_used();
+  setup.data_path = config.get<std::string>("data.train");
+  setup.data_format = resolve_format(config.get<std::string>("data.format"), setup.data_path);
+  setup.data_feature = config.get<std::string>("data.feature");
+  setup.data_compression = config.get<std::string>("data.compression");
+  setup.validation_path = config.get<std::string>("data.validation");
+  setup.validation_fraction = config.get<double>("data.validation_fraction");
+  setup.timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * config.get<double>("dist.timeout_seconds")));
+  setup.threads = config.get<int>("train.threads");
+  setup.train.tokenizer_dir = config.get<std::string>("data.tokenizer");
+  // Every path is checked now, not after hours of training (the export copies the tokenizer).
+  if (setup.data_format == "prepared") {
+    check(std::filesystem::exists(std::filesystem::path(setup.data_path) / "manifest.json"),
+          "data.train '{}' is not a `paraflow data prepare` directory (no manifest.json)", setup.data_path);
+  } else {
+    required_files("data.train", setup.data_path);
+  }
+  if (!setup.validation_path.empty()) required_files("data.validation", setup.validation_path);
+  check(setup.data_format != "tfrecord" || !setup.validation_path.empty() || setup.train.eval_every == 0,
+        "train.eval_every is {} but there is no data.validation to evaluate on", setup.train.eval_every);
+  if (!setup.train.tokenizer_dir.empty()) {
+    const data::Tokenizer tokenizer = data::Tokenizer::load(setup.train.tokenizer_dir);
+    check(tokenizer.vocab_size() <= setup.model.vocab_size,
+          "data.tokenizer '{}' has {} tokens but model.vocab_size is {}", setup.train.tokenizer_dir.string(),
+          tokenizer.vocab_size(), setup.model.vocab_size);
+  }
   return setup;
 }
 
 std::unique_ptr<train::BatchSource> RunSetup::open_data() const {
-  if (std::filesystem::exists(std::filesystem::path(data_path) / "manifest.json")) {
-    return std::make_unique<train::PreparedData>(data_path, train.batch_size, train.sequence_length, train.seed,
-                                                 model.vocab_size);
+  if (data_format == "text") {
+    return std::make_unique<train::TokenSource>(train::TokenSource::from_text_files(data_path, validation_fraction));
   }
-  return std::make_unique<train::TokenSource>(train::TokenSource::from_text_files(data_path, validation_fraction));
+  data::PipelineOptions options;
+  options.global_batch = train.batch_size;
+  options.sequence_length = train.sequence_length;
+  options.seed = train.seed;
+  options.vocab_size = model.vocab_size;
+  options.feature = data_feature;
+  if (data_compression != "auto") options.compression = data::parse_compression(data_compression);
+  if (data_format == "prepared") return train::TfRecordData::from_prepared_dir(data_path, options);
+  std::vector<std::filesystem::path> validation;
+  if (!validation_path.empty()) validation = list_files(validation_path);
+  return std::make_unique<train::TfRecordData>(list_files(data_path), std::move(validation), options,
+                                               "data.train '" + data_path + "'");
 }
 
 }  // namespace paraflow::cli

@@ -1,4 +1,5 @@
-// What `paraflow train` and `paraflow eval` read from a YAML config and --set overrides.
+// What `paraflow train`, `eval` and `plan` read from a YAML config and --set overrides, checked
+// against the config schema and the files it names before any work starts.
 #pragma once
 
 #include <chrono>
@@ -6,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "base/config.h"
 #include "model/gpt_config.h"
 #include "train/batch_source.h"
 #include "train/trainer.h"
@@ -17,15 +17,18 @@ struct RunSetup {
   model::GptConfig model;
   train::TrainConfig train;
   std::string data_path;
+  std::string data_format;  // prepared | tfrecord | text (auto resolved)
+  std::string data_feature;
+  std::string data_compression;  // auto | none | gzip | zlib
+  std::string validation_path;
   double validation_fraction = 0.05;
   std::chrono::milliseconds timeout{60000};
   int threads = 0;  // 0: all cores
 
-  // Reads every key and refuses unknown ones.
+  // Validates every key (unknown keys, types, ranges) and that the data and tokenizer it names
+  // exist and are readable.
   static RunSetup load(const std::string& config_path, const std::vector<std::string>& overrides);
 
-  // data.train: a `paraflow data prepare` directory (TFRecord input pipeline) or text files read
-  // as bytes.
   std::unique_ptr<train::BatchSource> open_data() const;
 };
 

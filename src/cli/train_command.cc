@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "base/config.h"
+#include "base/directory_lock.h"
 #include "cli/commands.h"
 #include "cli/stop_signal.h"
 #include "dist/cluster_spec.h"
@@ -36,6 +37,12 @@ std::unique_ptr<dist::Communicator> join_training_group(std::chrono::millisecond
 // One rank's training: build, resume, step until the end or a stop request.
 void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Communicator& communicator,
                     const std::atomic<bool>* stop) {
+  // The chief owns out_dir: one run at a time, and a crashed save's leftovers are removed.
+  std::optional<DirectoryLock> out_dir_lock;
+  if (communicator.rank() == 0) {
+    out_dir_lock.emplace(setup.train.out_dir);
+    train::CheckpointManager(setup.train.out_dir, setup.train.keep_checkpoints).remove_stale_temporaries();
+  }
   Backend& backend = cpu_backend();
   train::Trainer trainer(setup.model, setup.train, data, backend, communicator);
   trainer.initialize_or_resume();
@@ -98,7 +105,8 @@ void add_train_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("train", "Train a GPT-2-architecture model from a YAML config");
   command->add_option("--config", options->config_path, "YAML config (see configs/)")->required()->check(CLI::ExistingFile);
   command->add_option("--set", options->overrides, "Override a config key: --set train.lr=3e-4 (repeatable)");
-  command->add_option("--threads", options->threads, "CPU threads (default: all cores, or train.threads)");
+  command->add_option("--threads", options->threads, "CPU threads (default: all cores, or train.threads)")
+      ->check(CLI::NonNegativeNumber);
   command->callback([options] { run_train(*options); });
 }
 

@@ -85,11 +85,7 @@ struct FileReader {
 struct Stopped {};
 
 Compression compression_of(const fs::path& path, const std::optional<Compression>& forced) {
-  if (forced) return *forced;
-  std::string ext = path.extension().string();
-  if (ext == ".gz") return Compression::gzip;
-  if (ext == ".zlib" || ext == ".zz") return Compression::zlib;
-  return Compression::none;
+  return forced ? *forced : detect_compression(path);
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -122,7 +118,7 @@ struct InputPipeline::Impl {
   std::atomic<int64_t> records_parsed{0}, tokens_parsed{0};
 
   // ---- sequencer thread only ----
-  int64_t epoch = 0, next_batch = 0, next_g = 0, epoch_records = 0;
+  int64_t epoch = 0, next_batch = 0, next_g = 0, epoch_tokens = 0;
   std::vector<int64_t> slots;
   std::vector<uint64_t> slot_offsets;
   int cycle_index = 0;
@@ -344,7 +340,7 @@ struct InputPipeline::Impl {
           work_cv.notify_all();
           slot_offsets[static_cast<size_t>(cycle_index)] = r.end;
           cycle_index = (cycle_index + 1) % C;
-          ++epoch_records;
+          epoch_tokens += static_cast<int64_t>(r.tokens.size());
           return r;
         }
         readers.erase(g);
@@ -380,10 +376,12 @@ struct InputPipeline::Impl {
         filling = false;
       }
       if (buffer.empty()) {  // the epoch is over
-        check(epoch_records > 0, "input pipeline: the {} shard(s) hold no records", n);
+        // Without this an epoch of empty records would be followed by the next one, forever.
+        check(epoch_tokens > 0, "input pipeline: no tokens in {}{}: every record is empty or there are none",
+              files.front().string(), n > 1 ? fmt::format(" and the {} other shard(s) read with it", n - 1) : "");
         if (opt.num_epochs > 0 && epoch + 1 >= opt.num_epochs) return std::nullopt;
         ++epoch;
-        epoch_records = 0;
+        epoch_tokens = 0;
         filling = true;
         rng = Rng(mix(opt.seed, kShuffleTag, static_cast<uint64_t>(epoch)));
         cycle_index = 0;
@@ -462,7 +460,7 @@ struct InputPipeline::Impl {
             "pipeline state: record position {} out of range", s.record_pos);
       pos = static_cast<size_t>(s.record_pos);
     }
-    epoch_records = (s.next_batch > 0 || !buffer.empty()) ? 1 : 0;
+    epoch_tokens = (s.next_batch > 0 || !buffer.empty()) ? 1 : 0;
     readers.clear();
     for (size_t k = 0; k < slots.size(); ++k) {
       if (slots[k] >= 0) ensure_reader(slots[k], slot_offsets[k]).in_cycle = true;

@@ -63,7 +63,7 @@ struct PipelineOptions {
   int num_workers = 1;
   int worker_index = 0;
   std::string feature = "input_ids";
-  std::optional<Compression> compression;  // nullopt: from the extension (.gz, .zlib, else none)
+  std::optional<Compression> compression;  // nullopt: detected from each file's first bytes
   int64_t vocab_size = 0;                  // > 0: a token >= vocab_size is an InputError
   int max_parallelism = 0;                 // autotune cap; 0: hardware threads
   int64_t autotune_window = 4;             // batches between autotune decisions

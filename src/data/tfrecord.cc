@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "base/error.h"
@@ -251,6 +253,26 @@ std::vector<uint64_t> index_records(const std::filesystem::path& path, Compressi
     offsets.push_back(offset);
   }
   return offsets;
+}
+
+Compression detect_compression(const std::filesystem::path& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) throw IoError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
+  unsigned char head[12] = {};
+  const size_t got = std::fread(head, 1, sizeof head, file);
+  std::fclose(file);
+  if (got == 0) return Compression::none;
+  if (got == sizeof head) {
+    uint32_t stored = 0;
+    std::memcpy(&stored, head + 8, 4);
+    if (unmask_crc(stored) == crc32c(head, 8)) return Compression::none;
+  }
+  if (got >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Compression::gzip;
+  // RFC 1950: deflate with a window of at most 32 KiB, header check bits making a multiple of 31.
+  if (got >= 2 && (head[0] & 0x0f) == 8 && (head[0] >> 4) <= 7 && (head[0] * 256 + head[1]) % 31 == 0) {
+    return Compression::zlib;
+  }
+  fail("{}: not a TFRecord file (no valid record header at offset 0, and not GZIP or ZLIB compressed)", path.string());
 }
 
 }  // namespace paraflow::data

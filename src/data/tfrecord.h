@@ -136,6 +136,11 @@ class TFRecordReader {
   TFRecordStats stats_;
 };
 
+// A TFRecord file's compression from its first bytes: a valid record header (length and its
+// masked CRC) means none, else the gzip magic or a zlib header; anything else is an InputError
+// naming the file. An empty file is uncompressed.
+Compression detect_compression(const std::filesystem::path& path);
+
 // Offsets of every record in a file (reads it once, policy fail): a pipeline's random access.
 std::vector<uint64_t> index_records(const std::filesystem::path& path, Compression compression = Compression::none);
 

@@ -51,6 +51,8 @@ class Tokenizer {
   // A directory: tokenizer.json if present, else vocab.json + merges.txt, else encoder.json +
   // vocab.bpe.
   static Tokenizer load(const std::filesystem::path& dir);
+  // Whether `dir` holds one of the file sets load() reads.
+  static bool present_in(const std::filesystem::path& dir);
   // Writes vocab.json, merges.txt, tokenizer.json and tokenizer_config.json (GPT2TokenizerFast).
   void save(const std::filesystem::path& dir) const;
 

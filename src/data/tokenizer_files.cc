@@ -335,6 +335,10 @@ Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) {
   }
 }
 
+bool Tokenizer::present_in(const fs::path& dir) {
+  return fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json") || fs::exists(dir / "encoder.json");
+}
+
 Tokenizer Tokenizer::load(const fs::path& dir) {
   if (fs::exists(dir / "tokenizer.json")) return load_tokenizer_json(dir / "tokenizer.json");
   if (fs::exists(dir / "vocab.json")) return load_vocab_merges(dir / "vocab.json", dir / "merges.txt");

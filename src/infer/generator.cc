@@ -51,19 +51,28 @@ std::vector<float> Generator::prefill(const std::vector<int32_t>& tokens) {
 
 std::vector<float> Generator::decode(int32_t token) { return run(step_for(1), &token, 1); }
 
-std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
-                                         const std::function<bool(int32_t)>& on_token) {
-  std::vector<int32_t> generated;
-  if (max_new_tokens <= 0) return generated;
+Generation Generator::generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
+                              const std::function<bool(int32_t)>& on_token) {
+  Generation result;
+  if (max_new_tokens <= 0) return result;
   std::vector<float> logits = prefill(prompt);
   while (true) {
     int32_t token = sampler.sample(logits.data(), config_.vocab_size);
-    generated.push_back(token);
-    bool keep_going = !on_token || on_token(token);
-    if (!keep_going || static_cast<int64_t>(generated.size()) >= max_new_tokens || position_ >= config_.n_positions) break;
+    result.tokens.push_back(token);
+    if (on_token && !on_token(token)) {
+      result.finish_reason = FinishReason::stop;
+      break;
+    }
+    if (static_cast<int64_t>(result.tokens.size()) >= max_new_tokens) break;
+    if (position_ >= config_.n_positions) {
+      result.context_full = true;
+      break;
+    }
     logits = decode(token);
   }
-  return generated;
+  return result;
 }
+
+const char* finish_reason_name(FinishReason reason) { return reason == FinishReason::stop ? "stop" : "length"; }
 
 }  // namespace paraflow::infer

@@ -14,6 +14,17 @@
 
 namespace paraflow::infer {
 
+// Why a generation ended, as OpenAI's API reports it: `stop` when the caller stopped it (a stop
+// string, end-of-text), `length` when it produced max_new_tokens or reached the model's context.
+enum class FinishReason { stop, length };
+const char* finish_reason_name(FinishReason reason);  // "stop" | "length"
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  FinishReason finish_reason = FinishReason::length;
+  bool context_full = false;  // ended because the model's context (n_positions) is full
+};
+
 class Generator {
  public:
   Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend);
@@ -24,7 +35,7 @@ class Generator {
   std::vector<float> decode(int32_t token);
 
   // Greedy or sampled continuation. `on_token` sees each new token and may return false to stop.
-  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
+  Generation generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
                                 const std::function<bool(int32_t)>& on_token = {});
 
  private:

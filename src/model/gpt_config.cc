@@ -6,12 +6,12 @@ namespace paraflow::model {
 
 GptConfig GptConfig::from_config(const Config& config) {
   GptConfig c;
-  c.vocab_size = config.require<int64_t>("model.vocab_size");
-  c.n_positions = config.require<int64_t>("model.n_positions");
-  c.n_embd = config.require<int64_t>("model.n_embd");
-  c.n_layer = config.require<int64_t>("model.n_layer");
-  c.n_head = config.require<int64_t>("model.n_head");
-  c.layer_norm_epsilon = config.get<double>("model.layer_norm_epsilon", 1e-5);
+  c.vocab_size = config.get<int64_t>("model.vocab_size");
+  c.n_positions = config.get<int64_t>("model.n_positions");
+  c.n_embd = config.get<int64_t>("model.n_embd");
+  c.n_layer = config.get<int64_t>("model.n_layer");
+  c.n_head = config.get<int64_t>("model.n_head");
+  c.layer_norm_epsilon = config.get<double>("model.layer_norm_epsilon");
   c.validate(config.origin());
   return c;
 }

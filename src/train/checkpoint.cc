@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "base/error.h"
@@ -16,13 +17,20 @@ namespace paraflow::train {
 namespace {
 
 constexpr const char* kPrefix = "ckpt-";
+// What a checkpoint needs; its manifest must list exactly these.
+constexpr std::array<const char*, 4> kCheckpointFiles = {"config.json", "model.safetensors", "optimizer.safetensors",
+                                                         "state.json"};
+
+bool is_temporary(const std::string& name) {
+  return name.rfind(kPrefix, 0) == 0 && name.find(".tmp") != std::string::npos;
+}
 
 std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> found;
   if (!std::filesystem::is_directory(dir)) return found;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind(kPrefix, 0) == 0 && name.find(".tmp") == std::string::npos) {
+    if (entry.is_directory() && name.rfind(kPrefix, 0) == 0 && !is_temporary(name)) {
       found.push_back(entry.path());
     }
   }
@@ -40,8 +48,25 @@ std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConf
   std::filesystem::path final_path = dir_ / fmt::format("{}{:09}", kPrefix, step);
   std::filesystem::path temporary = dir_ / fmt::format("{}{:09}.tmp.{}", kPrefix, step, ::getpid());
   std::filesystem::remove_all(temporary);
-  std::filesystem::create_directories(temporary);
+  try {
+    write_checkpoint(temporary, config, parameters, first_moment, second_moment, optimizer_steps, step, state);
+  } catch (...) {
+    std::error_code ignored;  // the original error is the one to report
+    std::filesystem::remove_all(temporary, ignored);
+    throw;
+  }
+  std::filesystem::remove_all(final_path);
+  std::filesystem::rename(temporary, final_path);
+  fsync_directory(dir_);
+  prune();
+  return final_path;
+}
 
+void CheckpointManager::write_checkpoint(const std::filesystem::path& temporary, const model::GptConfig& config,
+                                         const model::ParameterSet& parameters, const Tensor& first_moment,
+                                         const Tensor& second_moment, int64_t optimizer_steps, int64_t step,
+                                         const nlohmann::json& state) {
+  std::filesystem::create_directories(temporary);
   model::save_model_dir(temporary, config, parameters);
   std::vector<std::pair<std::string, Tensor>> moments;
   for (size_t i = 0; i < parameters.specs().size(); ++i) {
@@ -57,17 +82,21 @@ std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConf
   write_file_atomic(temporary / "state.json", full_state.dump(2) + "\n");
 
   nlohmann::json manifest = {{"step", step}, {"files", nlohmann::json::object()}};
-  for (const char* name : {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"}) {
+  for (const char* name : kCheckpointFiles) {
     std::string content = read_file(temporary / name);
     manifest["files"][name] = {{"bytes", content.size()}, {"crc32c", crc32c(content.data(), content.size())}};
   }
   write_file_atomic(temporary / "manifest.json", manifest.dump(2) + "\n");
+}
 
-  std::filesystem::remove_all(final_path);
-  std::filesystem::rename(temporary, final_path);
-  fsync_directory(dir_);
-  prune();
-  return final_path;
+void CheckpointManager::remove_stale_temporaries() const {
+  if (!std::filesystem::is_directory(dir_)) return;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    if (entry.is_directory() && is_temporary(entry.path().filename().string())) {
+      fmt::print(stderr, "removing {}, left by an interrupted checkpoint save\n", entry.path().string());
+      std::filesystem::remove_all(entry.path());
+    }
+  }
 }
 
 void CheckpointManager::prune() const {
@@ -84,14 +113,23 @@ void CheckpointManager::verify(const std::filesystem::path& checkpoint) {
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON: {}", manifest_path.string(), e.what());
   }
-  for (auto& [name, expected] : manifest.at("files").items()) {
+  check(manifest.is_object() && manifest.contains("files") && manifest["files"].is_object(),
+        "{}: no \"files\" object", manifest_path.string());
+  const nlohmann::json& files = manifest["files"];
+  check(files.size() == kCheckpointFiles.size(), "{}: lists {} files, a checkpoint has {}", manifest_path.string(),
+        files.size(), kCheckpointFiles.size());
+  for (const char* name : kCheckpointFiles) {
+    check(files.contains(name), "{}: does not list {}", manifest_path.string(), name);
+    const nlohmann::json& expected = files[name];
+    check(expected.is_object() && expected.contains("bytes") && expected["bytes"].is_number_unsigned() &&
+              expected.contains("crc32c") && expected["crc32c"].is_number_unsigned(),
+          "{}: entry {} must hold unsigned \"bytes\" and \"crc32c\"", manifest_path.string(), name);
     std::filesystem::path file = checkpoint / name;
     check(std::filesystem::exists(file), "{}: missing", file.string());
     std::string content = read_file(file);
-    check(content.size() == expected.at("bytes").get<size_t>(), "{}: {} bytes, manifest says {}", file.string(),
-          content.size(), expected.at("bytes").get<size_t>());
-    check(crc32c(content.data(), content.size()) == expected.at("crc32c").get<uint32_t>(),
-          "{}: checksum mismatch (file corrupt)", file.string());
+    const auto bytes = expected["bytes"].get<uint64_t>(), checksum = expected["crc32c"].get<uint64_t>();
+    check(content.size() == bytes, "{}: {} bytes, manifest says {}", file.string(), content.size(), bytes);
+    check(crc32c(content.data(), content.size()) == checksum, "{}: checksum mismatch (file corrupt)", file.string());
   }
 }
 
@@ -118,7 +156,16 @@ nlohmann::json CheckpointManager::load(const std::filesystem::path& checkpoint, 
     moments.read_into("m." + spec.name, first_moment.slice_flat(offset, count).reshape(spec.shape));
     moments.read_into("v." + spec.name, second_moment.slice_flat(offset, count).reshape(spec.shape));
   }
-  return nlohmann::json::parse(read_file(checkpoint / "state.json"));
+  return read_state(checkpoint);
+}
+
+nlohmann::json CheckpointManager::read_state(const std::filesystem::path& checkpoint) {
+  const std::filesystem::path path = checkpoint / "state.json";
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", path.string(), e.what());
+  }
 }
 
 }  // namespace paraflow::train

@@ -33,10 +33,22 @@ class CheckpointManager {
   static nlohmann::json load(const std::filesystem::path& checkpoint, model::ParameterSet& parameters,
                              const Tensor& first_moment, const Tensor& second_moment);
 
-  // Throws InputError naming the file when a checkpoint does not match its manifest.
+  // The trainer state of a verified checkpoint (state.json).
+  static nlohmann::json read_state(const std::filesystem::path& checkpoint);
+
+  // Throws InputError naming the file when a checkpoint does not match its manifest, or the
+  // manifest does not list exactly the files a checkpoint needs.
   static void verify(const std::filesystem::path& checkpoint);
 
+  // Deletes the temporary directories of saves that a crash interrupted. Call it only while
+  // holding the run directory's lock: another run's save in progress looks the same.
+  void remove_stale_temporaries() const;
+
  private:
+  static void write_checkpoint(const std::filesystem::path& temporary, const model::GptConfig& config,
+                               const model::ParameterSet& parameters, const Tensor& first_moment,
+                               const Tensor& second_moment, int64_t optimizer_steps, int64_t step,
+                               const nlohmann::json& state);
   void prune() const;
 
   std::filesystem::path dir_;

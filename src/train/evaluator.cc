@@ -40,6 +40,11 @@ EvalResult Evaluator::evaluate(const model::ParameterSet& parameters) {
 }
 
 EvalResult Evaluator::evaluate_dir(const std::filesystem::path& model_dir) {
+  // A training checkpoint carries checksums: a corrupt one is refused, not evaluated. (An export
+  // dir has none; its safetensors header is still checked on load.)
+  const bool is_checkpoint =
+      std::filesystem::exists(model_dir / "manifest.json") || std::filesystem::exists(model_dir / "optimizer.safetensors");
+  if (is_checkpoint) CheckpointManager::verify(model_dir);
   model::load_parameters(model_dir / "model.safetensors", parameters_);
   return evaluate(parameters_);
 }

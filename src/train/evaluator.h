@@ -23,7 +23,8 @@ class Evaluator {
   Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, int64_t batch_size,
             int64_t sequence_length, int64_t batches, uint64_t seed);
 
-  // Loads the weights of a checkpoint or export dir and evaluates them.
+  // Loads the weights of a checkpoint (verified against its manifest) or export dir and
+  // evaluates them.
   EvalResult evaluate_dir(const std::filesystem::path& model_dir);
   EvalResult evaluate(const model::ParameterSet& parameters);
 

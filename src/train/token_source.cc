@@ -1,7 +1,5 @@
 #include "train/token_source.h"
 
-#include <glob.h>
-
 #include <algorithm>
 #include <filesystem>
 
@@ -11,32 +9,11 @@
 
 namespace paraflow::train {
 
-namespace {
-
-std::vector<std::string> expand(const std::string& pattern) {
-  std::vector<std::string> files;
-  if (std::filesystem::is_directory(pattern)) {
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(pattern)) {
-      if (entry.is_regular_file()) files.push_back(entry.path().string());
-    }
-  } else {
-    glob_t matches{};
-    if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
-      for (size_t i = 0; i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
-    }
-    globfree(&matches);
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-}  // namespace
-
 TokenSource TokenSource::from_text_files(const std::string& pattern, double validation_fraction) {
-  std::vector<std::string> files = expand(pattern);
+  std::vector<std::filesystem::path> files = list_files(pattern);
   check(!files.empty(), "data.train: no files match '{}'", pattern);
   std::vector<int32_t> tokens;
-  for (const std::string& file : files) {
+  for (const auto& file : files) {
     std::string text = read_file(file);
     for (unsigned char byte : text) tokens.push_back(byte);
   }

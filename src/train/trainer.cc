@@ -24,43 +24,39 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 TrainConfig TrainConfig::from_config(const Config& config) {
+  // Types, ranges and defaults are the config schema's; what is checked here relates two keys.
   TrainConfig c;
-  c.batch_size = config.get<int64_t>("train.batch_size", c.batch_size);
-  c.sequence_length = config.get<int64_t>("train.sequence_length", c.sequence_length);
-  c.steps = config.get<int64_t>("train.steps", c.steps);
-  c.stop_at_step = config.get<int64_t>("train.stop_at_step", c.stop_at_step);
-  c.grad_accumulation = config.get<int64_t>("train.grad_accumulation", c.grad_accumulation);
-  c.schedule.peak = config.get<double>("train.lr", c.schedule.peak);
-  c.schedule.floor = config.get<double>("train.min_lr", c.schedule.peak * 0.1);
-  c.schedule.warmup = config.get<int64_t>("train.warmup_steps", c.schedule.warmup);
+  c.batch_size = config.get<int64_t>("train.batch_size");
+  c.sequence_length = config.get<int64_t>("train.sequence_length");
+  c.steps = config.get<int64_t>("train.steps");
+  c.stop_at_step = config.get<int64_t>("train.stop_at_step");
+  c.grad_accumulation = config.get<int64_t>("train.grad_accumulation");
+  c.schedule.peak = config.get<double>("train.lr");
+  c.schedule.floor = config.has("train.min_lr") ? config.get<double>("train.min_lr") : c.schedule.peak * 0.1;
+  check(c.schedule.floor <= c.schedule.peak, "{}: train.min_lr ({}) exceeds train.lr ({})", config.origin(),
+        c.schedule.floor, c.schedule.peak);
+  c.schedule.warmup = config.get<int64_t>("train.warmup_steps");
   c.schedule.total = c.steps;
-  c.adamw.beta1 = config.get<double>("train.beta1", c.adamw.beta1);
-  c.adamw.beta2 = config.get<double>("train.beta2", c.adamw.beta2);
-  c.adamw.eps = config.get<double>("train.eps", c.adamw.eps);
-  c.adamw.weight_decay = config.get<double>("train.weight_decay", c.adamw.weight_decay);
-  c.adamw.grad_clip = config.get<double>("train.grad_clip", c.adamw.grad_clip);
-  c.seed = config.get<uint64_t>("train.seed", c.seed);
-  c.out_dir = config.get<std::string>("train.out_dir", c.out_dir.string());
-  c.checkpoint_every = config.get<int64_t>("train.checkpoint_every", c.checkpoint_every);
-  c.keep_checkpoints = config.get<int>("train.keep_checkpoints", c.keep_checkpoints);
-  c.log_every = config.get<int64_t>("train.log_every", c.log_every);
-  c.eval_every = config.get<int64_t>("train.eval_every", c.eval_every);
-  c.eval_batches = config.get<int64_t>("train.eval_batches", c.eval_batches);
-  c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb", 25.0) * (1 << 20));
-  c.sync.overlap = config.get<bool>("dist.overlap", true);
-  c.recompute = config.get<std::string>("train.recompute", c.recompute);
-  c.decay_embeddings = config.get<bool>("train.decay_embeddings", c.decay_embeddings);
-  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision", "float32"));
-  c.initial_loss_scale = config.get<double>("train.initial_loss_scale", c.initial_loss_scale);
-  check(c.initial_loss_scale >= 1, "{}: train.initial_loss_scale must be >= 1, got {}", config.origin(),
-        c.initial_loss_scale);
-  const int zero_stage = config.get<int>("dist.zero", 0);
-  check(zero_stage == 0 || zero_stage == 1, "{}: dist.zero must be 0 or 1 (ZeRO-1), got {}", config.origin(), zero_stage);
-  c.sync.zero = zero_stage == 1;
-  check(c.batch_size > 0, "{}: train.batch_size must be positive, got {}", config.origin(), c.batch_size);
-  check(c.sequence_length > 0, "{}: train.sequence_length must be positive", config.origin());
-  check(c.steps > 0, "{}: train.steps must be positive, got {}", config.origin(), c.steps);
-  check(c.grad_accumulation > 0, "{}: train.grad_accumulation must be positive", config.origin());
+  c.adamw.beta1 = config.get<double>("train.beta1");
+  c.adamw.beta2 = config.get<double>("train.beta2");
+  c.adamw.eps = config.get<double>("train.eps");
+  c.adamw.weight_decay = config.get<double>("train.weight_decay");
+  c.adamw.grad_clip = config.get<double>("train.grad_clip");
+  c.seed = config.get<uint64_t>("train.seed");
+  c.out_dir = config.get<std::string>("train.out_dir");
+  c.checkpoint_every = config.get<int64_t>("train.checkpoint_every");
+  c.keep_checkpoints = config.get<int>("train.keep_checkpoints");
+  c.log_every = config.get<int64_t>("train.log_every");
+  c.eval_every = config.get<int64_t>("train.eval_every");
+  c.eval_batches = config.get<int64_t>("train.eval_batches");
+  c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb") * (1 << 20));
+  c.sync.overlap = config.get<bool>("dist.overlap");
+  c.sync.zero = config.get<int>("dist.zero") == 1;
+  c.recompute = config.get<std::string>("train.recompute");
+  c.decay_embeddings = config.get<bool>("train.decay_embeddings");
+  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
+  c.initial_loss_scale = config.get<double>("train.initial_loss_scale");
+  c.force_resume = config.get<std::string>("train.resume") == "force";
   return c;
 }
 
@@ -109,8 +105,48 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
                    : std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
 }
 
+nlohmann::json Trainer::run_settings() const {
+  return {{"model", model_config_.to_hf_json()},
+          {"train",
+           {{"batch_size", config_.batch_size},
+            {"sequence_length", config_.sequence_length},
+            {"steps", config_.steps},
+            {"lr", config_.schedule.peak},
+            {"min_lr", config_.schedule.floor},
+            {"warmup_steps", config_.schedule.warmup},
+            {"beta1", config_.adamw.beta1},
+            {"beta2", config_.adamw.beta2},
+            {"eps", config_.adamw.eps},
+            {"weight_decay", config_.adamw.weight_decay},
+            {"grad_clip", config_.adamw.grad_clip},
+            {"decay_embeddings", config_.decay_embeddings},
+            {"precision", graph::precision_policy_name(config_.precision)},
+            {"seed", config_.seed}}}};
+}
+
+void Trainer::check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state) const {
+  if (!state.contains("run_settings")) return;  // written before settings were recorded
+  const nlohmann::json now = run_settings();
+  std::string changes;
+  for (const char* section : {"model", "train"}) {
+    const nlohmann::json& before = state["run_settings"][section];
+    for (const auto& [key, value] : now[section].items()) {
+      if (before.contains(key) && before[key] == value) continue;
+      changes += fmt::format("{}{}.{} {} -> {}", changes.empty() ? "" : ", ", section, key,
+                             before.contains(key) ? before[key].dump() : "(absent)", value.dump());
+    }
+  }
+  if (changes.empty()) return;
+  check(config_.force_resume,
+        "{} was made with other settings ({}): use another train.out_dir for a new run, or --set "
+        "train.resume=force to continue this one with the new settings",
+        checkpoint.string(), changes);
+  fmt::print(stderr, "warning: train.resume=force: resuming {} with changed settings: {}\n", checkpoint.string(),
+             changes);
+}
+
 bool Trainer::initialize_or_resume() {
-  float resumed_step = 0;
+  int64_t resumed_step = 0;
   int64_t optimizer_steps = 0;
   std::string data_state = "{}";
   // The chief reads the whole state; everyone receives it (and keeps its shard of the moments).
@@ -119,8 +155,9 @@ bool Trainer::initialize_or_resume() {
   Tensor second_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->second_moment();
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
+      check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint));
       nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, first_moment, second_moment);
-      resumed_step = static_cast<float>(state.at("step").get<int64_t>());
+      resumed_step = state.at("step").get<int64_t>();
       optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
       if (state.contains("loss_scale")) {
@@ -142,17 +179,16 @@ bool Trainer::initialize_or_resume() {
     backend_.copy(first_moment.slice_flat(begin, count), optimizer_->first_moment().slice_flat(0, count));
     backend_.copy(second_moment.slice_flat(begin, count), optimizer_->second_moment().slice_flat(0, count));
   }
-  sync_->broadcast(&resumed_step, 1, 0);
-  // The optimizer's step count and the loss scale travel as JSON text (a double arrives exactly).
+  // The step counts and the loss scale travel as JSON text (integers and doubles arrive exactly).
   nlohmann::json counters = nlohmann::json::parse(sync_->broadcast(
-      nlohmann::json{{"optimizer_steps", optimizer_steps}, {"scale", loss_scaler_.scale},
+      nlohmann::json{{"step", resumed_step}, {"optimizer_steps", optimizer_steps}, {"scale", loss_scaler_.scale},
                      {"finite", loss_scaler_.finite_steps}, {"skipped", loss_scaler_.skipped_steps}}.dump(), 0));
   optimizer_->set_steps_taken(counters["optimizer_steps"].get<int64_t>());
   loss_scaler_.scale = counters["scale"].get<double>();
   loss_scaler_.finite_steps = counters["finite"].get<int64_t>();
   loss_scaler_.skipped_steps = counters["skipped"].get<int64_t>();
   data_.restore(nlohmann::json::parse(sync_->broadcast(data_state, 0)));
-  step_ = static_cast<int64_t>(resumed_step);
+  step_ = counters["step"].get<int64_t>();
   return step_ > 0;
 }
 
@@ -232,7 +268,8 @@ std::filesystem::path Trainer::save_checkpoint() {
     sync_->all_gather_shards(second_moment.data<float>());
   }
   if (!is_chief()) return {};
-  nlohmann::json state = {{"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
+  nlohmann::json state = {{"run_settings", run_settings()},
+                          {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
                           {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
                                           {"skipped_steps", loss_scaler_.skipped_steps}}}};
   return checkpoints_.save(step_, model_config_, parameters_, first_moment, second_moment, optimizer_->steps_taken(),

@@ -42,6 +42,8 @@ struct TrainConfig {
   bool decay_embeddings = false;        // AdamW weight decay on wte/wpe too
   graph::PrecisionPolicy precision = graph::PrecisionPolicy::float32;
   double initial_loss_scale = 32768.0;  // mixed_float16's dynamic loss scale starts here (2^15)
+  // Resuming from a checkpoint made with other model or optimizer settings is refused unless forced.
+  bool force_resume = false;
 
   static TrainConfig from_config(const Config& config);  // keys train.*
 };
@@ -97,6 +99,10 @@ class Trainer {
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
   model::ParameterSet& final_gradients() { return config_.grad_accumulation > 1 ? accumulated_ : gradients_; }
+  // The settings that change the maths of a run (model, optimizer, schedule, data order),
+  // recorded in checkpoints and compared on resume.
+  nlohmann::json run_settings() const;
+  void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state) const;
 
   model::GptConfig model_config_;
   TrainConfig config_;

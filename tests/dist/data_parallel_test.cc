@@ -25,7 +25,7 @@ class DataParallel : public ::testing::Test {
   void SetUp() override {
     testing::write_letter_corpus(dir.path() / "corpus.txt", 60000, 26, 3);
     write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 24, n_layer: 2, n_head: 2}}
-data: {{train: "{}"}}
+data: {{train: "{}", format: text}}
 train: {{batch_size: 6, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 100}}
 dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
 )", (dir.path() / "corpus.txt").string()));

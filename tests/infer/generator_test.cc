@@ -66,7 +66,7 @@ TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {
   const int64_t max_new = 25;
   infer::Generator generator(config, trainer->parameters(), cpu_backend());
   infer::Sampler greedy({0.0, 0, 1.0, 0});
-  std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy);
+  std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy).tokens;
   ASSERT_EQ(static_cast<int64_t>(ours.size()), max_new);
 
   // Full recomputation, step by step, also measuring the logit error the gap is compared with.

@@ -107,7 +107,7 @@ TEST(Checkpoint, SigtermSavesACheckpointAndExitsZero) {
   testing::TempDir dir;
   testing::write_letter_corpus(dir.path() / "corpus.txt", 200000, 26, 1);
   write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 32, n_embd: 32, n_layer: 2, n_head: 2}}
-data: {{train: "{}"}}
+data: {{train: "{}", format: text}}
 train: {{batch_size: 4, sequence_length: 32, steps: 1000000, out_dir: "{}", log_every: 1000}}
 )", (dir.path() / "corpus.txt").string(), (dir.path() / "run").string()));
   const char* binary = std::getenv("PARAFLOW_BINARY");

@@ -34,7 +34,7 @@ class EvaluatorTest : public ::testing::Test {
   void SetUp() override {
     testing::write_letter_corpus(dir.path() / "corpus.txt", 40000, 8, 4);
     write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 16, n_layer: 1, n_head: 2}}
-data: {{train: "{}", validation_fraction: 0.2}}
+data: {{train: "{}", format: text, validation_fraction: 0.2}}
 train: {{batch_size: 4, sequence_length: 16, steps: 12, checkpoint_every: 4, eval_batches: 2, out_dir: "{}", log_every: 100}}
 )", (dir.path() / "corpus.txt").string(), (dir.path() / "run").string()));
   }

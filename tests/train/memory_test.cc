@@ -67,7 +67,7 @@ TEST(MemoryPlan, PredictionMatchesPeakRssGrowthOfARealRun) {
   testing::TempDir dir;
   testing::write_letter_corpus(dir.path() / "corpus.txt", 300000, 26, 2);
   write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 4096, n_positions: 256, n_embd: 256, n_layer: 4, n_head: 4}}
-data: {{train: "{}"}}
+data: {{train: "{}", format: text}}
 train: {{batch_size: 8, sequence_length: 256, steps: 3, out_dir: "{}", log_every: 100}}
 )", (dir.path() / "corpus.txt").string(), (dir.path() / "run").string()));
   const std::string paraflow = std::getenv("PARAFLOW_BINARY");

@@ -1,0 +1,113 @@
+#include "cli/config_schema.h"
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+namespace paraflow::cli {
+
+namespace {
+
+using enum ConfigType;
+
+ConfigKey required_count(const char* key, const char* help) {
+  return {.key = key, .type = integer, .range = at_least(1), .help = help};
+}
+
+}  // namespace
+
+const ConfigSchema& run_config_schema() {
+  static const ConfigSchema schema = {
+      required_count("model.vocab_size", "tokens in the vocabulary (at least the data's largest id + 1)"),
+      required_count("model.n_positions", "longest sequence the model accepts (learned position embeddings)"),
+      required_count("model.n_embd", "width of the residual stream; a multiple of model.n_head"),
+      required_count("model.n_layer", "transformer blocks"),
+      required_count("model.n_head", "attention heads per block"),
+      {.key = "model.layer_norm_epsilon", .type = number, .default_value = "1e-5", .range = above(0),
+       .help = "epsilon of every layernorm"},
+
+      {.key = "data.train", .type = text, .help = "a `paraflow data prepare` dir, TFRecord files (dir or glob), or text files"},
+      {.key = "data.format", .type = text, .default_value = "auto", .choices = {"auto", "prepared", "tfrecord", "text"},
+       .help = "auto: a dir with manifest.json is `prepared`, TFRecord files are `tfrecord`; byte-level `text` must be asked for"},
+      {.key = "data.feature", .type = text, .default_value = "input_ids",
+       .help = "format tfrecord: the int64 feature of each tf.train.Example holding token ids"},
+      {.key = "data.compression", .type = text, .default_value = "auto", .choices = {"auto", "none", "gzip", "zlib"},
+       .help = "format tfrecord: auto detects GZIP/ZLIB from each file's first bytes"},
+      {.key = "data.validation", .type = text, .default_value = "",
+       .help = "format tfrecord: validation files (dir or glob); none: no evaluation"},
+      {.key = "data.tokenizer", .type = text, .default_value = "", .help = "tokenizer dir copied into exports"},
+      {.key = "data.validation_fraction", .type = number, .default_value = "0.05", .range = {.low = 0, .high = 1, .high_open = true},
+       .help = "format text: share of the bytes held out for validation"},
+
+      {.key = "train.batch_size", .type = integer, .default_value = "8", .range = at_least(1),
+       .help = "sequences per optimizer step, over all ranks and micro-batches"},
+      {.key = "train.sequence_length", .type = integer, .default_value = "256", .range = at_least(1),
+       .help = "tokens per sequence (<= model.n_positions)"},
+      {.key = "train.steps", .type = integer, .default_value = "1000", .range = at_least(1),
+       .help = "optimizer steps; the schedule's length"},
+      {.key = "train.stop_at_step", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "> 0: checkpoint and exit at this step (one session of a longer run)"},
+      {.key = "train.grad_accumulation", .type = integer, .default_value = "1", .range = at_least(1),
+       .help = "micro-batches per step on each rank"},
+      {.key = "train.lr", .type = number, .default_value = "6e-4", .range = above(0),
+       .help = "peak learning rate (after warm-up)"},
+      {.key = "train.min_lr", .type = number, .range = at_least(0),
+       .help = "learning rate at the end of the cosine decay; default train.lr / 10; <= train.lr", .optional = true},
+      {.key = "train.warmup_steps", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "linear warm-up steps"},
+      {.key = "train.beta1", .type = number, .default_value = "0.9", .range = {.low = 0, .high = 1, .high_open = true},
+       .help = "AdamW first-moment decay"},
+      {.key = "train.beta2", .type = number, .default_value = "0.95", .range = {.low = 0, .high = 1, .high_open = true},
+       .help = "AdamW second-moment decay"},
+      {.key = "train.eps", .type = number, .default_value = "1e-8", .range = above(0), .help = "AdamW epsilon"},
+      {.key = "train.weight_decay", .type = number, .default_value = "0.1", .range = at_least(0),
+       .help = "AdamW decoupled weight decay (not on biases, layernorm, embeddings)"},
+      {.key = "train.decay_embeddings", .type = boolean, .default_value = "false",
+       .help = "apply weight decay to wte/wpe too"},
+      {.key = "train.grad_clip", .type = number, .default_value = "1.0", .range = at_least(0),
+       .help = "largest global gradient L2 norm; 0 disables clipping"},
+      {.key = "train.seed", .type = integer, .default_value = "1337", .range = at_least(0),
+       .help = "initialisation and data-order seed"},
+      {.key = "train.threads", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "CPU threads per process; 0: all cores"},
+      {.key = "train.out_dir", .type = text, .default_value = "runs/default",
+       .help = "checkpoints, export, TensorBoard events; one run at a time (locked)"},
+      {.key = "train.checkpoint_every", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "steps between checkpoints; 0: only at the end"},
+      {.key = "train.keep_checkpoints", .type = integer, .default_value = "3", .range = at_least(1),
+       .help = "newest checkpoints kept"},
+      {.key = "train.resume", .type = text, .default_value = "auto", .choices = {"auto", "force"},
+       .help = "force: resume even if the checkpoint was made with other model/optimizer settings"},
+      {.key = "train.log_every", .type = integer, .default_value = "10", .range = at_least(1),
+       .help = "steps between progress lines"},
+      {.key = "train.eval_every", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "steps between validation losses; 0: never"},
+      {.key = "train.eval_batches", .type = integer, .default_value = "8", .range = at_least(1),
+       .help = "validation batches per evaluation"},
+      {.key = "train.recompute", .type = text, .default_value = "none",
+       .help = "gradient checkpointing: none, block, attention, or comma-separated op kinds"},
+      {.key = "train.precision", .type = text, .default_value = "float32",
+       .choices = {"float32", "mixed_bfloat16", "mixed_float16"}, .help = "mixed precision policy"},
+      {.key = "train.initial_loss_scale", .type = number, .default_value = "32768", .range = at_least(1),
+       .help = "mixed_float16: the dynamic loss scale's start"},
+
+      {.key = "dist.bucket_mb", .type = number, .default_value = "25", .range = above(0),
+       .help = "gradient all-reduce bucket size (MiB)"},
+      {.key = "dist.overlap", .type = boolean, .default_value = "true",
+       .help = "all-reduce buckets while backward runs"},
+      {.key = "dist.zero", .type = integer, .default_value = "0", .range = between(0, 1),
+       .help = "1: ZeRO-1, AdamW state sharded over the ranks"},
+      {.key = "dist.timeout_seconds", .type = number, .default_value = "60", .range = above(0),
+       .help = "how long a rank waits for an unreachable peer before failing"},
+  };
+  return schema;
+}
+
+void add_config_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("config", "About training configs");
+  command->require_subcommand(1);
+  command->add_subcommand("keys", "Print every config key as a Markdown table (type, default, valid values)")
+      ->callback([] { fmt::print("{}", schema_markdown(run_config_schema())); });
+}
+
+}  // namespace paraflow::cli
