@@ -155,7 +155,20 @@ TEST_P(HfAttentionVariant, LogitsAndGreedyTokensEqualTransformers) {
     EXPECT_GE(default_error, 1e-3);
   }
 
+  // The KV-cache path too: prefill, then one position at a time, against the same logits.
   infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
+  const size_t prefilled = 3;
+  std::vector<float> cached = generator.prefill({prompt.begin(), prompt.begin() + prefilled});
+  for (size_t t = prefilled; t < prompt.size(); ++t) {
+    std::vector<float> logits = generator.decode(prompt[t]);
+    cached.insert(cached.end(), logits.begin(), logits.end());
+  }
+  const auto first_compared = static_cast<std::ptrdiff_t>((prefilled - 1) * loaded.config.vocab_size);
+  const double cached_error = testing::relative_error(std::vector<double>(cached.begin(), cached.end()),
+                                                      {expected.begin() + first_compared, expected.end()});
+  std::printf("  %s: KV-cache logits rel err %.3e vs transformers\n", variant.name, cached_error);
+  EXPECT_LE(cached_error, 1e-5);
+
   infer::Sampler greedy({0.0, 0, 1.0, 0});
   const std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy);
   model::save_model_dir(dir.path() / "export", loaded.config, loaded.parameters);
