@@ -65,16 +65,18 @@ class Backend {
 
   // ---- causal multi-head self-attention ----
   // qkv (B,T,3C) holds q,k,v for NH heads of C/NH; out (B,T,C); probs (B,NH,T,T) saved.
+  // probs = softmax(scale * q·k^T) over the causal keys; GPT-2's scale is 1/sqrt(C/NH).
   virtual void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C,
-                                 int64_t NH) = 0;
+                                 int64_t NH, float scale) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B,
-                                  int64_t T, int64_t C, int64_t NH, bool accumulate_dqkv) = 0;
+                                  int64_t T, int64_t C, int64_t NH, float scale, bool accumulate_dqkv) = 0;
 
   // Generation with a KV cache: qkv (B,Tn,3C) holds Tn new positions starting at `past`; their
   // k and v are stored into k_cache, v_cache (B,NH,max_T,hs) at [past, past+Tn), then new
   // position t attends causally over cached positions [0, past+t]. out (B,Tn,C).
   virtual void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B,
-                                        int64_t Tn, int64_t C, int64_t NH, int64_t past, int64_t max_T) = 0;
+                                        int64_t Tn, int64_t C, int64_t NH, float scale, int64_t past,
+                                        int64_t max_T) = 0;
 
   // ---- residual: out = a + b, all of element type `dtype` (f32, bf16 or f16) ----
   virtual void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype) = 0;

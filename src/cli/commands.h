@@ -5,6 +5,8 @@
 
 #include <exception>
 
+#include "base/error.h"
+
 namespace paraflow::cli {
 
 void add_train_command(CLI::App& app);
@@ -16,6 +18,6 @@ void add_plan_command(CLI::App& app);
 void add_config_command(CLI::App& app);
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.
-int exit_status(const std::exception& error);
+inline int exit_status(const std::exception& error) { return dynamic_cast<const InputError*>(&error) ? 1 : 2; }
 
 }  // namespace paraflow::cli

@@ -25,6 +25,10 @@ const ConfigSchema& run_config_schema() {
       required_count("model.n_head", "attention heads per block"),
       {.key = "model.layer_norm_epsilon", .type = number, .default_value = "1e-5", .range = above(0),
        .help = "epsilon of every layernorm"},
+      {.key = "model.scale_attn_weights", .type = boolean, .default_value = "true",
+       .help = "attention scores x 1/sqrt(head size), as GPT-2's config.json field"},
+      {.key = "model.scale_attn_by_inverse_layer_idx", .type = boolean, .default_value = "false",
+       .help = "attention scores also x 1/(layer index + 1), as GPT-2's config.json field"},
 
       {.key = "data.train", .type = text, .help = "a `paraflow data prepare` dir, TFRecord files (dir or glob), or text files"},
       {.key = "data.format", .type = text, .default_value = "auto", .choices = {"auto", "prepared", "tfrecord", "text"},

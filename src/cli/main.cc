@@ -28,9 +28,3 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
-
-namespace paraflow::cli {
-
-int exit_status(const std::exception& error) { return dynamic_cast<const InputError*>(&error) ? 1 : 2; }
-
-}  // namespace paraflow::cli

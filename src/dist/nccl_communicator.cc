@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
+
 #include "base/error.h"
 #include "dist/communicator.h"
 
@@ -79,6 +81,7 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void abort_job(int exit_status) override {
     ncclCommAbort(comm_);  // frees this rank's kernels; the bootstrap ends the processes
     bootstrap_.abort_job(exit_status);
+    std::_Exit(exit_status);  // not reached: abort_job does not return
   }
 
  private:

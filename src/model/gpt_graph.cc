@@ -12,7 +12,8 @@ using graph::ValueRole;
 namespace {
 
 // The decoder stack shared by every graph: embedding, n_layer blocks, final layernorm and the
-// tied head. `attention` adds one block's attention core given its qkv value.
+// tied head. `attention_core` adds one block's attention core given its qkv value and the core's
+// attributes (n_head and the layer's score scale).
 template <typename AttentionBuilder>
 ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core) {
   graph::Graph& graph = g.graph;
@@ -33,7 +34,8 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
                                  layernorm)[0];
     ValueId qkv = graph.add_node(OpKind::matmul, h + "attn.c_attn",
                                  {ln1, param(h + "attn.c_attn.weight"), param(h + "attn.c_attn.bias")}, linear)[0];
-    ValueId attention = attention_core(layer, h, qkv);
+    Attributes core = Attributes().set("n_head", config.n_head).set_float("scale", config.attention_scale(layer));
+    ValueId attention = attention_core(h, qkv, core);
     ValueId attention_out = graph.add_node(OpKind::matmul, h + "attn.c_proj",
                                            {attention, param(h + "attn.c_proj.weight"), param(h + "attn.c_proj.bias")},
                                            linear)[0];
@@ -59,9 +61,8 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
   g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
-  Attributes heads = Attributes().set("n_head", config.n_head);
-  g.logits = add_decoder(g, config, graph::kNoValue, [&](int64_t, const std::string& h, ValueId qkv) {
-    return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, heads)[0];
+  g.logits = add_decoder(g, config, graph::kNoValue, [&](const std::string& h, ValueId qkv, const Attributes& core) {
+    return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, core)[0];
   });
   g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
   return g;
@@ -71,13 +72,12 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{batch, new_tokens}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("position", Shape{1}, DType::i32, ValueRole::input);
-  Attributes heads = Attributes().set("n_head", config.n_head);
   const Shape cache{batch, config.n_head, max_sequence, config.n_embd / config.n_head};
-  g.logits = add_decoder(g, config, g.position, [&](int64_t, const std::string& h, ValueId qkv) {
+  g.logits = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     ValueId keys = g.graph.add_value(h + "attn.k_cache", cache, DType::f32, ValueRole::state);
     ValueId values = g.graph.add_value(h + "attn.v_cache", cache, DType::f32, ValueRole::state);
     g.caches.push_back({keys, values});
-    return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, heads)[0];
+    return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, core)[0];
   });
   return g;
 }

@@ -1,6 +1,9 @@
 // Every op kernel, on every backend present, against the float64 references on random inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <utility>
+
 #include "backend/backend.h"
 #include "backend/reference_kernels.h"
 #include "test_util.h"
@@ -108,21 +111,29 @@ TEST_P(OpsTest, Matmul) {
   }
 }
 
+// GPT-2's score scale, 1/sqrt(head size).
+double gpt2_scale(int64_t C, int64_t NH) { return 1 / std::sqrt(static_cast<double>(C / NH)); }
+
 TEST_P(OpsTest, Attention) {
-  for (int64_t NH : {int64_t{1}, d.NH}) {
-    SCOPED_TRACE(::testing::Message() << "n_head=" << NH);
+  // GPT-2's scale with one head and with several; then Hugging Face's scale_attn_weights false
+  // (scale 1) and scale_attn_by_inverse_layer_idx in layer 2 (GPT-2's scale / 3).
+  const double gpt2 = gpt2_scale(d.C, d.NH);
+  for (auto [NH, scale] : {std::pair{int64_t{1}, gpt2_scale(d.C, 1)}, std::pair{d.NH, gpt2}, std::pair{d.NH, 1.0},
+                           std::pair{d.NH, gpt2 / 3}}) {
+    SCOPED_TRACE(::testing::Message() << "n_head=" << NH << " scale=" << scale);
     Vec qkv = random_vector(rng, d.B * d.T * 3 * d.C), dout = random_vector(rng, d.B * d.T * d.C);
     Tensor qkv_t = to_tensor(qkv, {d.B, d.T, 3 * d.C}), dout_t = to_tensor(dout, {d.B, d.T, d.C});
     Tensor out = Tensor::zeros({d.B, d.T, d.C}), probs = Tensor::zeros({d.B, NH, d.T, d.T});
     const bool accumulate = NH == 1;
     Vec dqkv_start = accumulate ? random_vector(rng, d.B * d.T * 3 * d.C) : Vec(d.B * d.T * 3 * d.C, 0.0);
     Tensor dqkv = accumulate ? to_tensor(dqkv_start, {d.B, d.T, 3 * d.C}) : garbage({d.B, d.T, 3 * d.C});
-    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), d.B, d.T, d.C, NH);
+    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), d.B, d.T, d.C, NH,
+                                static_cast<float>(scale));
     backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(),
-                                 d.B, d.T, d.C, NH, accumulate);
+                                 d.B, d.T, d.C, NH, static_cast<float>(scale), accumulate);
     Vec ref_out, ref_dqkv = dqkv_start;
-    reference::attention_forward(ref_out, qkv, d.B, d.T, d.C, NH);
-    reference::attention_backward(ref_dqkv, dout, qkv, d.B, d.T, d.C, NH);
+    reference::attention_forward(ref_out, qkv, d.B, d.T, d.C, NH, scale);
+    reference::attention_backward(ref_dqkv, dout, qkv, d.B, d.T, d.C, NH, scale);
     EXPECT_CLOSE(to_vector(out), ref_out, d.C / NH + d.T, "attention out");
     EXPECT_CLOSE(to_vector(dqkv), ref_dqkv, d.C / NH + d.T, "attention dqkv");
   }
@@ -137,12 +148,14 @@ TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
     Tensor qkv_t = to_tensor(qkv, {B, T, 3 * C}), dout_t = to_tensor(dout, {B, T, C});
     Tensor out = Tensor::zeros({B, T, C}), probs = garbage({B, NH, T, T});
     Tensor dqkv = accumulate ? to_tensor(dqkv_start, {B, T, 3 * C}) : garbage({B, T, 3 * C});
-    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), B, T, C, NH);
+    const double scale = gpt2_scale(C, NH);
+    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), B, T, C, NH,
+                                static_cast<float>(scale));
     backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(), B,
-                                 T, C, NH, accumulate);
+                                 T, C, NH, static_cast<float>(scale), accumulate);
     Vec ref_out, ref_dqkv = dqkv_start;
-    reference::attention_forward(ref_out, qkv, B, T, C, NH);
-    reference::attention_backward(ref_dqkv, dout, qkv, B, T, C, NH);
+    reference::attention_forward(ref_out, qkv, B, T, C, NH, scale);
+    reference::attention_backward(ref_dqkv, dout, qkv, B, T, C, NH, scale);
     EXPECT_CLOSE(to_vector(out), ref_out, C / NH + T, "attention out, 3 blocks");
     EXPECT_CLOSE(to_vector(dqkv), ref_dqkv, C / NH + T, "attention dqkv, 3 blocks");
   }

@@ -108,7 +108,8 @@ inline void matmul_backward(Vec& dinp, Vec& dW, Vec* dbias, const Vec& dout, con
     }
 }
 
-inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+// Scores are scale * q·k^T (GPT-2: scale = 1/sqrt(C/NH)).
+inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, double scale) {
   int64_t hs = C / NH;
   out.assign(B * T * C, 0.0);
   for (int64_t b = 0; b < B; ++b)
@@ -120,7 +121,7 @@ inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, in
           double s = 0;
           for (int64_t i = 0; i < hs; ++i)
             s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + j) * 3 * C + C + h * hs + i];
-          p[j] = s / std::sqrt(static_cast<double>(hs));
+          p[j] = s * scale;
           max_value = std::max(max_value, p[j]);
         }
         for (int64_t j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - max_value));
@@ -131,9 +132,8 @@ inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, in
 }
 
 inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int64_t B, int64_t T, int64_t C,
-                               int64_t NH) {
+                               int64_t NH, double scale) {
   int64_t hs = C / NH;
-  double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
       for (int64_t t = 0; t < T; ++t) {

@@ -56,12 +56,12 @@ TEST(ReferenceKernels, BackwardMatchesFiniteDifferences) {
     check_gradient(w, forward, dout, dw, "matmul+gelu dweight");
     check_gradient(b, forward, dout, db, "matmul+gelu dbias");
   }
-  {  // attention
+  for (double scale : {1 / std::sqrt(static_cast<double>(C / NH)), 0.3}) {  // attention: GPT-2's scale and another
     Vec qkv = testing::random_vector(rng, B * T * 3 * C), dout = testing::random_vector(rng, B * T * C);
     Vec dqkv(B * T * 3 * C);
-    reference::attention_backward(dqkv, dout, qkv, B, T, C, NH);
-    auto forward = [&] { Vec out; reference::attention_forward(out, qkv, B, T, C, NH); return out; };
-    check_gradient(qkv, forward, dout, dqkv, "attention dqkv");
+    reference::attention_backward(dqkv, dout, qkv, B, T, C, NH, scale);
+    auto forward = [&] { Vec out; reference::attention_forward(out, qkv, B, T, C, NH, scale); return out; };
+    check_gradient(qkv, forward, dout, dqkv, scale == 0.3 ? "attention dqkv, scale 0.3" : "attention dqkv");
   }
   {  // softmax cross-entropy
     Vec logits = testing::random_vector(rng, N * V), dlosses = testing::random_vector(rng, N), dlogits(N * V);

@@ -1,10 +1,12 @@
-// KV-cache generation against full recomputation and against transformers' generate.
+// KV-cache generation against full recomputation and against transformers' generate, also for
+// models with GPT2Config's attention options.
 #include <gtest/gtest.h>
 
 #include "base/file_io.h"
 #include "graph/executor.h"
 #include "infer/generator.h"
 #include "model/gpt_graph.h"
+#include "model/model_files.h"
 #include "model/safetensors.h"
 #include "reference_runner.h"
 #include "test_util.h"
@@ -24,6 +26,20 @@ std::vector<double> full_logits(const model::GptConfig& config, const model::Par
   std::copy(tokens.begin(), tokens.end(), executor.tensor(g.tokens).data<int32_t>());
   executor.forward();
   return testing::to_vector(executor.tensor(g.logits));
+}
+
+std::string comma_separated(const std::vector<int32_t>& tokens) {
+  std::string text;
+  for (int32_t token : tokens) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(token);
+  }
+  return text;
+}
+
+std::vector<double> read_f64(const std::filesystem::path& file, const std::string& name) {
+  Tensor tensor = model::SafetensorsFile::load(file.string()).tensor(name);
+  return std::vector<double>(tensor.data<double>(), tensor.data<double>() + tensor.numel());
 }
 
 class GeneratorTest : public ::testing::Test {
@@ -80,10 +96,9 @@ TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {
   }
 
   trainer->export_model(dir.path() / "export");
-  std::string prompt_text;
-  for (int32_t token : prompt) prompt_text += (prompt_text.empty() ? "" : ",") + std::to_string(token);
   ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt {} --max-new {} --out {}",
-                                                            (dir.path() / "export").string(), prompt_text, max_new,
+                                                            (dir.path() / "export").string(), comma_separated(prompt),
+                                                            max_new,
                                                             (dir.path() / "greedy.safetensors").string())));
   model::SafetensorsFile theirs = model::SafetensorsFile::load((dir.path() / "greedy.safetensors").string());
   Tensor tokens = theirs.tensor("tokens"), gaps = theirs.tensor("gaps");
@@ -98,6 +113,89 @@ TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {
               static_cast<long long>(max_new));
   EXPECT_GE(compared, 10);
 }
+
+struct AttentionVariant {
+  const char* name;
+  const char* config;   // GPT2Config arguments
+  bool changes_logits;  // reorder_and_upcast_attn only changes float16/bfloat16 precision
+};
+
+class HfAttentionVariant : public ::testing::TestWithParam<AttentionVariant> {};
+
+// transformers builds and saves a random GPT-2 with one of GPT2Config's attention options;
+// paraflow loads it and must give its float64 logits and its greedy tokens, also after exporting
+// the model again, which checks that transformers reads our config.json the same way.
+TEST_P(HfAttentionVariant, LogitsAndGreedyTokensEqualTransformers) {
+  const AttentionVariant& variant = GetParam();
+  testing::TempDir dir;
+  const std::vector<int32_t> prompt{5, 17, 0, 42, 42, 8, 60, 3, 11};
+  const int64_t max_new = 20;
+  // initializer_range 0.2 instead of GPT-2's 0.02: attention far from uniform, so its scale shows.
+  const std::string config = fmt::format(
+      R"({{"vocab_size": 61, "n_positions": 32, "n_embd": 24, "n_layer": 3, "n_head": 2, "initializer_range": 0.2, )"
+      R"({}}})",
+      variant.config);
+  ASSERT_TRUE(testing::run_oracle(
+      "gpt2_hf.py", fmt::format("save --kind lmhead --config '{}' --seed 3 --dir {} --tokens {} --out {}", config,
+                                (dir.path() / "hf").string(), comma_separated(prompt),
+                                (dir.path() / "logits.safetensors").string())));
+  model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  std::vector<double> expected = read_f64(dir.path() / "logits.safetensors", "logits");
+  const double error = testing::relative_error(full_logits(loaded.config, loaded.parameters, prompt), expected);
+  std::printf("  %s: logits rel err %.3e vs transformers (float64)\n", variant.name, error);
+  EXPECT_LE(error, 1e-5);
+  if (variant.changes_logits) {
+    // The test can fail: the same weights with GPT-2's default attention give other logits.
+    model::GptConfig gpt2_attention = loaded.config;
+    gpt2_attention.scale_attn_weights = true;
+    gpt2_attention.scale_attn_by_inverse_layer_idx = false;
+    const double default_error =
+        testing::relative_error(full_logits(gpt2_attention, loaded.parameters, prompt), expected);
+    std::printf("  %s: with GPT-2's default attention instead, rel err %.3e\n", variant.name, default_error);
+    EXPECT_GE(default_error, 1e-3);
+  }
+
+  // The KV-cache path too: prefill, then one position at a time, against the same logits.
+  infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
+  const size_t prefilled = 3;
+  std::vector<float> cached = generator.prefill({prompt.begin(), prompt.begin() + prefilled});
+  for (size_t t = prefilled; t < prompt.size(); ++t) {
+    std::vector<float> logits = generator.decode(prompt[t]);
+    cached.insert(cached.end(), logits.begin(), logits.end());
+  }
+  const auto first_compared = static_cast<std::ptrdiff_t>((prefilled - 1) * loaded.config.vocab_size);
+  const double cached_error = testing::relative_error(std::vector<double>(cached.begin(), cached.end()),
+                                                      {expected.begin() + first_compared, expected.end()});
+  std::printf("  %s: KV-cache logits rel err %.3e vs transformers\n", variant.name, cached_error);
+  EXPECT_LE(cached_error, 1e-5);
+
+  infer::Sampler greedy({0.0, 0, 1.0, 0});
+  const std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy).tokens;
+  model::save_model_dir(dir.path() / "export", loaded.config, loaded.parameters);
+  for (const char* model_dir : {"hf", "export"}) {
+    SCOPED_TRACE(model_dir);
+    const std::filesystem::path out = dir.path() / (std::string(model_dir) + "-greedy.safetensors");
+    ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt {} --max-new {} --out {}",
+                                                              (dir.path() / model_dir).string(),
+                                                              comma_separated(prompt), max_new, out.string())));
+    Tensor tokens = model::SafetensorsFile::load(out.string()).tensor("tokens");
+    const std::vector<int32_t> theirs(tokens.data<int64_t>(), tokens.data<int64_t>() + tokens.numel());
+    EXPECT_EQ(ours, theirs);
+    std::vector<double> gaps = read_f64(out, "gaps");
+    std::printf("  %s (%s dir): %lld greedy tokens equal: %s; smallest top-1/top-2 logit gap %.3e\n", variant.name,
+                model_dir, static_cast<long long>(max_new), ours == theirs ? "yes" : "no",
+                *std::min_element(gaps.begin(), gaps.end()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpt2Config, HfAttentionVariant,
+    ::testing::Values(AttentionVariant{"unscaled", R"("scale_attn_weights": false)", true},
+                      AttentionVariant{"inverse_layer_scaled", R"("scale_attn_by_inverse_layer_idx": true)", true},
+                      AttentionVariant{"both",
+                                       R"("scale_attn_weights": false, "scale_attn_by_inverse_layer_idx": true)", true},
+                      AttentionVariant{"reordered_upcast", R"("reorder_and_upcast_attn": true)", false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace paraflow

@@ -5,7 +5,13 @@
       the new tokens) and `gaps` (float64, top-1 minus top-2 logit at each step) to FILE.
   save    --kind model|lmhead --config JSON --seed S --dir DIR --tokens 1,2,3 --out FILE
       saves a randomly initialised GPT2Model (bare keys) or GPT2LMHeadModel (`transformer.`
-      keys) with save_pretrained, and writes its float64 `logits` for `tokens` to FILE.
+      keys) with save_pretrained, and writes its float64 `logits` for `tokens` to FILE. JSON
+      holds GPT2Config arguments (scale_attn_weights, initializer_range, ...).
+
+Models run with the eager attention, the one that implements GPT2Config's attention options
+(transformers' sdpa path ignores scale_attn_weights, scale_attn_by_inverse_layer_idx and
+reorder_and_upcast_attn). With reorder_and_upcast_attn the scores are computed in float32 even
+in a float64 model: transformers always does that computation in float32.
 """
 import argparse
 import json
@@ -16,15 +22,30 @@ import transformers
 from safetensors.torch import save_file
 
 
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    # Debian's torch 1.13 CPU baddbmm returns wrong float32 products for small batches, at random
+    # (even NaN; 2-10% of calls at KV-cache decoding's shapes), while bmm is right. GPT-2 calls
+    # baddbmm only with reorder_and_upcast_attn, so the oracle gives it this same formula.
+    product = alpha * torch.bmm(batch1, batch2)
+    return product if beta == 0 else beta * input + product
+
+
+torch.baddbmm = baddbmm
+
+
 def ids(text):
     return torch.tensor([[int(x) for x in text.split(",")]], dtype=torch.long)
+
+
+def load(model_dir):
+    return transformers.GPT2LMHeadModel.from_pretrained(model_dir, attn_implementation="eager").double().eval()
 
 
 def greedy(args):
     # transformers' own KV-cache decoding (past_key_values), greedy. model.generate() itself cannot
     # run on Debian's torch 1.13 with transformers 4.49 (it imports torch.distributed FSDP
     # modules that this torch build lacks), so the loop is written out: it is generate's greedy.
-    model = transformers.GPT2LMHeadModel.from_pretrained(args.model).double().eval()
+    model = load(args.model)
     tokens = ids(args.prompt)
     new, gaps, past = [], [], None
     with torch.no_grad():
@@ -50,7 +71,7 @@ def save(args):
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     model.float().save_pretrained(args.dir, safe_serialization=True)
-    model = transformers.GPT2LMHeadModel.from_pretrained(args.dir).double().eval()
+    model = load(args.dir)
     with torch.no_grad():
         logits = model(ids(args.tokens)).logits[0]
     save_file({"logits": logits.contiguous()}, args.out)

@@ -113,12 +113,25 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
 
 using testing::gpt_config;
 
+// GPT2Config's attention options, which the oracle reads from our config.json. They change the
+// attention weights' gradients even where, at GPT-2's small initial weights, the logits hardly move.
+model::GptConfig with_attention_scaling(model::GptConfig config, bool scale_attn_weights,
+                                        bool scale_attn_by_inverse_layer_idx) {
+  config.scale_attn_weights = scale_attn_weights;
+  config.scale_attn_by_inverse_layer_idx = scale_attn_by_inverse_layer_idx;
+  return config;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Configs, TorchReference,
     ::testing::Values(Case{"gpt2_shaped", gpt_config(512, 64, 64, 2, 4), 2, 64},
                       Case{"embeddings_decayed", gpt_config(512, 64, 64, 2, 4), 2, 64, true},
                       Case{"awkward", gpt_config(97, 24, 30, 1, 3), 3, 13},
-                      Case{"one_head", gpt_config(61, 16, 20, 2, 1), 2, 11}),
+                      Case{"one_head", gpt_config(61, 16, 20, 2, 1), 2, 11},
+                      Case{"unscaled_attention", with_attention_scaling(gpt_config(97, 24, 30, 2, 3), false, false),
+                           3, 13},
+                      Case{"inverse_layer_scaled", with_attention_scaling(gpt_config(61, 16, 20, 3, 2), true, true),
+                           2, 11}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -19,9 +19,9 @@ constexpr int64_t kBlock = 64;
 
 }  // namespace
 
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       float scale) {
   const int64_t hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     int64_t b = bh / NH, h = bh % NH;
@@ -56,10 +56,9 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                        int64_t C, int64_t NH, bool accumulate_dqkv) {
+                        int64_t C, int64_t NH, float scale, bool accumulate_dqkv) {
   const int64_t hs = C / NH;
   const float beta = accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
   {
     std::vector<float> dscores(static_cast<size_t>(kBlock * T));
@@ -110,9 +109,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 namespace paraflow::cpu {
 
 void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
-                              int64_t C, int64_t NH, int64_t past, int64_t max_T) {
+                              int64_t C, int64_t NH, float scale, int64_t past, int64_t max_T) {
   const int64_t hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
   {
     std::vector<float> scores(static_cast<size_t>(past + Tn));

@@ -50,17 +50,17 @@ class CpuBackend final : public Backend {
                        bool accumulate_dinp) override {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, pre, N, C, OC, layout, gelu, accumulate_dinp);
   }
-  void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C,
-                         int64_t NH) override {
-    cpu::attention_forward(out, probs, qkv, B, T, C, NH);
+  void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                         float scale) override {
+    cpu::attention_forward(out, probs, qkv, B, T, C, NH, scale);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                          int64_t C, int64_t NH, bool accumulate_dqkv) override {
-    cpu::attention_backward(dqkv, dout, qkv, probs, B, T, C, NH, accumulate_dqkv);
+                          int64_t C, int64_t NH, float scale, bool accumulate_dqkv) override {
+    cpu::attention_backward(dqkv, dout, qkv, probs, B, T, C, NH, scale, accumulate_dqkv);
   }
   void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
-                                int64_t C, int64_t NH, int64_t past, int64_t max_T) override {
-    cpu::attention_cached_forward(out, qkv, k_cache, v_cache, B, Tn, C, NH, past, max_T);
+                                int64_t C, int64_t NH, float scale, int64_t past, int64_t max_T) override {
+    cpu::attention_cached_forward(out, qkv, k_cache, v_cache, B, Tn, C, NH, scale, past, max_T);
   }
   void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype) override {
     cpu::add_forward(out, a, b, n, dtype);

@@ -26,12 +26,13 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, con
                      const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
                      bool accumulate_dinp);
 
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       float scale);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                        int64_t C, int64_t NH, bool accumulate_dqkv);
+                        int64_t C, int64_t NH, float scale, bool accumulate_dqkv);
 
 void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
-                              int64_t C, int64_t NH, int64_t past, int64_t max_T);
+                              int64_t C, int64_t NH, float scale, int64_t past, int64_t max_T);
 
 void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype);
 void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b, DType dtype);

@@ -1,5 +1,5 @@
 // attention: causal multi-head self-attention over a fused qkv projection.
-// inputs: qkv (B,T,3C); attributes: n_head
+// inputs: qkv (B,T,3C); attributes: n_head, scale (float: scores are scale * q·k^T)
 // outputs: out (B,T,C); saved probs (B,NH,T,T)
 #include "graph/ops/ops.h"
 
@@ -13,6 +13,7 @@ class AttentionOp final : public OpDef {
     check(in.size() == 1, "attention: expected 1 input, got {}", in.size());
     const Shape& qkv = in[0]->shape;
     int64_t NH = attributes.get("n_head");
+    attributes.get_float("scale");
     expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention", "qkv must be (B,T,3C)", qkv);
     int64_t C = qkv[2] / 3;
     expect_shape(NH > 0 && C % NH == 0, "attention", fmt::format("C must be a multiple of n_head={}", NH), qkv);
@@ -23,14 +24,16 @@ class AttentionOp final : public OpDef {
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     const Shape& s = t.inputs[0].shape();
     backend.attention_forward(t.outputs[0].data<float>(), t.outputs[1].data<float>(), t.inputs[0].data<float>(), s[0],
-                              s[1], s[2] / 3, attributes.get("n_head"));
+                              s[1], s[2] / 3, attributes.get("n_head"),
+                              static_cast<float>(attributes.get_float("scale")));
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     const Shape& s = t.inputs[0].shape();
     backend.attention_backward(t.input_grads[0].data<float>(), t.output_grads[0].data<float>(),
                                t.inputs[0].data<float>(), t.outputs[1].data<float>(), s[0], s[1], s[2] / 3,
-                               attributes.get("n_head"), t.accumulate[0]);
+                               attributes.get("n_head"), static_cast<float>(attributes.get_float("scale")),
+                               t.accumulate[0]);
   }
 
   bool can_assign_input_grad(size_t index) const override { return index == 0; }

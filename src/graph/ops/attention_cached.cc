@@ -1,6 +1,7 @@
 // attention_cached: causal attention for generation, reading and extending a KV cache.
 // inputs: qkv (B,Tn,3C), k_cache (B,NH,max_T,hs) state, v_cache (same) state, position (1) i32
-// attributes: n_head. outputs: out (B,Tn,C). Inference only: it has no backward.
+// attributes: n_head, scale (float, as attention's). outputs: out (B,Tn,C). Inference only: it
+// has no backward.
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -13,6 +14,7 @@ class AttentionCachedOp final : public OpDef {
     check(in.size() == 4, "attention_cached: expected 4 inputs, got {}", in.size());
     const Shape &qkv = in[0]->shape, &cache = in[1]->shape;
     int64_t NH = attributes.get("n_head");
+    attributes.get_float("scale");
     expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention_cached", "qkv must be (B,Tn,3C)", qkv);
     int64_t C = qkv[2] / 3;
     expect_shape(C % NH == 0 && cache == Shape{qkv[0], NH, cache[2], C / NH} && in[2]->shape == cache,
@@ -29,8 +31,8 @@ class AttentionCachedOp final : public OpDef {
     check(past >= 0 && past + s[1] <= max_T, "attention_cached: positions [{}, {}) exceed the cache of {}", past,
           past + s[1], max_T);
     backend.attention_cached_forward(t.outputs[0].data<float>(), t.inputs[0].data<float>(), t.inputs[1].data<float>(),
-                                     t.inputs[2].data<float>(), s[0], s[1], s[2] / 3, attributes.get("n_head"), past,
-                                     max_T);
+                                     t.inputs[2].data<float>(), s[0], s[1], s[2] / 3, attributes.get("n_head"),
+                                     static_cast<float>(attributes.get_float("scale")), past, max_T);
   }
 
   void backward(Backend&, const NodeTensors&, const Attributes&) const override {
