@@ -6,7 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup.sh
+bash scripts/setup.sh --target paraflow
 paraflow=./build/src/cli/paraflow
 rm -rf corpus runs/quickstart runs/quickstart-tokenizer runs/quickstart-data
 mkdir -p corpus runs

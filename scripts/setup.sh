@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Everything a fresh Debian 12 machine needs, then the Release build in build/.
-#   scripts/setup.sh            # system packages, Python reference envs, build
+# What a fresh Debian 12 machine needs to build and run paraflow, then the Release build in build/.
+#   scripts/setup.sh                    # system packages, build everything (tests included)
+#   scripts/setup.sh --target paraflow  # only the binary (the quickstart); arguments go to cmake --build
+# The Python reference environments are the test command's (scripts/test.sh), not this script's.
 # Idempotent: packages already present are not fetched again.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,10 +29,6 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python environments for the reference and interop tests (not part of the product).
-bash scripts/setup_python.sh
-if [[ -f scripts/setup_python_data.sh ]]; then bash scripts/setup_python_data.sh; fi
-
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" "$@"
 echo "[setup] built build/src/cli/paraflow" >&2

@@ -6,5 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup.sh
+# Python environments for the reference and interop tests (not part of the product).
+bash scripts/setup_python.sh
+bash scripts/setup_python_data.sh
 cd build
 ctest --output-on-failure --timeout 1200 "$@"

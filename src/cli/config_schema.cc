@@ -101,6 +101,8 @@ const ConfigSchema& run_config_schema() {
        .help = "all-reduce buckets while backward runs"},
       {.key = "dist.zero", .type = integer, .default_value = "0", .range = between(0, 1),
        .help = "1: ZeRO-1, AdamW state sharded over the ranks"},
+      {.key = "dist.exact_reduction", .type = boolean, .default_value = "false",
+       .help = "sum gradients in fixed point, so results do not depend on ranks x grad_accumulation (not with dist.zero)"},
       {.key = "dist.timeout_seconds", .type = number, .default_value = "60", .range = above(0),
        .help = "how long a rank waits for an unreachable peer before failing"},
   };

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,8 @@ class Communicator {
   // In place: every rank ends with the element-wise sum over ranks.
   virtual void all_reduce_sum(float* data, size_t count) = 0;
   virtual void all_reduce_max(float* data, size_t count) = 0;
+  // Integer sums are exact, so the result does not depend on the order of summation.
+  virtual void all_reduce_sum(int64_t* data, size_t count) = 0;
   // input holds size()·count elements; this rank's output (count) is the sum of its chunk.
   virtual void reduce_scatter_sum(const float* input, float* output, size_t count) = 0;
   // input holds count elements; output (size()·count) holds every rank's input in rank order.

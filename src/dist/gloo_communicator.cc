@@ -91,6 +91,7 @@ class GlooCommunicator final : public Communicator {
 
   void all_reduce_sum(float* data, size_t count) override { all_reduce(data, count, &sum<float>); }
   void all_reduce_max(float* data, size_t count) override { all_reduce(data, count, &maximum<float>); }
+  void all_reduce_sum(int64_t* data, size_t count) override { all_reduce(data, count, &sum<int64_t>); }
 
   // Gloo's packaged version has no typed reduce-scatter with the new API: all-reduce, keep our chunk.
   void reduce_scatter_sum(const float* input, float* output, size_t count) override {
@@ -145,7 +146,8 @@ class GlooCommunicator final : public Communicator {
  private:
   static constexpr uint64_t kPointToPointSlot = 0x7061726100ull;
 
-  void all_reduce(float* data, size_t count, void (*fn)(void*, const void*, const void*, size_t)) {
+  template <typename T>
+  void all_reduce(T* data, size_t count, void (*fn)(void*, const void*, const void*, size_t)) {
     guarded("allreduce", [&] {
       gloo::AllreduceOptions options(context_);
       options.setOutput(data, count);

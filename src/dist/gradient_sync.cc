@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "base/error.h"
@@ -44,6 +46,15 @@ GradientSync::GradientSync(Communicator& communicator, const graph::Graph& graph
       buckets_.push_back(current);
       current = Bucket{0, 0, {}};
     }
+  }
+  if (config_.exact) {
+    check(!config_.zero, "dist.exact_reduction does not combine with dist.zero (ZeRO-1) yet");
+    int64_t words = 0;
+    for (Bucket& bucket : buckets_) {
+      bucket.exact_offset = words;
+      words += 2 * bucket.count + 1;
+    }
+    exact_.assign(static_cast<size_t>(words), 0);
   }
   thread_ = std::thread([this] { communication_loop(); });
 }
@@ -94,7 +105,48 @@ void GradientSync::fold_micro_batch(int64_t begin, int64_t count) {
   for (int64_t i = begin; i < begin + count; ++i) accumulated_[i] = accumulated_[i] + micro_[i];
 }
 
+namespace {
+
+constexpr double kHighScale = 0x1p20, kLowScale = 0x1p40;  // hi counts 2^-20, lo counts 2^-60
+
+}  // namespace
+
+void GradientSync::add_exact(const Bucket& bucket) {
+  int64_t* words = exact_.data() + bucket.exact_offset;
+  const float* values = micro_ + bucket.begin;
+  if (first_micro_) std::fill(words, words + 2 * bucket.count + 1, 0);
+  int64_t overflows = 0;
+  for (int64_t i = 0; i < bucket.count; ++i) {
+    const double scaled = static_cast<double>(values[i]) * kHighScale;  // exact: a power-of-two scale
+    if (!(std::abs(scaled) < 0x1p40)) {  // also catches NaN
+      ++overflows;
+      continue;
+    }
+    const double high = std::trunc(scaled);
+    words[2 * i] += static_cast<int64_t>(high);
+    words[2 * i + 1] += std::llrint((scaled - high) * kLowScale);  // the subtraction is exact
+  }
+  words[2 * bucket.count] += overflows;
+}
+
+void GradientSync::read_exact(const Bucket& bucket, float* target) const {
+  const int64_t* words = exact_.data() + bucket.exact_offset;
+  const bool overflow = words[2 * bucket.count] != 0;
+  for (int64_t i = 0; i < bucket.count; ++i) {
+    const double value = (static_cast<double>(words[2 * i]) +
+                          static_cast<double>(words[2 * i + 1]) / kLowScale) / kHighScale;
+    target[bucket.begin + i] = overflow ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(value);
+  }
+}
+
 void GradientSync::reduce_bucket(const Bucket& bucket) {
+  if (config_.exact) {
+    add_exact(bucket);
+    int64_t* words = exact_.data() + bucket.exact_offset;
+    communicator_.all_reduce_sum(words, static_cast<size_t>(2 * bucket.count + 1));
+    read_exact(bucket, accumulated_ != nullptr ? accumulated_ : micro_);
+    return;
+  }
   float* target = micro_;
   if (accumulated_ != nullptr) {
     fold_micro_batch(bucket.begin, bucket.count);
@@ -119,6 +171,11 @@ void GradientSync::on_backward_node(size_t node_index) {
 }
 
 void GradientSync::end_backward() {
+  if (!last_micro_ && config_.exact) {
+    for (const Bucket& bucket : buckets_) add_exact(bucket);
+    first_micro_ = false;
+    return;
+  }
   if (!last_micro_) {
     // Not the last micro-batch: fold it into the accumulator (the first one is a plain copy, so
     // the accumulator holds g0, then g0 + g1, ... exactly as separate ranks would sum them).

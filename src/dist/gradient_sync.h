@@ -4,6 +4,13 @@
 // backward goes on — the same buckets in the same order on every rank. With gradient
 // accumulation, each micro-batch's gradients are added into a separate accumulator
 // (acc = acc + micro), so N ranks reproduce one rank's accumulation bit for bit at N = 2.
+//
+// With `exact`, every micro-batch's gradients are converted to a two-word fixed-point number
+// (value = hi·2^-20 + lo·2^-60, exact for every float32 of magnitude in [2^-37, 2^20), rounded
+// to 2^-60 below) and summed as integers, over micro-batches and then over ranks. Integer sums do
+// not depend on their order, so any split of a global batch into ranks × micro-batches of one
+// size gives the same gradients bit for bit. A value that is not finite or of magnitude 2^20 or
+// more makes its whole bucket NaN, so the loss scaler (or the user) sees the overflow.
 #pragma once
 
 #include <condition_variable>
@@ -32,6 +39,7 @@ struct GradientSyncConfig {
   // ZeRO-1: gradients are reduce-scattered after backward (each rank receives the sum of its
   // shard) instead of all-reduced; parameters are all-gathered after the optimizer step.
   bool zero = false;
+  bool exact = false;  // order-independent fixed-point sums (see above); not with zero
 };
 
 class GradientSync {
@@ -67,12 +75,17 @@ class GradientSync {
   struct Bucket {
     int64_t begin, count;
     std::vector<size_t> slices;
+    int64_t exact_offset = 0;  // its words in exact_: hi, lo per element, then an overflow count
   };
   std::future<void> submit(std::function<void()> work);
   void launch_ready_buckets();
   // accumulated[begin, begin+count) = accumulated + micro: one more micro-batch's gradients.
   void fold_micro_batch(int64_t begin, int64_t count);
   void reduce_bucket(const Bucket& bucket);
+  // exact_ (the bucket's words) += fixed-point micro_, or = on a step's first micro-batch.
+  void add_exact(const Bucket& bucket);
+  // The bucket's summed words back to floats in `target`.
+  void read_exact(const Bucket& bucket, float* target) const;
   void communication_loop();
 
   Communicator& communicator_;
@@ -82,6 +95,7 @@ class GradientSync {
   float* accumulated_;
   int64_t total_ = 0;
   std::vector<float> padded_;  // ZeRO-1 staging when total is not a multiple of the ranks
+  std::vector<int64_t> exact_;  // `exact`: every bucket's fixed-point sums
   std::vector<Bucket> buckets_;
   std::vector<std::vector<size_t>> slices_written_by_node_;
   std::vector<int> writers_per_slice_;

@@ -16,6 +16,7 @@ class LocalCommunicator final : public Communicator {
   int size() const override { return 1; }
   void all_reduce_sum(float*, size_t) override {}
   void all_reduce_max(float*, size_t) override {}
+  void all_reduce_sum(int64_t*, size_t) override {}
   void reduce_scatter_sum(const float* input, float* output, size_t count) override {
     if (input != output) std::memmove(output, input, count * sizeof(float));
   }

@@ -57,6 +57,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_max(float* data, size_t count) override {
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, as_count(count), MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   }
+  void all_reduce_sum(int64_t* data, size_t count) override {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, as_count(count), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
   void reduce_scatter_sum(const float* input, float* output, size_t count) override {
     check_mpi(MPI_Reduce_scatter_block(input, output, as_count(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               "MPI_Reduce_scatter_block");

@@ -50,6 +50,10 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream_), "ncclAllReduce");
     synchronize();
   }
+  void all_reduce_sum(int64_t* data, size_t count) override {
+    check_nccl(ncclAllReduce(data, data, count, ncclInt64, ncclSum, comm_, stream_), "ncclAllReduce");
+    synchronize();
+  }
   void reduce_scatter_sum(const float* input, float* output, size_t count) override {
     check_nccl(ncclReduceScatter(input, output, count, ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter");
     synchronize();

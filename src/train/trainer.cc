@@ -52,6 +52,9 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb") * (1 << 20));
   c.sync.overlap = config.get<bool>("dist.overlap");
   c.sync.zero = config.get<int>("dist.zero") == 1;
+  c.sync.exact = config.get<bool>("dist.exact_reduction");
+  check(!(c.sync.zero && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: 1 yet",
+        config.origin());
   c.recompute = config.get<std::string>("train.recompute");
   c.decay_embeddings = config.get<bool>("train.decay_embeddings");
   c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));

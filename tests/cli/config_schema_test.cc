@@ -47,6 +47,7 @@ TEST(ConfigSchema, DefaultsAreTheCodesDefaults) {
   EXPECT_EQ(read.sync.bucket_bytes, fallback.sync.bucket_bytes);
   EXPECT_EQ(read.sync.overlap, fallback.sync.overlap);
   EXPECT_EQ(read.sync.zero, fallback.sync.zero);
+  EXPECT_EQ(read.sync.exact, fallback.sync.exact);
   EXPECT_EQ(read.recompute, fallback.recompute);
   EXPECT_EQ(read.decay_embeddings, fallback.decay_embeddings);
   EXPECT_EQ(read.precision, fallback.precision);

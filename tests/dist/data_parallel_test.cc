@@ -74,6 +74,29 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
   testing::TempDir dir;
 };
 
+// dist.exact_reduction: 12 micro-batches per step split as 1 x 12, 2 x 6, 3 x 4 and 4 x 3 ranks x
+// accumulation steps, over MPI and Gloo, end with the same parameters bit for bit. Float sums in
+// those orders do not (the control).
+TEST_F(DataParallel, ExactReductionMakesResultsIndependentOfRanksAndAccumulation) {
+  const std::string exact = "--set dist.exact_reduction=true --set train.batch_size=12 ";
+  ASSERT_EQ(run(train_command("exact1x12", exact + "--set train.grad_accumulation=12")), 0);
+  ASSERT_EQ(run(mpirun(2) + train_command("exact2x6", exact + "--set train.grad_accumulation=6")), 0);
+  ASSERT_EQ(run(mpirun(3) + train_command("exact3x4", exact + "--set train.grad_accumulation=4")), 0);
+  ASSERT_EQ(run(mpirun(4) + train_command("exact4x3", exact + "--set train.grad_accumulation=3")), 0);
+  ASSERT_EQ(run(tf_config(3) + train_command("exact3x4gloo", exact + "--set train.grad_accumulation=4")), 0);
+  for (const char* other : {"exact2x6", "exact3x4", "exact4x3", "exact3x4gloo"}) {
+    EXPECT_TRUE(bitwise_equal("exact1x12", other)) << other;
+  }
+  const std::string floats = "--set train.batch_size=12 ";
+  ASSERT_EQ(run(train_command("float1x12", floats + "--set train.grad_accumulation=12")), 0);
+  ASSERT_EQ(run(mpirun(4) + train_command("float4x3", floats + "--set train.grad_accumulation=3")), 0);
+  EXPECT_FALSE(bitwise_equal("float1x12", "float4x3")) << "float sums in another order should differ";
+  // And the exact sums are the float sums up to rounding.
+  std::vector<double> exact_weights = weights("exact1x12"), float_weights = weights("float1x12");
+  ASSERT_EQ(exact_weights.size(), float_weights.size());
+  EXPECT_LT(testing::relative_error(exact_weights, float_weights), 1e-4);
+}
+
 TEST_F(DataParallel, TwoRanksEqualTwoStepAccumulationBitwise) {
   ASSERT_EQ(run(train_command("accumulate2", "--set train.grad_accumulation=2")), 0);
   ASSERT_EQ(run(mpirun(2) + train_command("mpi2")), 0);
