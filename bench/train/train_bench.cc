@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "Sequences per rank per step");
   bool overlap = true;
   app.add_option("--overlap", overlap, "All-reduce gradient buckets while backward runs");
+  bool exact = false;
+  app.add_option("--exact-reduction", exact, "Order-independent fixed-point gradient sums (dist.exact_reduction)");
   bool profile = false;
   std::string recompute = "none";
   std::string precision = "float32";
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   train_config.out_dir = "/tmp/paraflow-bench-unused";
   train_config.batch_size = batch * ranks;
   train_config.sync.overlap = overlap;
+  train_config.sync.exact = exact;
   train_config.recompute = recompute;
   train_config.precision = graph::parse_precision_policy(precision);
   train::Trainer trainer(config, train_config, data, backend, *communicator);
