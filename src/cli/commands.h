@@ -5,6 +5,7 @@
 
 #include <exception>
 
+#include "base/config.h"
 #include "base/error.h"
 
 namespace paraflow::cli {
@@ -16,6 +17,24 @@ void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_config_command(CLI::App& app);
+
+// A CLI11 check that an option's value is a number in `range`, refusing others with a message
+// naming the value and the range ("--ranks: 0 must be >= 1").
+inline CLI::Validator in_range(const Range& range) {
+  return CLI::Validator(
+      [range](std::string& text) -> std::string {
+        size_t used = 0;
+        double value = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return fmt::format("'{}' is not a number", text);
+        return range.contains(value) ? "" : fmt::format("{} must be {}", text, range.describe());
+      },
+      "NUMBER " + range.describe());
+}
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.
 inline int exit_status(const std::exception& error) { return dynamic_cast<const InputError*>(&error) ? 1 : 2; }

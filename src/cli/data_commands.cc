@@ -84,10 +84,10 @@ void add_tokenizer_command(CLI::App& app) {
   train_command->add_option("--out", train->out, "Output directory")->required();
   train_command->add_option("--vocab-size", train->vocab_size, "Tokens, including the 256 bytes and <|endoftext|>")
       ->capture_default_str()
-      ->check(CLI::Range(257, 1 << 24));
+      ->check(in_range(between(257, 1 << 24)));
   train_command->add_option("--text-field", train->text_field, "JSON field holding the text")->capture_default_str();
   train_command->add_option("--threads", train->threads, "Threads for counting words (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(at_least(0)));
   train_command->callback([train] { run_tokenizer_train(*train); });
 
   auto tokenizer_dir = std::make_shared<std::string>();
@@ -129,11 +129,11 @@ void add_data_command(CLI::App& app) {
   prepare->add_option("--val-fraction", options->prepare.val_fraction, "Share of documents for validation")
       ->capture_default_str();
   prepare->add_option("--text-field", options->prepare.text_field, "JSON field holding the text")->capture_default_str();
-  prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str()->check(CLI::PositiveNumber);
+  prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str()->check(in_range(above(0)));
   prepare->add_option("--compression", options->compression, "none | gzip | zlib")->capture_default_str();
   prepare->add_option("--on-bad-line", options->on_bad_line, "fail | skip")->capture_default_str();
   prepare->add_option("--seed", options->prepare.seed, "Split seed")->capture_default_str();
-  prepare->add_option("--threads", options->prepare.threads, "Threads (0 = all)")->check(CLI::NonNegativeNumber);
+  prepare->add_option("--threads", options->prepare.threads, "Threads (0 = all)")->check(in_range(at_least(0)));
   prepare->callback([options] {
     options->prepare.shard_bytes = static_cast<int64_t>(options->shard_mb * (1 << 20));
     options->prepare.compression = data::parse_compression(options->compression);

@@ -48,7 +48,7 @@ void add_eval_command(CLI::App& app) {
   auto* watch = command->add_option("--watch", options->watch,
                                     "A run dir: evaluate each new checkpoint, TensorBoard summaries in <dir>/eval");
   checkpoint->excludes(watch);
-  command->add_option("--threads", options->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  command->add_option("--threads", options->threads, "CPU threads (default: all cores)")->check(in_range(at_least(0)));
   command->callback([options] {
     if (options->checkpoint.empty() && options->watch.empty()) throw CLI::ValidationError("give --checkpoint or --watch");
     run_eval(*options);

@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -106,16 +105,16 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--prompt", options->prompt, "Text to continue")->required();
   command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(at_least(1)));
   command->add_option("--temperature", options->sampling.temperature, "0 = greedy")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(at_least(0)));
   command->add_option("--top-k", options->sampling.top_k, "Sample among the k most likely (0 = all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(at_least(0)));
   command->add_option("--top-p", options->sampling.top_p, "Nucleus sampling mass, in (0, 1]")
       ->capture_default_str()
-      ->check(CLI::Range(std::nextafter(0.0, 1.0), 1.0));
+      ->check(in_range({.low = 0, .high = 1, .low_open = true}));
   command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
   command->add_option("--stop", options->stops, "Stop when the completion ends with this text (repeatable)");
   command->callback([options] { run_generate(*options); });

@@ -79,11 +79,11 @@ void add_plan_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("plan", "Memory and FLOP estimate of a training config, without training");
   command->add_option("--config", options->config_path, "YAML config")->required()->check(CLI::ExistingFile);
   command->add_option("--set", options->overrides, "Override a config key (repeatable)");
-  command->add_option("--ranks", options->ranks, "Data-parallel ranks")->capture_default_str()->check(CLI::PositiveNumber);
+  command->add_option("--ranks", options->ranks, "Data-parallel ranks")->capture_default_str()->check(in_range(at_least(1)));
   command->add_option("--threads", options->threads, "Threads per rank (workspace); default: all cores")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(at_least(0)));
   command->add_option("--memory-budget", options->budget_gib, "GiB per rank: report the largest batch and sequence that fit")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(above(0)));
   command->callback([options] { run_plan(*options); });
 }
 

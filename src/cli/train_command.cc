@@ -106,7 +106,7 @@ void add_train_command(CLI::App& app) {
   command->add_option("--config", options->config_path, "YAML config (see configs/)")->required()->check(CLI::ExistingFile);
   command->add_option("--set", options->overrides, "Override a config key: --set train.lr=3e-4 (repeatable)");
   command->add_option("--threads", options->threads, "CPU threads (default: all cores, or train.threads)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(at_least(0)));
   command->callback([options] { run_train(*options); });
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace paraflow::dist {
 
@@ -30,12 +31,7 @@ std::pair<std::string, int> split_host_port(const std::string& address, const st
 }
 
 ClusterSpec ClusterSpec::parse(const std::string& tf_config) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(tf_config);
-  } catch (const nlohmann::json::exception& e) {
-    fail("TF_CONFIG is not valid JSON ({}): {}", e.what(), tf_config);
-  }
+  const nlohmann::json json = parse_json(tf_config, "TF_CONFIG " + tf_config);
   check(json.is_object(), "TF_CONFIG must be a JSON object, got {}", json.dump());
   check(json.contains("cluster") && json["cluster"].is_object(), "TF_CONFIG needs a \"cluster\" object, got {}",
         json.dump());

@@ -59,8 +59,11 @@ GptConfig GptConfig::from_hf_json(const nlohmann::json& json, const std::string&
     return json[key].get<bool>();
   };
   auto refuse_unless = [&](bool supported, const char* key, const std::string& what_we_implement) {
-    check(supported, "{}: field '{}' is {}, which paraflow does not implement ({})", origin, key, json[key].dump(),
-          what_we_implement);
+    // The field may be absent when supported: read it only to name it in the refusal.
+    if (!supported) {
+      fail("{}: field '{}' is {}, which paraflow does not implement ({})", origin, key, json.at(key).dump(),
+           what_we_implement);
+    }
   };
   GptConfig c;
   c.vocab_size = integer("vocab_size");

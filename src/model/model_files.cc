@@ -5,6 +5,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/file_io.h"
 #include "model/safetensors.h"
 
@@ -62,12 +63,7 @@ LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {
   std::filesystem::path config_path = dir / "config.json";
   check(std::filesystem::exists(config_path), "{}: not found (is '{}' a model directory?)", config_path.string(),
         dir.string());
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(read_file(config_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", config_path.string(), e.what());
-  }
+  const nlohmann::json json = parse_json(read_file(config_path), config_path.string());
   LoadedModel loaded{GptConfig::from_hf_json(json, config_path.string()), {}};
   loaded.parameters = ParameterSet(gpt_tensor_specs(loaded.config), backend);
   load_parameters(dir / "model.safetensors", loaded.parameters);

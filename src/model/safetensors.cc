@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/file_io.h"
 
 namespace paraflow::model {
@@ -25,12 +26,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
         kMaxHeaderBytes);
   check(header_length <= bytes.size() - 8, "{}: header length {} runs past the end of the {}-byte file", origin,
         header_length, bytes.size());
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_length));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: header is not valid JSON: {}", origin, e.what());
-  }
+  const nlohmann::json header = parse_json(std::string_view(bytes).substr(8, header_length), origin + " header");
   check(header.is_object(), "{}: header must be a JSON object", origin);
   file.data_start_ = 8 + header_length;
   const size_t data_size = bytes.size() - file.data_start_;

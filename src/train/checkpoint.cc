@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/file_io.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
@@ -107,12 +108,7 @@ void CheckpointManager::prune() const {
 void CheckpointManager::verify(const std::filesystem::path& checkpoint) {
   std::filesystem::path manifest_path = checkpoint / "manifest.json";
   check(std::filesystem::exists(manifest_path), "{}: missing (checkpoint incomplete)", manifest_path.string());
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(read_file(manifest_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", manifest_path.string(), e.what());
-  }
+  const nlohmann::json manifest = parse_json(read_file(manifest_path), manifest_path.string());
   check(manifest.is_object() && manifest.contains("files") && manifest["files"].is_object(),
         "{}: no \"files\" object", manifest_path.string());
   const nlohmann::json& files = manifest["files"];
@@ -161,11 +157,7 @@ nlohmann::json CheckpointManager::load(const std::filesystem::path& checkpoint, 
 
 nlohmann::json CheckpointManager::read_state(const std::filesystem::path& checkpoint) {
   const std::filesystem::path path = checkpoint / "state.json";
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", path.string(), e.what());
-  }
+  return parse_json(read_file(path), path.string());
 }
 
 }  // namespace paraflow::train

@@ -45,7 +45,7 @@ TEST(ClusterSpec, WorkerZeroIsChiefWithoutAChiefJob) {
 }
 
 TEST(ClusterSpec, MalformedConfigsQuoteTheOffendingPart) {
-  expect_error("{not json", "not valid JSON");
+  expect_error("{not json", "TF_CONFIG {not json: invalid JSON at byte");
   expect_error(R"({"task": {"type": "worker"}})", "needs a \"cluster\"");
   expect_error(R"({"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief"}})", R"(["a:1","b:2"])");
   expect_error(R"({"cluster": {"worker": ["a:1"], "evaluator": ["e:1", "e:2"]}, "task": {"type": "worker"}})",

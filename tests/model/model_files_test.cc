@@ -72,7 +72,7 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheProblemNamed) {
   huge_header[0] = '\xff';
   huge_header[1] = '\xff';
   expect_refused(huge_header, {"bad.safetensors", "header length"});
-  expect_refused(with_header("{not json", 0), {"not valid JSON"});
+  expect_refused(with_header("{not json", 0), {"header: invalid JSON at byte"});
   expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", 8),
                  {"tensor 'w'", "run past", "truncated"});
   expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24),
