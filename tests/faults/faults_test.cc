@@ -59,6 +59,16 @@ dist: {{timeout_seconds: 20}}
     return latest.value_or(fs::path());
   }
 
+  // A 300-token BPE trained on the corpus, in dir/tokenizer.
+  fs::path trained_tokenizer() const {
+    const fs::path tokenizer = dir.path() / "tokenizer";
+    testing::Ended ended = run(fmt::format("{} tokenizer train --vocab-size 300 --input {} --out {}", binary(),
+                                           (dir.path() / "corpus.txt").string(), tokenizer.string()),
+                               60s);
+    EXPECT_EQ(ended.exit_code, 0) << ended.output;
+    return tokenizer;
+  }
+
   testing::TempDir dir;
 };
 
@@ -280,12 +290,7 @@ TEST_F(Faults, GenerateReportsAFullContext) {
 // 8. generate reads GPT-2's original tokenizer file names (encoder.json + vocab.bpe): the
 // prompt is encoded as `tokenizer encode` does, not as bytes.
 TEST_F(Faults, GenerateReadsGpt2TokenizerFileNames) {
-  const fs::path tokenizer = dir.path() / "tokenizer";
-  ASSERT_EQ(run(fmt::format("{} tokenizer train --vocab-size 300 --input {} --out {}", binary(),
-                            (dir.path() / "corpus.txt").string(), tokenizer.string()),
-                60s)
-                .exit_code,
-            0);
+  const fs::path tokenizer = trained_tokenizer();
   testing::Ended trained = run(train("--set train.steps=1 --set model.vocab_size=300"), 60s);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   const fs::path model = dir.path() / "run/export";
@@ -305,12 +310,7 @@ TEST_F(Faults, GenerateReadsGpt2TokenizerFileNames) {
 
 // 13. Token ids are parsed strictly; an empty --text is the empty string, not standard input.
 TEST_F(Faults, TokenizerCommandsParseStrictly) {
-  const fs::path tokenizer = dir.path() / "tokenizer";
-  ASSERT_EQ(run(fmt::format("{} tokenizer train --vocab-size 300 --input {} --out {}", binary(),
-                            (dir.path() / "corpus.txt").string(), tokenizer.string()),
-                60s)
-                .exit_code,
-            0);
+  const fs::path tokenizer = trained_tokenizer();
   const std::string decode = fmt::format("{} tokenizer decode --tokenizer {} --ids ", binary(), tokenizer.string());
   testing::Ended spaced = run(decode + "'97 98,99'", 30s);
   EXPECT_EQ(spaced.exit_code, 0) << spaced.output;
