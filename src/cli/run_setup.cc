@@ -19,19 +19,16 @@ std::vector<std::filesystem::path> required_files(const std::string& key, const 
   return files;
 }
 
-// data.format auto: a prepared directory, or files that all start like TFRecord files. Text is
-// never guessed: a TFRecord file read as bytes would train on garbage without a word.
-std::string resolve_format(const std::string& format, const std::string& path) {
-  if (format != "auto") return format;
-  if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) return "prepared";
-  for (const auto& file : required_files("data.train", path)) {
+// data.format auto chose tfrecord: every file must start like a TFRecord file. Text is never
+// guessed: a TFRecord file read as bytes would train on garbage without a word.
+void check_tfrecord_files(const std::string& path, const std::vector<std::filesystem::path>& files) {
+  for (const auto& file : files) {
     try {
       data::detect_compression(file);
     } catch (const InputError& e) {
       fail("data.train '{}': {}. For byte-level training on text files set data.format: text", path, e.what());
     }
   }
-  return "tfrecord";
 }
 
 }  // namespace
@@ -44,7 +41,6 @@ RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::s
   setup.model = model::GptConfig::from_config(config);
   setup.train = train::TrainConfig::from_config(config);
   setup.data_path = config.get<std::string>("data.train");
-  setup.data_format = resolve_format(config.get<std::string>("data.format"), setup.data_path);
   setup.data_feature = config.get<std::string>("data.feature");
   setup.data_compression = config.get<std::string>("data.compression");
   setup.validation_path = config.get<std::string>("data.validation");
@@ -53,13 +49,17 @@ RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::s
   setup.threads = config.get<int>("train.threads");
   setup.train.tokenizer_dir = config.get<std::string>("data.tokenizer");
   // Every path is checked now, not after hours of training (the export copies the tokenizer).
+  const bool prepared_dir = std::filesystem::exists(std::filesystem::path(setup.data_path) / "manifest.json");
+  const std::string format = config.get<std::string>("data.format");
+  setup.data_format = format != "auto" ? format : prepared_dir ? "prepared" : "tfrecord";
   if (setup.data_format == "prepared") {
-    check(std::filesystem::exists(std::filesystem::path(setup.data_path) / "manifest.json"),
-          "data.train '{}' is not a `paraflow data prepare` directory (no manifest.json)", setup.data_path);
+    check(prepared_dir, "data.train '{}' is not a `paraflow data prepare` directory (no manifest.json)",
+          setup.data_path);
   } else {
-    required_files("data.train", setup.data_path);
+    setup.train_files = required_files("data.train", setup.data_path);
+    if (format == "auto") check_tfrecord_files(setup.data_path, setup.train_files);
   }
-  if (!setup.validation_path.empty()) required_files("data.validation", setup.validation_path);
+  if (!setup.validation_path.empty()) setup.validation_files = required_files("data.validation", setup.validation_path);
   check(setup.data_format != "tfrecord" || !setup.validation_path.empty() || setup.train.eval_every == 0,
         "train.eval_every is {} but there is no data.validation to evaluate on", setup.train.eval_every);
   if (!setup.train.tokenizer_dir.empty()) {
@@ -73,7 +73,7 @@ RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::s
 
 std::unique_ptr<train::BatchSource> RunSetup::open_data() const {
   if (data_format == "text") {
-    return std::make_unique<train::TokenSource>(train::TokenSource::from_text_files(data_path, validation_fraction));
+    return std::make_unique<train::TokenSource>(train::TokenSource::from_text_files(train_files, validation_fraction));
   }
   data::PipelineOptions options;
   options.global_batch = train.batch_size;
@@ -83,10 +83,7 @@ std::unique_ptr<train::BatchSource> RunSetup::open_data() const {
   options.feature = data_feature;
   if (data_compression != "auto") options.compression = data::parse_compression(data_compression);
   if (data_format == "prepared") return train::TfRecordData::from_prepared_dir(data_path, options);
-  std::vector<std::filesystem::path> validation;
-  if (!validation_path.empty()) validation = list_files(validation_path);
-  return std::make_unique<train::TfRecordData>(list_files(data_path), std::move(validation), options,
-                                               "data.train '" + data_path + "'");
+  return std::make_unique<train::TfRecordData>(train_files, validation_files, options, "data.train '" + data_path + "'");
 }
 
 }  // namespace paraflow::cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ struct RunSetup {
   std::string data_feature;
   std::string data_compression;  // auto | none | gzip | zlib
   std::string validation_path;
+  // The files data.train and data.validation name (format tfrecord or text), listed once.
+  std::vector<std::filesystem::path> train_files, validation_files;
   double validation_fraction = 0.05;
   std::chrono::milliseconds timeout{60000};
   int threads = 0;  // 0: all cores

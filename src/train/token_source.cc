@@ -9,9 +9,7 @@
 
 namespace paraflow::train {
 
-TokenSource TokenSource::from_text_files(const std::string& pattern, double validation_fraction) {
-  std::vector<std::filesystem::path> files = list_files(pattern);
-  check(!files.empty(), "data.train: no files match '{}'", pattern);
+TokenSource TokenSource::from_text_files(const std::vector<std::filesystem::path>& files, double validation_fraction) {
   std::vector<int32_t> tokens;
   for (const auto& file : files) {
     std::string text = read_file(file);

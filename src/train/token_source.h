@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,8 @@ namespace paraflow::train {
 
 class TokenSource final : public BatchSource {
  public:
-  // `pattern` is a file, a directory (all regular files in it) or a glob.
-  static TokenSource from_text_files(const std::string& pattern, double validation_fraction);
+  // The bytes of `files`, concatenated in order.
+  static TokenSource from_text_files(const std::vector<std::filesystem::path>& files, double validation_fraction);
   static TokenSource from_tokens(std::vector<int32_t> tokens, double validation_fraction);
 
   void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices, const Tensor& tokens,
