@@ -11,10 +11,22 @@ Executor::Executor(const Graph& graph, Backend& backend)
       backend_(backend),
       tensors_(graph.values().size()),
       bound_(graph.values().size(), false),
-      kept_(graph.values().size(), false) {}
+      kept_(graph.values().size(), false),
+      host_memory_(graph.values().size(), false) {
+  for (const Node& node : graph.nodes()) {
+    const OpDef& def = op_def(node.kind);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (def.host_memory_input(i)) host_memory_[static_cast<size_t>(node.inputs[i])] = true;
+    }
+  }
+}
 
 void Executor::bind(ValueId id, const Tensor& tensor) {
   const Value& value = graph_.value(id);
+  if (host_memory_[static_cast<size_t>(id)] && !tensor.host_accessible()) {
+    throw Error(fmt::format("binding '{}': an op reads it on the host, but the tensor is in {} memory", value.name,
+                            tensor.device().to_string()));
+  }
   if (!(tensor.shape() == value.shape) || tensor.dtype() != value.dtype) {
     throw Error(fmt::format("binding '{}': expected {} {}, got {} {}", value.name, dtype_name(value.dtype),
                             value.shape.to_string(), dtype_name(tensor.dtype()), tensor.shape().to_string()));
@@ -56,7 +68,8 @@ const Tensor& Executor::tensor(ValueId id) {
     if (value.role == ValueRole::parameter || value.role == ValueRole::state) {
       throw Error(fmt::format("graph value '{}' was not bound before running", value.name));
     }
-    slot = backend_.empty(value.shape, value.dtype);
+    slot = host_memory_[static_cast<size_t>(id)] ? Tensor::zeros(value.shape, value.dtype)
+                                                 : backend_.empty(value.shape, value.dtype);
   }
   return slot;
 }

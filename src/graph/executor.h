@@ -23,7 +23,8 @@ class Executor {
   // The caller reads this value between runs, so it gets a buffer of its own.
   void keep(ValueId id);
   // Allocates activations, gradients and inputs on first use when unbound; callers feed an
-  // input by writing into its tensor. Parameters and state must be bound.
+  // input by uploading into its tensor (or writing it, for an op's host-memory input).
+  // Parameters and state must be bound.
   const Tensor& tensor(ValueId id);
 
   void forward();
@@ -61,6 +62,7 @@ class Executor {
   std::vector<Tensor> tensors_;
   std::vector<bool> bound_;
   std::vector<bool> kept_;
+  std::vector<bool> host_memory_;  // read on the host by some op (OpDef::host_memory_input)
   std::vector<std::vector<bool>> accumulate_;  // per node, per input: accumulate into its gradient
   std::vector<std::vector<ValueId>> zero_first_;  // per node: gradients to zero before it runs
   bool planned_ = false;

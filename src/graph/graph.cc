@@ -8,17 +8,18 @@
 namespace paraflow::graph {
 
 const char* op_kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::embedding: return "embedding";
-    case OpKind::layernorm: return "layernorm";
-    case OpKind::matmul: return "matmul";
-    case OpKind::attention: return "attention";
-    case OpKind::attention_cached: return "attention_cached";
-    case OpKind::add: return "add";
-    case OpKind::softmax_xent: return "softmax_xent";
-    case OpKind::cast: return "cast";
-  }
+#define PARAFLOW_OP_KIND_CASE(name) \
+  case OpKind::name: return #name;
+  switch (kind) { PARAFLOW_OP_KINDS(PARAFLOW_OP_KIND_CASE) }
+#undef PARAFLOW_OP_KIND_CASE
   return "?";
+}
+
+const std::vector<OpKind>& all_op_kinds() {
+#define PARAFLOW_OP_KIND_ELEMENT(name) OpKind::name,
+  static const std::vector<OpKind> kinds{PARAFLOW_OP_KINDS(PARAFLOW_OP_KIND_ELEMENT)};
+#undef PARAFLOW_OP_KIND_ELEMENT
+  return kinds;
 }
 
 int64_t Attributes::get(const std::string& key) const {
@@ -105,6 +106,13 @@ void Graph::set_backward_values(int32_t node, std::vector<ValueId> inputs, std::
 ValueId Graph::find(const std::string& name) const {
   auto found = by_name_.find(name);
   return found == by_name_.end() ? kNoValue : found->second;
+}
+
+bool OpDef::runs_in(const Backend& backend, DType dtype) const {
+  for (KernelOp kernel : kernels()) {
+    if (!backend.supports(kernel, dtype)) return false;
+  }
+  return true;
 }
 
 void expect_shape(bool condition, const char* op, const std::string& what, const Shape& shape) {

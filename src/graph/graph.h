@@ -31,8 +31,18 @@ struct Value {
   ValueId grad = kNoValue;  // the gradient value, once autodiff ran
 };
 
-enum class OpKind : uint8_t { embedding, layernorm, matmul, attention, attention_cached, add, softmax_xent, cast };
+// The op list, written once: the enum, the names, the op definitions (graph/ops/) and the
+// passes' lists of known kinds are all expanded from it.
+#define PARAFLOW_OP_KINDS(X) \
+  X(embedding) X(layernorm) X(matmul) X(attention) X(attention_cached) X(add) X(softmax_xent) X(cast)
+
+#define PARAFLOW_OP_KIND_ENUMERATOR(kind) kind,
+enum class OpKind : uint8_t { PARAFLOW_OP_KINDS(PARAFLOW_OP_KIND_ENUMERATOR) };
+#undef PARAFLOW_OP_KIND_ENUMERATOR
+
 const char* op_kind_name(OpKind kind);
+// Every op kind, in the list's order.
+const std::vector<OpKind>& all_op_kinds();
 
 // Op attributes; each op documents the keys it reads.
 class Attributes {

@@ -33,13 +33,20 @@ class OpDef {
   virtual std::vector<OutputSpec> infer(const std::vector<const Value*>& inputs, const Attributes& attributes) const = 0;
   virtual void forward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
   virtual void backward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
+  // The kernels forward and backward launch: a backend runs the op in a dtype when it has them all.
+  virtual std::vector<KernelOp> kernels() const = 0;
+  bool runs_in(const Backend& backend, DType dtype) const;
+  // Small inputs read on the host (a position): the executor keeps them in host memory, as
+  // TensorFlow's HostMemory() does, whatever device runs the op.
+  virtual bool host_memory_input(size_t index) const { (void)index; return false; }
   // Inputs that can never have a gradient (token ids, targets).
   virtual bool differentiable_input(size_t index) const { (void)index; return true; }
   // Whether backward can assign (rather than only accumulate) input i's gradient; the executor
   // then skips zeroing that gradient when this node writes it first.
   virtual bool can_assign_input_grad(size_t index) const { (void)index; return false; }
-  // Whether input i may be a 16-bit (bf16/f16) activation, read directly by the kernel; the
-  // output then has the same type. The precision policy gives other inputs f32 copies.
+  // Whether input i may be a 16-bit (bf16/f16) activation, read directly by the kernel when the
+  // backend runs_in() that type; the output then has the same type. The precision policy gives
+  // other inputs f32 copies.
   virtual bool accepts_half_input(size_t index) const { (void)index; return false; }
   // What backward reads of the forward tensors; the memory planner frees the rest after forward.
   virtual bool backward_reads_input(size_t index) const { (void)index; return true; }

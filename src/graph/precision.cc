@@ -39,7 +39,7 @@ struct Reader {
   bool accepts_half;  // at every position it reads the value from
 };
 
-std::vector<Reader> readers_of(const Graph& graph, ValueId value) {
+std::vector<Reader> readers_of(const Graph& graph, ValueId value, DType half, const Backend& backend) {
   std::vector<Reader> readers;
   for (int32_t n : graph.schedule()) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];
@@ -47,7 +47,8 @@ std::vector<Reader> readers_of(const Graph& graph, ValueId value) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] != value) continue;
       reads = true;
-      accepts = accepts && op_def(node.kind).accepts_half_input(i);
+      const OpDef& def = op_def(node.kind);
+      accepts = accepts && def.accepts_half_input(i) && def.runs_in(backend, half);
     }
     if (reads) readers.push_back({n, accepts});
   }
@@ -64,7 +65,8 @@ std::pair<ValueId, int32_t> add_cast(Graph& graph, ValueId value, const std::str
 
 }  // namespace
 
-std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32) {
+std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
+                                            const Backend& backend) {
   std::vector<int32_t> cast_backs;
   if (policy == PrecisionPolicy::float32) return cast_backs;
   const DType half = storage_dtype(policy);
@@ -72,7 +74,7 @@ std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy
   // the others an f32 copy cast back from it. Cast nodes carry the value's name, so a
   // transformer block's casts fall inside the block's recompute region.
   auto store_half = [&](ValueId value) {
-    std::vector<Reader> readers = readers_of(graph, value);
+    std::vector<Reader> readers = readers_of(graph, value, half, backend);
     if (readers.empty()) return;
     const std::string name = graph.value(value).name;
     ValueId stored = value;
@@ -110,7 +112,8 @@ std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy
     const ValueId out = node.outputs.front();
     // An op reading 16-bit inputs writes its activation in 16 bits too.
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (op_def(node.kind).accepts_half_input(i) && graph.value(node.inputs[i]).dtype == half) {
+      const OpDef& def = op_def(node.kind);
+      if (def.accepts_half_input(i) && def.runs_in(backend, half) && graph.value(node.inputs[i]).dtype == half) {
         graph.value(out).dtype = half;
       }
     }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "graph/graph.h"
 
 namespace paraflow::graph {
@@ -20,9 +21,11 @@ PrecisionPolicy parse_precision_policy(const std::string& name);  // InputError 
 const char* precision_policy_name(PrecisionPolicy policy);
 DType storage_dtype(PrecisionPolicy policy);  // f32, bf16 or f16
 
-// Run on the forward graph, before autodiff. Values in `keep_f32` are left alone. Returns the
-// cast-back nodes, to be given to add_recompute_everywhere after autodiff so that only the
-// 16-bit values live from forward to backward.
-std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32);
+// Run on the forward graph, before autodiff. Values in `keep_f32` are left alone. An op reads a
+// 16-bit value directly where it accepts one and `backend` has its kernels in that type; other
+// readers get an f32 copy. Returns the cast-back nodes, to be given to add_recompute_everywhere
+// after autodiff so that only the 16-bit values live from forward to backward.
+std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
+                                            const Backend& backend);
 
 }  // namespace paraflow::graph

@@ -140,10 +140,7 @@ std::vector<std::vector<int32_t>> recompute_regions(const Graph& graph, const st
   std::stringstream list(policy == "attention" ? std::string("attention") : policy);
   for (std::string kind; std::getline(list, kind, ',');) {
     bool known = false;
-    for (OpKind candidate : {OpKind::embedding, OpKind::layernorm, OpKind::matmul, OpKind::attention, OpKind::add,
-                             OpKind::softmax_xent}) {
-      known = known || kind == op_kind_name(candidate);
-    }
+    for (OpKind candidate : all_op_kinds()) known = known || kind == op_kind_name(candidate);
     check(known, "train.recompute: '{}' is not none, block, attention or a list of op kinds", kind);
     kinds.insert(kind);
   }

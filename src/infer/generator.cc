@@ -35,12 +35,14 @@ std::vector<float> Generator::run(Step& step, const int32_t* tokens, int64_t cou
           config_.vocab_size);
   }
   graph::Executor& executor = *step.executor;
-  std::copy(tokens, tokens + count, executor.tensor(step.graph.tokens).data<int32_t>());
-  executor.tensor(step.graph.position).data<int32_t>()[0] = static_cast<int32_t>(position_);
+  backend_.upload(tokens, executor.tensor(step.graph.tokens));
+  executor.tensor(step.graph.position).data<int32_t>()[0] = static_cast<int32_t>(position_);  // host memory
   executor.forward();
   position_ += count;
-  const float* logits = executor.tensor(step.graph.logits).data<float>() + (count - 1) * config_.vocab_size;
-  return std::vector<float>(logits, logits + config_.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
+  backend_.download(executor.tensor(step.graph.logits).slice_flat((count - 1) * config_.vocab_size, config_.vocab_size),
+                    logits.data());
+  return logits;
 }
 
 std::vector<float> Generator::prefill(const std::vector<int32_t>& tokens) {

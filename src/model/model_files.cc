@@ -19,7 +19,8 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
-void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& parameters) {
+void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& device_parameters) {
+  const ParameterSet parameters = device_parameters.on_host();
   std::filesystem::create_directories(dir);
   write_file_atomic(dir / "config.json", config.to_hf_json().dump(2) + "\n");
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -28,8 +29,10 @@ void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, c
   write_file_atomic(dir / "model.safetensors", serialize_safetensors(tensors, {{"format", "pt"}}));
 }
 
-void load_parameters(const std::filesystem::path& file, ParameterSet& parameters, const std::string& name_prefix) {
-  SafetensorsFile weights = SafetensorsFile::load(file.string());
+namespace {
+
+void read_parameters(const SafetensorsFile& weights, const std::filesystem::path& file, ParameterSet& parameters,
+                     const std::string& name_prefix) {
   // GPT2LMHeadModel saves `transformer.`-prefixed names; GPT2Model saves bare ones.
   std::string prefix = name_prefix;
   if (prefix.empty() && !weights.contains("wte.weight") && weights.contains("transformer.wte.weight")) {
@@ -57,6 +60,14 @@ void load_parameters(const std::filesystem::path& file, ParameterSet& parameters
     }
     fail("{}: unexpected tensor '{}' (not part of a GPT-2 model with this config)", file.string(), name);
   }
+}
+
+}  // namespace
+
+void load_parameters(const std::filesystem::path& file, ParameterSet& device_parameters,
+                     const std::string& name_prefix) {
+  SafetensorsFile weights = SafetensorsFile::load(file.string());
+  device_parameters.write_on_host([&](ParameterSet& parameters) { read_parameters(weights, file, parameters, name_prefix); });
 }
 
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {

@@ -35,7 +35,8 @@ std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_emb
   return specs;
 }
 
-ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend) : specs_(std::move(specs)) {
+ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend)
+    : backend_(&backend), specs_(std::move(specs)) {
   int64_t total = 0;
   for (const TensorSpec& spec : specs_) {
     offsets_.push_back(total);
@@ -54,7 +55,26 @@ const Tensor& ParameterSet::get(const std::string& name) const {
   return views_[found->second];
 }
 
-void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng) {
+ParameterSet ParameterSet::on_host() const {
+  if (flat_.host_accessible()) return *this;
+  ParameterSet copy(specs_, cpu_backend());
+  backend_->download(flat_, copy.flat_.raw());
+  return copy;
+}
+
+void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write) {
+  if (flat_.host_accessible()) {
+    write(*this);
+    return;
+  }
+  ParameterSet copy(specs_, cpu_backend());
+  write(copy);
+  backend_->upload(copy.flat_.raw(), flat_);
+}
+
+namespace {
+
+void initialize_on_host(ParameterSet& parameters, const GptConfig& config, Rng& rng) {
   const double std_normal = 0.02;
   const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   for (size_t i = 0; i < parameters.specs().size(); ++i) {
@@ -70,6 +90,12 @@ void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng)
       }
     }
   }
+}
+
+}  // namespace
+
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng) {
+  parameters.write_on_host([&](ParameterSet& host) { initialize_on_host(host, config, rng); });
 }
 
 }  // namespace paraflow::model

@@ -3,6 +3,7 @@
 // is a view into one flat buffer, in list order, so whole-model operations are flat loops.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,7 +38,13 @@ class ParameterSet {
   int64_t offset_of(size_t index) const { return offsets_[index]; }
   int64_t numel() const { return flat_.numel(); }
 
+  // These parameters in host memory: themselves when the host can read them, else a copy.
+  ParameterSet on_host() const;
+  // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards).
+  void write_on_host(const std::function<void(ParameterSet&)>& write);
+
  private:
+  Backend* backend_ = nullptr;
   std::vector<TensorSpec> specs_;
   Tensor flat_;
   std::vector<Tensor> views_;

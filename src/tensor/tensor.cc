@@ -28,7 +28,7 @@ std::shared_ptr<Storage> allocate_host(size_t bytes) {
   void* data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (!data) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
   std::memset(data, 0, rounded == 0 ? 64 : rounded);
-  return std::make_shared<Storage>(data, bytes, Device{}, [](void* pointer) { std::free(pointer); });
+  return std::make_shared<Storage>(data, bytes, Device{}, true, [](void* pointer) { std::free(pointer); });
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t byte_offset, Shape shape, DType dtype)
@@ -65,6 +65,14 @@ Tensor Tensor::view(size_t byte_offset, Shape shape, DType dtype) const {
 void Tensor::check_element_type(size_t element_size) const {
   if (element_size != dtype_size(dtype_)) {
     throw Error(fmt::format("tensor of {} accessed with a {}-byte element type", dtype_name(dtype_), element_size));
+  }
+}
+
+void Tensor::check_host_access() const {
+  if (!storage_->host_accessible()) {
+    throw Error(fmt::format("host access to a {} {} tensor in {} memory the host cannot read: copy it with the "
+                            "backend's download/upload",
+                            dtype_name(dtype_), shape_.to_string(), storage_->device().to_string()));
   }
 }
 

@@ -38,11 +38,13 @@ struct Device {
   std::string to_string() const;
 };
 
-// Owns device memory; frees it through the deleter of the allocator that made it.
+// Owns device memory; frees it through the deleter of the allocator that made it. Memory the
+// host may not touch (a GPU's, or the opaque test backend's) is reached only through its
+// backend's copies and kernels.
 class Storage {
  public:
-  Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter)
-      : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)) {}
+  Storage(void* data, size_t bytes, Device device, bool host_accessible, std::function<void(void*)> deleter)
+      : data_(data), bytes_(bytes), device_(device), host_accessible_(host_accessible), deleter_(std::move(deleter)) {}
   ~Storage() { if (data_) deleter_(data_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -50,11 +52,13 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  bool host_accessible() const { return host_accessible_; }
 
  private:
   void* data_;
   size_t bytes_;
   Device device_;
+  bool host_accessible_;
   std::function<void(void*)> deleter_;
 };
 
@@ -76,12 +80,27 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
-  void* raw() const { return static_cast<char*>(storage_->data()) + offset_; }
-  // Typed access; checks the dtype matches T so a wrong cast is caught in debug and release.
+  bool host_accessible() const { return storage_->host_accessible(); }
+
+  // Host access, checked: the tensor must live in host-accessible memory (elsewhere, copy it
+  // with Backend::download / upload), and T must match the dtype.
   template <typename T>
   T* data() const {
+    check_host_access();
     check_element_type(sizeof(T));
-    return static_cast<T*>(raw());
+    return static_cast<T*>(device_address());
+  }
+  void* raw() const {
+    check_host_access();
+    return device_address();
+  }
+
+  // The address in the tensor's own device memory, for that device's kernels and copies only.
+  void* device_address() const { return static_cast<char*>(storage_->data()) + offset_; }
+  template <typename T>
+  T* device_data() const {
+    check_element_type(sizeof(T));
+    return static_cast<T*>(device_address());
   }
 
   // Same bytes, another shape with the same element count.
@@ -93,6 +112,7 @@ class Tensor {
 
  private:
   void check_element_type(size_t element_size) const;
+  void check_host_access() const;
 
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;

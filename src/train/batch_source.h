@@ -8,22 +8,17 @@
 #include <cstdint>
 #include <string>
 
+#include "graph/executor.h"
+#include "model/gpt_graph.h"
 #include "tensor/tensor.h"
 
 namespace paraflow::train {
 
-// The mean of a (B,T) tensor of per-position losses, accumulated in double.
-inline double mean_loss(const Tensor& losses) {
-  double sum = 0;
-  for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<float>()[i];
-  return sum / static_cast<double>(losses.numel());
-}
-
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Fills tokens and targets (B,T) i32 with rows [slice·B, (slice+1)·B) of global batch `index`
-  // (B·slices rows) of the train or validation split.
+  // Fills tokens and targets (B,T) i32, host tensors, with rows [slice·B, (slice+1)·B) of global
+  // batch `index` (B·slices rows) of the train or validation split.
   virtual void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices,
                      const Tensor& tokens, const Tensor& targets) = 0;
   virtual int32_t max_token() const = 0;
@@ -34,5 +29,17 @@ class BatchSource {
   // Seconds callers have waited for train batches so far (a streaming source's stall time).
   virtual double wait_seconds() const { return 0; }
 };
+
+struct BatchPosition {
+  int64_t index;
+  uint64_t seed;
+  bool validation;
+  int64_t slice, slices;
+};
+
+// Uploads the batch at `position` into the graph's tokens and targets, runs the forward pass
+// and returns the mean of its per-position losses (accumulated in double).
+double forward_batch(graph::Executor& executor, const model::GptGraph& graph, BatchSource& data,
+                     const BatchPosition& position);
 
 }  // namespace paraflow::train

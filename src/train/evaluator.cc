@@ -29,9 +29,7 @@ EvalResult Evaluator::evaluate(const model::ParameterSet& parameters) {
   backend_.copy(parameters.flat(), parameters_.flat());
   double total = 0;
   for (int64_t index = 0; index < batches_; ++index) {
-    data_.batch(index, seed_, true, 0, 1, executor_->tensor(graph_.tokens), executor_->tensor(graph_.targets));
-    executor_->forward();
-    total += mean_loss(executor_->tensor(graph_.losses));
+    total += forward_batch(*executor_, graph_, data_, {index, seed_, true, 0, 1});
   }
   EvalResult result;
   result.loss = total / static_cast<double>(batches_);

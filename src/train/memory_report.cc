@@ -30,7 +30,8 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
                                       int threads) {
   const int64_t micro_batch = config.batch_size / (ranks * config.grad_accumulation);
   const int64_t T = config.sequence_length, C = model.n_embd;
-  model::GptGraph g = build_training_graph(model, micro_batch, T, config.recompute, config.precision);
+  model::GptGraph g = build_training_graph(model, micro_batch, T, config.recompute, config.precision,
+                                                   cpu_backend());
 
   // What the trainer binds: parameters, their gradients and the loss gradient.
   std::vector<bool> bound(g.graph.values().size(), false);

@@ -23,7 +23,7 @@ double AdamW::clip_factor(double norm) const {
   return config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6) : 1.0;
 }
 
-void AdamW::update(float* parameters, float* grads, double lr, float grad_scale) {
+void AdamW::update(const Tensor& parameters, const Tensor& grads, double lr, float grad_scale) {
   ++steps_taken_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     // The part of tensor i inside [begin, end).
@@ -33,9 +33,13 @@ void AdamW::update(float* parameters, float* grads, double lr, float grad_scale)
     AdamWParams params{static_cast<float>(lr), static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
                        static_cast<float>(config_.eps),
                        specs_[i].weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f, steps_taken_};
-    if (grad_scale != 1.0f) backend_.scale(grads + first, grad_scale, last - first);
-    backend_.adamw_update(parameters + first, grads + first, m_.data<float>() + (first - begin_),
-                          v_.data<float>() + (first - begin_), last - first, params);
+    const Tensor grad = grads.slice_flat(first, last - first);
+    if (grad_scale != 1.0f) backend_.launch(Scale{.x = grad, .factor = grad_scale});
+    backend_.launch(AdamWUpdate{.param = parameters.slice_flat(first, last - first),
+                                .grad = grad,
+                                .m = m_.slice_flat(first - begin_, last - first),
+                                .v = v_.slice_flat(first - begin_, last - first),
+                                .params = params});
   }
 }
 

@@ -23,9 +23,9 @@ class AdamW {
 
   // The factor that clips a gradient of global norm `norm` (1 when under the limit).
   double clip_factor(double norm) const;
-  // Updates parameters[begin, end) from grads[begin, end) (both full-buffer pointers), after
+  // Updates parameters[begin, end) from grads[begin, end) (both whole flat buffers), after
   // scaling those gradients in place by `grad_scale` (the clip factor).
-  void update(float* parameters, float* grads, double lr, float grad_scale);
+  void update(const Tensor& parameters, const Tensor& grads, double lr, float grad_scale);
 
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }

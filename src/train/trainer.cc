@@ -83,7 +83,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
         data_.max_token(), model_config_.vocab_size);
   graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
-                                config_.precision);
+                                config_.precision, backend_);
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
   model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
   loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
@@ -98,8 +98,8 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   dist::GradientSyncConfig sync_config = config_.sync;
   sync_config.zero = config_.sync.zero && communicator_.size() > 1;
   sync_ = std::make_unique<dist::GradientSync>(
-      communicator_, graph_.graph, std::move(slices_of_grads), gradients_.flat().data<float>(),
-      config_.grad_accumulation > 1 ? accumulated_.flat().data<float>() : nullptr, sync_config);
+      communicator_, graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
+      config_.grad_accumulation > 1 ? accumulated_.flat().device_data<float>() : nullptr, sync_config);
   executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
   // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
   loss_scaler_.scale = config_.initial_loss_scale;
@@ -159,7 +159,10 @@ bool Trainer::initialize_or_resume() {
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
       check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint));
-      nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, first_moment, second_moment);
+      Tensor first_on_host = backend_.on_host(first_moment), second_on_host = backend_.on_host(second_moment);
+      nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, first_on_host, second_on_host);
+      backend_.upload(first_on_host.raw(), first_moment);
+      backend_.upload(second_on_host.raw(), second_moment);
       resumed_step = state.at("step").get<int64_t>();
       optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
@@ -174,9 +177,9 @@ bool Trainer::initialize_or_resume() {
       model::initialize_gpt(parameters_, model_config_, rng);
     }
   }
-  sync_->broadcast(parameters_.flat().data<float>(), static_cast<size_t>(P), 0);
-  sync_->broadcast(first_moment.data<float>(), static_cast<size_t>(P), 0);
-  sync_->broadcast(second_moment.data<float>(), static_cast<size_t>(P), 0);
+  sync_->broadcast(parameters_.flat().device_data<float>(), static_cast<size_t>(P), 0);
+  sync_->broadcast(first_moment.device_data<float>(), static_cast<size_t>(P), 0);
+  sync_->broadcast(second_moment.device_data<float>(), static_cast<size_t>(P), 0);
   if (zero()) {
     const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
     backend_.copy(first_moment.slice_flat(begin, count), optimizer_->first_moment().slice_flat(0, count));
@@ -198,19 +201,16 @@ bool Trainer::initialize_or_resume() {
 double Trainer::forward_backward(int64_t index, int64_t micro) {
   const int64_t slice = communicator_.rank() * config_.grad_accumulation + micro;
   const int64_t slices = communicator_.size() * config_.grad_accumulation;
-  data_.batch(index, config_.seed, false, slice, slices, executor_->tensor(graph_.tokens),
-              executor_->tensor(graph_.targets));
-  executor_->forward();
-  const Tensor& losses = executor_->tensor(graph_.losses);
+  const double loss = forward_batch(*executor_, graph_, data_, {index, config_.seed, false, slice, slices});
   // d(mean loss over the global batch)/d(loss at each of this slice's positions)
-  float weight = 1.0f / static_cast<float>(losses.numel() * slices);
+  float weight = 1.0f / static_cast<float>(loss_grad_.numel() * slices);
   if (scales_loss()) weight *= static_cast<float>(loss_scaler_.scale);
-  std::fill(loss_grad_.data<float>(), loss_grad_.data<float>() + loss_grad_.numel(), weight);
+  backend_.upload(std::vector<float>(static_cast<size_t>(loss_grad_.numel()), weight).data(), loss_grad_);
   backend_.fill_zero(gradients_.flat());
   sync_->begin_backward(micro + 1 == config_.grad_accumulation);
   executor_->backward();
   sync_->end_backward();
-  return mean_loss(losses);
+  return loss;
 }
 
 StepStats Trainer::step() {
@@ -224,18 +224,19 @@ StepStats Trainer::step() {
   stats.loss = sync_->all_reduce_sum(static_cast<float>(local_loss)) / static_cast<double>(communicator_.size());
   stats.lr = config_.schedule.at(step_);
   // The global gradient norm: over this rank's shard and summed (ZeRO-1), or over everything.
-  float* grads = final_gradients().flat().data<float>();
+  const Tensor& grads = final_gradients().flat();
   const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
-  double squares = backend_.sum_squares(grads + begin, count);
+  double squares = 0;
+  backend_.launch(SumSquares{.x = grads.slice_flat(begin, count), .result = &squares});
   if (zero()) squares = sync_->all_reduce_sum(static_cast<float>(squares));
   const double unscale = scales_loss() ? 1.0 / loss_scaler_.scale : 1.0;
   stats.grad_norm = std::sqrt(squares) * unscale;
   const bool apply = !scales_loss() || loss_scaler_.update(std::isfinite(squares));
   stats.skipped = !apply;
   if (apply) {
-    optimizer_->update(parameters_.flat().data<float>(), grads, stats.lr,
+    optimizer_->update(parameters_.flat(), grads, stats.lr,
                        static_cast<float>(optimizer_->clip_factor(stats.grad_norm) * unscale));
-    if (zero()) sync_->all_gather_shards(parameters_.flat().data<float>());
+    if (zero()) sync_->all_gather_shards(parameters_.flat().device_data<float>());
   }
   ++step_;
   stats.seconds = seconds_since(start);
@@ -249,10 +250,7 @@ double Trainer::evaluate(int64_t batches) {
   for (int64_t index = 0; index < batches; ++index) {
     for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
       const int64_t slice = communicator_.rank() * config_.grad_accumulation + micro;
-      data_.batch(index, config_.seed, true, slice, slices, executor_->tensor(graph_.tokens),
-                  executor_->tensor(graph_.targets));
-      executor_->forward();
-      total += mean_loss(executor_->tensor(graph_.losses));
+      total += forward_batch(*executor_, graph_, data_, {index, config_.seed, true, slice, slices});
     }
   }
   return sync_->all_reduce_sum(static_cast<float>(total)) / static_cast<double>(batches * slices);
@@ -267,10 +265,12 @@ std::filesystem::path Trainer::save_checkpoint() {
     second_moment = backend_.empty(Shape{P}, DType::f32);
     backend_.copy(optimizer_->first_moment().slice_flat(0, count), first_moment.slice_flat(begin, count));
     backend_.copy(optimizer_->second_moment().slice_flat(0, count), second_moment.slice_flat(begin, count));
-    sync_->all_gather_shards(first_moment.data<float>());
-    sync_->all_gather_shards(second_moment.data<float>());
+    sync_->all_gather_shards(first_moment.device_data<float>());
+    sync_->all_gather_shards(second_moment.device_data<float>());
   }
   if (!is_chief()) return {};
+  first_moment = backend_.on_host(first_moment);
+  second_moment = backend_.on_host(second_moment);
   nlohmann::json state = {{"run_settings", run_settings()},
                           {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
                           {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
@@ -359,8 +359,7 @@ double measure_peak_flops(Backend& backend, int64_t n) {
   Tensor a = backend.empty(Shape{n, n}, DType::f32), b = backend.empty(Shape{n, n}, DType::f32);
   Tensor c = backend.empty(Shape{n, n}, DType::f32);
   auto product = [&] {
-    backend.matmul_forward(c.data<float>(), nullptr, a.data<float>(), b.data<float>(), nullptr, n, n, n,
-                           WeightLayout::in_out, false);
+    backend.launch(MatmulForward{.out = c, .inp = a, .weight = b});
     backend.synchronize();
   };
   product();  // warm-up

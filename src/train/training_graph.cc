@@ -8,10 +8,11 @@
 namespace paraflow::train {
 
 model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
-                                     const std::string& recompute, graph::PrecisionPolicy precision) {
+                                     const std::string& recompute, graph::PrecisionPolicy precision,
+                                     const Backend& backend) {
   model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence);
   // The logits and the loss stay in f32.
-  std::vector<int32_t> cast_backs = graph::apply_precision_policy(g.graph, precision, {g.logits, g.losses});
+  std::vector<int32_t> cast_backs = graph::apply_precision_policy(g.graph, precision, {g.logits, g.losses}, backend);
   graph::add_backward_pass(g.graph, g.losses);
   std::vector<std::vector<int32_t>> regions = graph::recompute_regions(g.graph, recompute);
   graph::add_recompute(g.graph, regions);

@@ -10,6 +10,7 @@
 namespace paraflow::train {
 
 model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
-                                     const std::string& recompute, graph::PrecisionPolicy precision);
+                                     const std::string& recompute, graph::PrecisionPolicy precision,
+                                     const Backend& backend);
 
 }  // namespace paraflow::train

@@ -1,10 +1,12 @@
-// Every op kernel, on every backend present, against the float64 references on random inputs.
+// Every op kernel, on every backend present and on the opaque test backend (memory the host
+// cannot touch), against the float64 references on random inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/opaque_backend.h"
 #include "backend/reference_kernels.h"
 #include "test_util.h"
 
@@ -12,8 +14,6 @@ namespace paraflow {
 namespace {
 
 using testing::random_vector;
-using testing::to_tensor;
-using testing::to_vector;
 using Vec = std::vector<double>;
 
 // Awkward sizes on purpose: nothing a multiple of 8, a sequence that is not a power of two.
@@ -24,12 +24,20 @@ struct Dims {
 class OpsTest : public ::testing::TestWithParam<Backend*> {
  protected:
   Backend& backend() { return *GetParam(); }
-  // A gradient buffer full of NaN: a kernel told to assign must not read it.
-  static Tensor garbage(Shape shape) {
-    Tensor tensor = Tensor::zeros(std::move(shape));
-    std::fill(tensor.data<float>(), tensor.data<float>() + tensor.numel(), std::nanf(""));
-    return tensor;
+  // Host values in and out of the backend's memory, through its copies only.
+  Tensor put(const Vec& values, Shape shape) {
+    return backend().upload(std::vector<float>(values.begin(), values.end()), std::move(shape), DType::f32);
   }
+  Tensor put_ints(const std::vector<int32_t>& values, Shape shape) {
+    return backend().upload(values, std::move(shape), DType::i32);
+  }
+  Vec get(const Tensor& tensor) {
+    std::vector<float> values = backend().download<float>(tensor);
+    return Vec(values.begin(), values.end());
+  }
+  Tensor zeros(Shape shape, DType dtype = DType::f32) { return backend().empty(std::move(shape), dtype); }
+  // A gradient buffer full of NaN: a kernel told to assign must not read it.
+  Tensor garbage(Shape shape) { return put(Vec(static_cast<size_t>(shape.numel()), std::nan("")), shape); }
   Rng rng{testing::test_seed()};
   Dims d;
 };
@@ -38,21 +46,17 @@ TEST_P(OpsTest, Embedding) {
   std::vector<int32_t> tokens(d.B * d.T);
   for (auto& token : tokens) token = static_cast<int32_t>(rng.below(d.V));
   Vec wte = random_vector(rng, d.V * d.C), wpe = random_vector(rng, d.T * d.C), dout = random_vector(rng, d.B * d.T * d.C);
-  Tensor tokens_tensor = Tensor::zeros({d.B, d.T}, DType::i32);
-  std::copy(tokens.begin(), tokens.end(), tokens_tensor.data<int32_t>());
-  Tensor out = Tensor::zeros({d.B, d.T, d.C}), dwte = Tensor::zeros({d.V, d.C}), dwpe = Tensor::zeros({d.T, d.C});
-  Tensor wte_t = to_tensor(wte, {d.V, d.C}), wpe_t = to_tensor(wpe, {d.T, d.C});
-  backend().embedding_forward(out.data<float>(), tokens_tensor.data<int32_t>(), wte_t.data<float>(), wpe_t.data<float>(),
-                              d.B, d.T, d.C, 0);
-  Tensor dout_t = to_tensor(dout, {d.B * d.T, d.C});
-  backend().embedding_backward(dwte.data<float>(), dwpe.data<float>(), dout_t.data<float>(), tokens_tensor.data<int32_t>(),
-                               d.B, d.T, d.C);
+  Tensor tokens_t = put_ints(tokens, {d.B, d.T});
+  Tensor out = zeros({d.B, d.T, d.C}), dwte = zeros({d.V, d.C}), dwpe = zeros({d.T, d.C});
+  Tensor wte_t = put(wte, {d.V, d.C}), wpe_t = put(wpe, {d.T, d.C});
+  backend().launch(EmbeddingForward{.out = out, .tokens = tokens_t, .wte = wte_t, .wpe = wpe_t});
+  backend().launch(EmbeddingBackward{.dwte = dwte, .dwpe = dwpe, .dout = put(dout, {d.B * d.T, d.C}), .tokens = tokens_t});
   Vec ref_out, ref_dwte(d.V * d.C), ref_dwpe(d.T * d.C);
   reference::embedding_forward(ref_out, tokens, wte, wpe, d.B, d.T, d.C);
   reference::embedding_backward(ref_dwte, ref_dwpe, dout, tokens, d.B, d.T, d.C);
-  EXPECT_CLOSE(to_vector(out), ref_out, 2, "embedding out");
-  EXPECT_CLOSE(to_vector(dwte), ref_dwte, d.B * d.T, "embedding dwte");
-  EXPECT_CLOSE(to_vector(dwpe), ref_dwpe, d.B, "embedding dwpe");
+  EXPECT_CLOSE(get(out), ref_out, 2, "embedding out");
+  EXPECT_CLOSE(get(dwte), ref_dwte, d.B * d.T, "embedding dwte");
+  EXPECT_CLOSE(get(dwpe), ref_dwpe, d.B, "embedding dwpe");
 }
 
 TEST_P(OpsTest, LayerNorm) {
@@ -60,21 +64,26 @@ TEST_P(OpsTest, LayerNorm) {
   Vec x = random_vector(rng, N * C, 2.0), w = random_vector(rng, C), b = random_vector(rng, C);
   Vec dout = random_vector(rng, N * C);
   for (double& value : x) value += 0.5;  // a non-zero mean
-  Tensor out = Tensor::zeros({N, C}), mean = Tensor::zeros({N}), rstd = Tensor::zeros({N});
-  Tensor x_t = to_tensor(x, {N, C}), w_t = to_tensor(w, {C}), b_t = to_tensor(b, {C}), dout_t = to_tensor(dout, {N, C});
-  backend().layernorm_forward(out.data<float>(), mean.data<float>(), rstd.data<float>(), x_t.data<float>(),
-                              w_t.data<float>(), b_t.data<float>(), N, C, 1e-5f, DType::f32);
-  Tensor dx = garbage({N, C}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
-  backend().layernorm_backward(dx.data<float>(), dw.data<float>(), db.data<float>(), dout_t.data<float>(),
-                               x_t.data<float>(), w_t.data<float>(), mean.data<float>(), rstd.data<float>(), N, C,
-                               false, DType::f32);
+  Tensor out = zeros({N, C}), mean = zeros({N}), rstd = zeros({N});
+  Tensor x_t = put(x, {N, C}), w_t = put(w, {C});
+  backend().launch(LayernormForward{
+      .out = out, .mean = mean, .rstd = rstd, .inp = x_t, .weight = w_t, .bias = put(b, {C}), .eps = 1e-5f});
+  Tensor dx = garbage({N, C}), dw = zeros({C}), db = zeros({C});
+  backend().launch(LayernormBackward{.dinp = dx,
+                                     .dweight = dw,
+                                     .dbias = db,
+                                     .dout = put(dout, {N, C}),
+                                     .inp = x_t,
+                                     .weight = w_t,
+                                     .mean = mean,
+                                     .rstd = rstd});
   Vec ref_out, ref_dx(N * C), ref_dw(C), ref_db(C);
   reference::layernorm_forward(ref_out, x, w, b, N, C, 1e-5);
   reference::layernorm_backward(ref_dx, ref_dw, ref_db, dout, x, w, N, C, 1e-5);
-  EXPECT_CLOSE(to_vector(out), ref_out, C, "layernorm out");
-  EXPECT_CLOSE(to_vector(dx), ref_dx, C, "layernorm dx");
-  EXPECT_CLOSE(to_vector(dw), ref_dw, N, "layernorm dweight");
-  EXPECT_CLOSE(to_vector(db), ref_db, N, "layernorm dbias");
+  EXPECT_CLOSE(get(out), ref_out, C, "layernorm out");
+  EXPECT_CLOSE(get(dx), ref_dx, C, "layernorm dx");
+  EXPECT_CLOSE(get(dw), ref_dw, N, "layernorm dweight");
+  EXPECT_CLOSE(get(db), ref_db, N, "layernorm dbias");
 }
 
 struct MatmulCase {
@@ -87,27 +96,38 @@ TEST_P(OpsTest, Matmul) {
     SCOPED_TRACE(::testing::Message() << "transposed=" << mc.transposed << " gelu=" << mc.gelu);
     Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), b = random_vector(rng, OC);
     Vec dout = random_vector(rng, N * OC);
-    Tensor x_t = to_tensor(x, {N, C}), w_t = to_tensor(w, {C * OC}), b_t = to_tensor(b, {OC});
-    Tensor dout_t = to_tensor(dout, {N, OC});
-    Tensor out = Tensor::zeros({N, OC}), pre = Tensor::zeros({N, OC});
+    Tensor x_t = put(x, {N, C}), w_t = put(w, mc.transposed ? Shape{OC, C} : Shape{C, OC});
+    Tensor out = zeros({N, OC}), pre = mc.gelu ? zeros({N, OC}) : Tensor();
     WeightLayout layout = mc.transposed ? WeightLayout::out_in : WeightLayout::in_out;
-    backend().matmul_forward(out.data<float>(), pre.data<float>(), x_t.data<float>(), w_t.data<float>(),
-                             mc.bias ? b_t.data<float>() : nullptr, N, C, OC, layout, mc.gelu);
+    backend().launch(MatmulForward{.out = out,
+                                   .pre = pre,
+                                   .inp = x_t,
+                                   .weight = w_t,
+                                   .bias = mc.bias ? put(b, {OC}) : Tensor(),
+                                   .layout = layout,
+                                   .gelu = mc.gelu});
     // dx accumulates onto a non-zero start in one case and is assigned over garbage in the others.
     Vec dx_start = mc.transposed ? random_vector(rng, N * C) : Vec(N * C, 0.0);
-    Tensor dx = mc.transposed ? to_tensor(dx_start, {N, C}) : garbage({N, C});
-    Tensor dw = Tensor::zeros({C * OC}), db = Tensor::zeros({OC});
-    backend().matmul_backward(dx.data<float>(), dw.data<float>(), mc.bias ? db.data<float>() : nullptr,
-                              dout_t.data<float>(), x_t.data<float>(), w_t.data<float>(), pre.data<float>(), N, C, OC,
-                              layout, mc.gelu, mc.transposed);
+    Tensor dx = mc.transposed ? put(dx_start, {N, C}) : garbage({N, C});
+    Tensor dw = zeros(w_t.shape()), db = mc.bias ? zeros({OC}) : Tensor();
+    backend().launch(MatmulBackward{.dinp = dx,
+                                    .dweight = dw,
+                                    .dbias = db,
+                                    .dout = put(dout, {N, OC}),
+                                    .inp = x_t,
+                                    .weight = w_t,
+                                    .pre = pre,
+                                    .layout = layout,
+                                    .gelu = mc.gelu,
+                                    .accumulate_dinp = mc.transposed});
     Vec ref_out, ref_dx = dx_start, ref_dw(C * OC), ref_db(OC);
     reference::matmul_forward(ref_out, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed, mc.gelu);
     reference::matmul_backward(ref_dx, ref_dw, &ref_db, dout, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed,
                                mc.gelu);
-    EXPECT_CLOSE(to_vector(out), ref_out, C, "matmul out");
-    EXPECT_CLOSE(to_vector(dx), ref_dx, OC, "matmul dx");
-    EXPECT_CLOSE(to_vector(dw), ref_dw, N, "matmul dweight");
-    if (mc.bias) EXPECT_CLOSE(to_vector(db), ref_db, N, "matmul dbias");
+    EXPECT_CLOSE(get(out), ref_out, C, "matmul out");
+    EXPECT_CLOSE(get(dx), ref_dx, OC, "matmul dx");
+    EXPECT_CLOSE(get(dw), ref_dw, N, "matmul dweight");
+    if (mc.bias) EXPECT_CLOSE(get(db), ref_db, N, "matmul dbias");
   }
 }
 
@@ -122,20 +142,25 @@ TEST_P(OpsTest, Attention) {
                            std::pair{d.NH, gpt2 / 3}}) {
     SCOPED_TRACE(::testing::Message() << "n_head=" << NH << " scale=" << scale);
     Vec qkv = random_vector(rng, d.B * d.T * 3 * d.C), dout = random_vector(rng, d.B * d.T * d.C);
-    Tensor qkv_t = to_tensor(qkv, {d.B, d.T, 3 * d.C}), dout_t = to_tensor(dout, {d.B, d.T, d.C});
-    Tensor out = Tensor::zeros({d.B, d.T, d.C}), probs = Tensor::zeros({d.B, NH, d.T, d.T});
     const bool accumulate = NH == 1;
     Vec dqkv_start = accumulate ? random_vector(rng, d.B * d.T * 3 * d.C) : Vec(d.B * d.T * 3 * d.C, 0.0);
-    Tensor dqkv = accumulate ? to_tensor(dqkv_start, {d.B, d.T, 3 * d.C}) : garbage({d.B, d.T, 3 * d.C});
-    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), d.B, d.T, d.C, NH,
-                                static_cast<float>(scale));
-    backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(),
-                                 d.B, d.T, d.C, NH, static_cast<float>(scale), accumulate);
+    Tensor out = zeros({d.B, d.T, d.C}), probs = zeros({d.B, NH, d.T, d.T});
+    Tensor dqkv = accumulate ? put(dqkv_start, {d.B, d.T, 3 * d.C}) : garbage({d.B, d.T, 3 * d.C});
+    Tensor qkv_t = put(qkv, {d.B, d.T, 3 * d.C});
+    backend().launch(AttentionForward{
+        .out = out, .probs = probs, .qkv = qkv_t, .n_head = NH, .scale = static_cast<float>(scale)});
+    backend().launch(AttentionBackward{.dqkv = dqkv,
+                                       .dout = put(dout, {d.B, d.T, d.C}),
+                                       .qkv = qkv_t,
+                                       .probs = probs,
+                                       .n_head = NH,
+                                       .scale = static_cast<float>(scale),
+                                       .accumulate_dqkv = accumulate});
     Vec ref_out, ref_dqkv = dqkv_start;
     reference::attention_forward(ref_out, qkv, d.B, d.T, d.C, NH, scale);
     reference::attention_backward(ref_dqkv, dout, qkv, d.B, d.T, d.C, NH, scale);
-    EXPECT_CLOSE(to_vector(out), ref_out, d.C / NH + d.T, "attention out");
-    EXPECT_CLOSE(to_vector(dqkv), ref_dqkv, d.C / NH + d.T, "attention dqkv");
+    EXPECT_CLOSE(get(out), ref_out, d.C / NH + d.T, "attention out");
+    EXPECT_CLOSE(get(dqkv), ref_dqkv, d.C / NH + d.T, "attention dqkv");
   }
 }
 
@@ -145,37 +170,41 @@ TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
   for (bool accumulate : {false, true}) {
     Vec qkv = random_vector(rng, B * T * 3 * C), dout = random_vector(rng, B * T * C);
     Vec dqkv_start = accumulate ? random_vector(rng, B * T * 3 * C) : Vec(B * T * 3 * C, 0.0);
-    Tensor qkv_t = to_tensor(qkv, {B, T, 3 * C}), dout_t = to_tensor(dout, {B, T, C});
-    Tensor out = Tensor::zeros({B, T, C}), probs = garbage({B, NH, T, T});
-    Tensor dqkv = accumulate ? to_tensor(dqkv_start, {B, T, 3 * C}) : garbage({B, T, 3 * C});
-    const double scale = gpt2_scale(C, NH);
-    backend().attention_forward(out.data<float>(), probs.data<float>(), qkv_t.data<float>(), B, T, C, NH,
-                                static_cast<float>(scale));
-    backend().attention_backward(dqkv.data<float>(), dout_t.data<float>(), qkv_t.data<float>(), probs.data<float>(), B,
-                                 T, C, NH, static_cast<float>(scale), accumulate);
+    Tensor qkv_t = put(qkv, {B, T, 3 * C});
+    Tensor out = zeros({B, T, C}), probs = garbage({B, NH, T, T});
+    Tensor dqkv = accumulate ? put(dqkv_start, {B, T, 3 * C}) : garbage({B, T, 3 * C});
+    const auto scale = static_cast<float>(gpt2_scale(C, NH));
+    backend().launch(AttentionForward{.out = out, .probs = probs, .qkv = qkv_t, .n_head = NH, .scale = scale});
+    backend().launch(AttentionBackward{.dqkv = dqkv,
+                                       .dout = put(dout, {B, T, C}),
+                                       .qkv = qkv_t,
+                                       .probs = probs,
+                                       .n_head = NH,
+                                       .scale = scale,
+                                       .accumulate_dqkv = accumulate});
     Vec ref_out, ref_dqkv = dqkv_start;
     reference::attention_forward(ref_out, qkv, B, T, C, NH, scale);
     reference::attention_backward(ref_dqkv, dout, qkv, B, T, C, NH, scale);
-    EXPECT_CLOSE(to_vector(out), ref_out, C / NH + T, "attention out, 3 blocks");
-    EXPECT_CLOSE(to_vector(dqkv), ref_dqkv, C / NH + T, "attention dqkv, 3 blocks");
+    EXPECT_CLOSE(get(out), ref_out, C / NH + T, "attention out, 3 blocks");
+    EXPECT_CLOSE(get(dqkv), ref_dqkv, C / NH + T, "attention dqkv, 3 blocks");
   }
 }
 
 TEST_P(OpsTest, Residual) {
   int64_t n = d.B * d.T * d.C;
   Vec a = random_vector(rng, n), b = random_vector(rng, n), dout = random_vector(rng, n);
-  Tensor a_t = to_tensor(a, {n}), b_t = to_tensor(b, {n}), dout_t = to_tensor(dout, {n}), out = Tensor::zeros({n});
-  backend().add_forward(out.data<float>(), a_t.data<float>(), b_t.data<float>(), n, DType::f32);
-  Tensor da = to_tensor(a, {n}), db = garbage({n});  // da accumulates onto a; db is assigned
-  backend().add_backward(da.data<float>(), db.data<float>(), dout_t.data<float>(), n, true, false, DType::f32);
+  Tensor out = zeros({n}), dout_t = put(dout, {n});
+  backend().launch(AddForward{.out = out, .a = put(a, {n}), .b = put(b, {n})});
+  Tensor da = put(a, {n}), db = garbage({n});  // da accumulates onto a; db is assigned
+  backend().launch(AddBackward{.da = da, .db = db, .dout = dout_t, .accumulate_a = true, .accumulate_b = false});
   Vec ref_out(n), ref_da(n);
   for (int64_t i = 0; i < n; ++i) {
     ref_out[i] = a[i] + b[i];
     ref_da[i] = a[i] + dout[i];
   }
-  EXPECT_CLOSE(to_vector(out), ref_out, 2, "add out");
-  EXPECT_CLOSE(to_vector(da), ref_da, 2, "add da (accumulated)");
-  EXPECT_CLOSE(to_vector(db), dout, 1, "add db");
+  EXPECT_CLOSE(get(out), ref_out, 2, "add out");
+  EXPECT_CLOSE(get(da), ref_da, 2, "add da (accumulated)");
+  EXPECT_CLOSE(get(db), dout, 1, "add db");
 }
 
 TEST_P(OpsTest, SoftmaxCrossEntropy) {
@@ -184,25 +213,23 @@ TEST_P(OpsTest, SoftmaxCrossEntropy) {
   std::vector<int32_t> targets(N);
   for (auto& target : targets) target = static_cast<int32_t>(rng.below(V));
   targets[1] = -1;  // ignored position
-  Tensor logits_t = to_tensor(logits, {N, V}), dlosses_t = to_tensor(dlosses, {N});
-  Tensor targets_t = Tensor::zeros({N}, DType::i32);
-  std::copy(targets.begin(), targets.end(), targets_t.data<int32_t>());
-  Tensor losses = Tensor::zeros({N}), stats = Tensor::zeros({N, 2}), dlogits = garbage({N, V});
-  backend().softmax_xent_forward(losses.data<float>(), stats.data<float>(), logits_t.data<float>(),
-                                 targets_t.data<int32_t>(), N, V);
-  backend().softmax_xent_backward(dlogits.data<float>(), logits_t.data<float>(), stats.data<float>(),
-                                  targets_t.data<int32_t>(), dlosses_t.data<float>(), N, V, false);
+  Tensor logits_t = put(logits, {N, V}), dlosses_t = put(dlosses, {N}), targets_t = put_ints(targets, {N});
+  Tensor losses = zeros({N}), stats = zeros({N, 2}), dlogits = garbage({N, V});
+  backend().launch(SoftmaxXentForward{.losses = losses, .stats = stats, .logits = logits_t, .targets = targets_t});
+  SoftmaxXentBackward backward{
+      .dlogits = dlogits, .logits = logits_t, .stats = stats, .targets = targets_t, .dlosses = dlosses_t};
+  backend().launch(backward);
   Vec ref_losses, ref_dlogits(N * V);
   reference::softmax_xent_forward(ref_losses, logits, targets, N, V);
   reference::softmax_xent_backward(ref_dlogits, logits, targets, dlosses, N, V);
-  EXPECT_CLOSE(to_vector(losses), ref_losses, V, "softmax_xent losses");
-  EXPECT_CLOSE(to_vector(dlogits), ref_dlogits, V, "softmax_xent dlogits");
-  EXPECT_EQ(losses.data<float>()[1], 0.0f);
+  EXPECT_CLOSE(get(losses), ref_losses, V, "softmax_xent losses");
+  EXPECT_CLOSE(get(dlogits), ref_dlogits, V, "softmax_xent dlogits");
+  EXPECT_EQ(get(losses)[1], 0.0);
   // Accumulating adds the same contribution again.
-  backend().softmax_xent_backward(dlogits.data<float>(), logits_t.data<float>(), stats.data<float>(),
-                                  targets_t.data<int32_t>(), dlosses_t.data<float>(), N, V, true);
+  backward.accumulate = true;
+  backend().launch(backward);
   for (double& value : ref_dlogits) value *= 2;
-  EXPECT_CLOSE(to_vector(dlogits), ref_dlogits, V, "softmax_xent dlogits (accumulated)");
+  EXPECT_CLOSE(get(dlogits), ref_dlogits, V, "softmax_xent dlogits (accumulated)");
 }
 
 // The 16-bit paths of the ops that read and write 16-bit activations directly (the
@@ -213,26 +240,31 @@ TEST_P(OpsTest, LayerNormAndResidualIn16Bits) {
   for (auto [dtype, epsilon] : {std::pair{DType::bf16, 0x1.0p-7}, std::pair{DType::f16, 0x1.0p-10}}) {
     SCOPED_TRACE(dtype_name(dtype));
     auto to_half = [&](const Vec& values) {
-      Tensor f32 = to_tensor(values, {static_cast<int64_t>(values.size())});
-      Tensor half = Tensor::zeros({static_cast<int64_t>(values.size())}, dtype);
-      backend().cast(f32.raw(), DType::f32, half.raw(), dtype, f32.numel(), false);
+      Tensor half = zeros({static_cast<int64_t>(values.size())}, dtype);
+      backend().launch(Cast{.src = put(values, {static_cast<int64_t>(values.size())}), .dst = half});
       return half;
     };
     auto to_vec = [&](const Tensor& half) {
-      Tensor f32 = Tensor::zeros({half.numel()});
-      backend().cast(half.raw(), dtype, f32.raw(), DType::f32, half.numel(), false);
-      return to_vector(f32);
+      Tensor f32 = zeros({half.numel()});
+      backend().launch(Cast{.src = half, .dst = f32});
+      return get(f32);
     };
     const int64_t N = d.B * d.T, C = d.C;
-    Tensor x = to_half(random_vector(rng, N * C, 2.0)), dy = to_half(random_vector(rng, N * C));
+    Tensor x = to_half(random_vector(rng, N * C, 2.0)).reshape({N, C}), dy = to_half(random_vector(rng, N * C));
     Vec w = random_vector(rng, C), b = random_vector(rng, C);
-    Tensor w_t = to_tensor(w, {C}), b_t = to_tensor(b, {C});
-    Tensor out = Tensor::zeros({N * C}, dtype), dx = Tensor::zeros({N * C}, dtype);
-    Tensor mean = Tensor::zeros({N}), rstd = Tensor::zeros({N}), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
-    backend().layernorm_forward(out.raw(), mean.data<float>(), rstd.data<float>(), x.raw(), w_t.data<float>(),
-                                b_t.data<float>(), N, C, 1e-5f, dtype);
-    backend().layernorm_backward(dx.raw(), dw.data<float>(), db.data<float>(), dy.raw(), x.raw(), w_t.data<float>(),
-                                 mean.data<float>(), rstd.data<float>(), N, C, false, dtype);
+    Tensor w_t = put(w, {C});
+    Tensor out = zeros({N, C}, dtype), dx = zeros({N, C}, dtype);
+    Tensor mean = zeros({N}), rstd = zeros({N}), dw = zeros({C}), db = zeros({C});
+    backend().launch(LayernormForward{
+        .out = out, .mean = mean, .rstd = rstd, .inp = x, .weight = w_t, .bias = put(b, {C}), .eps = 1e-5f});
+    backend().launch(LayernormBackward{.dinp = dx,
+                                       .dweight = dw,
+                                       .dbias = db,
+                                       .dout = dy.reshape({N, C}),
+                                       .inp = x,
+                                       .weight = w_t,
+                                       .mean = mean,
+                                       .rstd = rstd});
     Vec ref_out, ref_dx(N * C), ref_dw(C), ref_db(C);
     reference::layernorm_forward(ref_out, to_vec(x), w, b, N, C, 1e-5);
     reference::layernorm_backward(ref_dx, ref_dw, ref_db, to_vec(dy), to_vec(x), w, N, C, 1e-5);
@@ -243,12 +275,12 @@ TEST_P(OpsTest, LayerNormAndResidualIn16Bits) {
     };
     check(to_vec(out), ref_out, "layernorm out");
     check(to_vec(dx), ref_dx, "layernorm dx");
-    check(to_vector(dw), ref_dw, "layernorm dweight");
+    check(get(dw), ref_dw, "layernorm dweight");
 
     Tensor a = to_half(random_vector(rng, N * C)), c = to_half(random_vector(rng, N * C));
-    Tensor sum = Tensor::zeros({N * C}, dtype), da = Tensor::zeros({N * C}, dtype), dc = to_half(Vec(N * C, 0.5));
-    backend().add_forward(sum.raw(), a.raw(), c.raw(), N * C, dtype);
-    backend().add_backward(da.raw(), dc.raw(), dy.raw(), N * C, false, true, dtype);
+    Tensor sum = zeros({N * C}, dtype), da = zeros({N * C}, dtype), dc = to_half(Vec(N * C, 0.5));
+    backend().launch(AddForward{.out = sum, .a = a, .b = c});
+    backend().launch(AddBackward{.da = da, .db = dc, .dout = dy, .accumulate_a = false, .accumulate_b = true});
     Vec ref_sum(N * C), ref_dc(N * C), av = to_vec(a), cv = to_vec(c), dyv = to_vec(dy);
     for (int64_t i = 0; i < N * C; ++i) {
       ref_sum[i] = av[i] + cv[i];
@@ -263,30 +295,66 @@ TEST_P(OpsTest, LayerNormAndResidualIn16Bits) {
 TEST_P(OpsTest, AdamWMatchesClosedForm) {
   // One step from m = v = 0: the update is lr·g/(|g|+eps·...) exactly, a hand-checkable value.
   const int64_t n = 5;
-  Tensor param = to_tensor({1.0, -2.0, 0.5, 3.0, 0.0}, {n}), grad = to_tensor({0.1, -0.2, 0.0, 4.0, -1e-3}, {n});
-  Tensor m = Tensor::zeros({n}), v = Tensor::zeros({n});
-  AdamWParams p{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
-  backend().adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), n, p);
-  Vec expected(n), got = to_vector(param);
   Vec p0 = {1.0, -2.0, 0.5, 3.0, 0.0}, g = {0.1, -0.2, 0.0, 4.0, -1e-3};
+  Tensor param = put(p0, {n});
+  backend().launch(AdamWUpdate{.param = param,
+                               .grad = put(g, {n}),
+                               .m = zeros({n}),
+                               .v = zeros({n}),
+                               .params = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 1}});
+  Vec expected(n);
   for (int64_t i = 0; i < n; ++i) {
     double mhat = g[i], vhat = g[i] * g[i];  // bias correction undoes the (1-beta) factors at step 1
     expected[i] = p0[i] * (1 - 0.01 * 0.1) - 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
   }
-  EXPECT_CLOSE(got, expected, 4, "adamw step 1");
+  EXPECT_CLOSE(get(param), expected, 4, "adamw step 1");
 }
 
 TEST_P(OpsTest, SumSquaresIsExactInDouble) {
   const int64_t n = 100003;
   Vec x = random_vector(rng, n);
-  Tensor x_t = to_tensor(x, {n});
+  Tensor x_t = put(x, {n});
   double expected = 0;
-  for (int64_t i = 0; i < n; ++i) expected += static_cast<double>(x_t.data<float>()[i]) * x_t.data<float>()[i];
-  EXPECT_NEAR(backend().sum_squares(x_t.data<float>(), n), expected, expected * 1e-12);
+  for (double value : get(x_t)) expected += value * value;
+  double result = 0;
+  backend().launch(SumSquares{.x = x_t, .result = &result});
+  EXPECT_NEAR(result, expected, expected * 1e-12);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, OpsTest, ::testing::ValuesIn(available_backends()),
+TEST_P(OpsTest, MissingKernelNamesKernelDeviceAndDtype) {
+  // No backend multiplies f16 matrices on a CPU without fp16 arithmetic; the message says what is missing.
+  Tensor x = zeros({2, 3}, DType::f16), w = zeros({3, 4}, DType::f16);
+  if (backend().supports(KernelOp::matmul_forward, DType::f16)) GTEST_SKIP() << "this backend has an f16 matmul";
+  try {
+    backend().launch(MatmulForward{.out = zeros({2, 4}), .inp = x, .weight = w});
+    FAIL() << "launch without a kernel did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("backend '{}' has no matmul_forward kernel for f16 on cpu", backend().name()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, OpsTest,
+                         ::testing::ValuesIn([] {
+                           std::vector<Backend*> backends = available_backends();
+                           backends.push_back(&testing::opaque_backend());
+                           return backends;
+                         }()),
                          [](const auto& info) { return info.param->name(); });
+
+TEST(OpaqueBackend, RefusesHostAccessAndNamesTheWayOut) {
+  Tensor tensor = testing::opaque_backend().empty({2, 3}, DType::f32);
+  try {
+    tensor.data<float>();
+    FAIL() << "host access to opaque memory did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("download/upload"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(tensor.raw(), Error);
+  std::vector<float> values{1, 2, 3, 4, 5, 6};
+  testing::opaque_backend().upload(values.data(), tensor);
+  EXPECT_EQ(testing::opaque_backend().download<float>(tensor), values);
+}
 
 }  // namespace
 }  // namespace paraflow

@@ -2,6 +2,7 @@
 // models with GPT2Config's attention options.
 #include <gtest/gtest.h>
 
+#include "backend/opaque_backend.h"
 #include "base/file_io.h"
 #include "graph/executor.h"
 #include "infer/generator.h"
@@ -75,6 +76,20 @@ TEST_F(GeneratorTest, KvCacheLogitsEqualFullRecomputation) {
   double error = testing::relative_error(cached, expected);
   std::printf("  KV-cache vs full recomputation: rel err %.3e over %zu positions\n", error, tokens.size() - prompt + 1);
   EXPECT_LE(error, testing::f32_tolerance(config.n_embd * config.n_layer));
+}
+
+TEST_F(GeneratorTest, OpaqueMemoryBackendSamplesTheSameTokensAsTheCpu) {
+  // The generator reaches the opaque backend's memory only through its copies: the same kernels
+  // on the same weights give the same logits bit for bit, hence the same sampled tokens.
+  Backend& opaque = testing::opaque_backend();
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), opaque);
+  opaque.upload(trainer->parameters().flat().raw(), parameters.flat());
+  infer::Generator on_cpu(config, trainer->parameters(), cpu_backend()), on_opaque(config, parameters, opaque);
+  const std::vector<int32_t> prompt{5, 17, 2};
+  infer::Sampler cpu_sampler({0.9, 0, 1.0, 11}), opaque_sampler({0.9, 0, 1.0, 11});
+  std::vector<int32_t> expected = on_cpu.generate(prompt, 30, cpu_sampler).tokens;
+  EXPECT_EQ(on_opaque.generate(prompt, 30, opaque_sampler).tokens, expected);
+  EXPECT_EQ(on_opaque.prefill(prompt), on_cpu.prefill(prompt));
 }
 
 TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {

@@ -24,9 +24,11 @@ TEST(Cast, RoundsToNearestEvenAndOverflowsToInfinity) {
   // 1 + 2^-8 lies halfway between bf16's 1 and 1 + 2^-7 and rounds to the even one (1); 1 + 3·2^-8
   // lies halfway between 1 + 2^-7 and 1 + 2^-6 and rounds to the even one (1 + 2^-6 = 0x3F82).
   std::vector<float> in{1.0f, 1.0f + 0x1.0p-8f, 1.0f + 3 * 0x1.0p-8f, -2.5f, 70000.0f};
-  std::vector<uint16_t> bf16(in.size()), f16(in.size());
-  backend.cast(in.data(), DType::f32, bf16.data(), DType::bf16, 5, false);
-  backend.cast(in.data(), DType::f32, f16.data(), DType::f16, 5, false);
+  Tensor in_t = backend.upload(in, {5}, DType::f32);
+  Tensor bf16_t = backend.empty({5}, DType::bf16), f16_t = backend.empty({5}, DType::f16);
+  backend.launch(Cast{.src = in_t, .dst = bf16_t});
+  backend.launch(Cast{.src = in_t, .dst = f16_t});
+  std::vector<uint16_t> bf16 = backend.download<uint16_t>(bf16_t), f16 = backend.download<uint16_t>(f16_t);
   EXPECT_EQ(bf16[0], 0x3F80);
   EXPECT_EQ(bf16[1], 0x3F80);  // tie -> even
   EXPECT_EQ(bf16[2], 0x3F82);  // tie -> even (up)
@@ -34,15 +36,17 @@ TEST(Cast, RoundsToNearestEvenAndOverflowsToInfinity) {
   EXPECT_EQ(f16[0], 0x3C00);
   EXPECT_EQ(f16[3], 0xC100);
   EXPECT_EQ(f16[4], 0x7C00);  // beyond 65504: +inf
-  std::vector<float> back(5, 1.0f);
-  backend.cast(bf16.data(), DType::bf16, back.data(), DType::f32, 5, true);  // accumulate
+  Tensor back_t = backend.upload(std::vector<float>(5, 1.0f), {5}, DType::f32);
+  backend.launch(Cast{.src = bf16_t, .dst = back_t, .accumulate = true});
+  std::vector<float> back = backend.download<float>(back_t);
   EXPECT_EQ(back[0], 2.0f);
   EXPECT_EQ(back[3], -1.5f);
 }
 
 std::vector<double> logits(PrecisionPolicy policy, const model::ParameterSet& parameters,
                            const model::GptConfig& config, const std::vector<int32_t>& tokens) {
-  model::GptGraph g = train::build_training_graph(config, 1, static_cast<int64_t>(tokens.size()), "none", policy);
+  model::GptGraph g = train::build_training_graph(config, 1, static_cast<int64_t>(tokens.size()), "none", policy,
+                                                        cpu_backend());
   graph::Executor executor(g.graph, cpu_backend());
   model::bind_parameters(executor, g, parameters, nullptr);
   executor.keep(g.logits);

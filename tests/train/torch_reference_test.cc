@@ -1,9 +1,11 @@
 // The whole model against PyTorch + transformers (tests/reference/gpt2_torch.py, float64):
 // logits, loss, every parameter gradient, and a 10-step AdamW loss curve, on GPT-2-shaped and
 // awkward configs. The oracle loads our export with GPT2LMHeadModel.from_pretrained, so this
-// also checks the Hugging Face file layout.
+// also checks the Hugging Face file layout. Each case runs on the CPU backend and on the opaque
+// test backend, whose memory only its copies and kernels reach.
 #include <gtest/gtest.h>
 
+#include "backend/opaque_backend.h"
 #include "base/file_io.h"
 #include "graph/autodiff.h"
 #include "model/gpt_graph.h"
@@ -26,6 +28,74 @@ struct Case {
 
 std::vector<double> read_f32(const model::SafetensorsFile& file, const std::string& name) {
   return testing::to_vector(file.tensor(name));
+}
+
+void check(double error, double bound, const std::string& what) {
+  std::printf("  %-40s rel err %.3e (bound %.0e)\n", what.c_str(), error, bound);
+  EXPECT_LE(error, bound) << what;
+}
+
+// Logits, loss and every parameter gradient of one step, then the loss curve of `steps` AdamW
+// updates, on `backend` from the weights in `initial`, against the float64 PyTorch run.
+void check_against_torch(const Case& c, Backend& backend, const std::filesystem::path& initial, const Tensor& tokens,
+                         const Tensor& targets, const model::SafetensorsFile& expected, int steps,
+                         const train::AdamWConfig& adamw, double lr) {
+  const int64_t B = c.B, T = c.T;
+  model::ParameterSet parameters(model::gpt_tensor_specs(c.config, c.decay_embeddings), backend);
+  model::load_parameters(initial, parameters);
+  model::GptGraph g = model::build_gpt_training_graph(c.config, B, T);
+  graph::add_backward_pass(g.graph, g.losses);
+  graph::Executor executor(g.graph, backend);
+  model::ParameterSet gradients(model::gpt_tensor_specs(c.config), backend);
+  model::bind_parameters(executor, g, parameters, &gradients);
+  Tensor loss_grad = backend.empty({B, T}, DType::f32);
+  executor.bind(g.graph.value(g.losses).grad, loss_grad);
+  executor.keep(g.logits);
+  std::vector<int32_t> token_ids(static_cast<size_t>(B * T)), target_ids(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) {
+    token_ids[static_cast<size_t>(i)] = static_cast<int32_t>(tokens.data<int64_t>()[i]);
+    target_ids[static_cast<size_t>(i)] = static_cast<int32_t>(targets.data<int64_t>()[i]);
+  }
+  backend.upload(token_ids.data(), executor.tensor(g.tokens));
+  backend.upload(target_ids.data(), executor.tensor(g.targets));
+  backend.upload(std::vector<float>(static_cast<size_t>(B * T), 1.0f / static_cast<float>(B * T)).data(), loss_grad);
+  auto to_vector = [&](const Tensor& tensor) {
+    std::vector<float> values = backend.download<float>(tensor);
+    return std::vector<double>(values.begin(), values.end());
+  };
+  auto forward_backward = [&] {
+    backend.fill_zero(gradients.flat());
+    executor.forward();
+    executor.backward();
+    double sum = 0;
+    for (double loss : to_vector(executor.tensor(g.losses))) sum += loss;
+    return sum / static_cast<double>(B * T);
+  };
+  double loss = forward_backward();
+
+  check(testing::relative_error(to_vector(executor.tensor(g.logits)), read_f32(expected, "logits")), 1e-5, "logits");
+  check(std::abs(loss - read_f32(expected, "loss")[0]) / read_f32(expected, "loss")[0], 1e-5, "loss");
+  double worst = 0;
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    const std::string& name = parameters.specs()[i].name;
+    double error = testing::relative_error(to_vector(gradients.at(i)), read_f32(expected, "grad." + name));
+    EXPECT_LE(error, 1e-4) << "gradient of " << name;
+    worst = std::max(worst, error);
+  }
+  check(worst, 1e-4, fmt::format("worst of {} parameter gradients", parameters.specs().size()));
+
+  // The AdamW curve: the loss before each of `steps` updates, from the same initial weights.
+  Tensor losses_expected = expected.tensor("losses");
+  train::AdamW optimizer(adamw, parameters, backend);
+  double worst_curve = 0;
+  for (int step = 0; step < steps; ++step) {
+    double step_loss = step == 0 ? loss : forward_backward();
+    double reference = losses_expected.data<double>()[step];
+    worst_curve = std::max(worst_curve, std::abs(step_loss - reference) / reference);
+    EXPECT_LE(std::abs(step_loss - reference) / reference, 1e-4) << "AdamW step " << step;
+    optimizer.update(parameters.flat(), gradients.flat(), lr, 1.0f);  // no clipping
+  }
+  check(worst_curve, 1e-4, fmt::format("worst loss of the {}-step AdamW curve", steps));
 }
 
 class TorchReference : public ::testing::TestWithParam<Case> {};
@@ -58,57 +128,14 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
                                    weight_decay, c.decay_embeddings ? " --decay-embeddings" : "")));
   model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "out.safetensors").string());
 
-  model::GptGraph g = model::build_gpt_training_graph(c.config, B, T);
-  graph::add_backward_pass(g.graph, g.losses);
-  graph::Executor executor(g.graph, backend);
-  model::ParameterSet gradients(model::gpt_tensor_specs(c.config), backend);
-  model::bind_parameters(executor, g, parameters, &gradients);
-  Tensor loss_grad = Tensor::zeros({B, T});
-  executor.bind(g.graph.value(g.losses).grad, loss_grad);
-  executor.keep(g.logits);
-  for (int64_t i = 0; i < B * T; ++i) {
-    executor.tensor(g.tokens).data<int32_t>()[i] = static_cast<int32_t>(tokens.data<int64_t>()[i]);
-    executor.tensor(g.targets).data<int32_t>()[i] = static_cast<int32_t>(targets.data<int64_t>()[i]);
+  // The same run on the CPU backend and on the opaque one (memory the host cannot touch), from
+  // the saved initial weights.
+  for (Backend* backend : {&cpu_backend(), &testing::opaque_backend()}) {
+    SCOPED_TRACE(backend->name());
+    std::printf(" backend %s\n", backend->name().c_str());
+    check_against_torch(c, *backend, dir.path() / "model" / "model.safetensors", tokens, targets, expected, steps,
+                        {beta1, beta2, eps, weight_decay, 0.0}, lr);
   }
-  auto forward_backward = [&] {
-    backend.fill_zero(gradients.flat());
-    executor.forward();
-    std::fill(loss_grad.data<float>(), loss_grad.data<float>() + B * T, 1.0f / static_cast<float>(B * T));
-    executor.backward();
-    double sum = 0;
-    for (int64_t i = 0; i < B * T; ++i) sum += executor.tensor(g.losses).data<float>()[i];
-    return sum / static_cast<double>(B * T);
-  };
-  double loss = forward_backward();
-
-  auto check = [](double error, double bound, const std::string& what) {
-    std::printf("  %-40s rel err %.3e (bound %.0e)\n", what.c_str(), error, bound);
-    EXPECT_LE(error, bound) << what;
-  };
-  check(testing::relative_error(testing::to_vector(executor.tensor(g.logits)), read_f32(expected, "logits")), 1e-5,
-        "logits");
-  check(std::abs(loss - read_f32(expected, "loss")[0]) / read_f32(expected, "loss")[0], 1e-5, "loss");
-  double worst = 0;
-  for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    const std::string& name = parameters.specs()[i].name;
-    double error = testing::relative_error(testing::to_vector(gradients.at(i)), read_f32(expected, "grad." + name));
-    EXPECT_LE(error, 1e-4) << "gradient of " << name;
-    worst = std::max(worst, error);
-  }
-  check(worst, 1e-4, fmt::format("worst of {} parameter gradients", parameters.specs().size()));
-
-  // The AdamW curve: the loss before each of `steps` updates, from the same initial weights.
-  Tensor losses_expected = expected.tensor("losses");
-  train::AdamW optimizer({beta1, beta2, eps, weight_decay, 0.0}, parameters, backend);
-  double worst_curve = 0;
-  for (int step = 0; step < steps; ++step) {
-    double step_loss = step == 0 ? loss : forward_backward();
-    double reference = losses_expected.data<double>()[step];
-    worst_curve = std::max(worst_curve, std::abs(step_loss - reference) / reference);
-    EXPECT_LE(std::abs(step_loss - reference) / reference, 1e-4) << "AdamW step " << step;
-    optimizer.update(parameters.flat().data<float>(), gradients.flat().data<float>(), lr, 1.0f);  // no clipping
-  }
-  check(worst_curve, 1e-4, fmt::format("worst loss of the {}-step AdamW curve", steps));
 }
 
 using testing::gpt_config;

@@ -19,8 +19,11 @@ constexpr int64_t kBlock = 64;
 
 }  // namespace
 
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       float scale) {
+void attention_forward(const AttentionForward& args) {
+  const int64_t B = args.qkv.shape()[0], T = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
+  const float scale = args.scale;
+  const float* qkv = pointer<float>(args.qkv);
+  float *out = pointer<float>(args.out), *probs = pointer<float>(args.probs);
   const int64_t hs = C / NH;
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
@@ -55,8 +58,12 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                        int64_t C, int64_t NH, float scale, bool accumulate_dqkv) {
+void attention_backward(const AttentionBackward& args) {
+  const int64_t B = args.qkv.shape()[0], T = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
+  const float scale = args.scale;
+  const float *qkv = pointer<float>(args.qkv), *probs = pointer<float>(args.probs), *dout = pointer<float>(args.dout);
+  float* dqkv = pointer<float>(args.dqkv);
+  const bool accumulate_dqkv = args.accumulate_dqkv;
   const int64_t hs = C / NH;
   const float beta = accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
 #pragma omp parallel
@@ -108,8 +115,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 
 namespace paraflow::cpu {
 
-void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
-                              int64_t C, int64_t NH, float scale, int64_t past, int64_t max_T) {
+void attention_cached_forward(const AttentionCachedForward& args) {
+  const int64_t B = args.qkv.shape()[0], Tn = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
+  const int64_t past = args.past, max_T = args.k_cache.shape()[2];
+  const float scale = args.scale;
+  const float* qkv = pointer<float>(args.qkv);
+  float *out = pointer<float>(args.out), *k_cache = pointer<float>(args.k_cache), *v_cache = pointer<float>(args.v_cache);
   const int64_t hs = C / NH;
 #pragma omp parallel
   {

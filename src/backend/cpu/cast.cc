@@ -23,7 +23,12 @@ inline void store(void* data, DType dtype, int64_t i, float value) {
 
 }  // namespace
 
-void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool accumulate) {
+void cast(const Cast& args) {
+  const DType src_dtype = args.src.dtype(), dst_dtype = args.dst.dtype();
+  const void* src = args.src.device_address();
+  void* dst = args.dst.device_address();
+  const int64_t n = args.src.numel();
+  const bool accumulate = args.accumulate;
   for (DType dtype : {src_dtype, dst_dtype}) {
     if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
       throw Error(fmt::format("cast: {} is not a floating-point storage type", dtype_name(dtype)));

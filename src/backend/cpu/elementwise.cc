@@ -33,24 +33,29 @@ void add_backward_as(T* da, T* db, const T* dout, int64_t n, bool accumulate_a, 
 
 }  // namespace
 
-void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype) {
-  dispatch_storage(dtype, [&](auto element) {
-    using T = decltype(element);
-    add_forward_as(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
-  });
+template <typename T>
+void add_forward(const AddForward& args) {
+  add_forward_as(pointer<T>(args.out), pointer<T>(args.a), pointer<T>(args.b), args.out.numel());
 }
 
-void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b,
-                  DType dtype) {
-  dispatch_storage(dtype, [&](auto element) {
-    using T = decltype(element);
-    add_backward_as(static_cast<T*>(da), static_cast<T*>(db), static_cast<const T*>(dout), n, accumulate_a,
-                    accumulate_b);
-  });
+template <typename T>
+void add_backward(const AddBackward& args) {
+  add_backward_as(pointer<T>(args.da), pointer<T>(args.db), pointer<T>(args.dout), args.dout.numel(),
+                  args.accumulate_a, args.accumulate_b);
 }
 
-void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
-                          int64_t V) {
+template void add_forward<float>(const AddForward&);
+template void add_forward<BFloat16>(const AddForward&);
+template void add_forward<Float16>(const AddForward&);
+template void add_backward<float>(const AddBackward&);
+template void add_backward<BFloat16>(const AddBackward&);
+template void add_backward<Float16>(const AddBackward&);
+
+void softmax_xent_forward(const SoftmaxXentForward& args) {
+  const int64_t V = args.logits.shape()[args.logits.shape().rank() - 1], N = args.logits.numel() / V;
+  const float* logits = pointer<float>(args.logits);
+  const int32_t* targets = pointer<int32_t>(args.targets);
+  float *losses = pointer<float>(args.losses), *stats = pointer<float>(args.stats);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
@@ -69,8 +74,13 @@ void softmax_xent_forward(float* losses, float* stats, const float* logits, cons
   }
 }
 
-void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
-                           const float* dlosses, int64_t N, int64_t V, bool accumulate) {
+void softmax_xent_backward(const SoftmaxXentBackward& args) {
+  const int64_t V = args.logits.shape()[args.logits.shape().rank() - 1], N = args.logits.numel() / V;
+  const float *logits = pointer<float>(args.logits), *stats = pointer<float>(args.stats);
+  const float* dlosses = pointer<float>(args.dlosses);
+  const int32_t* targets = pointer<int32_t>(args.targets);
+  float* dlogits = pointer<float>(args.dlogits);
+  const bool accumulate = args.accumulate;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const int32_t target = targets[n];
@@ -89,7 +99,9 @@ void softmax_xent_backward(float* dlogits, const float* logits, const float* sta
   }
 }
 
-double sum_squares(const float* x, int64_t n) {
+void sum_squares(const SumSquares& args) {
+  const float* x = pointer<float>(args.x);
+  const int64_t n = args.x.numel();
   // Fixed blocks summed in order: the same result for any thread count.
   constexpr int64_t kBlock = 1 << 14;
   int64_t blocks = (n + kBlock - 1) / kBlock;
@@ -102,15 +114,22 @@ double sum_squares(const float* x, int64_t n) {
 #pragma omp ordered
     total += partial;
   }
-  return total;
+  *args.result = total;
 }
 
-void scale(float* x, float factor, int64_t n) {
+void scale(const Scale& args) {
+  float* x = pointer<float>(args.x);
+  const float factor = args.factor;
+  const int64_t n = args.x.numel();
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& params) {
+void adamw_update(const AdamWUpdate& args) {
+  const AdamWParams& params = args.params;
+  const int64_t n = args.param.numel();
+  float *param = pointer<float>(args.param), *m = pointer<float>(args.m), *v = pointer<float>(args.v);
+  const float* grad = pointer<float>(args.grad);
   // torch.optim.AdamW: decay first, then the bias-corrected Adam step.
   const float decay = 1.0f - params.lr * params.weight_decay;
   const float correction1 = 1.0f - static_cast<float>(std::pow(params.beta1, static_cast<double>(params.step)));

@@ -2,8 +2,12 @@
 
 namespace paraflow::cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                       int64_t C, int64_t position0) {
+void embedding_forward(const EmbeddingForward& args) {
+  const int64_t B = args.tokens.shape()[0], T = args.tokens.shape()[1], C = args.wte.shape()[1];
+  const int64_t position0 = args.position0;
+  const int32_t* tokens = pointer<int32_t>(args.tokens);
+  const float *wte = pointer<float>(args.wte), *wpe = pointer<float>(args.wpe);
+  float* out = pointer<float>(args.out);
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const float* token_row = wte + static_cast<int64_t>(tokens[bt]) * C;
@@ -14,8 +18,11 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                        int64_t C) {
+void embedding_backward(const EmbeddingBackward& args) {
+  const int64_t B = args.tokens.shape()[0], T = args.tokens.shape()[1], C = args.dwte.shape()[1];
+  const int32_t* tokens = pointer<int32_t>(args.tokens);
+  const float* dout = pointer<float>(args.dout);
+  float *dwte = pointer<float>(args.dwte), *dwpe = pointer<float>(args.dwpe);
   // Each thread owns a band of channels and walks every position in order: no races, and the
   // sum order does not depend on the thread count.
   constexpr int64_t kBand = 16;

@@ -1,51 +1,48 @@
-// CPU kernels: free functions, OpenMP-parallel with static schedules so every reduction happens
-// in the same order on every run (deterministic for a fixed thread count). Shapes as in
-// backend/backend.h.
+// CPU kernels: one function per kernel of backend/kernel_args.h (a template over the storage
+// type where a kernel reads and writes f32, bf16 or f16 alike), registered by cpu_backend.cc.
+// OpenMP-parallel with static schedules so every reduction happens in the same order on every
+// run (deterministic for a fixed thread count).
 #pragma once
 
 #include <cstdint>
 
-#include "backend/backend.h"
+#include "backend/kernel_args.h"
 
 namespace paraflow::cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                       int64_t C, int64_t position0);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                        int64_t C);
+// A kernel argument's memory as T*, or null for an undefined (not wanted) tensor.
+template <typename T>
+T* pointer(const Tensor& tensor) {
+  return tensor.defined() ? tensor.device_data<T>() : nullptr;
+}
 
-void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight, const float* bias,
-                       int64_t N, int64_t C, float eps, DType dtype);
-void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                        bool accumulate_dinp, DType dtype);
+void embedding_forward(const EmbeddingForward& args);
+void embedding_backward(const EmbeddingBackward& args);
 
-void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int64_t C, int64_t OC, WeightLayout layout, bool gelu);
-void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
-                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
-                     bool accumulate_dinp);
+template <typename T>
+void layernorm_forward(const LayernormForward& args);
+template <typename T>
+void layernorm_backward(const LayernormBackward& args);
 
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       float scale);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, int64_t B, int64_t T,
-                        int64_t C, int64_t NH, float scale, bool accumulate_dqkv);
+void matmul_forward(const MatmulForward& args);
+void matmul_backward(const MatmulBackward& args);
 
-void attention_cached_forward(float* out, const float* qkv, float* k_cache, float* v_cache, int64_t B, int64_t Tn,
-                              int64_t C, int64_t NH, float scale, int64_t past, int64_t max_T);
+void attention_forward(const AttentionForward& args);
+void attention_backward(const AttentionBackward& args);
+void attention_cached_forward(const AttentionCachedForward& args);
 
-void add_forward(void* out, const void* a, const void* b, int64_t n, DType dtype);
-void add_backward(void* da, void* db, const void* dout, int64_t n, bool accumulate_a, bool accumulate_b, DType dtype);
+template <typename T>
+void add_forward(const AddForward& args);
+template <typename T>
+void add_backward(const AddBackward& args);
 
-void softmax_xent_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
-                          int64_t V);
-void softmax_xent_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
-                           const float* dlosses, int64_t N, int64_t V, bool accumulate);
+void softmax_xent_forward(const SoftmaxXentForward& args);
+void softmax_xent_backward(const SoftmaxXentBackward& args);
 
-void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool accumulate);
+void cast(const Cast& args);
 
-double sum_squares(const float* x, int64_t n);
-void scale(float* x, float factor, int64_t n);
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& params);
+void sum_squares(const SumSquares& args);
+void scale(const Scale& args);
+void adamw_update(const AdamWUpdate& args);
 
 }  // namespace paraflow::cpu

@@ -83,22 +83,26 @@ void layernorm_backward_as(T* dinp, float* dweight, float* dbias, const T* dout,
 
 }  // namespace
 
-void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const float* weight, const float* bias,
-                       int64_t N, int64_t C, float eps, DType dtype) {
-  dispatch_storage(dtype, [&](auto element) {
-    using T = decltype(element);
-    layernorm_forward_as(static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp), weight, bias, N, C, eps);
-  });
+template <typename T>
+void layernorm_forward(const LayernormForward& a) {
+  const int64_t C = a.inp.shape()[a.inp.shape().rank() - 1];
+  layernorm_forward_as(pointer<T>(a.out), pointer<float>(a.mean), pointer<float>(a.rstd), pointer<T>(a.inp),
+                       pointer<float>(a.weight), pointer<float>(a.bias), a.inp.numel() / C, C, a.eps);
 }
 
-void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                        bool accumulate_dinp, DType dtype) {
-  dispatch_storage(dtype, [&](auto element) {
-    using T = decltype(element);
-    layernorm_backward_as(static_cast<T*>(dinp), dweight, dbias, static_cast<const T*>(dout),
-                          static_cast<const T*>(inp), weight, mean, rstd, N, C, accumulate_dinp);
-  });
+template <typename T>
+void layernorm_backward(const LayernormBackward& a) {
+  const int64_t C = a.inp.shape()[a.inp.shape().rank() - 1];
+  layernorm_backward_as(pointer<T>(a.dinp), pointer<float>(a.dweight), pointer<float>(a.dbias), pointer<T>(a.dout),
+                        pointer<T>(a.inp), pointer<float>(a.weight), pointer<float>(a.mean), pointer<float>(a.rstd),
+                        a.inp.numel() / C, C, a.accumulate_dinp);
 }
+
+template void layernorm_forward<float>(const LayernormForward&);
+template void layernorm_forward<BFloat16>(const LayernormForward&);
+template void layernorm_forward<Float16>(const LayernormForward&);
+template void layernorm_backward<float>(const LayernormBackward&);
+template void layernorm_backward<BFloat16>(const LayernormBackward&);
+template void layernorm_backward<Float16>(const LayernormBackward&);
 
 }  // namespace paraflow::cpu

@@ -16,8 +16,14 @@ constexpr float kGeluCubic = 0.044715f;
 
 }  // namespace
 
-void matmul_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int64_t C, int64_t OC, WeightLayout layout, bool gelu) {
+void matmul_forward(const MatmulForward& args) {
+  const int64_t OC = args.out.shape()[args.out.shape().rank() - 1];
+  const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1], N = args.inp.numel() / C;
+  const bool gelu = args.gelu;
+  const WeightLayout layout = args.layout;
+  const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
+  const float* bias = pointer<float>(args.bias);
+  float *out = pointer<float>(args.out), *pre = pointer<float>(args.pre);
   // target (N,OC) = inp (N,C) · W, with W [C,OC] (in_out) or [OC,C] (out_in)
   float* target = gelu ? pre : out;
   bool transposed = layout == WeightLayout::out_in;
@@ -87,9 +93,14 @@ void bias_gradient(float* dbias, float* dout, const float* pre, int64_t N, int64
 
 }  // namespace
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp, const float* weight,
-                     const float* pre, int64_t N, int64_t C, int64_t OC, WeightLayout layout, bool gelu,
-                     bool accumulate_dinp) {
+void matmul_backward(const MatmulBackward& args) {
+  const int64_t OC = args.dout.shape()[args.dout.shape().rank() - 1];
+  const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1], N = args.inp.numel() / C;
+  const bool gelu = args.gelu, accumulate_dinp = args.accumulate_dinp;
+  const WeightLayout layout = args.layout;
+  const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight), *pre = pointer<float>(args.pre);
+  float *dinp = pointer<float>(args.dinp), *dweight = pointer<float>(args.dweight), *dbias = pointer<float>(args.dbias);
+  float* dout = pointer<float>(args.dout);
   // dout (N,OC) becomes the gradient of the pre-activation in place (with GELU), and the bias
   // gradient is summed in the same pass.
   if (gelu || dbias != nullptr) bias_gradient(dbias, dout, gelu ? pre : nullptr, N, OC);

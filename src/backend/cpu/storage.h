@@ -1,12 +1,10 @@
 // Element types a memory-bound kernel can read and write directly: float, or the 16-bit
 // bfloat16 / float16 of the mixed-precision policies (converted to float in registers, so the
-// kernel moves half the bytes). dispatch_storage() calls a generic lambda with a value of the
-// tensor's element type.
+// kernel moves half the bytes). Kernels are templates over these types, registered per dtype.
 #pragma once
 
 #include <cstdint>
 
-#include "base/error.h"
 #include "tensor/dtype.h"
 
 namespace paraflow::cpu {
@@ -30,15 +28,5 @@ template <>
 inline BFloat16 from_float<BFloat16>(float value) { return {f32_to_bf16(value)}; }
 template <>
 inline Float16 from_float<Float16>(float value) { return {f32_to_f16(value)}; }
-
-template <typename F>
-void dispatch_storage(DType dtype, F&& kernel) {
-  switch (dtype) {
-    case DType::f32: kernel(float{}); return;
-    case DType::bf16: kernel(BFloat16{}); return;
-    case DType::f16: kernel(Float16{}); return;
-    default: throw Error(fmt::format("kernel: {} is not a floating-point storage type", dtype_name(dtype)));
-  }
-}
 
 }  // namespace paraflow::cpu

@@ -17,15 +17,18 @@ class AddOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.add_forward(t.outputs[0].raw(), t.inputs[0].raw(), t.inputs[1].raw(), t.outputs[0].numel(),
-                        t.outputs[0].dtype());
+    backend.launch(AddForward{.out = t.outputs[0], .a = t.inputs[0], .b = t.inputs[1]});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.add_backward(t.input_grads[0].raw(), t.input_grads[1].raw(), t.output_grads[0].raw(),
-                         t.outputs[0].numel(), t.accumulate[0], t.accumulate[1], t.outputs[0].dtype());
+    backend.launch(AddBackward{.da = t.input_grads[0],
+                               .db = t.input_grads[1],
+                               .dout = t.output_grads[0],
+                               .accumulate_a = t.accumulate[0],
+                               .accumulate_b = t.accumulate[1]});
   }
 
+  std::vector<KernelOp> kernels() const override { return {KernelOp::add_forward, KernelOp::add_backward}; }
   bool can_assign_input_grad(size_t) const override { return true; }
   bool accepts_half_input(size_t) const override { return true; }
   bool backward_reads_input(size_t) const override { return false; }

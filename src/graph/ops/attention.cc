@@ -22,20 +22,26 @@ class AttentionOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
-    const Shape& s = t.inputs[0].shape();
-    backend.attention_forward(t.outputs[0].data<float>(), t.outputs[1].data<float>(), t.inputs[0].data<float>(), s[0],
-                              s[1], s[2] / 3, attributes.get("n_head"),
-                              static_cast<float>(attributes.get_float("scale")));
+    backend.launch(AttentionForward{.out = t.outputs[0],
+                                    .probs = t.outputs[1],
+                                    .qkv = t.inputs[0],
+                                    .n_head = attributes.get("n_head"),
+                                    .scale = static_cast<float>(attributes.get_float("scale"))});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
-    const Shape& s = t.inputs[0].shape();
-    backend.attention_backward(t.input_grads[0].data<float>(), t.output_grads[0].data<float>(),
-                               t.inputs[0].data<float>(), t.outputs[1].data<float>(), s[0], s[1], s[2] / 3,
-                               attributes.get("n_head"), static_cast<float>(attributes.get_float("scale")),
-                               t.accumulate[0]);
+    backend.launch(AttentionBackward{.dqkv = t.input_grads[0],
+                                     .dout = t.output_grads[0],
+                                     .qkv = t.inputs[0],
+                                     .probs = t.outputs[1],
+                                     .n_head = attributes.get("n_head"),
+                                     .scale = static_cast<float>(attributes.get_float("scale")),
+                                     .accumulate_dqkv = t.accumulate[0]});
   }
 
+  std::vector<KernelOp> kernels() const override {
+    return {KernelOp::attention_forward, KernelOp::attention_backward};
+  }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
   bool backward_reads_output(size_t index) const override { return index == 1; }  // probs
 };

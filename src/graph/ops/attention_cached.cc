@@ -25,20 +25,26 @@ class AttentionCachedOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
-    const Shape& s = t.inputs[0].shape();
-    int64_t past = t.inputs[3].data<int32_t>()[0];
-    int64_t max_T = t.inputs[1].shape()[2];
-    check(past >= 0 && past + s[1] <= max_T, "attention_cached: positions [{}, {}) exceed the cache of {}", past,
-          past + s[1], max_T);
-    backend.attention_cached_forward(t.outputs[0].data<float>(), t.inputs[0].data<float>(), t.inputs[1].data<float>(),
-                                     t.inputs[2].data<float>(), s[0], s[1], s[2] / 3, attributes.get("n_head"),
-                                     static_cast<float>(attributes.get_float("scale")), past, max_T);
+    const int64_t new_positions = t.inputs[0].shape()[1];
+    const int64_t past = t.inputs[3].data<int32_t>()[0];
+    const int64_t max_T = t.inputs[1].shape()[2];
+    check(past >= 0 && past + new_positions <= max_T, "attention_cached: positions [{}, {}) exceed the cache of {}",
+          past, past + new_positions, max_T);
+    backend.launch(AttentionCachedForward{.out = t.outputs[0],
+                                          .qkv = t.inputs[0],
+                                          .k_cache = t.inputs[1],
+                                          .v_cache = t.inputs[2],
+                                          .n_head = attributes.get("n_head"),
+                                          .scale = static_cast<float>(attributes.get_float("scale")),
+                                          .past = past});
   }
 
   void backward(Backend&, const NodeTensors&, const Attributes&) const override {
     throw Error("attention_cached has no backward: it is for generation only");
   }
 
+  std::vector<KernelOp> kernels() const override { return {KernelOp::attention_cached_forward}; }
+  bool host_memory_input(size_t index) const override { return index == 3; }  // the first position
   bool differentiable_input(size_t) const override { return false; }
 };
 

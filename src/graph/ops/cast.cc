@@ -18,15 +18,14 @@ class CastOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.cast(t.inputs[0].raw(), t.inputs[0].dtype(), t.outputs[0].raw(), t.outputs[0].dtype(),
-                 t.inputs[0].numel(), false);
+    backend.launch(Cast{.src = t.inputs[0], .dst = t.outputs[0]});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.cast(t.output_grads[0].raw(), t.output_grads[0].dtype(), t.input_grads[0].raw(),
-                 t.input_grads[0].dtype(), t.inputs[0].numel(), t.accumulate[0]);
+    backend.launch(Cast{.src = t.output_grads[0], .dst = t.input_grads[0], .accumulate = t.accumulate[0]});
   }
 
+  std::vector<KernelOp> kernels() const override { return {KernelOp::cast}; }
   bool can_assign_input_grad(size_t) const override { return true; }
   bool backward_reads_input(size_t) const override { return false; }
   bool backward_reads_output(size_t) const override { return false; }

@@ -20,19 +20,23 @@ class EmbeddingOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    const Shape& s = t.inputs[0].shape();
-    int64_t position0 = t.inputs.size() == 4 ? t.inputs[3].data<int32_t>()[0] : 0;
-    backend.embedding_forward(t.outputs[0].data<float>(), t.inputs[0].data<int32_t>(), t.inputs[1].data<float>(),
-                              t.inputs[2].data<float>(), s[0], s[1], t.inputs[1].shape()[1], position0);
+    const int64_t position0 = t.inputs.size() == 4 ? t.inputs[3].data<int32_t>()[0] : 0;
+    check(position0 >= 0 && position0 + t.inputs[0].shape()[1] <= t.inputs[2].shape()[0],
+          "embedding: positions [{}, {}) exceed the position table of {}", position0,
+          position0 + t.inputs[0].shape()[1], t.inputs[2].shape()[0]);
+    backend.launch(EmbeddingForward{
+        .out = t.outputs[0], .tokens = t.inputs[0], .wte = t.inputs[1], .wpe = t.inputs[2], .position0 = position0});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    const Shape& s = t.inputs[0].shape();
-    backend.embedding_backward(t.input_grads[1].data<float>(), t.input_grads[2].data<float>(),
-                               t.output_grads[0].data<float>(), t.inputs[0].data<int32_t>(), s[0], s[1],
-                               t.inputs[1].shape()[1]);
+    backend.launch(EmbeddingBackward{
+        .dwte = t.input_grads[1], .dwpe = t.input_grads[2], .dout = t.output_grads[0], .tokens = t.inputs[0]});
   }
 
+  std::vector<KernelOp> kernels() const override {
+    return {KernelOp::embedding_forward, KernelOp::embedding_backward};
+  }
+  bool host_memory_input(size_t index) const override { return index == 3; }  // the first position
   bool differentiable_input(size_t index) const override { return index == 1 || index == 2; }
   bool backward_reads_input(size_t index) const override { return index == 0; }  // the token ids
   bool backward_reads_output(size_t) const override { return false; }

@@ -23,21 +23,30 @@ class LayerNormOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
-    const Shape& x = t.inputs[0].shape();
-    backend.layernorm_forward(t.outputs[0].raw(), t.outputs[1].data<float>(), t.outputs[2].data<float>(),
-                              t.inputs[0].raw(), t.inputs[1].data<float>(), t.inputs[2].data<float>(),
-                              leading_rows(x), x[x.rank() - 1], static_cast<float>(attributes.get_float("eps")),
-                              t.inputs[0].dtype());
+    backend.launch(LayernormForward{.out = t.outputs[0],
+                                    .mean = t.outputs[1],
+                                    .rstd = t.outputs[2],
+                                    .inp = t.inputs[0],
+                                    .weight = t.inputs[1],
+                                    .bias = t.inputs[2],
+                                    .eps = static_cast<float>(attributes.get_float("eps"))});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    const Shape& x = t.inputs[0].shape();
-    backend.layernorm_backward(t.input_grads[0].raw(), t.input_grads[1].data<float>(), t.input_grads[2].data<float>(),
-                               t.output_grads[0].raw(), t.inputs[0].raw(), t.inputs[1].data<float>(),
-                               t.outputs[1].data<float>(), t.outputs[2].data<float>(), leading_rows(x),
-                               x[x.rank() - 1], t.accumulate[0], t.inputs[0].dtype());
+    backend.launch(LayernormBackward{.dinp = t.input_grads[0],
+                                     .dweight = t.input_grads[1],
+                                     .dbias = t.input_grads[2],
+                                     .dout = t.output_grads[0],
+                                     .inp = t.inputs[0],
+                                     .weight = t.inputs[1],
+                                     .mean = t.outputs[1],
+                                     .rstd = t.outputs[2],
+                                     .accumulate_dinp = t.accumulate[0]});
   }
 
+  std::vector<KernelOp> kernels() const override {
+    return {KernelOp::layernorm_forward, KernelOp::layernorm_backward};
+  }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
   bool accepts_half_input(size_t index) const override { return index == 0; }
   bool backward_reads_input(size_t index) const override { return index < 2; }   // x and weight

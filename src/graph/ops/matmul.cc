@@ -40,22 +40,30 @@ class MatmulOp final : public OpDef {
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
-    backend.matmul_forward(t.outputs[0].data<float>(), d.gelu ? t.outputs[1].data<float>() : nullptr,
-                           t.inputs[0].data<float>(), t.inputs[1].data<float>(),
-                           t.inputs.size() == 3 ? t.inputs[2].data<float>() : nullptr, d.N, d.C, d.OC, d.layout,
-                           d.gelu);
+    backend.launch(MatmulForward{.out = t.outputs[0],
+                                 .pre = d.gelu ? t.outputs[1] : Tensor(),
+                                 .inp = t.inputs[0],
+                                 .weight = t.inputs[1],
+                                 .bias = t.inputs.size() == 3 ? t.inputs[2] : Tensor(),
+                                 .layout = d.layout,
+                                 .gelu = d.gelu});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
-    float* dinp = t.input_grads[0].defined() ? t.input_grads[0].data<float>() : nullptr;
-    float* dbias = t.inputs.size() == 3 ? t.input_grads[2].data<float>() : nullptr;
-    backend.matmul_backward(dinp, t.input_grads[1].data<float>(), dbias, t.output_grads[0].data<float>(),
-                            t.inputs[0].data<float>(), t.inputs[1].data<float>(),
-                            d.gelu ? t.outputs[1].data<float>() : nullptr, d.N, d.C, d.OC, d.layout, d.gelu,
-                            t.accumulate[0]);
+    backend.launch(MatmulBackward{.dinp = t.input_grads[0],
+                                  .dweight = t.input_grads[1],
+                                  .dbias = t.inputs.size() == 3 ? t.input_grads[2] : Tensor(),
+                                  .dout = t.output_grads[0],
+                                  .inp = t.inputs[0],
+                                  .weight = t.inputs[1],
+                                  .pre = d.gelu ? t.outputs[1] : Tensor(),
+                                  .layout = d.layout,
+                                  .gelu = d.gelu,
+                                  .accumulate_dinp = t.accumulate[0]});
   }
 
+  std::vector<KernelOp> kernels() const override { return {KernelOp::matmul_forward, KernelOp::matmul_backward}; }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
   bool backward_reads_input(size_t index) const override { return index < 2; }   // x and W, not the bias
   bool backward_reads_output(size_t index) const override { return index == 1; }  // pre, not out

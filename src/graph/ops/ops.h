@@ -6,14 +6,10 @@
 
 namespace paraflow::graph {
 
-const OpDef& embedding_op();
-const OpDef& layernorm_op();
-const OpDef& matmul_op();
-const OpDef& attention_op();
-const OpDef& attention_cached_op();
-const OpDef& add_op();
-const OpDef& softmax_xent_op();
-const OpDef& cast_op();
+// embedding_op(), layernorm_op(), ...: one per entry of PARAFLOW_OP_KINDS, in graph/ops/<kind>.cc.
+#define PARAFLOW_OP_DEF_DECLARATION(name) const OpDef& name##_op();
+PARAFLOW_OP_KINDS(PARAFLOW_OP_DEF_DECLARATION)
+#undef PARAFLOW_OP_DEF_DECLARATION
 
 // Rows of a (..., C) tensor: the product of all but the last dimension.
 inline int64_t leading_rows(const Shape& shape) { return shape.numel() / shape[shape.rank() - 1]; }

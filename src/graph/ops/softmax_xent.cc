@@ -21,18 +21,22 @@ class SoftmaxXentOp final : public OpDef {
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    const Shape& s = t.inputs[0].shape();
-    backend.softmax_xent_forward(t.outputs[0].data<float>(), t.outputs[1].data<float>(), t.inputs[0].data<float>(),
-                                 t.inputs[1].data<int32_t>(), s[0] * s[1], s[2]);
+    backend.launch(SoftmaxXentForward{
+        .losses = t.outputs[0], .stats = t.outputs[1], .logits = t.inputs[0], .targets = t.inputs[1]});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    const Shape& s = t.inputs[0].shape();
-    backend.softmax_xent_backward(t.input_grads[0].data<float>(), t.inputs[0].data<float>(), t.outputs[1].data<float>(),
-                                  t.inputs[1].data<int32_t>(), t.output_grads[0].data<float>(), s[0] * s[1], s[2],
-                                  t.accumulate[0]);
+    backend.launch(SoftmaxXentBackward{.dlogits = t.input_grads[0],
+                                       .logits = t.inputs[0],
+                                       .stats = t.outputs[1],
+                                       .targets = t.inputs[1],
+                                       .dlosses = t.output_grads[0],
+                                       .accumulate = t.accumulate[0]});
   }
 
+  std::vector<KernelOp> kernels() const override {
+    return {KernelOp::softmax_xent_forward, KernelOp::softmax_xent_backward};
+  }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
   bool backward_reads_output(size_t index) const override { return index == 1; }  // stats
 

@@ -1,0 +1,66 @@
+#include "backend/backend.h"
+
+#include <map>
+#include <mutex>
+
+namespace paraflow {
+
+const char* kernel_op_name(KernelOp op) {
+#define PARAFLOW_KERNEL_CASE(name) \
+  case KernelOp::name: return #name;
+  switch (op) { PARAFLOW_KERNELS(PARAFLOW_KERNEL_CASE) }
+#undef PARAFLOW_KERNEL_CASE
+  return "?";
+}
+
+namespace {
+
+// Written while backends register (once each, under the mutex), read without it afterwards:
+// std::map lookups do not race with each other, and registration finishes before the first
+// launch of the backend that registered.
+struct KernelTable {
+  std::mutex mutex;
+  std::map<KernelKey, ErasedKernel> kernels;
+};
+
+KernelTable& kernel_table() {
+  static KernelTable table;
+  return table;
+}
+
+}  // namespace
+
+KernelRegistry& kernel_registry() {
+  static KernelRegistry registry;
+  return registry;
+}
+
+void KernelRegistry::add_erased(const KernelKey& key, ErasedKernel kernel) {
+  KernelTable& table = kernel_table();
+  std::lock_guard<std::mutex> lock(table.mutex);
+  table.kernels[key] = std::move(kernel);
+}
+
+const ErasedKernel* KernelRegistry::find(const KernelKey& key) const {
+  const KernelTable& table = kernel_table();
+  auto found = table.kernels.find(key);
+  return found == table.kernels.end() ? nullptr : &found->second;
+}
+
+const ErasedKernel* Backend::kernel(KernelOp op, DType dtype) const {
+  const ErasedKernel* found = kernel_registry().find({op, device().kind, dtype});
+  if (found == nullptr) {
+    throw Error(fmt::format("backend '{}' has no {} kernel for {} on {}", name(), kernel_op_name(op),
+                            dtype_name(dtype), device().to_string()));
+  }
+  return found;
+}
+
+void Backend::check_host_copy(const Tensor& tensor, size_t count, size_t element_size) {
+  if (count != static_cast<size_t>(tensor.numel()) || element_size != dtype_size(tensor.dtype())) {
+    throw Error(fmt::format("host copy of {} elements of {} bytes for a {} {} tensor", count, element_size,
+                            dtype_name(tensor.dtype()), tensor.shape().to_string()));
+  }
+}
+
+}  // namespace paraflow

@@ -1,0 +1,187 @@
+// What each kernel is given: one argument struct per kernel, holding tensors (in the backend's
+// memory) and scalars. A backend runs a kernel registered for (kernel, its device, the struct's
+// dtype()); graph ops own the shape checks, kernels own only the arithmetic.
+//
+// Conventions: row-major; N = rows (B*T). Backward kernels ACCUMULATE (+=) into parameter
+// gradients, so a weight used twice (the tied embedding) needs no add op. Gradients of
+// activations are accumulated or assigned as the `accumulate_*` flag says: the executor lets the
+// first writer of a gradient assign it, which saves zeroing it beforehand. An undefined Tensor
+// means "not wanted" where a comment says it may be.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace paraflow {
+
+// The kernel list, written once: the enum, the names and the registry are expanded from it.
+#define PARAFLOW_KERNELS(X)                                                                          \
+  X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward)              \
+  X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward)                    \
+  X(attention_cached_forward) X(add_forward) X(add_backward) X(softmax_xent_forward)                 \
+  X(softmax_xent_backward) X(cast) X(sum_squares) X(scale) X(adamw_update)
+
+#define PARAFLOW_KERNEL_ENUMERATOR(name) name,
+enum class KernelOp : uint8_t { PARAFLOW_KERNELS(PARAFLOW_KERNEL_ENUMERATOR) };
+#undef PARAFLOW_KERNEL_ENUMERATOR
+
+const char* kernel_op_name(KernelOp op);
+
+// How a matmul's weight is laid out. Linear layers store [in, out] (Hugging Face's Conv1D);
+// the tied language-model head reuses the embedding table, which is [out, in].
+enum class WeightLayout : uint8_t { in_out, out_in };
+
+// ---- token + position embedding ----
+// out (N=B*T, C) = wte[tokens[b,t]] + wpe[position0 + t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C)
+struct EmbeddingForward {
+  static constexpr KernelOp op = KernelOp::embedding_forward;
+  Tensor out, tokens, wte, wpe;
+  int64_t position0 = 0;
+  DType dtype() const { return wte.dtype(); }
+};
+struct EmbeddingBackward {
+  static constexpr KernelOp op = KernelOp::embedding_backward;
+  Tensor dwte, dwpe, dout, tokens;
+  DType dtype() const { return dwte.dtype(); }
+};
+
+// ---- layernorm over the last axis ----
+// out (N,C); mean, rstd (N) f32, saved for backward; weight, bias (C) f32. inp, out, dinp and dout
+// share the storage type dtype() (f32, bf16 or f16: the mixed-precision policies').
+struct LayernormForward {
+  static constexpr KernelOp op = KernelOp::layernorm_forward;
+  Tensor out, mean, rstd, inp, weight, bias;
+  float eps = 1e-5f;
+  DType dtype() const { return inp.dtype(); }
+};
+struct LayernormBackward {
+  static constexpr KernelOp op = KernelOp::layernorm_backward;
+  Tensor dinp, dweight, dbias, dout, inp, weight, mean, rstd;
+  bool accumulate_dinp = false;
+  DType dtype() const { return inp.dtype(); }
+};
+
+// ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
+// W is [C,OC] (in_out) or [OC,C] (out_in); bias (OC) f32 may be undefined. With gelu, `pre`
+// (N,OC) keeps the pre-activation for backward. dtype() is the operands' type (inp and weight);
+// out and pre are f32 or that type.
+struct MatmulForward {
+  static constexpr KernelOp op = KernelOp::matmul_forward;
+  Tensor out, pre, inp, weight, bias;
+  WeightLayout layout = WeightLayout::in_out;
+  bool gelu = false;
+  DType dtype() const { return inp.dtype(); }
+};
+// dinp (N,C) (+)= dout · W^T (dinp may be undefined); dweight += inp^T · dout (or its transpose);
+// dbias += column sums of dout (may be undefined). dout (N,OC) f32: with gelu it is overwritten
+// with the pre-activation gradient (it is not used again). Gradients are f32.
+struct MatmulBackward {
+  static constexpr KernelOp op = KernelOp::matmul_backward;
+  Tensor dinp, dweight, dbias, dout, inp, weight, pre;
+  WeightLayout layout = WeightLayout::in_out;
+  bool gelu = false;
+  bool accumulate_dinp = false;
+  DType dtype() const { return inp.dtype(); }
+};
+
+// ---- causal multi-head self-attention ----
+// qkv (B,T,3C) holds q,k,v for n_head heads of C/n_head; out (B,T,C); probs (B,NH,T,T) saved.
+// probs = softmax(scale * q·k^T) over the causal keys; GPT-2's scale is 1/sqrt(C/NH).
+struct AttentionForward {
+  static constexpr KernelOp op = KernelOp::attention_forward;
+  Tensor out, probs, qkv;
+  int64_t n_head = 1;
+  float scale = 1.0f;
+  DType dtype() const { return qkv.dtype(); }
+};
+struct AttentionBackward {
+  static constexpr KernelOp op = KernelOp::attention_backward;
+  Tensor dqkv, dout, qkv, probs;
+  int64_t n_head = 1;
+  float scale = 1.0f;
+  bool accumulate_dqkv = false;
+  DType dtype() const { return qkv.dtype(); }
+};
+
+// Generation with a KV cache: qkv (B,Tn,3C) holds Tn new positions starting at `past`; their
+// k and v are stored into k_cache, v_cache (B,NH,max_T,hs) at [past, past+Tn), then new
+// position t attends causally over cached positions [0, past+t]. out (B,Tn,C).
+struct AttentionCachedForward {
+  static constexpr KernelOp op = KernelOp::attention_cached_forward;
+  Tensor out, qkv, k_cache, v_cache;
+  int64_t n_head = 1;
+  float scale = 1.0f;
+  int64_t past = 0;
+  DType dtype() const { return qkv.dtype(); }
+};
+
+// ---- residual: out = a + b, all of one storage type (f32, bf16 or f16) ----
+struct AddForward {
+  static constexpr KernelOp op = KernelOp::add_forward;
+  Tensor out, a, b;
+  DType dtype() const { return out.dtype(); }
+};
+// da (+)= dout; db (+)= dout
+struct AddBackward {
+  static constexpr KernelOp op = KernelOp::add_backward;
+  Tensor da, db, dout;
+  bool accumulate_a = false, accumulate_b = false;
+  DType dtype() const { return dout.dtype(); }
+};
+
+// ---- softmax cross-entropy fused over the vocabulary ----
+// logits (N,V) -> losses (N) and stats (N,2) = (row max, log-sum-exp) saved for backward, so
+// the probabilities are never stored; targets (N) i32, a negative target is ignored.
+struct SoftmaxXentForward {
+  static constexpr KernelOp op = KernelOp::softmax_xent_forward;
+  Tensor losses, stats, logits, targets;
+  DType dtype() const { return logits.dtype(); }
+};
+// dlogits (+)= (softmax(logits) - onehot(target)) * dlosses[n]
+struct SoftmaxXentBackward {
+  static constexpr KernelOp op = KernelOp::softmax_xent_backward;
+  Tensor dlogits, logits, stats, targets, dlosses;
+  bool accumulate = false;
+  DType dtype() const { return logits.dtype(); }
+};
+
+// ---- precision ----
+// dst (+)= convert(src), same element count, between f32, bf16 and f16 (round to nearest even;
+// f16 overflows to inf). With accumulate, the sum is formed in f32 and rounded once to dst's type.
+struct Cast {
+  static constexpr KernelOp op = KernelOp::cast;
+  Tensor src, dst;
+  bool accumulate = false;
+  DType dtype() const { return src.dtype(); }
+};
+
+// ---- optimizer (f32) ----
+// *result = sum of squares of x, accumulated in double; result is host memory.
+struct SumSquares {
+  static constexpr KernelOp op = KernelOp::sum_squares;
+  Tensor x;
+  double* result = nullptr;
+  DType dtype() const { return x.dtype(); }
+};
+// x *= factor
+struct Scale {
+  static constexpr KernelOp op = KernelOp::scale;
+  Tensor x;
+  float factor = 1.0f;
+  DType dtype() const { return x.dtype(); }
+};
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // 1-based, for bias correction
+};
+// Decoupled weight decay (torch.optim.AdamW's update order); grad is read, m and v updated.
+// param, grad, m, v: the same element count, f32.
+struct AdamWUpdate {
+  static constexpr KernelOp op = KernelOp::adamw_update;
+  Tensor param, grad, m, v;
+  AdamWParams params{};
+  DType dtype() const { return param.dtype(); }
+};
+
+}  // namespace paraflow

@@ -1,0 +1,21 @@
+#include "train/batch_source.h"
+
+namespace paraflow::train {
+
+double forward_batch(graph::Executor& executor, const model::GptGraph& graph, BatchSource& data,
+                     const BatchPosition& position) {
+  Backend& backend = executor.backend();
+  const Tensor& tokens = executor.tensor(graph.tokens);
+  const Tensor& targets = executor.tensor(graph.targets);
+  Tensor host_tokens = backend.on_host(tokens), host_targets = backend.on_host(targets);
+  data.batch(position.index, position.seed, position.validation, position.slice, position.slices, host_tokens,
+             host_targets);
+  backend.upload(host_tokens.raw(), tokens);
+  backend.upload(host_targets.raw(), targets);
+  executor.forward();
+  double sum = 0;
+  for (float loss : backend.download<float>(executor.tensor(graph.losses))) sum += loss;
+  return sum / static_cast<double>(targets.numel());
+}
+
+}  // namespace paraflow::train
