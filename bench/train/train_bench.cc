@@ -1,6 +1,6 @@
 // Training throughput of paraflow on a GPT config (default: gpt-small of issue #2), with the
 // sgemm peak of both CPU GEMM engines measured in the same run, MFU against the best of them,
-// and the peak RSS. Prints one `key value` per line for bench/train/compare_torch.py.
+// and the peak RSS. Prints one `key value` per line for bench/train/compare_peers.py.
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/resource.h>

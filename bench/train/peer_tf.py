@@ -1,0 +1,96 @@
+"""TensorFlow/Keras peer of paraflow's train_bench: GPT-2 written with Keras layers (token and
+position embeddings, pre-LN blocks with keras.layers.MultiHeadAttention under a causal mask
+(separate q/k/v projections: the same parameter count as GPT-2's fused c_attn), tanh-GELU MLP,
+final LayerNorm, lm_head tied to the token embedding), trained by a custom tf.function step
+(not model.fit): AdamW(6e-4, betas 0.9/0.95, wd 0.1), global-norm gradient clipping at 1.0,
+random tokens. float32 or the mixed_bfloat16 Keras policy, with or without XLA (--xla:
+jit_compile=True). Run by compare_peers.py, one mode per process (the policy is global); alone:
+
+    .venv-data/bin/python bench/train/peer_tf.py --threads 2 [--precision mixed_bfloat16] [--xla] [--steps 10]
+"""
+import functools
+import os
+
+import peer_common
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+class TiedEmbedding(keras.layers.Embedding):
+    """Token embedding whose transpose is also the lm_head (reverse=True)."""
+
+    def call(self, inputs, reverse=False):
+        if reverse:
+            return tf.matmul(inputs, tf.cast(self.embeddings, self.compute_dtype), transpose_b=True)
+        return super().call(inputs)
+
+
+class Block(keras.layers.Layer):
+    def __init__(self, n_embd, n_head, **kwargs):
+        super().__init__(**kwargs)
+        init = keras.initializers.RandomNormal(stddev=0.02)
+        self.ln_1 = keras.layers.LayerNormalization(epsilon=1e-5)
+        self.attn = keras.layers.MultiHeadAttention(n_head, n_embd // n_head, kernel_initializer=init)
+        self.ln_2 = keras.layers.LayerNormalization(epsilon=1e-5)
+        self.fc = keras.layers.Dense(4 * n_embd, kernel_initializer=init,
+                                     activation=functools.partial(keras.activations.gelu, approximate=True))
+        self.proj = keras.layers.Dense(n_embd, kernel_initializer=init)
+
+    def call(self, x):
+        h = self.ln_1(x)
+        x = x + self.attn(h, h, use_causal_mask=True)
+        return x + self.proj(self.fc(self.ln_2(x)))
+
+
+class Gpt(keras.Model):
+    def __init__(self, args, **kwargs):
+        super().__init__(**kwargs)
+        init = keras.initializers.RandomNormal(stddev=0.02)
+        self.wte = TiedEmbedding(args.vocab, args.n_embd, embeddings_initializer=init)
+        self.wpe = keras.layers.Embedding(args.n_ctx, args.n_embd, embeddings_initializer=init)
+        self.blocks = [Block(args.n_embd, args.n_head) for _ in range(args.n_layer)]
+        self.ln_f = keras.layers.LayerNormalization(epsilon=1e-5)
+
+    def call(self, tokens):
+        x = self.wte(tokens) + self.wpe(tf.range(tf.shape(tokens)[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.wte(self.ln_f(x), reverse=True)
+
+
+def main():
+    arguments = peer_common.parser(__doc__)
+    arguments.add_argument("--xla", action="store_true", help="jit_compile=True")
+    args = arguments.parse_args()
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    keras.mixed_precision.set_global_policy(args.precision)
+    keras.utils.set_random_seed(0)
+    model = Gpt(args)
+    model(tf.zeros((1, 1), tf.int32))  # creates the variables outside the compiled step
+    optimizer = keras.optimizers.AdamW(learning_rate=6e-4, beta_1=0.9, beta_2=0.95, epsilon=1e-8, weight_decay=0.1)
+    optimizer.build(model.trainable_variables)
+
+    @tf.function(jit_compile=args.xla)
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(x, training=True), tf.float32)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        gradients, _ = tf.clip_by_global_norm(tape.gradient(loss, model.trainable_variables), 1.0)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    def step():
+        x = tf.random.uniform((args.batch, args.n_ctx), maxval=args.vocab, dtype=tf.int32)
+        y = tf.random.uniform((args.batch, args.n_ctx), maxval=args.vocab, dtype=tf.int32)
+        float(train_step(x, y))  # waits for the step
+
+    parameters = sum(int(tf.size(v)) for v in model.trainable_variables)
+    peer_common.measure(step, args, f"{tf.__version__} (Keras {keras.__version__})", parameters)
+
+
+if __name__ == "__main__":
+    main()

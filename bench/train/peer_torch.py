@@ -1,0 +1,46 @@
+"""PyTorch peer of paraflow's train_bench: transformers' GPT2LMHeadModel (tied lm_head, no
+dropout), AdamW(6e-4, betas 0.9/0.95, wd 0.1), gradient clipping at 1.0, random tokens; eager
+float32, or bf16 autocast around forward and loss (weights, gradients and optimizer in f32).
+Run by compare_peers.py; alone:
+
+    .venv-ref/bin/python bench/train/peer_torch.py --threads 2 [--precision mixed_bfloat16] [--steps 10]
+"""
+import os
+
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # read when torch loads its OpenMP runtime; the faster setting here
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import peer_common  # noqa: E402
+
+
+def main():
+    args = peer_common.parser(__doc__).parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=args.vocab, n_positions=args.n_ctx, n_embd=args.n_embd,
+                                     n_layer=args.n_layer, n_head=args.n_head,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    bf16 = args.precision == "mixed_bfloat16"
+
+    def step():
+        x = torch.randint(0, args.vocab, (args.batch, args.n_ctx))
+        y = torch.randint(0, args.vocab, (args.batch, args.n_ctx))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, args.vocab), y.view(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    capability = [line for line in torch.__config__.show().splitlines() if "CPU capability" in line]
+    print(f"isa {capability[0].strip(' -') if capability else 'unknown'}")
+    peer_common.measure(step, args, torch.__version__, sum(p.numel() for p in model.parameters()))
+
+
+if __name__ == "__main__":
+    main()
