@@ -73,15 +73,16 @@ struct MatmulForward {
   bool gelu = false;
   DType dtype() const { return inp.dtype(); }
 };
-// dinp (N,C) (+)= dout · W^T (dinp may be undefined); dweight += inp^T · dout (or its transpose);
-// dbias += column sums of dout (may be undefined). dout (N,OC) f32: with gelu it is overwritten
-// with the pre-activation gradient (it is not used again). Gradients are f32.
+// dinp (N,C) (+)= dout · W^T (dinp may be undefined); dweight (+)= inp^T · dout (or its
+// transpose); dbias += column sums of dout (may be undefined). Gradients have their values'
+// types (f32, or bf16 for bf16 operands); dbias is f32. An f32 dout is overwritten, with gelu,
+// by the pre-activation gradient (it is not used again).
 struct MatmulBackward {
   static constexpr KernelOp op = KernelOp::matmul_backward;
   Tensor dinp, dweight, dbias, dout, inp, weight, pre;
   WeightLayout layout = WeightLayout::in_out;
   bool gelu = false;
-  bool accumulate_dinp = false;
+  bool accumulate_dinp = false, accumulate_dweight = true;
   DType dtype() const { return inp.dtype(); }
 };
 

@@ -110,8 +110,9 @@ std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy
   for (int32_t n : forward_nodes) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];
     const ValueId out = node.outputs.front();
-    // An op reading 16-bit inputs writes its activation in 16 bits too.
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
+    // An op reading 16-bit inputs writes its activation in 16 bits too, unless it must stay f32
+    // (the logits: only ops that can write f32 from 16-bit inputs, like matmul, may produce those).
+    for (size_t i = 0; i < node.inputs.size() && !keep_f32.count(out); ++i) {
       const OpDef& def = op_def(node.kind);
       if (def.accepts_half_input(i) && def.runs_in(backend, half) && graph.value(node.inputs[i]).dtype == half) {
         graph.value(out).dtype = half;

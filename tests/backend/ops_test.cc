@@ -109,7 +109,8 @@ TEST_P(OpsTest, Matmul) {
     // dx accumulates onto a non-zero start in one case and is assigned over garbage in the others.
     Vec dx_start = mc.transposed ? random_vector(rng, N * C) : Vec(N * C, 0.0);
     Tensor dx = mc.transposed ? put(dx_start, {N, C}) : garbage({N, C});
-    Tensor dw = zeros(w_t.shape()), db = mc.bias ? zeros({OC}) : Tensor();
+    // dW is assigned over garbage in the GELU case (its first writer), accumulated onto zeros otherwise.
+    Tensor dw = mc.gelu ? garbage(w_t.shape()) : zeros(w_t.shape()), db = mc.bias ? zeros({OC}) : Tensor();
     backend().launch(MatmulBackward{.dinp = dx,
                                     .dweight = dw,
                                     .dbias = db,
@@ -119,7 +120,8 @@ TEST_P(OpsTest, Matmul) {
                                     .pre = pre,
                                     .layout = layout,
                                     .gelu = mc.gelu,
-                                    .accumulate_dinp = mc.transposed});
+                                    .accumulate_dinp = mc.transposed,
+                                    .accumulate_dweight = !mc.gelu});
     Vec ref_out, ref_dx = dx_start, ref_dw(C * OC), ref_db(OC);
     reference::matmul_forward(ref_out, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed, mc.gelu);
     reference::matmul_backward(ref_dx, ref_dw, &ref_db, dout, x, w, mc.bias ? &b : nullptr, N, C, OC, mc.transposed,
@@ -289,6 +291,77 @@ TEST_P(OpsTest, LayerNormAndResidualIn16Bits) {
     check(to_vec(sum), ref_sum, "add out");
     check(to_vec(da), dyv, "add da (assigned)");
     check(to_vec(dc), ref_dc, "add db (accumulated)");
+  }
+}
+
+// Matmul with bf16 operands (f32 accumulation), where the backend has it: the linear layers'
+// case (GELU and bias, bf16 output and gradients) and the tied lm_head's (transposed weight, f32
+// logits and logit gradients, dx accumulated). Inputs are rounded to bf16 and the float64
+// reference runs on the rounded values, so what remains is the kernel's own error: rounding its
+// outputs and the bf16 copy of the output gradient it multiplies with (each <= u = eps/2 per
+// element, independent): bound 2 eps norm-wise; the bias gradient, summed in f32, gets f32's bound.
+TEST_P(OpsTest, MatmulWithBf16Operands) {
+  if (!backend().supports(KernelOp::matmul_forward, DType::bf16)) {
+    GTEST_SKIP() << backend().name() << " has no bf16 matmul on this CPU (no AVX512_BF16 or AMX)";
+  }
+  const double epsilon = 0x1.0p-7;
+  auto to_bf16 = [&](const Vec& values, Shape shape) {
+    Tensor half = zeros(shape, DType::bf16);
+    backend().launch(Cast{.src = put(values, shape), .dst = half});
+    return half;
+  };
+  auto values = [&](const Tensor& tensor) {
+    if (tensor.dtype() == DType::f32) return get(tensor);
+    Tensor f32 = zeros(tensor.shape());
+    backend().launch(Cast{.src = tensor, .dst = f32});
+    return get(f32);
+  };
+  auto check = [&](const Vec& actual, const Vec& expected, double bound, const char* what) {
+    double error = testing::relative_error(actual, expected);
+    std::printf("  bf16 %-34s rel err %.3e (bound %.3e)\n", what, error, bound);
+    EXPECT_LE(error, bound) << what;
+  };
+  const int64_t N = d.B * d.T, C = d.C, OC = 3 * d.C + 1;
+  for (bool lm_head : {false, true}) {
+    SCOPED_TRACE(lm_head ? "lm_head" : "linear with GELU");
+    const DType out_dtype = lm_head ? DType::f32 : DType::bf16;
+    const Shape w_shape = lm_head ? Shape{OC, C} : Shape{C, OC};
+    Tensor x = to_bf16(random_vector(rng, N * C), {N, C}), w = to_bf16(random_vector(rng, C * OC, 0.2), w_shape);
+    Vec b = random_vector(rng, OC);
+    Tensor out = zeros({N, OC}, out_dtype), pre = lm_head ? Tensor() : zeros({N, OC});
+    const WeightLayout layout = lm_head ? WeightLayout::out_in : WeightLayout::in_out;
+    backend().launch(MatmulForward{.out = out,
+                                   .pre = pre,
+                                   .inp = x,
+                                   .weight = w,
+                                   .bias = lm_head ? Tensor() : put(b, {OC}),
+                                   .layout = layout,
+                                   .gelu = !lm_head});
+    Vec dx_start = lm_head ? values(to_bf16(random_vector(rng, N * C), {N, C})) : Vec(N * C, 0.0);
+    Tensor dx = lm_head ? to_bf16(dx_start, {N, C}) : zeros({N, C}, DType::bf16);
+    Tensor dout = lm_head ? put(random_vector(rng, N * OC), {N, OC}) : to_bf16(random_vector(rng, N * OC), {N, OC});
+    Tensor dw = zeros(w_shape, DType::bf16), db = lm_head ? Tensor() : zeros({OC});
+    const Vec dout_values = values(dout);
+    backend().launch(MatmulBackward{.dinp = dx,
+                                    .dweight = dw,
+                                    .dbias = db,
+                                    .dout = dout,
+                                    .inp = x,
+                                    .weight = w,
+                                    .pre = pre,
+                                    .layout = layout,
+                                    .gelu = !lm_head,
+                                    .accumulate_dinp = lm_head,
+                                    .accumulate_dweight = false});
+    Vec ref_out, ref_dx = dx_start, ref_dw(C * OC), ref_db(OC);
+    const Vec xv = values(x), wv = values(w);
+    reference::matmul_forward(ref_out, xv, wv, lm_head ? nullptr : &b, N, C, OC, lm_head, !lm_head);
+    reference::matmul_backward(ref_dx, ref_dw, &ref_db, dout_values, xv, wv, lm_head ? nullptr : &b, N, C, OC, lm_head,
+                               !lm_head);
+    check(values(out), ref_out, lm_head ? testing::f32_tolerance(C) : 2 * epsilon, "out");
+    check(values(dx), ref_dx, 2 * epsilon, lm_head ? "dx (accumulated)" : "dx");
+    check(values(dw), ref_dw, 2 * epsilon, "dweight");
+    if (!lm_head) check(get(db), ref_db, testing::f32_tolerance(N), "dbias");
   }
 }
 

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
 #include "base/error.h"
@@ -35,6 +36,12 @@ void register_cpu_kernels(KernelRegistry& registry) {
   add_storage_kernels(DType::f32, float{});
   add_storage_kernels(DType::bf16, cpu::BFloat16{});
   add_storage_kernels(DType::f16, cpu::Float16{});
+  // bf16 GEMMs only where the CPU multiplies bf16 natively: elsewhere oneDNN would emulate them
+  // more slowly than f32, and the precision policy falls back to f32 copies (supports() is false).
+  if (cpu::has_native_bf16()) {
+    registry.add(cpu, DType::bf16, &cpu::matmul_forward_bf16);
+    registry.add(cpu, DType::bf16, &cpu::matmul_backward_bf16);
+  }
 }
 
 class CpuBackend final : public Backend {

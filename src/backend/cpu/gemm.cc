@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tuple>
+#include <unordered_map>
 
 #include "base/error.h"
 
@@ -55,18 +55,76 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 
 namespace {
 
-// oneDNN matmul primitives are compiled per shape: build each once and keep it.
-struct BiasGemmCache {
-  using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-  std::mutex mutex;
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::map<Key, std::pair<dnnl::matmul, dnnl::matmul::primitive_desc>> primitives;
+// One oneDNN matmul: element types, transpositions, sizes, leading dimensions, a bias or not,
+// and whether the result is added to C (a sum post-op).
+struct MatmulKey {
+  DType ab_dtype, c_dtype;
+  bool trans_a, trans_b;
+  int64_t M, N, K, lda, ldb, ldc;
+  bool bias, accumulate;
+  auto operator<=>(const MatmulKey&) const = default;
 };
 
-BiasGemmCache& bias_gemm_cache() {
-  static BiasGemmCache cache;
+// oneDNN matmul primitives are compiled per shape: each is built once and kept. Primitives may
+// run concurrently (attention calls GEMMs from inside its parallel loop), so the lock covers the
+// lookup only, and each thread has its own stream.
+class MatmulCache {
+ public:
+  const std::pair<dnnl::matmul, dnnl::matmul::primitive_desc>& get(const MatmulKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = primitives_.find(key);
+    if (found == primitives_.end()) found = primitives_.emplace(key, build(key)).first;
+    return found->second;  // std::map nodes stay put while others are inserted
+  }
+  const dnnl::engine& engine() const { return engine_; }
+
+ private:
+  std::pair<dnnl::matmul, dnnl::matmul::primitive_desc> build(const MatmulKey& key) const {
+    using dt = dnnl::memory::data_type;
+    auto type = [](DType dtype) { return dtype == DType::bf16 ? dt::bf16 : dt::f32; };
+    // A (M,K) row-major with stride lda, or, transposed, (K,M) read as (M,K); B likewise (K,N).
+    dnnl::memory::desc a_md({key.M, key.K}, type(key.ab_dtype),
+                            key.trans_a ? dnnl::memory::dims{1, key.lda} : dnnl::memory::dims{key.lda, 1});
+    dnnl::memory::desc b_md({key.K, key.N}, type(key.ab_dtype),
+                            key.trans_b ? dnnl::memory::dims{1, key.ldb} : dnnl::memory::dims{key.ldb, 1});
+    dnnl::memory::desc c_md({key.M, key.N}, type(key.c_dtype), dnnl::memory::dims{key.ldc, 1});
+    dnnl::primitive_attr attributes;
+    if (key.accumulate) {
+      dnnl::post_ops sum;
+      sum.append_sum(1.0f);
+      attributes.set_post_ops(sum);
+    }
+    dnnl::matmul::primitive_desc pd =
+        key.bias ? dnnl::matmul::primitive_desc(
+                       dnnl::matmul::desc(a_md, b_md, dnnl::memory::desc({1, key.N}, dt::f32, {key.N, 1}), c_md),
+                       attributes, engine_)
+                 : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attributes, engine_);
+    return {dnnl::matmul(pd), pd};
+  }
+
+  std::mutex mutex_;
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  std::map<MatmulKey, std::pair<dnnl::matmul, dnnl::matmul::primitive_desc>> primitives_;
+};
+
+MatmulCache& matmul_cache() {
+  static MatmulCache cache;
   return cache;
+}
+
+void run_matmul(const MatmulKey& key, const void* A, const void* B, const float* bias, void* C) {
+  MatmulCache& cache = matmul_cache();
+  const auto& [primitive, pd] = cache.get(key);
+  thread_local dnnl::stream stream(cache.engine());
+  dnnl::memory a(pd.src_desc(), cache.engine(), const_cast<void*>(A));
+  dnnl::memory b(pd.weights_desc(), cache.engine(), const_cast<void*>(B));
+  dnnl::memory c(pd.dst_desc(), cache.engine(), C);
+  std::unordered_map<int, dnnl::memory> arguments{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+  if (bias != nullptr) {
+    arguments.emplace(DNNL_ARG_BIAS, dnnl::memory(pd.bias_desc(), cache.engine(), const_cast<float*>(bias)));
+  }
+  primitive.execute(stream, arguments);
+  stream.wait();
 }
 
 }  // namespace
@@ -74,29 +132,32 @@ BiasGemmCache& bias_gemm_cache() {
 bool sgemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                 int64_t ldb, const float* bias, float* C, int64_t ldc) {
   if (gemm_engine() != GemmEngine::onednn) return false;
-  using dt = dnnl::memory::data_type;
-  BiasGemmCache& cache = bias_gemm_cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  BiasGemmCache::Key key{trans_b, M, N, K, lda, ldb, ldc};
-  auto found = cache.primitives.find(key);
-  if (found == cache.primitives.end()) {
-    dnnl::memory::desc a_md({M, K}, dt::f32, dnnl::memory::dims{lda, 1});
-    // B is (K,N): row-major with stride ldb, or, transposed, (N,K) row-major read as (K,N).
-    dnnl::memory::desc b_md({K, N}, dt::f32, trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-    dnnl::memory::desc bias_md({1, N}, dt::f32, dnnl::memory::dims{N, 1});
-    dnnl::memory::desc c_md({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), cache.engine);
-    found = cache.primitives.emplace(key, std::make_pair(dnnl::matmul(pd), pd)).first;
-  }
-  const auto& [primitive, pd] = found->second;
-  dnnl::memory a(pd.src_desc(), cache.engine, const_cast<float*>(A));
-  dnnl::memory b(pd.weights_desc(), cache.engine, const_cast<float*>(B));
-  dnnl::memory bias_memory(pd.bias_desc(), cache.engine, const_cast<float*>(bias));
-  dnnl::memory c(pd.dst_desc(), cache.engine, C);
-  primitive.execute(cache.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, bias_memory},
-                                   {DNNL_ARG_DST, c}});
-  cache.stream.wait();
+  run_matmul({DType::f32, DType::f32, false, trans_b, M, N, K, lda, ldb, ldc, true, false}, A, B, bias, C);
   return true;
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, const float* bias, bool accumulate, void* C, DType c_dtype, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  run_matmul({DType::bf16, c_dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, bias != nullptr, accumulate}, A, B,
+             bias, C);
+}
+
+bool has_native_bf16() {
+  const auto isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<int>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+std::string onednn_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    default: return "other (dnnl_cpu_isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) + ")";
+  }
 }
 
 }  // namespace paraflow::cpu

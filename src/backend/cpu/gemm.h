@@ -1,10 +1,13 @@
-// Single-precision GEMM on the CPU, row-major: C = alpha * op(A) · op(B) + beta * C.
-// Two engines from Debian are linked, OpenBLAS and oneDNN; bench/gemm_engines measures both on
-// our shapes and the faster is the default. PARAFLOW_GEMM=openblas|onednn picks one at run time.
+// GEMMs on the CPU, row-major. Single precision: C = alpha * op(A) · op(B) + beta * C through one
+// of two engines from Debian, OpenBLAS or oneDNN; bench/train/train_bench measures both (its
+// sgemm_gflops lines) and oneDNN, the faster, is the default. PARAFLOW_GEMM=openblas|onednn picks
+// one at run time. bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "tensor/dtype.h"
 
 namespace paraflow::cpu {
 
@@ -18,6 +21,16 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 // Returns false when the engine cannot (OpenBLAS): the caller then adds the bias itself.
 bool sgemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                 int64_t ldb, const float* bias, float* C, int64_t ldc);
+
+// C (M,N) (+)= op(A) · op(B) [+ bias (N) f32], A and B bf16, f32 accumulation, C f32 or bf16
+// (c_dtype). With accumulate the product is added to C (rounded once, in C's type).
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, const float* bias, bool accumulate, void* C, DType c_dtype, int64_t ldc);
+
+// Whether the CPU multiplies bf16 natively (AVX512_BF16 or AMX), so that bf16 GEMMs beat f32 ones.
+bool has_native_bf16();
+// The instruction set oneDNN dispatches to on this CPU, e.g. "avx512_core_amx".
+std::string onednn_isa_name();
 
 GemmEngine gemm_engine();
 void set_gemm_engine(GemmEngine engine);

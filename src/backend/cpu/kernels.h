@@ -26,6 +26,8 @@ void layernorm_backward(const LayernormBackward& args);
 
 void matmul_forward(const MatmulForward& args);
 void matmul_backward(const MatmulBackward& args);
+void matmul_forward_bf16(const MatmulForward& args);
+void matmul_backward_bf16(const MatmulBackward& args);
 
 void attention_forward(const AttentionForward& args);
 void attention_backward(const AttentionBackward& args);

@@ -1,3 +1,7 @@
+// matmul forward and backward, in f32 (sgemm) and with bf16 operands (oneDNN on AMX or
+// AVX512_BF16, f32 accumulation). The two share their epilogues: the GELU pass after the GEMM,
+// and one pass over the output gradient that applies the GELU's derivative, sums the bias
+// gradient and writes the GEMMs' operand.
 #include <omp.h>
 
 #include <cmath>
@@ -6,6 +10,7 @@
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
 
 namespace paraflow::cpu {
 
@@ -14,51 +19,45 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-}  // namespace
+struct MatmulDims {
+  int64_t N, C, OC;
+  bool transposed;  // weight [OC,C] (out_in) rather than [C,OC]
+  int64_t weight_ld() const { return transposed ? C : OC; }
+};
 
-void matmul_forward(const MatmulForward& args) {
-  const int64_t OC = args.out.shape()[args.out.shape().rank() - 1];
-  const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1], N = args.inp.numel() / C;
-  const bool gelu = args.gelu;
-  const WeightLayout layout = args.layout;
-  const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
-  const float* bias = pointer<float>(args.bias);
-  float *out = pointer<float>(args.out), *pre = pointer<float>(args.pre);
-  // target (N,OC) = inp (N,C) · W, with W [C,OC] (in_out) or [OC,C] (out_in)
-  float* target = gelu ? pre : out;
-  bool transposed = layout == WeightLayout::out_in;
-  // The bias goes into the GEMM's write-back when the engine can: one pass over the output less.
-  if (bias != nullptr && sgemm_bias(transposed, N, OC, C, inp, C, weight, transposed ? C : OC, bias, target, OC)) {
-    bias = nullptr;
-  } else {
-    sgemm(false, transposed, N, OC, C, 1.0f, inp, C, weight, transposed ? C : OC, 0.0f, target, OC);
-  }
-  if (bias == nullptr && !gelu) return;
+template <typename Args>
+MatmulDims dims_of(const Args& args, const Tensor& output) {
+  const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1];
+  return {args.inp.numel() / C, C, output.shape()[output.shape().rank() - 1], args.layout == WeightLayout::out_in};
+}
+
+// out[n, o] = gelu(pre[n, o]) (tanh form), optionally adding the bias to pre first.
+template <typename Out>
+void bias_and_gelu(Out* out, float* pre, const float* bias, bool gelu, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    float* row = target + n * OC;
+    float* row = pre + n * OC;
     if (bias != nullptr) {
 #pragma omp simd
       for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
     }
     if (gelu) {
-      float* out_row = out + n * OC;
+      Out* out_row = out + n * OC;
 #pragma omp simd
       for (int64_t o = 0; o < OC; ++o) {
         float x = row[o];
-        out_row[o] = 0.5f * x * (1.0f + fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x)));
+        out_row[o] = from_float<Out>(0.5f * x * (1.0f + fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x))));
       }
     }
   }
 }
 
-namespace {
-
-// dbias[o] += sum over rows of dout[n, o], optionally after turning dout into the gradient of the
-// GELU's input in place (the same pass over dout serves both). Each thread sums a fixed block of
-// rows into its own partials (contiguous reads), added in thread order: the result is the same
-// on every run with the same thread count.
-void bias_gradient(float* dbias, float* dout, const float* pre, int64_t N, int64_t OC) {
+// One pass over the output gradient dout (N,OC): g = dout · gelu'(pre) (or dout without GELU) is
+// written to `grad` (which may alias dout) and summed into dbias (may be null). Each thread sums a
+// fixed block of rows into its own partials (contiguous reads), added in thread order: the result
+// is the same on every run with the same thread count.
+template <typename In, typename Out>
+void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, int64_t N, int64_t OC) {
   const int threads = omp_get_max_threads();
   std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(threads) * OC : 0, 0.0f);
 #pragma omp parallel num_threads(threads)
@@ -67,19 +66,19 @@ void bias_gradient(float* dbias, float* dout, const float* pre, int64_t N, int64
     float* sums = dbias != nullptr ? partial.data() + static_cast<int64_t>(id) * OC : nullptr;
     const int64_t begin = N * id / threads, end = N * (id + 1) / threads;
     for (int64_t n = begin; n < end; ++n) {
-      float* d = dout + n * OC;
-      if (pre != nullptr) {
-        const float* p = pre + n * OC;
+      const In* d = dout + n * OC;
+      Out* g = grad + n * OC;
+      const float* p = pre != nullptr ? pre + n * OC : nullptr;
 #pragma omp simd
-        for (int64_t o = 0; o < OC; ++o) {
+      for (int64_t o = 0; o < OC; ++o) {
+        float value = to_float(d[o]);
+        if (p != nullptr) {
           float x = p[o];
           float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-          d[o] *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+          value *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
         }
-      }
-      if (sums != nullptr) {
-#pragma omp simd
-        for (int64_t o = 0; o < OC; ++o) sums[o] += d[o];
+        if (sums != nullptr) sums[o] += value;
+        g[o] = from_float<Out>(value);
       }
     }
   }
@@ -91,31 +90,101 @@ void bias_gradient(float* dbias, float* dout, const float* pre, int64_t N, int64
   }
 }
 
+// A per-thread buffer of bf16 values that only grows: the backward pass's GEMM operand when the
+// output gradient is not already bf16 (kept across calls, so no allocation per step).
+uint16_t* bf16_scratch(int64_t count) {
+  thread_local std::vector<uint16_t> buffer;
+  if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
 }  // namespace
 
-void matmul_backward(const MatmulBackward& args) {
-  const int64_t OC = args.dout.shape()[args.dout.shape().rank() - 1];
-  const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1], N = args.inp.numel() / C;
-  const bool gelu = args.gelu, accumulate_dinp = args.accumulate_dinp;
-  const WeightLayout layout = args.layout;
-  const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight), *pre = pointer<float>(args.pre);
-  float *dinp = pointer<float>(args.dinp), *dweight = pointer<float>(args.dweight), *dbias = pointer<float>(args.dbias);
-  float* dout = pointer<float>(args.dout);
-  // dout (N,OC) becomes the gradient of the pre-activation in place (with GELU), and the bias
-  // gradient is summed in the same pass.
-  if (gelu || dbias != nullptr) bias_gradient(dbias, dout, gelu ? pre : nullptr, N, OC);
-  bool transposed = layout == WeightLayout::out_in;
-  if (dinp != nullptr) {
-    // dinp (N,C) (+)= dout (N,OC) · W^T
-    sgemm(false, !transposed, N, C, OC, 1.0f, dout, OC, weight, transposed ? C : OC, accumulate_dinp ? 1.0f : 0.0f,
-          dinp, C);
-  }
-  if (transposed) {
-    // dW [OC,C] += dout^T · inp
-    sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+void matmul_forward(const MatmulForward& args) {
+  const MatmulDims d = dims_of(args, args.out);
+  const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
+  const float* bias = pointer<float>(args.bias);
+  float* target = args.gelu ? pointer<float>(args.pre) : pointer<float>(args.out);
+  // The bias goes into the GEMM's write-back when the engine can: one pass over the output less.
+  if (bias != nullptr && sgemm_bias(d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), bias, target, d.OC)) {
+    bias = nullptr;
   } else {
-    // dW [C,OC] += inp^T · dout
-    sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+    sgemm(false, d.transposed, d.N, d.OC, d.C, 1.0f, inp, d.C, weight, d.weight_ld(), 0.0f, target, d.OC);
+  }
+  if (bias != nullptr || args.gelu) bias_and_gelu(pointer<float>(args.out), target, bias, args.gelu, d.N, d.OC);
+}
+
+void matmul_backward(const MatmulBackward& args) {
+  const MatmulDims d = dims_of(args, args.dout);
+  const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
+  float* dout = pointer<float>(args.dout);
+  // dout becomes the pre-activation gradient in place (with GELU); the bias gradient is summed in
+  // the same pass.
+  if (args.gelu || args.dbias.defined()) {
+    output_gradient(pointer<float>(args.dbias), dout, dout, pointer<float>(args.pre), d.N, d.OC);
+  }
+  if (args.dinp.defined()) {
+    // dinp (N,C) (+)= dout (N,OC) · W^T
+    sgemm(false, !d.transposed, d.N, d.C, d.OC, 1.0f, dout, d.OC, weight, d.weight_ld(),
+          args.accumulate_dinp ? 1.0f : 0.0f, pointer<float>(args.dinp), d.C);
+  }
+  const float beta = args.accumulate_dweight ? 1.0f : 0.0f;
+  if (d.transposed) {
+    // dW [OC,C] (+)= dout^T · inp
+    sgemm(true, false, d.OC, d.C, d.N, 1.0f, dout, d.OC, inp, d.C, beta, pointer<float>(args.dweight), d.C);
+  } else {
+    // dW [C,OC] (+)= inp^T · dout
+    sgemm(true, false, d.C, d.OC, d.N, 1.0f, inp, d.C, dout, d.OC, beta, pointer<float>(args.dweight), d.OC);
+  }
+}
+
+// bf16 operands (inp, weight); out f32 or bf16; pre (with GELU) f32.
+void matmul_forward_bf16(const MatmulForward& args) {
+  const MatmulDims d = dims_of(args, args.out);
+  const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
+  const Tensor& target = args.gelu ? args.pre : args.out;
+  gemm_bf16(false, d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), pointer<float>(args.bias), false,
+            target.device_address(), target.dtype(), d.OC);
+  if (!args.gelu) return;
+  if (args.out.dtype() == DType::bf16) {
+    bias_and_gelu(pointer<BFloat16>(args.out), pointer<float>(args.pre), nullptr, true, d.N, d.OC);
+  } else {
+    bias_and_gelu(pointer<float>(args.out), pointer<float>(args.pre), nullptr, true, d.N, d.OC);
+  }
+}
+
+// bf16 operands (inp, weight); dout f32 or bf16; dinp and dweight f32 or bf16 (the gradients of
+// inp and of the weight's bf16 copy).
+void matmul_backward_bf16(const MatmulBackward& args) {
+  const MatmulDims d = dims_of(args, args.dout);
+  const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
+  // The GEMMs' operand: dout itself when it is bf16 and nothing applies to it, else a bf16 copy
+  // made in the pass that applies the GELU's derivative and sums the bias gradient.
+  const uint16_t* grad = nullptr;
+  const bool bf16_dout = args.dout.dtype() == DType::bf16;
+  if (bf16_dout && !args.gelu && !args.dbias.defined()) {
+    grad = pointer<uint16_t>(args.dout);
+  } else {
+    auto* scratch = reinterpret_cast<BFloat16*>(bf16_scratch(d.N * d.OC));
+    if (bf16_dout) {
+      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<float>(args.pre), d.N,
+                      d.OC);
+    } else {
+      output_gradient(pointer<float>(args.dbias), pointer<float>(args.dout), scratch, pointer<float>(args.pre), d.N,
+                      d.OC);
+    }
+    grad = reinterpret_cast<const uint16_t*>(scratch);
+  }
+  if (args.dinp.defined()) {
+    gemm_bf16(false, !d.transposed, d.N, d.C, d.OC, grad, d.OC, weight, d.weight_ld(), nullptr, args.accumulate_dinp,
+              args.dinp.device_address(), args.dinp.dtype(), d.C);
+  }
+  if (d.transposed) {
+    gemm_bf16(true, false, d.OC, d.C, d.N, grad, d.OC, inp, d.C, nullptr, args.accumulate_dweight,
+              args.dweight.device_address(), args.dweight.dtype(), d.C);
+  } else {
+    gemm_bf16(true, false, d.C, d.OC, d.N, inp, d.C, grad, d.OC, nullptr, args.accumulate_dweight,
+              args.dweight.device_address(), args.dweight.dtype(), d.OC);
   }
 }
 

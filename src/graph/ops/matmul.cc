@@ -60,11 +60,14 @@ class MatmulOp final : public OpDef {
                                   .pre = d.gelu ? t.outputs[1] : Tensor(),
                                   .layout = d.layout,
                                   .gelu = d.gelu,
-                                  .accumulate_dinp = t.accumulate[0]});
+                                  .accumulate_dinp = t.accumulate[0],
+                                  .accumulate_dweight = t.accumulate[1]});
   }
 
   std::vector<KernelOp> kernels() const override { return {KernelOp::matmul_forward, KernelOp::matmul_backward}; }
-  bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool can_assign_input_grad(size_t index) const override { return index < 2; }
+  // x and W: bf16 GEMMs where the backend has them (the bias stays f32).
+  bool accepts_half_input(size_t index) const override { return index < 2; }
   bool backward_reads_input(size_t index) const override { return index < 2; }   // x and W, not the bias
   bool backward_reads_output(size_t index) const override { return index == 1; }  // pre, not out
 };
