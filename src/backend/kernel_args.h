@@ -177,10 +177,11 @@ struct AdamWParams {
   int64_t step;  // 1-based, for bias correction
 };
 // Decoupled weight decay (torch.optim.AdamW's update order); grad is read, m and v updated.
-// param, grad, m, v: the same element count, f32.
+// param, grad, m, v: the same element count, f32. param_copy (may be undefined), bf16 or f16,
+// receives the updated parameters in the same pass: the 16-bit weights the GEMMs read.
 struct AdamWUpdate {
   static constexpr KernelOp op = KernelOp::adamw_update;
-  Tensor param, grad, m, v;
+  Tensor param, grad, m, v, param_copy;
   AdamWParams params{};
   DType dtype() const { return param.dtype(); }
 };

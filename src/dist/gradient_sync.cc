@@ -27,7 +27,9 @@ GradientSync::GradientSync(Communicator& communicator, const graph::Graph& graph
     if (!node.is_backward) continue;
     for (graph::ValueId input : graph.nodes()[static_cast<size_t>(node.forward_node)].inputs) {
       for (size_t s = 0; s < slices_.size(); ++s) {
-        if (graph.value(input).grad == slices_[s].grad) {
+        const graph::ValueId grad = graph.value(input).grad;
+        if (grad != graph::kNoValue &&
+            std::find(slices_[s].grads.begin(), slices_[s].grads.end(), grad) != slices_[s].grads.end()) {
           slices_written_by_node_[n].push_back(s);
           ++writers_per_slice_[s];
         }

@@ -28,7 +28,9 @@
 namespace paraflow::dist {
 
 struct GradientSlice {
-  graph::ValueId grad;  // the gradient value in the graph
+  // The gradient values in the graph that write these elements: a parameter's, and its 16-bit
+  // copy's under a mixed-precision policy (bound to the same memory).
+  std::vector<graph::ValueId> grads;
   int64_t offset;       // its elements in the flat buffer
   int64_t count;
 };

@@ -35,7 +35,8 @@ void add_backward_pass(Graph& graph, ValueId loss) {
     Value& value = graph.value(static_cast<ValueId>(id));
     std::string name = "grad:" + value.name;
     Shape shape = value.shape;
-    DType dtype = value.dtype;
+    // A parameter's gradient is f32 whatever its storage: it goes to the f32 master weights.
+    DType dtype = value.role == ValueRole::parameter ? DType::f32 : value.dtype;
     ValueId grad = graph.add_value(name, shape, dtype, ValueRole::gradient);
     graph.value(static_cast<ValueId>(id)).grad = grad;
   }

@@ -65,13 +65,13 @@ std::pair<ValueId, int32_t> add_cast(Graph& graph, ValueId value, const std::str
 
 }  // namespace
 
-std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
-                                            const Backend& backend) {
-  std::vector<int32_t> cast_backs;
-  if (policy == PrecisionPolicy::float32) return cast_backs;
+PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
+                                     const Backend& backend) {
+  PrecisionPlan plan;
+  if (policy == PrecisionPolicy::float32) return plan;
   const DType half = storage_dtype(policy);
-  // Stores `value` in 16 bits (unless it already is): readers that take 16-bit inputs read that,
-  // the others an f32 copy cast back from it. Cast nodes carry the value's name, so a
+  // Stores activation `value` in 16 bits (unless it already is): readers that take 16-bit inputs
+  // read that, the others an f32 copy cast back from it. Cast nodes carry the value's name, so a
   // transformer block's casts fall inside the block's recompute region.
   auto store_half = [&](ValueId value) {
     std::vector<Reader> readers = readers_of(graph, value, half, backend);
@@ -96,11 +96,26 @@ std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy
     for (const Reader& reader : readers) {
       if (!reader.accepts_half) graph.replace_input(reader.node, value, copy);
     }
-    cast_backs.push_back(node);
+    plan.cast_backs.push_back(node);
   };
 
-  for (size_t v = 0; v < graph.values().size(); ++v) {
-    if (graph.values()[v].role == ValueRole::parameter) store_half(static_cast<ValueId>(v));
+  // Parameters: readers that take 16-bit inputs read a 16-bit copy bound by the caller (no cast
+  // per step); the others keep reading the f32 parameter.
+  const size_t value_count = graph.values().size();
+  for (size_t v = 0; v < value_count; ++v) {
+    const auto parameter = static_cast<ValueId>(v);
+    if (graph.value(parameter).role != ValueRole::parameter) continue;
+    std::vector<Reader> readers = readers_of(graph, parameter, half, backend);
+    ValueId copy = kNoValue;
+    for (const Reader& reader : readers) {
+      if (!reader.accepts_half) continue;
+      if (copy == kNoValue) {
+        const Value& value = graph.value(parameter);
+        copy = graph.add_value(value.name + "." + dtype_name(half), value.shape, half, ValueRole::parameter);
+        plan.half_parameters.emplace_back(parameter, copy);
+      }
+      graph.replace_input(reader.node, parameter, copy);
+    }
   }
   std::vector<int32_t> forward_nodes;
   for (int32_t n : graph.schedule()) {
@@ -120,7 +135,7 @@ std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy
     }
     if (!keep_f32.count(out)) store_half(out);
   }
-  return cast_backs;
+  return plan;
 }
 
 }  // namespace paraflow::graph

@@ -21,11 +21,20 @@ PrecisionPolicy parse_precision_policy(const std::string& name);  // InputError 
 const char* precision_policy_name(PrecisionPolicy policy);
 DType storage_dtype(PrecisionPolicy policy);  // f32, bf16 or f16
 
+struct PrecisionPlan {
+  // The f32 copies cast back from 16-bit activations, to be given to add_recompute_everywhere
+  // after autodiff so that only the 16-bit values live from forward to backward.
+  std::vector<int32_t> cast_backs;
+  // (f32 parameter, its 16-bit copy): a parameter value of its own that the caller binds to a
+  // copy it keeps current (the optimizer writes it with the f32 master weights), and whose
+  // gradient it binds to the f32 parameter's gradient, so both readers' gradients add up there.
+  std::vector<std::pair<ValueId, ValueId>> half_parameters;
+};
+
 // Run on the forward graph, before autodiff. Values in `keep_f32` are left alone. An op reads a
 // 16-bit value directly where it accepts one and `backend` has its kernels in that type; other
-// readers get an f32 copy. Returns the cast-back nodes, to be given to add_recompute_everywhere
-// after autodiff so that only the 16-bit values live from forward to backward.
-std::vector<int32_t> apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
-                                            const Backend& backend);
+// readers of an activation get an f32 copy, other readers of a parameter the f32 parameter.
+PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
+                                     const Backend& backend);
 
 }  // namespace paraflow::graph

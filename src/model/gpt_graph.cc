@@ -82,15 +82,34 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
   return g;
 }
 
-void bind_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
-                     const ParameterSet* gradients) {
-  for (const auto& [name, id] : graph.parameters) {
-    executor.bind(id, parameters.get(name));
-    if (gradients != nullptr) {
-      graph::ValueId grad = graph.graph.value(id).grad;
-      if (grad != graph::kNoValue) executor.bind(grad, gradients->get(name));
+void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {
+  for (const auto& [parameter, copy] : plan.half_parameters) {
+    for (const auto& [name, id] : g.parameters) {
+      if (id == parameter) g.half_parameters[name] = copy;
     }
   }
+}
+
+ParameterSet make_half_parameters(const GptGraph& g, const ParameterSet& parameters, Backend& backend, DType dtype) {
+  if (g.half_parameters.empty()) return {};
+  ParameterSet copy(parameters.specs(), backend, dtype);
+  copy.assign_converted(parameters);
+  return copy;
+}
+
+void bind_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
+                     const ParameterSet* gradients, const ParameterSet* half_parameters) {
+  auto bind = [&](const std::map<std::string, graph::ValueId>& values, const ParameterSet& source) {
+    for (const auto& [name, id] : values) {
+      executor.bind(id, source.get(name));
+      graph::ValueId grad = graph.graph.value(id).grad;
+      if (gradients != nullptr && grad != graph::kNoValue) executor.bind(grad, gradients->get(name));
+    }
+  };
+  bind(graph.parameters, parameters);
+  if (graph.half_parameters.empty()) return;
+  check(half_parameters != nullptr, "the graph reads 16-bit parameter copies but none were given to bind");
+  bind(graph.half_parameters, *half_parameters);
 }
 
 }  // namespace paraflow::model

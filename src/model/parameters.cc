@@ -35,14 +35,14 @@ std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_emb
   return specs;
 }
 
-ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend)
+ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)
     : backend_(&backend), specs_(std::move(specs)) {
   int64_t total = 0;
   for (const TensorSpec& spec : specs_) {
     offsets_.push_back(total);
     total += spec.shape.numel();
   }
-  flat_ = backend.empty(Shape{total}, DType::f32);
+  flat_ = backend.empty(Shape{total}, dtype);
   for (size_t i = 0; i < specs_.size(); ++i) {
     views_.push_back(flat_.slice_flat(offsets_[i], specs_[i].shape.numel()).reshape(specs_[i].shape));
     index_[specs_[i].name] = i;
@@ -53,6 +53,10 @@ const Tensor& ParameterSet::get(const std::string& name) const {
   auto found = index_.find(name);
   if (found == index_.end()) throw Error("model has no tensor named '" + name + "'");
   return views_[found->second];
+}
+
+void ParameterSet::assign_converted(const ParameterSet& source) {
+  backend_->launch(Cast{.src = source.flat_, .dst = flat_});
 }
 
 ParameterSet ParameterSet::on_host() const {

@@ -29,7 +29,7 @@ std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_emb
 class ParameterSet {
  public:
   ParameterSet() = default;
-  ParameterSet(std::vector<TensorSpec> specs, Backend& backend);
+  ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype = DType::f32);
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const Tensor& flat() const { return flat_; }
@@ -38,6 +38,8 @@ class ParameterSet {
   int64_t offset_of(size_t index) const { return offsets_[index]; }
   int64_t numel() const { return flat_.numel(); }
 
+  // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
+  void assign_converted(const ParameterSet& source);
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
   // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards).

@@ -23,7 +23,8 @@ double AdamW::clip_factor(double norm) const {
   return config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6) : 1.0;
 }
 
-void AdamW::update(const Tensor& parameters, const Tensor& grads, double lr, float grad_scale) {
+void AdamW::update(const Tensor& parameters, const Tensor& grads, const Tensor& half_copy, double lr,
+                   float grad_scale) {
   ++steps_taken_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     // The part of tensor i inside [begin, end).
@@ -39,6 +40,7 @@ void AdamW::update(const Tensor& parameters, const Tensor& grads, double lr, flo
                                 .grad = grad,
                                 .m = m_.slice_flat(first - begin_, last - first),
                                 .v = v_.slice_flat(first - begin_, last - first),
+                                .param_copy = half_copy.defined() ? half_copy.slice_flat(first, last - first) : Tensor(),
                                 .params = params});
   }
 }

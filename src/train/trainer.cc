@@ -85,15 +85,19 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
                                 config_.precision, backend_);
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
-  model::bind_parameters(*executor_, graph_, parameters_, &gradients_);
+  half_parameters_ =
+      model::make_half_parameters(graph_, parameters_, backend_, graph::storage_dtype(config_.precision));
+  model::bind_parameters(*executor_, graph_, parameters_, &gradients_, &half_parameters_);
   loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
   executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
   if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(model::gpt_tensor_specs(model_config_), backend);
 
   std::vector<dist::GradientSlice> slices_of_grads;
   for (size_t i = 0; i < parameters_.specs().size(); ++i) {
-    graph::ValueId grad = graph_.graph.value(graph_.parameters.at(parameters_.specs()[i].name)).grad;
-    slices_of_grads.push_back({grad, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
+    const std::string& name = parameters_.specs()[i].name;
+    std::vector<graph::ValueId> grads{graph_.graph.value(graph_.parameters.at(name)).grad};
+    if (graph_.half_parameters.count(name)) grads.push_back(graph_.graph.value(graph_.half_parameters.at(name)).grad);
+    slices_of_grads.push_back({grads, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
   }
   dist::GradientSyncConfig sync_config = config_.sync;
   sync_config.zero = config_.sync.zero && communicator_.size() > 1;
@@ -195,6 +199,7 @@ bool Trainer::initialize_or_resume() {
   loss_scaler_.skipped_steps = counters["skipped"].get<int64_t>();
   data_.restore(nlohmann::json::parse(sync_->broadcast(data_state, 0)));
   step_ = counters["step"].get<int64_t>();
+  refresh_half_parameters();
   return step_ > 0;
 }
 
@@ -234,13 +239,21 @@ StepStats Trainer::step() {
   const bool apply = !scales_loss() || loss_scaler_.update(std::isfinite(squares));
   stats.skipped = !apply;
   if (apply) {
-    optimizer_->update(parameters_.flat(), grads, stats.lr,
+    optimizer_->update(parameters_.flat(), grads, half_parameters_.flat(), stats.lr,
                        static_cast<float>(optimizer_->clip_factor(stats.grad_norm) * unscale));
-    if (zero()) sync_->all_gather_shards(parameters_.flat().device_data<float>());
+    if (zero()) {
+      sync_->all_gather_shards(parameters_.flat().device_data<float>());
+      refresh_half_parameters();  // the optimizer wrote this rank's shard of them only
+    }
   }
   ++step_;
   stats.seconds = seconds_since(start);
   return stats;
+}
+
+void Trainer::refresh_half_parameters() {
+  if (half_parameters_.specs().empty()) return;
+  half_parameters_.assign_converted(parameters_);
 }
 
 double Trainer::evaluate(int64_t batches) {

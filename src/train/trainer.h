@@ -93,6 +93,8 @@ class Trainer {
   const model::GptGraph& gpt_graph() const { return graph_; }
 
  private:
+  // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
+  void refresh_half_parameters();
   bool is_chief() const { return communicator_.rank() == 0; }
   bool zero() const { return config_.sync.zero && communicator_.size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
@@ -112,6 +114,9 @@ class Trainer {
   dist::Communicator& communicator_;
   int64_t micro_batch_ = 0;
   model::ParameterSet parameters_, gradients_, accumulated_;
+  // The 16-bit weights the GEMMs read under a mixed policy (empty under float32), rewritten by
+  // the optimizer from the f32 master weights in parameters_.
+  model::ParameterSet half_parameters_;
   std::unique_ptr<graph::Executor> executor_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;

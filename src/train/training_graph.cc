@@ -12,7 +12,8 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
                                      const Backend& backend) {
   model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence);
   // The logits and the loss stay in f32.
-  std::vector<int32_t> cast_backs = graph::apply_precision_policy(g.graph, precision, {g.logits, g.losses}, backend);
+  graph::PrecisionPlan plan = graph::apply_precision_policy(g.graph, precision, {g.logits, g.losses}, backend);
+  model::name_half_parameters(g, plan);
   graph::add_backward_pass(g.graph, g.losses);
   std::vector<std::vector<int32_t>> regions = graph::recompute_regions(g.graph, recompute);
   graph::add_recompute(g.graph, regions);
@@ -20,7 +21,7 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
   std::set<int32_t> covered;
   for (const auto& region : regions) covered.insert(region.begin(), region.end());
   std::vector<std::vector<int32_t>> casts;
-  for (int32_t node : cast_backs) {
+  for (int32_t node : plan.cast_backs) {
     if (!covered.count(node)) casts.push_back({node});
   }
   graph::add_recompute_everywhere(g.graph, casts);

@@ -48,7 +48,8 @@ std::vector<double> logits(PrecisionPolicy policy, const model::ParameterSet& pa
   model::GptGraph g = train::build_training_graph(config, 1, static_cast<int64_t>(tokens.size()), "none", policy,
                                                         cpu_backend());
   graph::Executor executor(g.graph, cpu_backend());
-  model::bind_parameters(executor, g, parameters, nullptr);
+  model::ParameterSet half = model::make_half_parameters(g, parameters, cpu_backend(), graph::storage_dtype(policy));
+  model::bind_parameters(executor, g, parameters, nullptr, &half);
   executor.keep(g.logits);
   std::copy(tokens.begin(), tokens.end(), executor.tensor(g.tokens).data<int32_t>());
   executor.forward();

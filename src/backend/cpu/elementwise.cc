@@ -125,7 +125,10 @@ void scale(const Scale& args) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-void adamw_update(const AdamWUpdate& args) {
+namespace {
+
+template <typename Copy>
+void adamw_update_as(const AdamWUpdate& args, Copy* copy) {
   const AdamWParams& params = args.params;
   const int64_t n = args.param.numel();
   float *param = pointer<float>(args.param), *m = pointer<float>(args.m), *v = pointer<float>(args.v);
@@ -143,6 +146,17 @@ void adamw_update(const AdamWUpdate& args) {
     v[i] = params.beta2 * v[i] + (1.0f - params.beta2) * g * g;
     float denominator = std::sqrt(v[i]) / correction2_sqrt + params.eps;
     param[i] = param[i] * decay - step_size * m[i] / denominator;
+    if (copy != nullptr) copy[i] = from_float<Copy>(param[i]);
+  }
+}
+
+}  // namespace
+
+void adamw_update(const AdamWUpdate& args) {
+  switch (args.param_copy.defined() ? args.param_copy.dtype() : DType::f32) {
+    case DType::bf16: adamw_update_as(args, pointer<BFloat16>(args.param_copy)); break;
+    case DType::f16: adamw_update_as(args, pointer<Float16>(args.param_copy)); break;
+    default: adamw_update_as<float>(args, nullptr);
   }
 }
 
