@@ -17,7 +17,8 @@ GPT2_FILES = os.path.join(os.path.dirname(ROOT), "shared/data/gpt2")
 def main():
     out = sys.argv[1]
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    # n_ctx as in GPT-2's own config.json: llama.cpp's convert_hf_to_gguf.py reads it.
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_ctx=1024)).eval()
     model.save_pretrained(out, safe_serialization=True)
     tokenizer = transformers.GPT2TokenizerFast(vocab_file=os.path.join(GPT2_FILES, "encoder.json"),
                                                merges_file=os.path.join(GPT2_FILES, "vocab.bpe"))
