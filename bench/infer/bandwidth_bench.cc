@@ -1,7 +1,7 @@
 // Memory read bandwidth of this machine: OpenMP threads each sum their share of a buffer much
 // larger than the caches (default 1 GiB of 64-bit words, touched first by the same threads);
 // best of several passes. The buffer is 2 MiB-aligned and advised to use transparent huge pages
-// (on a 4 KiB-page buffer this VM reads ~35% slower: TLB misses and prefetchers stopping at
+// (on a 4 KiB-page buffer this VM reads ~35% slower, presumably TLB misses and prefetchers stopping at
 // page ends), so the figure is the upper bound a decoder can approach. Prints `read_gb_per_s X`
 // (1 GB = 1e9 bytes) for compare_decode.py.
 //   OMP_NUM_THREADS=2 build/bench/infer/bandwidth_bench [--mib 1024] [--passes 10] [--huge-pages false]
