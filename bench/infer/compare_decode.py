@@ -10,8 +10,8 @@ bench/infer/build_llama_cpp.sh; makes the model dir (bench/.cache/gpt2-124m-rand
 when it has a config.json) with bench/infer/make_gpt2_124m.py under --ref-python, and its GGUF files
 with llama.cpp's convert_hf_to_gguf.py under bench/.cache/venv-gguf. The bound uses the best of the
 read bandwidth measured before and after the runs. Prints a table (engine, dtype, best tokens/s,
-fraction of the bound, each run's tokens/s) and paraflow/llama.cpp per dtype; bfloat16 is n/a for
-paraflow while its `generate` has no --dtype. On a shared machine the figures swing with its load
+fraction of the bound, each run's tokens/s) and paraflow/llama.cpp per dtype; paraflow's figure is
+the decode rate `generate` prints apart from the prompt's pass. On a shared machine the figures swing with its load
 (printed before and after): the engines take turns, and the best run counts, as other processes
 only slow a run down.
 """
@@ -81,15 +81,16 @@ def llama_tokens_per_s(llama_src, gguf, threads, tokens):
     return json.loads(out)[0]["avg_ts"]
 
 
-def paraflow_tokens_per_s(binary, model_dir, dtype, has_dtype, threads, tokens):
+def paraflow_tokens_per_s(binary, model_dir, dtype, threads, tokens):
+    """The decode rate `paraflow generate` prints apart from the prompt's pass, as llama-bench's tg."""
     command = [binary, "generate", "--model", model_dir, "--prompt", "Hello", "--max-tokens", str(tokens),
-               "--temperature", "0"] + (["--dtype", dtype] if has_dtype else [])
+               "--temperature", "0", "--dtype", dtype]
     err = subprocess.run(command, check=True, capture_output=True, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stderr
-    match = re.search(r"\+ (\d+) generated tokens in [0-9.]+s: ([0-9.]+) tokens/s", err)
-    if int(match.group(1)) != tokens:
-        print(f"note: paraflow {dtype} generated {match.group(1)} of {tokens} tokens", file=sys.stderr)
-    return float(match.group(2))
+    generated = int(re.search(r"\+ (\d+) generated tokens", err).group(1))
+    if generated != tokens:
+        print(f"note: paraflow {dtype} generated {generated} of {tokens} tokens", file=sys.stderr)
+    return float(re.search(r"decode ([0-9.]+) tokens/s", err).group(1))
 
 
 def main():
@@ -114,9 +115,6 @@ def main():
                        stdout=subprocess.DEVNULL)
     ggufs = ensure_model(args.model_dir, args.ref_python, llama_src)
 
-    help_text = subprocess.run([args.paraflow_bin, "generate", "--help"], check=True, capture_output=True, text=True).stdout
-    has_dtype = "--dtype" in help_text
-
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), load average {os.getloadavg()[0]:.1f}; threads {args.threads}, "
           f"batch 1, {args.tokens} new tokens, greedy; best of {args.repetitions} runs, the engines taking turns")
     weights = weight_bytes_per_token(args.model_dir)
@@ -125,9 +123,8 @@ def main():
     for _ in range(args.repetitions):
         for dtype in DTYPES:
             runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], args.threads, args.tokens))
-            if has_dtype or dtype == "float32":
-                runs["paraflow", dtype].append(
-                    paraflow_tokens_per_s(args.paraflow_bin, args.model_dir, dtype, has_dtype, args.threads, args.tokens))
+            runs["paraflow", dtype].append(
+                paraflow_tokens_per_s(args.paraflow_bin, args.model_dir, dtype, args.threads, args.tokens))
     bandwidths.append(read_bandwidth(args.threads))
     bandwidth = max(bandwidths)
     print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s (bench/infer/bandwidth_bench, {args.threads} threads; best of "
@@ -141,12 +138,11 @@ def main():
     for (engine, dtype), rates in runs.items():
         bound = bandwidth / weights[dtype]
         rate = best[engine, dtype]
-        print(f"{engine:<10} {dtype:<9} " + (f"{rate:9.1f} {rate / bound:9.2f}  " + " ".join(f"{r:.1f}" for r in rates)
-                                             if rates else f"{'n/a':>9} {'n/a':>9}"))
+        print(f"{engine:<10} {dtype:<9} {rate:9.1f} {rate / bound:9.2f}  " + " ".join(f"{r:.1f}" for r in rates))
     print()
     for dtype in DTYPES:
         ours, theirs = best["paraflow", dtype], best["llama.cpp", dtype]
-        print(f"ratio paraflow/llama.cpp {dtype}: " + (f"{ours / theirs:.2f}x" if ours else "n/a (paraflow generate has no --dtype)"))
+        print(f"ratio paraflow/llama.cpp {dtype}: {ours / theirs:.2f}x")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,15 @@ struct GenerateOptions {
   int64_t max_tokens = 64;
   infer::SamplingConfig sampling;
   std::vector<std::string> stops;
+  std::string dtype = "auto";  // weights: float32, bfloat16, or auto (bfloat16 where the CPU multiplies it)
 };
+
+// --dtype: bfloat16 on request, or by default where the backend has bf16 GEMMs; else float32.
+DType weights_dtype(const std::string& choice, const Backend& backend) {
+  if (choice == "float32") return DType::f32;
+  if (choice == "bfloat16") return DType::bf16;
+  return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
+}
 
 // Text <-> ids: the export's BPE tokenizer when it has one (tokenizer.json, vocab.json +
 // merges.txt, or GPT-2's encoder.json + vocab.bpe), else the byte-level vocabulary (id = byte).
@@ -55,7 +63,8 @@ void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
   TextCodec codec(options.model_dir);
-  infer::Generator generator(model.config, model.parameters, backend);
+  const DType weights = weights_dtype(options.dtype, backend);
+  infer::Generator generator(model.config, model.parameters, backend, weights);
   infer::Sampler sampler(options.sampling);
 
   std::vector<int32_t> prompt = codec.encode(options.prompt);
@@ -94,6 +103,12 @@ void run_generate(const GenerateOptions& options) {
   fmt::print(stderr, "[{} prompt + {} generated tokens in {:.2f}s: {:.1f} tokens/s; finish_reason: {}]\n", prompt.size(),
              generated, seconds, static_cast<double>(generated) / seconds,
              infer::finish_reason_name(generation.finish_reason));
+  // The decode rate apart from the prompt's pass: what llama-bench's tg figure measures.
+  if (generated > 1) {
+    fmt::print(stderr, "[{} weights; prefill + first token {:.1f} ms; decode {:.1f} tokens/s]\n",
+               weights == DType::bf16 ? "bfloat16" : "float32", 1000 * generation.prefill_seconds,
+               static_cast<double>(generated - 1) / generation.decode_seconds);
+  }
 }
 
 }  // namespace
@@ -117,6 +132,10 @@ void add_generate_command(CLI::App& app) {
       ->check(in_range({.low = 0, .high = 1, .low_open = true}));
   command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
   command->add_option("--stop", options->stops, "Stop when the completion ends with this text (repeatable)");
+  command->add_option("--dtype", options->dtype,
+                      "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 GEMMs (AMX, AVX512_BF16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->callback([options] { run_generate(*options); });
 }
 

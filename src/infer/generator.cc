@@ -1,11 +1,21 @@
 #include "infer/generator.h"
 
+#include <chrono>
+
 #include "base/error.h"
 
 namespace paraflow::infer {
 
-Generator::Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend)
-    : config_(config), parameters_(parameters), backend_(backend) {
+Generator::Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend,
+                     DType weights)
+    : config_(config),
+      parameters_(parameters),
+      backend_(backend),
+      weights_(weights),
+      logits_(static_cast<size_t>(config.vocab_size)) {
+  check(weights == DType::f32 || (weights == DType::bf16 && backend.supports(KernelOp::matmul_forward, DType::bf16)),
+        "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
+        dtype_name(weights));
   const Shape cache{1, config.n_head, config.n_positions, config.n_embd / config.n_head};
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     caches_.emplace_back(backend.empty(cache, DType::f32), backend.empty(cache, DType::f32));
@@ -17,9 +27,18 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
   if (found != steps_.end()) return found->second;
   // Build the graph in its final map slot: the executor keeps a reference to it.
   auto slot = steps_.emplace(new_tokens, Step{}).first;
-  slot->second.graph = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
-  slot->second.executor = std::make_unique<graph::Executor>(slot->second.graph.graph, backend_);
-  model::bind_parameters(*slot->second.executor, slot->second.graph, parameters_, nullptr);
+  model::GptGraph& g = slot->second.graph;
+  g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
+  if (weights_ == DType::bf16) {
+    model::name_half_parameters(
+        g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, {g.logits}, backend_));
+    if (half_parameters_.specs().empty()) {
+      half_parameters_ = model::make_half_parameters(g, parameters_, backend_, DType::bf16);
+    }
+  }
+  slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
+  slot->second.executor->set_profiling(profiling_);
+  model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &half_parameters_);
   for (size_t layer = 0; layer < caches_.size(); ++layer) {
     slot->second.executor->bind(slot->second.graph.caches[layer].first, caches_[layer].first);
     slot->second.executor->bind(slot->second.graph.caches[layer].second, caches_[layer].second);
@@ -27,7 +46,7 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
   return slot->second;
 }
 
-std::vector<float> Generator::run(Step& step, const int32_t* tokens, int64_t count) {
+const std::vector<float>& Generator::run(Step& step, const int32_t* tokens, int64_t count) {
   check(position_ + count <= config_.n_positions, "sequence of {} tokens exceeds the model's context of {}",
         position_ + count, config_.n_positions);
   for (int64_t i = 0; i < count; ++i) {
@@ -39,27 +58,32 @@ std::vector<float> Generator::run(Step& step, const int32_t* tokens, int64_t cou
   executor.tensor(step.graph.position).data<int32_t>()[0] = static_cast<int32_t>(position_);  // host memory
   executor.forward();
   position_ += count;
-  std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
   backend_.download(executor.tensor(step.graph.logits).slice_flat((count - 1) * config_.vocab_size, config_.vocab_size),
-                    logits.data());
-  return logits;
+                    logits_.data());
+  return logits_;
 }
 
-std::vector<float> Generator::prefill(const std::vector<int32_t>& tokens) {
+const std::vector<float>& Generator::prefill(const std::vector<int32_t>& tokens) {
   check(!tokens.empty(), "the prompt must hold at least one token");
   position_ = 0;
   return run(step_for(static_cast<int64_t>(tokens.size())), tokens.data(), static_cast<int64_t>(tokens.size()));
 }
 
-std::vector<float> Generator::decode(int32_t token) { return run(step_for(1), &token, 1); }
+const std::vector<float>& Generator::decode(int32_t token) { return run(step_for(1), &token, 1); }
 
 Generation Generator::generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
                               const std::function<bool(int32_t)>& on_token) {
   Generation result;
   if (max_new_tokens <= 0) return result;
-  std::vector<float> logits = prefill(prompt);
+  result.tokens.reserve(static_cast<size_t>(max_new_tokens));
+  auto start = std::chrono::steady_clock::now();
+  const std::vector<float>* logits = &prefill(prompt);
   while (true) {
-    int32_t token = sampler.sample(logits.data(), config_.vocab_size);
+    const int32_t token = sampler.sample(logits->data(), config_.vocab_size);
+    if (result.tokens.empty()) {
+      result.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      start = std::chrono::steady_clock::now();
+    }
     result.tokens.push_back(token);
     if (on_token && !on_token(token)) {
       result.finish_reason = FinishReason::stop;
@@ -70,9 +94,25 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, int64_t max_n
       result.context_full = true;
       break;
     }
-    logits = decode(token);
+    logits = &decode(token);
+  }
+  if (result.tokens.size() > 1) {
+    result.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return result;
+}
+
+void Generator::set_profiling(bool enabled) {
+  profiling_ = enabled;
+  for (auto& [count, step] : steps_) step.executor->set_profiling(enabled);
+}
+
+std::map<std::string, double> Generator::profile() const {
+  std::map<std::string, double> total;
+  for (const auto& [count, step] : steps_) {
+    for (const auto& [key, seconds] : step.executor->profile()) total[key] += seconds;
+  }
+  return total;
 }
 
 const char* finish_reason_name(FinishReason reason) { return reason == FinishReason::stop ? "stop" : "length"; }

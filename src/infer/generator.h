@@ -23,16 +23,26 @@ struct Generation {
   std::vector<int32_t> tokens;
   FinishReason finish_reason = FinishReason::length;
   bool context_full = false;  // ended because the model's context (n_positions) is full
+  double prefill_seconds = 0;  // the prompt's forward pass and the first token
+  double decode_seconds = 0;   // every later token
 };
 
 class Generator {
  public:
-  Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend);
+  // `weights` f32, or bf16 where the backend multiplies bf16 (a copy of `parameters` made once;
+  // activations are then stored in bf16 too, the logits and KV cache stay f32).
+  Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend,
+            DType weights = DType::f32);
 
   // Forgets the cache and runs `tokens` from position 0; returns the logits of the last one.
-  std::vector<float> prefill(const std::vector<int32_t>& tokens);
-  // Appends one token at the current position; returns its logits.
-  std::vector<float> decode(int32_t token);
+  // The returned vector is the generator's own buffer, overwritten by the next call.
+  const std::vector<float>& prefill(const std::vector<int32_t>& tokens);
+  // Appends one token at the current position; returns its logits (the same buffer).
+  const std::vector<float>& decode(int32_t token);
+
+  // Per-op wall time of the prefill and decode graphs (graph::Executor's profiling), for benchmarks.
+  void set_profiling(bool enabled);
+  std::map<std::string, double> profile() const;
 
   // Greedy or sampled continuation. `on_token` sees each new token and may return false to stop.
   Generation generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
@@ -44,11 +54,15 @@ class Generator {
     std::unique_ptr<graph::Executor> executor;
   };
   Step& step_for(int64_t new_tokens);
-  std::vector<float> run(Step& step, const int32_t* tokens, int64_t count);
+  const std::vector<float>& run(Step& step, const int32_t* tokens, int64_t count);
 
   const model::GptConfig& config_;
   const model::ParameterSet& parameters_;
   Backend& backend_;
+  DType weights_;
+  model::ParameterSet half_parameters_;  // the bf16 weights, when weights_ is bf16
+  std::vector<float> logits_;
+  bool profiling_ = false;
   std::vector<std::pair<Tensor, Tensor>> caches_;
   std::map<int64_t, Step> steps_;  // by number of new positions
   int64_t position_ = 0;

@@ -24,6 +24,9 @@ class Sampler {
  private:
   SamplingConfig config_;
   Rng rng_;
+  // Candidates and their weights, kept between calls so sampling a token allocates nothing.
+  std::vector<int32_t> order_;
+  std::vector<double> probs_;
 };
 
 }  // namespace paraflow::infer

@@ -90,10 +90,12 @@ struct MatmulCase {
   bool transposed, gelu, bias;
 };
 
+// Many rows (the GEMM path) and 3 (decoding's few-rows path).
 TEST_P(OpsTest, Matmul) {
-  int64_t N = d.B * d.T, C = d.C, OC = 3 * d.C + 1;
+  const int64_t C = d.C, OC = 3 * d.C + 1;
+  for (int64_t N : {d.B * d.T, int64_t{3}})
   for (MatmulCase mc : {MatmulCase{false, false, true}, MatmulCase{false, true, true}, MatmulCase{true, false, false}}) {
-    SCOPED_TRACE(::testing::Message() << "transposed=" << mc.transposed << " gelu=" << mc.gelu);
+    SCOPED_TRACE(::testing::Message() << "rows=" << N << " transposed=" << mc.transposed << " gelu=" << mc.gelu);
     Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), b = random_vector(rng, OC);
     Vec dout = random_vector(rng, N * OC);
     Tensor x_t = put(x, {N, C}), w_t = put(w, mc.transposed ? Shape{OC, C} : Shape{C, OC});
@@ -321,9 +323,10 @@ TEST_P(OpsTest, MatmulWithBf16Operands) {
     std::printf("  bf16 %-34s rel err %.3e (bound %.3e)\n", what, error, bound);
     EXPECT_LE(error, bound) << what;
   };
-  const int64_t N = d.B * d.T, C = d.C, OC = 3 * d.C + 1;
+  const int64_t C = d.C, OC = 3 * d.C + 1;
+  for (int64_t N : {d.B * d.T, int64_t{3}})
   for (bool lm_head : {false, true}) {
-    SCOPED_TRACE(lm_head ? "lm_head" : "linear with GELU");
+    SCOPED_TRACE(::testing::Message() << "rows=" << N << (lm_head ? " lm_head" : " linear with GELU"));
     const DType out_dtype = lm_head ? DType::f32 : DType::bf16;
     const Shape w_shape = lm_head ? Shape{OC, C} : Shape{C, OC};
     Tensor x = to_bf16(random_vector(rng, N * C), {N, C}), w = to_bf16(random_vector(rng, C * OC, 0.2), w_shape);

@@ -4,6 +4,7 @@
 // gradient and writes the GEMMs' operand.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -90,6 +91,78 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, 
   }
 }
 
+// Decoding multiplies a handful of rows by each weight matrix: there the GEMM libraries, built
+// for large products, leave much of the memory bandwidth unused. This pass streams the weights
+// once, each thread a contiguous share of the output columns (in_out) or weight rows (out_in),
+// converting bf16 to f32 in registers, and applies bias and GELU on the way out. f32 sums.
+constexpr int64_t kSmallRows = 4;
+
+template <typename X, typename W, typename Out>
+void small_rows_matmul(Out* out, float* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
+                       bool gelu) {
+  // The few input rows in f32, converted once rather than once per weight row.
+  std::vector<float> x(static_cast<size_t>(d.N * d.C));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = to_float(inp[i]);
+  const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    const int id = omp_get_thread_num();
+    // Column (in_out) or weight-row (out_in) share of this thread, in multiples of 16.
+    const int64_t blocks = (d.OC + 15) / 16;
+    const int64_t begin = std::min(d.OC, blocks * id / threads * 16);
+    const int64_t end = std::min(d.OC, blocks * (id + 1) / threads * 16);
+    const int64_t width = end - begin;
+    std::vector<float> sums(static_cast<size_t>(kSmallRows * width), 0.0f);
+    if (!d.transposed) {
+      // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.
+      int64_t c = 0;
+      for (; c + 4 <= d.C; c += 4) {
+        const W *w0 = weight + c * d.OC, *w1 = w0 + d.OC, *w2 = w1 + d.OC, *w3 = w2 + d.OC;
+        for (int64_t n = 0; n < d.N; ++n) {
+          const float* xn = x.data() + n * d.C + c;
+          const float x0 = xn[0], x1 = xn[1], x2 = xn[2], x3 = xn[3];
+          float* acc = sums.data() + n * width - begin;
+#pragma omp simd
+          for (int64_t o = begin; o < end; ++o) {
+            acc[o] += x0 * to_float(w0[o]) + x1 * to_float(w1[o]) + x2 * to_float(w2[o]) + x3 * to_float(w3[o]);
+          }
+        }
+      }
+      for (; c < d.C; ++c) {
+        const W* row = weight + c * d.OC;
+        for (int64_t n = 0; n < d.N; ++n) {
+          const float xc = x[static_cast<size_t>(n * d.C + c)];
+          float* acc = sums.data() + n * width - begin;
+#pragma omp simd
+          for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
+        }
+      }
+    } else {
+      for (int64_t o = begin; o < end; ++o) {
+        const W* row = weight + o * d.C;
+        for (int64_t n = 0; n < d.N; ++n) {
+          const float* xn = x.data() + n * d.C;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t c = 0; c < d.C; ++c) dot += xn[c] * to_float(row[c]);
+          sums[static_cast<size_t>(n * width + (o - begin))] = dot;
+        }
+      }
+    }
+    for (int64_t n = 0; n < d.N; ++n) {
+      const float* acc = sums.data() + n * width - begin;
+      for (int64_t o = begin; o < end; ++o) {
+        float value = acc[o] + (bias != nullptr ? bias[o] : 0.0f);
+        if (gelu) {
+          pre[n * d.OC + o] = value;
+          value = 0.5f * value * (1.0f + fast_tanh(kGeluScale * (value + kGeluCubic * value * value * value)));
+        }
+        out[n * d.OC + o] = from_float<Out>(value);
+      }
+    }
+  }
+}
+
 // A per-thread buffer of bf16 values that only grows: the backward pass's GEMM operand when the
 // output gradient is not already bf16 (kept across calls, so no allocation per step).
 uint16_t* bf16_scratch(int64_t count) {
@@ -104,6 +177,10 @@ void matmul_forward(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   const float* bias = pointer<float>(args.bias);
+  if (d.N <= kSmallRows) {
+    small_rows_matmul(pointer<float>(args.out), pointer<float>(args.pre), inp, weight, bias, d, args.gelu);
+    return;
+  }
   float* target = args.gelu ? pointer<float>(args.pre) : pointer<float>(args.out);
   // The bias goes into the GEMM's write-back when the engine can: one pass over the output less.
   if (bias != nullptr && sgemm_bias(d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), bias, target, d.OC)) {
@@ -142,6 +219,17 @@ void matmul_backward(const MatmulBackward& args) {
 void matmul_forward_bf16(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
+  if (d.N <= kSmallRows) {
+    const auto *x = pointer<BFloat16>(args.inp), *w = pointer<BFloat16>(args.weight);
+    if (args.out.dtype() == DType::bf16) {
+      small_rows_matmul(pointer<BFloat16>(args.out), pointer<float>(args.pre), x, w, pointer<float>(args.bias), d,
+                        args.gelu);
+    } else {
+      small_rows_matmul(pointer<float>(args.out), pointer<float>(args.pre), x, w, pointer<float>(args.bias), d,
+                        args.gelu);
+    }
+    return;
+  }
   const Tensor& target = args.gelu ? args.pre : args.out;
   gemm_bf16(false, d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), pointer<float>(args.bias), false,
             target.device_address(), target.dtype(), d.OC);
