@@ -130,9 +130,11 @@ def main():
             if engine == "torch" and mode == "float32 eager":
                 print(f"PyTorch ISA             {report['isa']}")
             if engine == "paraflow":
-                print(f"paraflow {mode:14} MFU {100 * float(report['mfu']):.1f}% of the f32 sgemm peak "
-                      f"(openblas {report['sgemm_gflops_openblas']}, onednn {report['sgemm_gflops_onednn']} "
-                      f"GFLOP/s), gemm engine {report['gemm_engine']}")
+                bf16 = (f"; {100 * float(report['mfu_bf16_peak']):.1f}% of the bf16 GEMM peak "
+                        f"({report['bf16_gemm_gflops_onednn']} GFLOP/s)" if "mfu_bf16_peak" in report else "")
+                print(f"paraflow {mode:14} GEMMs in {report['gemm_dtype']}: MFU {100 * float(report['mfu']):.1f}% of "
+                      f"the f32 sgemm peak (openblas {report['sgemm_gflops_openblas']}, onednn "
+                      f"{report['sgemm_gflops_onednn']} GFLOP/s){bf16}, gemm engine {report['gemm_engine']}")
     speed = {(engine, mode): float(report["tokens_per_s"]) for engine, mode, report in results}
     ours_bf16 = speed.get(("paraflow", "mixed_bfloat16"))
     ours_f32 = speed.get(("paraflow", "float32"))

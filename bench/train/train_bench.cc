@@ -51,6 +51,12 @@ int main(int argc, char** argv) {
     peak = std::max(peak, flops);
   }
   cpu::set_gemm_engine(chosen);
+  // The bf16 GEMM peak too, where the backend has bf16 GEMMs: mixed_bfloat16's MFU is against it.
+  const DType gemms = train::gemm_dtype(graph::parse_precision_policy(precision), backend);
+  const double bf16_peak = backend.supports(KernelOp::matmul_forward, DType::bf16)
+                               ? train::measure_peak_flops(backend, 2048, DType::bf16)
+                               : 0.0;
+  if (communicator->rank() == 0 && bf16_peak > 0) fmt::print("bf16_gemm_gflops_onednn {:.1f}\n", bf16_peak / 1e9);
 
   model::GptConfig config;
   config.vocab_size = vocab;
@@ -100,10 +106,12 @@ int main(int argc, char** argv) {
   fmt::print("precision {}\nrecompute {}\nactivation_arena_mb {:.1f}\n", precision, recompute,
              static_cast<double>(trainer.executor().memory_plan().arena_bytes) / (1 << 20));
   fmt::print("ranks {}\ncommunication_wait_ms {:.1f}\n", ranks, 1000 * communication_wait / static_cast<double>(steps));
+  const double model_flops = tokens_per_second * config.flops_per_token(context);
   fmt::print("gemm_engine {}\nthreads {}\nparameters {}\ntokens_per_s {:.1f}\nstep_ms {:.1f}\nmfu {:.4f}\npeak_rss_mb {:.1f}\n",
              cpu::gemm_engine_name(chosen), omp_get_max_threads(), config.parameter_count(), tokens_per_second,
-             1000 * seconds / static_cast<double>(steps),
-             tokens_per_second * config.flops_per_token(context) / (peak * ranks),
+             1000 * seconds / static_cast<double>(steps), model_flops / (peak * ranks),
              static_cast<double>(usage.ru_maxrss) / 1024.0);
+  fmt::print("gemm_dtype {}\n", dtype_name(gemms));
+  if (bf16_peak > 0) fmt::print("mfu_bf16_peak {:.4f}\n", model_flops / (bf16_peak * ranks));
   return 0;
 }

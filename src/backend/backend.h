@@ -46,6 +46,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
+  // The name and what runs the kernels, e.g. "cpu (oneDNN ISA avx512_core_amx)".
+  virtual std::string describe() const { return name(); }
 
   // ---- memory ----
   virtual Tensor empty(Shape shape, DType dtype) = 0;  // zero-filled, in this backend's memory

@@ -46,9 +46,19 @@ void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Commu
   Backend& backend = cpu_backend();
   train::Trainer trainer(setup.model, setup.train, data, backend, communicator);
   trainer.initialize_or_resume();
-  double peak = train::measure_peak_flops(backend);
+  // MFU is relative to the peak of the GEMMs this policy runs: bf16 ones under mixed_bfloat16
+  // where the CPU has them, f32 otherwise.
+  const DType gemms = train::gemm_dtype(setup.train.precision, backend);
+  double peak = train::measure_peak_flops(backend, 1024, gemms);
   if (communicator.rank() == 0) {
-    fmt::print(stderr, "measured sgemm peak: {:.1f} GFLOP/s per process (MFU is relative to it x ranks)\n", peak / 1e9);
+    fmt::print(stderr, "precision {}: activations stored in {}, GEMMs in {} ({}); measured {} GEMM peak {:.1f} GFLOP/s per "
+               "process (MFU is relative to it x ranks)\n",
+               graph::precision_policy_name(setup.train.precision),
+               dtype_name(graph::storage_dtype(setup.train.precision)), dtype_name(gemms),
+               gemms == DType::f32 && setup.train.precision != graph::PrecisionPolicy::float32
+                   ? "no matmul kernel for the 16-bit type on this CPU"
+                   : backend.describe(),
+               dtype_name(gemms), peak / 1e9);
   }
   peak *= communicator.size();
   // The trainer checks the flag between steps, saves a checkpoint and exits 0.

@@ -368,8 +368,13 @@ dist::Communicator& local_communicator() {
   return *communicator;
 }
 
-double measure_peak_flops(Backend& backend, int64_t n) {
-  Tensor a = backend.empty(Shape{n, n}, DType::f32), b = backend.empty(Shape{n, n}, DType::f32);
+DType gemm_dtype(graph::PrecisionPolicy policy, const Backend& backend) {
+  const DType storage = graph::storage_dtype(policy);
+  return backend.supports(KernelOp::matmul_forward, storage) ? storage : DType::f32;
+}
+
+double measure_peak_flops(Backend& backend, int64_t n, DType dtype) {
+  Tensor a = backend.empty(Shape{n, n}, dtype), b = backend.empty(Shape{n, n}, dtype);
   Tensor c = backend.empty(Shape{n, n}, DType::f32);
   auto product = [&] {
     backend.launch(MatmulForward{.out = c, .inp = a, .weight = b});

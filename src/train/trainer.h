@@ -126,7 +126,10 @@ class Trainer {
   int64_t step_ = 0;
 };
 
-// Measured single-precision GEMM throughput of `backend` on an n³ product, in FLOP/s.
-double measure_peak_flops(Backend& backend, int64_t n = 1024);
+// The type the GEMMs of a training step multiply in under `policy`: its 16-bit storage type
+// where the backend has matmul kernels for it, else f32 (the policy then only stores in 16 bits).
+DType gemm_dtype(graph::PrecisionPolicy policy, const Backend& backend);
+// Measured GEMM throughput of `backend` on an n³ product with `dtype` operands (f32 results), in FLOP/s.
+double measure_peak_flops(Backend& backend, int64_t n = 1024, DType dtype = DType::f32);
 
 }  // namespace paraflow::train

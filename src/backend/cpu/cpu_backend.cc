@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   CpuBackend() { register_cpu_kernels(kernel_registry()); }
 
   std::string name() const override { return "cpu"; }
+  std::string describe() const override { return "cpu (oneDNN ISA " + cpu::onednn_isa_name() + ")"; }
   Device device() const override { return Device{}; }
 
   Tensor empty(Shape shape, DType dtype) override { return Tensor::zeros(std::move(shape), dtype); }

@@ -53,10 +53,27 @@ void bias_and_gelu(Out* out, float* pre, const float* bias, bool gelu, int64_t N
   }
 }
 
-// One pass over the output gradient dout (N,OC): g = dout · gelu'(pre) (or dout without GELU) is
-// written to `grad` (which may alias dout) and summed into dbias (may be null). Each thread sums a
-// fixed block of rows into its own partials (contiguous reads), added in thread order: the result
-// is the same on every run with the same thread count.
+// One row of output_gradient, with its options fixed at compile time so that the loop has no
+// branches left to vectorise around.
+template <bool Gelu, bool Sum, bool Write, typename In, typename Out>
+inline void gradient_row(float* sums, const In* d, Out* g, const float* p, int64_t OC) {
+#pragma omp simd
+  for (int64_t o = 0; o < OC; ++o) {
+    float value = to_float(d[o]);
+    if constexpr (Gelu) {
+      const float x = p[o];
+      const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+      value *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    }
+    if constexpr (Sum) sums[o] += value;
+    if constexpr (Write) g[o] = from_float<Out>(value);
+  }
+}
+
+// One pass over the output gradient dout (N,OC): g = dout · gelu'(pre) (or dout without GELU,
+// pre null) is written to `grad` (may alias dout; null: not written) and summed into dbias (may
+// be null). Each thread sums a fixed block of rows into its own partials (contiguous reads),
+// added in thread order: the result is the same on every run with the same thread count.
 template <typename In, typename Out>
 void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, int64_t N, int64_t OC) {
   const int threads = omp_get_max_threads();
@@ -68,18 +85,16 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, 
     const int64_t begin = N * id / threads, end = N * (id + 1) / threads;
     for (int64_t n = begin; n < end; ++n) {
       const In* d = dout + n * OC;
-      Out* g = grad + n * OC;
+      Out* g = grad != nullptr ? grad + n * OC : nullptr;
       const float* p = pre != nullptr ? pre + n * OC : nullptr;
-#pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) {
-        float value = to_float(d[o]);
-        if (p != nullptr) {
-          float x = p[o];
-          float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-          value *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-        }
-        if (sums != nullptr) sums[o] += value;
-        g[o] = from_float<Out>(value);
+      if (p != nullptr) {
+        if (sums != nullptr) gradient_row<true, true, true>(sums, d, g, p, OC);
+        else gradient_row<true, false, true>(sums, d, g, p, OC);
+      } else if (g != nullptr) {
+        if (sums != nullptr) gradient_row<false, true, true>(sums, d, g, p, OC);
+        else gradient_row<false, false, true>(sums, d, g, p, OC);
+      } else {
+        gradient_row<false, true, false>(sums, d, g, p, OC);
       }
     }
   }
@@ -250,8 +265,12 @@ void matmul_backward_bf16(const MatmulBackward& args) {
   // made in the pass that applies the GELU's derivative and sums the bias gradient.
   const uint16_t* grad = nullptr;
   const bool bf16_dout = args.dout.dtype() == DType::bf16;
-  if (bf16_dout && !args.gelu && !args.dbias.defined()) {
+  if (bf16_dout && !args.gelu) {
     grad = pointer<uint16_t>(args.dout);
+    if (args.dbias.defined()) {
+      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), static_cast<BFloat16*>(nullptr), nullptr,
+                      d.N, d.OC);
+    }
   } else {
     auto* scratch = reinterpret_cast<BFloat16*>(bf16_scratch(d.N * d.OC));
     if (bf16_dout) {
