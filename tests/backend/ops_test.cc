@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "backend/backend.h"
@@ -191,6 +192,52 @@ TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
     reference::attention_backward(ref_dqkv, dout, qkv, B, T, C, NH, scale);
     EXPECT_CLOSE(get(out), ref_out, C / NH + T, "attention out, 3 blocks");
     EXPECT_CLOSE(get(dqkv), ref_dqkv, C / NH + T, "attention dqkv, 3 blocks");
+  }
+}
+
+// Attention reading bf16 q, k, v and writing bf16 outputs and gradients (probabilities and
+// arithmetic in f32), against float64 on the rounded inputs: rounding the outputs (and an
+// accumulated gradient's sum) bounds the error by 2 eps norm-wise, as for the other bf16 kernels.
+TEST_P(OpsTest, AttentionInBf16) {
+  if (!backend().supports(KernelOp::attention_forward, DType::bf16)) {
+    GTEST_SKIP() << backend().name() << " has no bf16 attention on this CPU (no AVX512_BF16 or AMX)";
+  }
+  const double epsilon = 0x1.0p-7;
+  auto to_bf16 = [&](const Vec& values, Shape shape) {
+    Tensor half = zeros(shape, DType::bf16);
+    backend().launch(Cast{.src = put(values, shape), .dst = half});
+    return half;
+  };
+  auto values = [&](const Tensor& half) {
+    Tensor f32 = zeros(half.shape());
+    backend().launch(Cast{.src = half, .dst = f32});
+    return get(f32);
+  };
+  const int64_t B = 2, T = 150, C = 24, NH = 2;  // three of the kernel's 64-row blocks
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "dqkv accumulated" : "dqkv assigned");
+    Tensor qkv = to_bf16(random_vector(rng, B * T * 3 * C), {B, T, 3 * C});
+    Tensor dout = to_bf16(random_vector(rng, B * T * C), {B, T, C});
+    Tensor dqkv = accumulate ? to_bf16(random_vector(rng, B * T * 3 * C), {B, T, 3 * C}) : zeros({B, T, 3 * C}, DType::bf16);
+    Vec ref_dqkv = accumulate ? values(dqkv) : Vec(B * T * 3 * C, 0.0);
+    Tensor out = zeros({B, T, C}, DType::bf16), probs = zeros({B, NH, T, T});
+    const auto scale = static_cast<float>(gpt2_scale(C, NH));
+    backend().launch(AttentionForward{.out = out, .probs = probs, .qkv = qkv, .n_head = NH, .scale = scale});
+    backend().launch(AttentionBackward{.dqkv = dqkv,
+                                       .dout = dout,
+                                       .qkv = qkv,
+                                       .probs = probs,
+                                       .n_head = NH,
+                                       .scale = scale,
+                                       .accumulate_dqkv = accumulate});
+    Vec ref_out;
+    reference::attention_forward(ref_out, values(qkv), B, T, C, NH, scale);
+    reference::attention_backward(ref_dqkv, values(dout), values(qkv), B, T, C, NH, scale);
+    for (auto [actual, expected, what] : {std::tuple{values(out), ref_out, "out"}, std::tuple{values(dqkv), ref_dqkv, "dqkv"}}) {
+      const double error = testing::relative_error(actual, expected);
+      std::printf("  bf16 attention %-6s rel err %.3e (bound %.3e)\n", what, error, 2 * epsilon);
+      EXPECT_LE(error, 2 * epsilon) << what;
+    }
   }
 }
 

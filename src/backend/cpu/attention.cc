@@ -5,108 +5,195 @@
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
 
 namespace paraflow::cpu {
 
 // One (batch, head) pair per iteration; its GEMMs run single-threaded inside the parallel loop.
-// q, k and v are read in place from qkv with a row stride of 3C. Causal blocking: rows are taken
-// in blocks of kBlock, and a block only multiplies against the keys it can see (columns up to its
-// last row), which skips ~3/8 of the T x T work at T = 4 blocks.
+// In f32, q, k and v are read in place from qkv with a row stride of 3C; in bf16 each head's
+// slices are first converted into per-thread f32 buffers (row stride hs), and the results
+// converted back. Causal blocking: rows are taken in blocks of kBlock, and a block only
+// multiplies against the keys it can see (columns up to its last row), which skips ~3/8 of the
+// T x T work at T = 4 blocks.
 
 namespace {
 
 constexpr int64_t kBlock = 64;
 
-}  // namespace
-
-void attention_forward(const AttentionForward& args) {
-  const int64_t B = args.qkv.shape()[0], T = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
-  const float scale = args.scale;
-  const float* qkv = pointer<float>(args.qkv);
-  float *out = pointer<float>(args.out), *probs = pointer<float>(args.probs);
-  const int64_t hs = C / NH;
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * NH; ++bh) {
-    int64_t b = bh / NH, h = bh % NH;
-    const float* q = qkv + b * T * 3 * C + h * hs;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* p = probs + bh * T * T;  // (T,T)
-    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
-      const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-      // scores[r0:r1, 0:visible] = scale * q · k^T
-      sgemm(false, true, rows, visible, hs, scale, q + r0 * 3 * C, 3 * C, k, 3 * C, 0.0f, p + r0 * T, T);
-      for (int64_t t = r0; t < r1; ++t) {
-        float* row = p + t * T;
-        float max_value = -INFINITY;
+// One head's q, k, v (T, hs) with row stride ld, its output with row stride out_ld, and its
+// probabilities p (T, T).
+void attend_head(float* out, int64_t out_ld, float* p, const float* q, const float* k, const float* v, int64_t ld,
+                 int64_t T, int64_t hs, float scale) {
+  for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+    const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
+    // scores[r0:r1, 0:visible] = scale * q · k^T
+    sgemm(false, true, rows, visible, hs, scale, q + r0 * ld, ld, k, ld, 0.0f, p + r0 * T, T);
+    for (int64_t t = r0; t < r1; ++t) {
+      float* row = p + t * T;
+      float max_value = -INFINITY;
 #pragma omp simd reduction(max : max_value)
-        for (int64_t j = 0; j <= t; ++j) max_value = row[j] > max_value ? row[j] : max_value;
-        float sum = 0.0f;
+      for (int64_t j = 0; j <= t; ++j) max_value = row[j] > max_value ? row[j] : max_value;
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j <= t; ++j) {
-          row[j] = fast_exp(row[j] - max_value);
-          sum += row[j];
-        }
-        float inverse = 1.0f / sum;
-#pragma omp simd
-        for (int64_t j = 0; j <= t; ++j) row[j] *= inverse;
-        std::fill(row + t + 1, row + T, 0.0f);
+      for (int64_t j = 0; j <= t; ++j) {
+        row[j] = fast_exp(row[j] - max_value);
+        sum += row[j];
       }
-      // out[r0:r1] (row stride C) = probs[r0:r1, 0:visible] · v[0:visible]
-      sgemm(false, false, rows, hs, visible, 1.0f, p + r0 * T, T, v, 3 * C, 0.0f, out + (b * T + r0) * C + h * hs, C);
+      float inverse = 1.0f / sum;
+#pragma omp simd
+      for (int64_t j = 0; j <= t; ++j) row[j] *= inverse;
+      std::fill(row + t + 1, row + T, 0.0f);
+    }
+    // out[r0:r1] = probs[r0:r1, 0:visible] · v[0:visible]
+    sgemm(false, false, rows, hs, visible, 1.0f, p + r0 * T, T, v, ld, 0.0f, out + r0 * out_ld, out_ld);
+  }
+}
+
+// The gradients of one head: dq, dk, dv with row stride dld, assigned (beta 0) or accumulated
+// (beta 1); dy with row stride dy_ld; ds a (kBlock, T) scratch buffer.
+void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const float* dy, int64_t dy_ld, const float* q,
+                          const float* k, const float* v, int64_t ld, const float* p, float* ds, int64_t T, int64_t hs,
+                          float scale, float beta) {
+  for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+    const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
+    const float* p_block = p + r0 * T;
+    const float* dy_block = dy + r0 * dy_ld;
+    // dprobs = dout · v^T over the visible keys
+    sgemm(false, true, rows, visible, hs, 1.0f, dy_block, dy_ld, v, ld, 0.0f, ds, T);
+    // dv[0:visible] += probs^T · dout: keys [0, r0) were written by earlier blocks; keys
+    // [r0, r1) are written first here, so they take the caller's accumulate/assign choice.
+    if (r0 > 0) sgemm(true, false, r0, hs, rows, 1.0f, p_block, T, dy_block, dy_ld, 1.0f, dv, dld);
+    sgemm(true, false, rows, hs, rows, 1.0f, p_block + r0, T, dy_block, dy_ld, beta, dv + r0 * dld, dld);
+    // softmax backward, in place: dscores = probs * (dprobs - sum(probs * dprobs))
+    for (int64_t t = r0; t < r1; ++t) {
+      const float* prow = p + t * T;
+      float* drow = ds + (t - r0) * T;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j <= t; ++j) dot += prow[j] * drow[j];
+#pragma omp simd
+      for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
+      std::fill(drow + t + 1, drow + visible, 0.0f);
+    }
+    // dq[r0:r1] = scale * dscores · k (its only writer) ; dk[0:visible] += scale * dscores^T · q
+    sgemm(false, false, rows, hs, visible, scale, ds, T, k, ld, beta, dq + r0 * dld, dld);
+    if (r0 > 0) sgemm(true, false, r0, hs, rows, scale, ds, T, q + r0 * ld, ld, 1.0f, dk, dld);
+    sgemm(true, false, rows, hs, rows, scale, ds + r0, T, q + r0 * ld, ld, beta, dk + r0 * dld, dld);
+  }
+}
+
+struct AttentionDims {
+  int64_t B, T, C, NH, hs;
+};
+
+template <typename Args>
+AttentionDims dims_of(const Args& args) {
+  const int64_t C = args.qkv.shape()[2] / 3;
+  return {args.qkv.shape()[0], args.qkv.shape()[1], C, args.n_head, C / args.n_head};
+}
+
+// Rows of `count` values with row stride `ld` at `from`, converted into a dense (rows, count) f32 buffer.
+void load_rows(float* to, const BFloat16* from, int64_t rows, int64_t count, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) to[r * count + i] = to_float(from[r * ld + i]);
+  }
+}
+
+// The reverse, optionally adding to what `to` holds (rounded once).
+void store_rows(BFloat16* to, const float* from, int64_t rows, int64_t count, int64_t ld, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) {
+      const float value = from[r * count + i] + (accumulate ? to_float(to[r * ld + i]) : 0.0f);
+      to[r * ld + i] = from_float<BFloat16>(value);
     }
   }
 }
 
+}  // namespace
+
+void attention_forward(const AttentionForward& args) {
+  const AttentionDims d = dims_of(args);
+  const float* qkv = pointer<float>(args.qkv);
+  float *out = pointer<float>(args.out), *probs = pointer<float>(args.probs);
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
+    attend_head(out + b * d.T * d.C + h * d.hs, d.C, probs + bh * d.T * d.T, q, q + d.C, q + 2 * d.C, 3 * d.C, d.T,
+                d.hs, args.scale);
+  }
+}
+
 void attention_backward(const AttentionBackward& args) {
-  const int64_t B = args.qkv.shape()[0], T = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
-  const float scale = args.scale;
+  const AttentionDims d = dims_of(args);
   const float *qkv = pointer<float>(args.qkv), *probs = pointer<float>(args.probs), *dout = pointer<float>(args.dout);
   float* dqkv = pointer<float>(args.dqkv);
-  const bool accumulate_dqkv = args.accumulate_dqkv;
-  const int64_t hs = C / NH;
-  const float beta = accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
+  const float beta = args.accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
 #pragma omp parallel
   {
-    std::vector<float> dscores(static_cast<size_t>(kBlock * T));
+    std::vector<float> dscores(static_cast<size_t>(kBlock * d.T));
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * NH; ++bh) {
-      int64_t b = bh / NH, h = bh % NH;
-      const float* q = qkv + b * T * 3 * C + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + b * T * 3 * C + h * hs;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* p = probs + bh * T * T;
-      const float* dy = dout + b * T * C + h * hs;
-      float* ds = dscores.data();  // (kBlock, T): this row block's score gradients
-      for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
-        const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-        const float* p_block = p + r0 * T;
-        const float* dy_block = dy + r0 * C;
-        // dprobs = dout · v^T over the visible keys
-        sgemm(false, true, rows, visible, hs, 1.0f, dy_block, C, v, 3 * C, 0.0f, ds, T);
-        // dv[0:visible] += probs^T · dout: keys [0, r0) were written by earlier blocks; keys
-        // [r0, r1) are written first here, so they take the caller's accumulate/assign choice.
-        if (r0 > 0) sgemm(true, false, r0, hs, rows, 1.0f, p_block, T, dy_block, C, 1.0f, dv, 3 * C);
-        sgemm(true, false, rows, hs, rows, 1.0f, p_block + r0, T, dy_block, C, beta, dv + r0 * 3 * C, 3 * C);
-        // softmax backward, in place: dscores = probs * (dprobs - sum(probs * dprobs))
-        for (int64_t t = r0; t < r1; ++t) {
-          const float* prow = p + t * T;
-          float* drow = ds + (t - r0) * T;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t j = 0; j <= t; ++j) dot += prow[j] * drow[j];
-#pragma omp simd
-          for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
-          std::fill(drow + t + 1, drow + visible, 0.0f);
-        }
-        // dq[r0:r1] = scale * dscores · k (its only writer) ; dk[0:visible] += scale * dscores^T · q
-        sgemm(false, false, rows, hs, visible, scale, ds, T, k, 3 * C, beta, dq + r0 * 3 * C, 3 * C);
-        if (r0 > 0) sgemm(true, false, r0, hs, rows, scale, ds, T, q + r0 * 3 * C, 3 * C, 1.0f, dk, 3 * C);
-        sgemm(true, false, rows, hs, rows, scale, ds + r0, T, q + r0 * 3 * C, 3 * C, beta, dk + r0 * 3 * C, 3 * C);
-      }
+    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+      const int64_t b = bh / d.NH, h = bh % d.NH;
+      const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
+      float* dq = dqkv + b * d.T * 3 * d.C + h * d.hs;
+      attend_head_backward(dq, dq + d.C, dq + 2 * d.C, 3 * d.C, dout + b * d.T * d.C + h * d.hs, d.C, q, q + d.C,
+                           q + 2 * d.C, 3 * d.C, probs + bh * d.T * d.T, dscores.data(), d.T, d.hs, args.scale, beta);
+    }
+  }
+}
+
+// qkv and out bf16 (the 16-bit activations of mixed_bfloat16); probs f32.
+void attention_forward_bf16(const AttentionForward& args) {
+  const AttentionDims d = dims_of(args);
+  const auto* qkv = pointer<BFloat16>(args.qkv);
+  auto* out = pointer<BFloat16>(args.out);
+  float* probs = pointer<float>(args.probs);
+#pragma omp parallel
+  {
+    std::vector<float> staged(static_cast<size_t>(4 * d.T * d.hs));  // q, k, v, out of one head
+    float *q = staged.data(), *k = q + d.T * d.hs, *v = k + d.T * d.hs, *y = v + d.T * d.hs;
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+      const int64_t b = bh / d.NH, h = bh % d.NH;
+      const BFloat16* head = qkv + b * d.T * 3 * d.C + h * d.hs;
+      load_rows(q, head, d.T, d.hs, 3 * d.C);
+      load_rows(k, head + d.C, d.T, d.hs, 3 * d.C);
+      load_rows(v, head + 2 * d.C, d.T, d.hs, 3 * d.C);
+      attend_head(y, d.hs, probs + bh * d.T * d.T, q, k, v, d.hs, d.T, d.hs, args.scale);
+      store_rows(out + b * d.T * d.C + h * d.hs, y, d.T, d.hs, d.C, false);
+    }
+  }
+}
+
+// qkv, dout and dqkv bf16; probs f32.
+void attention_backward_bf16(const AttentionBackward& args) {
+  const AttentionDims d = dims_of(args);
+  const auto *qkv = pointer<BFloat16>(args.qkv), *dout = pointer<BFloat16>(args.dout);
+  auto* dqkv = pointer<BFloat16>(args.dqkv);
+  const float* probs = pointer<float>(args.probs);
+#pragma omp parallel
+  {
+    std::vector<float> dscores(static_cast<size_t>(kBlock * d.T));
+    std::vector<float> staged(static_cast<size_t>(7 * d.T * d.hs));  // q, k, v, dy, dq, dk, dv
+    float *q = staged.data(), *k = q + d.T * d.hs, *v = k + d.T * d.hs, *dy = v + d.T * d.hs;
+    float *dq = dy + d.T * d.hs, *dk = dq + d.T * d.hs, *dv = dk + d.T * d.hs;
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+      const int64_t b = bh / d.NH, h = bh % d.NH;
+      const BFloat16* head = qkv + b * d.T * 3 * d.C + h * d.hs;
+      load_rows(q, head, d.T, d.hs, 3 * d.C);
+      load_rows(k, head + d.C, d.T, d.hs, 3 * d.C);
+      load_rows(v, head + 2 * d.C, d.T, d.hs, 3 * d.C);
+      load_rows(dy, dout + b * d.T * d.C + h * d.hs, d.T, d.hs, d.C);
+      attend_head_backward(dq, dk, dv, d.hs, dy, d.hs, q, k, v, d.hs, probs + bh * d.T * d.T, dscores.data(), d.T,
+                           d.hs, args.scale, 0.0f);
+      BFloat16* dhead = dqkv + b * d.T * 3 * d.C + h * d.hs;
+      store_rows(dhead, dq, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
+      store_rows(dhead + d.C, dk, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
+      store_rows(dhead + 2 * d.C, dv, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
     }
   }
 }

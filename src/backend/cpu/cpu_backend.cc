@@ -41,6 +41,8 @@ void register_cpu_kernels(KernelRegistry& registry) {
   if (cpu::has_native_bf16()) {
     registry.add(cpu, DType::bf16, &cpu::matmul_forward_bf16);
     registry.add(cpu, DType::bf16, &cpu::matmul_backward_bf16);
+    registry.add(cpu, DType::bf16, &cpu::attention_forward_bf16);
+    registry.add(cpu, DType::bf16, &cpu::attention_backward_bf16);
   }
 }
 

@@ -31,6 +31,8 @@ void matmul_backward_bf16(const MatmulBackward& args);
 
 void attention_forward(const AttentionForward& args);
 void attention_backward(const AttentionBackward& args);
+void attention_forward_bf16(const AttentionForward& args);
+void attention_backward_bf16(const AttentionBackward& args);
 void attention_cached_forward(const AttentionCachedForward& args);
 
 template <typename T>

@@ -43,6 +43,7 @@ class AttentionOp final : public OpDef {
     return {KernelOp::attention_forward, KernelOp::attention_backward};
   }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool accepts_half_input(size_t) const override { return true; }  // where the backend has the kernels
   bool backward_reads_output(size_t index) const override { return index == 1; }  // probs
 };
 
