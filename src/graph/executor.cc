@@ -59,6 +59,10 @@ void Executor::plan() {
   }
   plan_gradient_writes();
   planned_ = true;
+  // Every node's tensors, gathered once: running a node then allocates nothing (decoding a
+  // token runs the same nodes over the same memory every time).
+  gathered_.clear();
+  for (size_t n = 0; n < graph_.nodes().size(); ++n) gathered_.push_back(gather(n));
 }
 
 const Tensor& Executor::tensor(ValueId id) {
@@ -125,7 +129,7 @@ void Executor::run(size_t node_index) {
   const Node& node = graph_.nodes()[node_index];
   const OpDef& def = op_def(node.kind);
   for (ValueId grad : zero_first_[node_index]) backend_.fill_zero(tensor(grad));
-  NodeTensors tensors = gather(node_index);
+  const NodeTensors& tensors = gathered_[node_index];
   auto start = std::chrono::steady_clock::now();
   if (node.is_backward) {
     def.backward(backend_, tensors, node.attributes);

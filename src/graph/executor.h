@@ -65,6 +65,7 @@ class Executor {
   std::vector<bool> host_memory_;  // read on the host by some op (OpDef::host_memory_input)
   std::vector<std::vector<bool>> accumulate_;  // per node, per input: accumulate into its gradient
   std::vector<std::vector<ValueId>> zero_first_;  // per node: gradients to zero before it runs
+  std::vector<NodeTensors> gathered_;              // per node, once planned
   bool planned_ = false;
   MemoryPlan memory_plan_;
   Tensor arena_;
