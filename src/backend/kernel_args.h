@@ -65,7 +65,7 @@ struct LayernormBackward {
 // ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
 // W is [C,OC] (in_out) or [OC,C] (out_in); bias (OC) f32 may be undefined. With gelu, `pre`
 // (N,OC) keeps the pre-activation for backward. dtype() is the operands' type (inp and weight);
-// out and pre are f32 or that type.
+// out is f32 or that type, and pre has out's type.
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;
   Tensor out, pre, inp, weight, bias;

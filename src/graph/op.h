@@ -48,6 +48,9 @@ class OpDef {
   // backend runs_in() that type; the output then has the same type. The precision policy gives
   // other inputs f32 copies.
   virtual bool accepts_half_input(size_t index) const { (void)index; return false; }
+  // Whether output i takes the 16-bit type when the op reads 16-bit inputs (the activation; also
+  // matmul's saved pre-activation), rather than the type infer() gave it.
+  virtual bool output_follows_half_inputs(size_t index) const { return index == 0; }
   // What backward reads of the forward tensors; the memory planner frees the rest after forward.
   virtual bool backward_reads_input(size_t index) const { (void)index; return true; }
   virtual bool backward_reads_output(size_t index) const { (void)index; return true; }

@@ -127,10 +127,15 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const
     const ValueId out = node.outputs.front();
     // An op reading 16-bit inputs writes its activation in 16 bits too, unless it must stay f32
     // (the logits: only ops that can write f32 from 16-bit inputs, like matmul, may produce those).
-    for (size_t i = 0; i < node.inputs.size() && !keep_f32.count(out); ++i) {
-      const OpDef& def = op_def(node.kind);
-      if (def.accepts_half_input(i) && def.runs_in(backend, half) && graph.value(node.inputs[i]).dtype == half) {
-        graph.value(out).dtype = half;
+    const OpDef& def = op_def(node.kind);
+    bool reads_half = false;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      reads_half = reads_half ||
+                   (def.accepts_half_input(i) && def.runs_in(backend, half) && graph.value(node.inputs[i]).dtype == half);
+    }
+    if (reads_half && !keep_f32.count(out)) {
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        if (def.output_follows_half_inputs(o)) graph.value(node.outputs[o]).dtype = half;
       }
     }
     if (!keep_f32.count(out)) store_half(out);

@@ -33,20 +33,20 @@ MatmulDims dims_of(const Args& args, const Tensor& output) {
 }
 
 // out[n, o] = gelu(pre[n, o]) (tanh form), optionally adding the bias to pre first.
-template <typename Out>
-void bias_and_gelu(Out* out, float* pre, const float* bias, bool gelu, int64_t N, int64_t OC) {
+template <typename Out, typename Pre>
+void bias_and_gelu(Out* out, Pre* pre, const float* bias, bool gelu, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    float* row = pre + n * OC;
+    Pre* row = pre + n * OC;
     if (bias != nullptr) {
 #pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
+      for (int64_t o = 0; o < OC; ++o) row[o] = from_float<Pre>(to_float(row[o]) + bias[o]);
     }
     if (gelu) {
       Out* out_row = out + n * OC;
 #pragma omp simd
       for (int64_t o = 0; o < OC; ++o) {
-        float x = row[o];
+        float x = to_float(row[o]);
         out_row[o] = from_float<Out>(0.5f * x * (1.0f + fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x))));
       }
     }
@@ -55,13 +55,13 @@ void bias_and_gelu(Out* out, float* pre, const float* bias, bool gelu, int64_t N
 
 // One row of output_gradient, with its options fixed at compile time so that the loop has no
 // branches left to vectorise around.
-template <bool Gelu, bool Sum, bool Write, typename In, typename Out>
-inline void gradient_row(float* sums, const In* d, Out* g, const float* p, int64_t OC) {
+template <bool Gelu, bool Sum, bool Write, typename In, typename Out, typename Pre>
+inline void gradient_row(float* sums, const In* d, Out* g, const Pre* p, int64_t OC) {
 #pragma omp simd
   for (int64_t o = 0; o < OC; ++o) {
     float value = to_float(d[o]);
     if constexpr (Gelu) {
-      const float x = p[o];
+      const float x = to_float(p[o]);
       const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
       value *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     }
@@ -74,8 +74,8 @@ inline void gradient_row(float* sums, const In* d, Out* g, const float* p, int64
 // pre null) is written to `grad` (may alias dout; null: not written) and summed into dbias (may
 // be null). Each thread sums a fixed block of rows into its own partials (contiguous reads),
 // added in thread order: the result is the same on every run with the same thread count.
-template <typename In, typename Out>
-void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, int64_t N, int64_t OC) {
+template <typename In, typename Out, typename Pre>
+void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, int64_t N, int64_t OC) {
   const int threads = omp_get_max_threads();
   std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(threads) * OC : 0, 0.0f);
 #pragma omp parallel num_threads(threads)
@@ -86,7 +86,7 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, 
     for (int64_t n = begin; n < end; ++n) {
       const In* d = dout + n * OC;
       Out* g = grad != nullptr ? grad + n * OC : nullptr;
-      const float* p = pre != nullptr ? pre + n * OC : nullptr;
+      const Pre* p = pre != nullptr ? pre + n * OC : nullptr;
       if (p != nullptr) {
         if (sums != nullptr) gradient_row<true, true, true>(sums, d, g, p, OC);
         else gradient_row<true, false, true>(sums, d, g, p, OC);
@@ -112,8 +112,8 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const float* pre, 
 // converting bf16 to f32 in registers, and applies bias and GELU on the way out. f32 sums.
 constexpr int64_t kSmallRows = 4;
 
-template <typename X, typename W, typename Out>
-void small_rows_matmul(Out* out, float* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
+template <typename X, typename W, typename Out, typename Pre>
+void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
   // The few input rows in f32, converted once rather than once per weight row.
   std::vector<float> x(static_cast<size_t>(d.N * d.C));
@@ -169,7 +169,7 @@ void small_rows_matmul(Out* out, float* pre, const X* inp, const W* weight, cons
       for (int64_t o = begin; o < end; ++o) {
         float value = acc[o] + (bias != nullptr ? bias[o] : 0.0f);
         if (gelu) {
-          pre[n * d.OC + o] = value;
+          pre[n * d.OC + o] = from_float<Pre>(value);
           value = 0.5f * value * (1.0f + fast_tanh(kGeluScale * (value + kGeluCubic * value * value * value)));
         }
         out[n * d.OC + o] = from_float<Out>(value);
@@ -230,14 +230,14 @@ void matmul_backward(const MatmulBackward& args) {
   }
 }
 
-// bf16 operands (inp, weight); out f32 or bf16; pre (with GELU) f32.
+// bf16 operands (inp, weight); out f32 or bf16, and pre (with GELU) of out's type.
 void matmul_forward_bf16(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   if (d.N <= kSmallRows) {
     const auto *x = pointer<BFloat16>(args.inp), *w = pointer<BFloat16>(args.weight);
     if (args.out.dtype() == DType::bf16) {
-      small_rows_matmul(pointer<BFloat16>(args.out), pointer<float>(args.pre), x, w, pointer<float>(args.bias), d,
+      small_rows_matmul(pointer<BFloat16>(args.out), pointer<BFloat16>(args.pre), x, w, pointer<float>(args.bias), d,
                         args.gelu);
     } else {
       small_rows_matmul(pointer<float>(args.out), pointer<float>(args.pre), x, w, pointer<float>(args.bias), d,
@@ -250,7 +250,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
             target.device_address(), target.dtype(), d.OC);
   if (!args.gelu) return;
   if (args.out.dtype() == DType::bf16) {
-    bias_and_gelu(pointer<BFloat16>(args.out), pointer<float>(args.pre), nullptr, true, d.N, d.OC);
+    bias_and_gelu(pointer<BFloat16>(args.out), pointer<BFloat16>(args.pre), nullptr, true, d.N, d.OC);
   } else {
     bias_and_gelu(pointer<float>(args.out), pointer<float>(args.pre), nullptr, true, d.N, d.OC);
   }
@@ -268,13 +268,13 @@ void matmul_backward_bf16(const MatmulBackward& args) {
   if (bf16_dout && !args.gelu) {
     grad = pointer<uint16_t>(args.dout);
     if (args.dbias.defined()) {
-      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), static_cast<BFloat16*>(nullptr), nullptr,
-                      d.N, d.OC);
+      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), static_cast<BFloat16*>(nullptr),
+                      static_cast<const float*>(nullptr), d.N, d.OC);
     }
   } else {
     auto* scratch = reinterpret_cast<BFloat16*>(bf16_scratch(d.N * d.OC));
     if (bf16_dout) {
-      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<float>(args.pre), d.N,
+      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<BFloat16>(args.pre), d.N,
                       d.OC);
     } else {
       output_gradient(pointer<float>(args.dbias), pointer<float>(args.dout), scratch, pointer<float>(args.pre), d.N,

@@ -68,6 +68,7 @@ class MatmulOp final : public OpDef {
   bool can_assign_input_grad(size_t index) const override { return index < 2; }
   // x and W: bf16 GEMMs where the backend has them (the bias stays f32).
   bool accepts_half_input(size_t index) const override { return index < 2; }
+  bool output_follows_half_inputs(size_t) const override { return true; }  // out and pre
   bool backward_reads_input(size_t index) const override { return index < 2; }   // x and W, not the bias
   bool backward_reads_output(size_t index) const override { return index == 1; }  // pre, not out
 };
