@@ -37,6 +37,18 @@ class OpsTest : public ::testing::TestWithParam<Backend*> {
     return Vec(values.begin(), values.end());
   }
   Tensor zeros(Shape shape, DType dtype = DType::f32) { return backend().empty(std::move(shape), dtype); }
+  // Values rounded to bf16 in the backend's memory, and any floating-point tensor's values back.
+  Tensor to_bf16(const Vec& values, const Shape& shape) {
+    Tensor half = zeros(shape, DType::bf16);
+    backend().launch(Cast{.src = put(values, shape), .dst = half});
+    return half;
+  }
+  Vec values(const Tensor& tensor) {
+    if (tensor.dtype() == DType::f32) return get(tensor);
+    Tensor f32 = zeros(tensor.shape());
+    backend().launch(Cast{.src = tensor, .dst = f32});
+    return get(f32);
+  }
   // A gradient buffer full of NaN: a kernel told to assign must not read it.
   Tensor garbage(Shape shape) { return put(Vec(static_cast<size_t>(shape.numel()), std::nan("")), shape); }
   Rng rng{testing::test_seed()};
@@ -203,16 +215,6 @@ TEST_P(OpsTest, AttentionInBf16) {
     GTEST_SKIP() << backend().name() << " has no bf16 attention on this CPU (no AVX512_BF16 or AMX)";
   }
   const double epsilon = 0x1.0p-7;
-  auto to_bf16 = [&](const Vec& values, Shape shape) {
-    Tensor half = zeros(shape, DType::bf16);
-    backend().launch(Cast{.src = put(values, shape), .dst = half});
-    return half;
-  };
-  auto values = [&](const Tensor& half) {
-    Tensor f32 = zeros(half.shape());
-    backend().launch(Cast{.src = half, .dst = f32});
-    return get(f32);
-  };
   const int64_t B = 2, T = 150, C = 24, NH = 2;  // three of the kernel's 64-row blocks
   for (bool accumulate : {false, true}) {
     SCOPED_TRACE(accumulate ? "dqkv accumulated" : "dqkv assigned");
@@ -355,17 +357,6 @@ TEST_P(OpsTest, MatmulWithBf16Operands) {
     GTEST_SKIP() << backend().name() << " has no bf16 matmul on this CPU (no AVX512_BF16 or AMX)";
   }
   const double epsilon = 0x1.0p-7;
-  auto to_bf16 = [&](const Vec& values, Shape shape) {
-    Tensor half = zeros(shape, DType::bf16);
-    backend().launch(Cast{.src = put(values, shape), .dst = half});
-    return half;
-  };
-  auto values = [&](const Tensor& tensor) {
-    if (tensor.dtype() == DType::f32) return get(tensor);
-    Tensor f32 = zeros(tensor.shape());
-    backend().launch(Cast{.src = tensor, .dst = f32});
-    return get(f32);
-  };
   auto check = [&](const Vec& actual, const Vec& expected, double bound, const char* what) {
     double error = testing::relative_error(actual, expected);
     std::printf("  bf16 %-34s rel err %.3e (bound %.3e)\n", what, error, bound);

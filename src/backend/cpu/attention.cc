@@ -100,6 +100,13 @@ void load_rows(float* to, const BFloat16* from, int64_t rows, int64_t count, int
   }
 }
 
+// One head's q, k and v slices of a bf16 qkv (B,T,3C) row block, into dense f32 (T, hs) buffers.
+void load_head(float* q, float* k, float* v, const BFloat16* head, const AttentionDims& d) {
+  load_rows(q, head, d.T, d.hs, 3 * d.C);
+  load_rows(k, head + d.C, d.T, d.hs, 3 * d.C);
+  load_rows(v, head + 2 * d.C, d.T, d.hs, 3 * d.C);
+}
+
 // The reverse, optionally adding to what `to` holds (rounded once).
 void store_rows(BFloat16* to, const float* from, int64_t rows, int64_t count, int64_t ld, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -158,10 +165,7 @@ void attention_forward_bf16(const AttentionForward& args) {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
-      const BFloat16* head = qkv + b * d.T * 3 * d.C + h * d.hs;
-      load_rows(q, head, d.T, d.hs, 3 * d.C);
-      load_rows(k, head + d.C, d.T, d.hs, 3 * d.C);
-      load_rows(v, head + 2 * d.C, d.T, d.hs, 3 * d.C);
+      load_head(q, k, v, qkv + b * d.T * 3 * d.C + h * d.hs, d);
       attend_head(y, d.hs, probs + bh * d.T * d.T, q, k, v, d.hs, d.T, d.hs, args.scale);
       store_rows(out + b * d.T * d.C + h * d.hs, y, d.T, d.hs, d.C, false);
     }
@@ -183,10 +187,7 @@ void attention_backward_bf16(const AttentionBackward& args) {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
-      const BFloat16* head = qkv + b * d.T * 3 * d.C + h * d.hs;
-      load_rows(q, head, d.T, d.hs, 3 * d.C);
-      load_rows(k, head + d.C, d.T, d.hs, 3 * d.C);
-      load_rows(v, head + 2 * d.C, d.T, d.hs, 3 * d.C);
+      load_head(q, k, v, qkv + b * d.T * 3 * d.C + h * d.hs, d);
       load_rows(dy, dout + b * d.T * d.C + h * d.hs, d.T, d.hs, d.C);
       attend_head_backward(dq, dk, dv, d.hs, dy, d.hs, q, k, v, d.hs, probs + bh * d.T * d.T, dscores.data(), d.T,
                            d.hs, args.scale, 0.0f);
