@@ -96,6 +96,10 @@ void Graph::replace_input(int32_t node, ValueId from, ValueId to) {
   }
 }
 
+void Graph::set_attribute(int32_t node, const std::string& key, int64_t value) {
+  nodes_.at(static_cast<size_t>(node)).attributes.set(key, value);
+}
+
 void Graph::set_backward_values(int32_t node, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
   Node& backward = nodes_.at(static_cast<size_t>(node));
   if (!backward.is_backward) throw Error("set_backward_values: '" + backward.name + "' is not a backward node");

@@ -85,6 +85,8 @@ class Graph {
   void move_before(int32_t node, int32_t before);
   // Makes forward node `node` read `to` wherever it read `from`.
   void replace_input(int32_t node, ValueId from, ValueId to);
+  // Changes one integer attribute of a forward node (a layout pass).
+  void set_attribute(int32_t node, const std::string& key, int64_t value);
   // Makes backward node `node` see `inputs`/`outputs` as its op's tensors.
   void set_backward_values(int32_t node, std::vector<ValueId> inputs, std::vector<ValueId> outputs);
 

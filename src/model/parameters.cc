@@ -59,6 +59,32 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
   backend_->launch(Cast{.src = source.flat_, .dst = flat_});
 }
 
+ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const std::set<std::string>& transposed) const {
+  check(dtype == DType::bf16 || dtype == DType::f16, "converted_copy: {} is not a 16-bit type", dtype_name(dtype));
+  std::vector<TensorSpec> specs = specs_;
+  for (TensorSpec& spec : specs) {
+    if (transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
+  }
+  const ParameterSet source = on_host();
+  ParameterSet copy(std::move(specs), backend, dtype);
+  copy.write_on_host([&](ParameterSet& host) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const float* from = source.at(i).data<float>();
+      uint16_t* to = host.at(i).data<uint16_t>();
+      const Shape& shape = specs_[i].shape;  // the source's
+      const bool transpose = transposed.count(specs_[i].name) > 0;
+      const int64_t rows = shape[0], columns = shape.numel() / rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < columns; ++c) {
+          const float value = from[r * columns + c];
+          to[transpose ? c * rows + r : r * columns + c] = dtype == DType::bf16 ? f32_to_bf16(value) : f32_to_f16(value);
+        }
+      }
+    }
+  });
+  return copy;
+}
+
 ParameterSet ParameterSet::on_host() const {
   if (flat_.host_accessible()) return *this;
   ParameterSet copy(specs_, cpu_backend());

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ class ParameterSet {
 
   // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
   void assign_converted(const ParameterSet& source);
+  // A copy in `dtype` (bf16 or f16) on `backend`, with the named 2-D tensors stored transposed
+  // (converted on the host once: for weights that decoding reads in another layout).
+  ParameterSet converted_copy(Backend& backend, DType dtype, const std::set<std::string>& transposed) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
   // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards).

@@ -2,10 +2,12 @@
 // AVX512_BF16, f32 accumulation). The two share their epilogues: the GELU pass after the GEMM,
 // and one pass over the output gradient that applies the GELU's derivative, sums the bias
 // gradient and writes the GEMMs' operand.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/fast_math.h"
@@ -112,6 +114,69 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, in
 // converting bf16 to f32 in registers, and applies bias and GELU on the way out. f32 sums.
 constexpr int64_t kSmallRows = 4;
 
+// Runs bf16_dot_rows where it applies (bf16 x and weights, AVX512_BF16 compiled in).
+template <typename X, typename W>
+bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end);
+
+#ifdef __AVX512BF16__
+// GCC 12's _mm512_reduce_add_ps extracts from an _mm256_undefined_pd() it then flags as
+// "may be used uninitialized": a false positive of its own header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// sums[n * width + (o - begin)] = x[n] · weight[o] for weight rows [begin, end) of length C, bf16
+// pairs multiplied exactly and summed in f32 by AVX512_BF16's vdpbf16ps, four rows at a time
+// sharing each load of x.
+void bf16_dot_rows(float* sums, const BFloat16* inp, const BFloat16* weight, const MatmulDims& d, int64_t begin,
+                   int64_t end) {
+  const int64_t width = end - begin;
+  const int64_t full = d.C / 32 * 32;
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (d.C - full)) - 1);
+  for (int64_t n = 0; n < d.N; ++n) {
+    const BFloat16* x = inp + n * d.C;
+    int64_t o = begin;
+    for (; o + 4 <= end; o += 4) {
+      const BFloat16* w = weight + o * d.C;
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      for (int64_t c = 0; c < d.C; c += 32) {
+        const __mmask32 mask = c < full ? ~__mmask32{0} : tail;
+        const auto xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + c);
+        acc0 = _mm512_dpbf16_ps(acc0, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + c));
+        acc1 = _mm512_dpbf16_ps(acc1, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + d.C + c));
+        acc2 = _mm512_dpbf16_ps(acc2, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + 2 * d.C + c));
+        acc3 = _mm512_dpbf16_ps(acc3, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + 3 * d.C + c));
+      }
+      float* row = sums + n * width + (o - begin);
+      row[0] = _mm512_reduce_add_ps(acc0);
+      row[1] = _mm512_reduce_add_ps(acc1);
+      row[2] = _mm512_reduce_add_ps(acc2);
+      row[3] = _mm512_reduce_add_ps(acc3);
+    }
+    for (; o < end; ++o) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t c = 0; c < d.C; c += 32) {
+        const __mmask32 mask = c < full ? ~__mmask32{0} : tail;
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(mask, x + c),
+                               (__m512bh)_mm512_maskz_loadu_epi16(mask, weight + o * d.C + c));
+      }
+      sums[n * width + (o - begin)] = _mm512_reduce_add_ps(acc);
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+template <typename X, typename W>
+bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end) {
+#ifdef __AVX512BF16__
+  if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>) {
+    bf16_dot_rows(sums, inp, weight, d, begin, end);
+    return true;
+  }
+#endif
+  (void)sums, (void)inp, (void)weight, (void)d, (void)begin, (void)end;
+  return false;
+}
+
 template <typename X, typename W, typename Out, typename Pre>
 void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
@@ -152,7 +217,7 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
-    } else {
+    } else if (!bf16_dot_rows_apply(sums.data(), inp, weight, d, begin, end)) {
       for (int64_t o = begin; o < end; ++o) {
         const W* row = weight + o * d.C;
         for (int64_t n = 0; n < d.N; ++n) {
