@@ -21,6 +21,8 @@ Generator::Generator(const model::GptConfig& config, const model::ParameterSet& 
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     caches_.emplace_back(backend.empty(cache, DType::f32), backend.empty(cache, DType::f32));
   }
+  // The decode graph now, and with it the bf16 weight copy: load work, not the first prompt's.
+  if (weights == DType::bf16) step_for(1);
 }
 
 Generator::Step& Generator::step_for(int64_t new_tokens) {

@@ -92,9 +92,7 @@ void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {
 
 ParameterSet make_half_parameters(const GptGraph& g, const ParameterSet& parameters, Backend& backend, DType dtype) {
   if (g.half_parameters.empty()) return {};
-  ParameterSet copy(parameters.specs(), backend, dtype);
-  copy.assign_converted(parameters);
-  return copy;
+  return parameters.converted_copy(backend, dtype, {});
 }
 
 void bind_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,

@@ -87,7 +87,7 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const s
 
 ParameterSet ParameterSet::on_host() const {
   if (flat_.host_accessible()) return *this;
-  ParameterSet copy(specs_, cpu_backend());
+  ParameterSet copy(specs_, cpu_backend(), flat_.dtype());
   backend_->download(flat_, copy.flat_.raw());
   return copy;
 }
@@ -97,7 +97,7 @@ void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write
     write(*this);
     return;
   }
-  ParameterSet copy(specs_, cpu_backend());
+  ParameterSet copy(specs_, cpu_backend(), flat_.dtype());
   write(copy);
   backend_->upload(copy.flat_.raw(), flat_);
 }
