@@ -4,12 +4,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <optional>
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "data/tokenizer.h"
 #include "infer/generator.h"
+#include "infer/text_codec.h"
 #include "model/model_files.h"
 
 namespace paraflow::cli {
@@ -32,37 +31,10 @@ DType weights_dtype(const std::string& choice, const Backend& backend) {
   return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
 }
 
-// Text <-> ids: the export's BPE tokenizer when it has one (tokenizer.json, vocab.json +
-// merges.txt, or GPT-2's encoder.json + vocab.bpe), else the byte-level vocabulary (id = byte).
-class TextCodec {
- public:
-  explicit TextCodec(const std::filesystem::path& model_dir) {
-    if (data::Tokenizer::present_in(model_dir)) {
-      tokenizer_.emplace(data::Tokenizer::load(model_dir));
-    } else {
-      fmt::print(stderr, "{}: no tokenizer files; text is read and written as bytes (id = byte value)\n",
-                 model_dir.string());
-    }
-  }
-  std::vector<int32_t> encode(const std::string& text) const {
-    if (tokenizer_) return tokenizer_->encode(text);
-    return {text.begin(), text.end()};
-  }
-  // Bytes of one token (a BPE token may end inside a UTF-8 character; the terminal joins them).
-  std::string decode(int32_t token) const {
-    if (tokenizer_) return std::string(tokenizer_->token_bytes(token));
-    return std::string(1, static_cast<char>(token));
-  }
-  bool is_end_of_text(int32_t token) const { return tokenizer_ && token == tokenizer_->eot_id(); }
-
- private:
-  std::optional<data::Tokenizer> tokenizer_;
-};
-
 void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
-  TextCodec codec(options.model_dir);
+  infer::TextCodec codec(options.model_dir);
   const DType weights = weights_dtype(options.dtype, backend);
   infer::Generator generator(model.config, model.parameters, backend, weights);
   infer::Sampler sampler(options.sampling);

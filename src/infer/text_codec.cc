@@ -1,0 +1,33 @@
+#include "infer/text_codec.h"
+
+#include <fmt/format.h>
+
+namespace paraflow::infer {
+
+TextCodec::TextCodec(const std::filesystem::path& model_dir) {
+  if (data::Tokenizer::present_in(model_dir)) {
+    tokenizer_.emplace(data::Tokenizer::load(model_dir));
+  } else {
+    fmt::print(stderr, "{}: no tokenizer files; text is read and written as bytes (id = byte value)\n",
+               model_dir.string());
+  }
+}
+
+std::vector<int32_t> TextCodec::encode(const std::string& text) const {
+  if (tokenizer_) return tokenizer_->encode(text);
+  return {text.begin(), text.end()};
+}
+
+std::string TextCodec::decode(int32_t token) const {
+  if (tokenizer_) return std::string(tokenizer_->token_bytes(token));
+  return std::string(1, static_cast<char>(token));
+}
+
+bool TextCodec::is_end_of_text(int32_t token) const { return tokenizer_ && token == tokenizer_->eot_id(); }
+
+std::optional<int32_t> TextCodec::end_of_text() const {
+  if (tokenizer_) return tokenizer_->eot_id();
+  return std::nullopt;
+}
+
+}  // namespace paraflow::infer
