@@ -24,13 +24,6 @@ struct GenerateOptions {
   std::string dtype = "auto";  // weights: float32, bfloat16, or auto (bfloat16 where the CPU multiplies it)
 };
 
-// --dtype: bfloat16 on request, or by default where the backend has bf16 GEMMs; else float32.
-DType weights_dtype(const std::string& choice, const Backend& backend) {
-  if (choice == "float32") return DType::f32;
-  if (choice == "bfloat16") return DType::bf16;
-  return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
-}
-
 void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
