@@ -47,8 +47,9 @@ json parse_body(std::string_view body) {
       case json::parse_event_t::array_end:
         levels.pop_back();
         [[fallthrough]];
-      case json::parse_event_t::value:
+      case json::parse_event_t::value:  // a member or element is complete: the next one is unknown yet
         if (!levels.empty() && levels.back().array) ++levels.back().index;
+        if (!levels.empty() && !levels.back().array) levels.back().key.clear();
         break;
     }
     return true;
