@@ -65,6 +65,10 @@ json parse_body(std::string_view body) {
     const std::string where = path();
     refuse(where, "invalid JSON at byte {}{}{}", e.byte, where.empty() ? "" : " in " + where,
            reason == std::string::npos ? "" : ": " + message.substr(reason + 3));
+  } catch (const json::out_of_range& e) {  // a number beyond double's range, such as 1e999
+    const std::string message = e.what();
+    const std::string where = path();
+    refuse(where, "invalid JSON{}: {}", where.empty() ? "" : " in " + where, message.substr(message.find("] ") + 2));
   }
 }
 

@@ -97,6 +97,7 @@ TEST(CompletionRequest, RefusesBadInputNamingTheField) {
   completion_refused(R"({"prompt": "x", "max_tokens": "16"})", "max_tokens", "integer");
   completion_refused(R"({"prompt": "x", "max_tokens": 18446744073709551615})", "max_tokens", "at least 1");
   completion_refused(R"({"prompt": "x", "temperature": "hot"})", "temperature", "number");
+  completion_refused(R"({"prompt": "x", "temperature": 1e999})", "temperature", "number overflow");  // found by fuzzing
   completion_refused(R"({"prompt": "x", "temperature": 2.5})", "temperature", "at most 2");
   completion_refused(R"({"prompt": "x", "top_p": 0})", "top_p", "above 0");
   completion_refused(R"({"prompt": "x", "top_p": 1.5})", "top_p", "at most 1");
