@@ -25,13 +25,6 @@ struct GenerateOptions {
   std::string dtype = "auto";  // weights: float32, bfloat16, or auto (bfloat16 where the CPU multiplies it)
 };
 
-// --dtype: bfloat16 on request, or by default where the backend has bf16 GEMMs; else float32.
-DType weights_dtype(const std::string& choice, const Backend& backend) {
-  if (choice == "float32") return DType::f32;
-  if (choice == "bfloat16") return DType::bf16;
-  return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
-}
-
 // Prints a completion as the engine streams it: stop strings end it (trimmed), text that could
 // still become one is held back, and the end-of-text token ends it unprinted.
 class PrintingSink : public infer::RequestSink {

@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <numeric>
+#include <omp.h>
 #include <set>
 #include <thread>
 #include <unordered_set>
@@ -203,7 +204,10 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
     return static_cast<double>(s.blocks_total - s.blocks_free);
   });
   update_stats();
-  thread = std::thread([this] { loop(); });
+  thread = std::thread([this] {
+    if (options.threads > 0) omp_set_num_threads(options.threads);  // a per-thread setting in OpenMP
+    loop();
+  });
 }
 
 void Engine::Impl::loop() {
