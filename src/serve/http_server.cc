@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "serve/api_error.h"
+#include "serve/request_reading.h"
 
 namespace paraflow::serve {
 
@@ -73,9 +74,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() { --server_.connections; }
 
   void read_request() {
-    parser_.emplace();
-    parser_->body_limit(server_.limits.body_bytes);
-    parser_->header_limit(static_cast<uint32_t>(server_.limits.header_bytes));
+    apply_limits(parser_.emplace(), server_.limits);
     stream_.expires_after(server_.limits.read_timeout);  // for the header and the body together
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code error, size_t) { self->on_header(error); });
@@ -133,10 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void on_header(beast::error_code error) {
     if (error) return on_read_error(error);
-    if (parser_->content_length() && *parser_->content_length() > server_.limits.body_bytes) {
-      return answer_alone(413, fmt::format("the request body is {} bytes; the limit is {}", *parser_->content_length(),
-                                           server_.limits.body_bytes));
-    }
+    if (auto refusal = refuse_header(*parser_, server_.limits)) return answer_alone(*refusal);
     if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       // The client waits for this before sending the body (curl does for large bodies).
       auto interim = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
@@ -156,44 +152,31 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read_error(beast::error_code error) {
-    if (error == http::error::body_limit) {
-      return answer_alone(413, fmt::format("the request body is over the limit of {} bytes", server_.limits.body_bytes));
-    }
-    if (error == http::error::header_limit) {
-      return answer_alone(431, fmt::format("the request headers are over the limit of {} bytes",
-                                           server_.limits.header_bytes));
-    }
-    const bool parse_error = error.category() == beast::error_code(http::error::bad_target).category() &&
-                             error != http::error::end_of_stream && error != http::error::partial_message;
-    if (parse_error) {
-      return answer_alone(400, fmt::format("malformed HTTP request: {}", error.message()));
-    }
+    if (auto refusal = refuse_read_error(error, server_.limits)) return answer_alone(*refusal);
     close();  // the client left, stalled past the read timeout, or the connection failed
   }
 
   void on_request(beast::error_code error) {
     if (error) return on_read_error(error);
     stream_.expires_never();
-    http::request<http::string_body> request = parser_->release();
+    RequestMessage request = parser_->release();
     keep_alive_ = request.keep_alive();
     target_ = std::string(request.target());
     ++server_.answering;
     watch_for_disconnect();
-    HttpRequest plain{std::string(request.method_string()), target_,
-                      std::string(request[http::field::authorization]), std::move(request.body())};
-    server_.handler(std::move(plain), make_exchange());
+    server_.handler(plain_request(std::move(request)), make_exchange());
   }
 
   std::shared_ptr<Exchange> make_exchange();
 
   // A refusal the server makes itself, before any handler: answered, then the connection closes.
-  void answer_alone(int status, const std::string& message) {
+  void answer_alone(const Refusal& refusal) {
     stream_.expires_never();
     keep_alive_ = false;
     target_ = parser_ && parser_->is_header_done() ? std::string(parser_->get().target()) : "";
     ++server_.answering;
-    server_.observer(target_, status);
-    queue(error_response(status, message), true);
+    server_.observer(target_, refusal.status);
+    queue(error_response(refusal.status, refusal.message), true);
   }
 
   // While an answer is being prepared nothing is read, so watch the socket: readable with nothing
@@ -264,7 +247,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   ServerCore& server_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<RequestParser> parser_;
   std::string target_;
   bool keep_alive_ = false;
   uint64_t serial_ = 0;  // the answer in progress; calls for earlier ones are ignored

@@ -7,7 +7,6 @@
 #include <random>
 
 #include "serve/api_error.h"
-#include "serve/auth.h"
 #include "serve/completion_job.h"
 
 namespace paraflow::serve {
@@ -16,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* endpoints[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions"};
-
 uint64_t random_number() {
   thread_local std::mt19937_64 generator{std::random_device{}()};
   return generator();
@@ -25,12 +22,6 @@ uint64_t random_number() {
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void require_method(const HttpRequest& request, const std::string& path, const char* method) {
-  if (request.method != method) {
-    throw ApiError(405, "invalid_request_error", fmt::format("{} {} is not supported; use {}", request.method, path, method));
-  }
 }
 
 }  // namespace
@@ -46,16 +37,8 @@ void OpenAiService::ready(infer::Engine& engine, const infer::TextCodec& codec) 
 void OpenAiService::draining() { state_.store(State::draining); }
 
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchange) {
-  const std::string path = request.target.substr(0, request.target.find('?'));
   try {
-    if (path != "/health" && !options_.api_key.empty() &&
-        !bearer_token_matches(request.authorization, options_.api_key)) {
-      throw ApiError(401, "invalid_request_error",
-                     request.authorization.empty() ? "no API key: send the header Authorization: Bearer <key>"
-                                                   : "incorrect API key",
-                     "", "invalid_api_key");
-    }
-    route(request, path, exchange);
+    answer(route(request, options_.api_key), request, exchange);
   } catch (const ApiError& error) {
     HttpHeaders headers;
     if (error.status() == 429) headers.emplace_back("Retry-After", "1");
@@ -65,37 +48,27 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchan
   }
 }
 
-void OpenAiService::route(const HttpRequest& request, const std::string& path,
-                          const std::shared_ptr<Exchange>& exchange) {
+void OpenAiService::answer(Endpoint endpoint, const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
   const State state = state_.load();
-  if (path == "/health") {
-    require_method(request, path, "GET");
-    const char* status = state == State::ready ? "ok" : state == State::loading ? "loading" : "draining";
-    exchange->respond(state == State::ready ? 200 : 503, "application/json", json{{"status", status}}.dump());
-  } else if (path == "/metrics") {
-    require_method(request, path, "GET");
-    exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics());
-  } else if (path == "/v1/models") {
-    require_method(request, path, "GET");
-    json model = {{"id", options_.model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "paraflow"}};
-    exchange->respond(200, "application/json", json{{"object", "list"}, {"data", {model}}}.dump());
-  } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
-    require_method(request, path, "POST");
-    if (state == State::loading) {
-      throw ApiError(503, "server_error", "the model is still loading (GET /health answers 200 once it is ready)", "",
-                     "service_unavailable");
+  switch (endpoint) {
+    case Endpoint::health: {
+      const char* status = state == State::ready ? "ok" : state == State::loading ? "loading" : "draining";
+      return exchange->respond(state == State::ready ? 200 : 503, "application/json", json{{"status", status}}.dump());
     }
-    if (path == "/v1/completions") {
-      complete(decode_completion_request(request.body), exchange);
-    } else {
-      chat(decode_chat_request(request.body), exchange);
+    case Endpoint::metrics:
+      return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics());
+    case Endpoint::models: {
+      json model = {{"id", options_.model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "paraflow"}};
+      return exchange->respond(200, "application/json", json{{"object", "list"}, {"data", {model}}}.dump());
     }
-  } else {
-    throw ApiError(404, "invalid_request_error",
-                   fmt::format("no endpoint {} {} (there are /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/health and /metrics)",
-                               request.method, path),
-                   "", "unknown_url");
+    case Endpoint::completions:
+    case Endpoint::chat_completions:
+      if (state == State::loading) {
+        throw ApiError(503, "server_error", "the model is still loading (GET /health answers 200 once it is ready)", "",
+                       "service_unavailable");
+      }
+      if (endpoint == Endpoint::completions) return complete(decode_completion_request(request.body), exchange);
+      return chat(decode_chat_request(request.body), exchange);
   }
 }
 
@@ -164,11 +137,9 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
 }
 
 void OpenAiService::count(const std::string& target, int status) {
-  const std::string path = target.substr(0, target.find('?'));
-  const bool known = std::find(std::begin(endpoints), std::end(endpoints), path) != std::end(endpoints);
   metrics_
       .counter("paraflow_http_requests_total", "HTTP requests answered, by endpoint and status code",
-               {{"endpoint", known ? path : "other"}, {"code", std::to_string(status)}})
+               {{"endpoint", endpoint_label(target)}, {"code", std::to_string(status)}})
       .add();
 }
 

@@ -17,6 +17,7 @@
 #include "infer/text_codec.h"
 #include "serve/http_server.h"
 #include "serve/openai_request.h"
+#include "serve/router.h"
 
 namespace paraflow::serve {
 
@@ -39,7 +40,7 @@ class OpenAiService {
   MetricsRegistry& metrics() { return metrics_; }  // the server's own metrics
 
  private:
-  void route(const HttpRequest& request, const std::string& path, const std::shared_ptr<Exchange>& exchange);
+  void answer(Endpoint endpoint, const HttpRequest& request, const std::shared_ptr<Exchange>& exchange);
   void complete(const CompletionRequest& request, const std::shared_ptr<Exchange>& exchange);
   void chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange);
   // The engine requests of a completion, its prompt checked against the model.

@@ -5,10 +5,13 @@
 // that its greedy continuation is readable text.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <fmt/format.h>
 
 #include <atomic>
+#include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -119,6 +122,17 @@ double metric(const std::string& metrics, const std::string& name) {
   std::smatch match;
   if (!std::regex_search(metrics, match, std::regex("\n" + name + " ([0-9.e+-]+)\n"))) return -1;
   return std::stod(match[1]);
+}
+
+// A process's resident memory (VmRSS in /proc/<pid>/status), in KiB.
+int64_t resident_kib(pid_t pid) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  ADD_FAILURE() << "no VmRSS in /proc/" << pid << "/status";
+  return -1;
 }
 
 class ServeTest : public ::testing::Test {
@@ -315,15 +329,25 @@ TEST_F(ServeTest, HalfARequestThenAStallIsDropped) {
 }
 
 TEST_F(ServeTest, ManyIdleConnectionsCostNothingToOthers) {
+  constexpr int count = 2000;
+  // Each connection is a descriptor here too (the server raises its own limit).
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  const rlim_t wanted = count + 256;
+  ASSERT_GE(limit.rlim_max, wanted) << "the hard limit on open files is below " << wanted << " (ulimit -Hn)";
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = wanted;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  }
   std::vector<std::unique_ptr<testing::Connection>> idle;
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < count; ++i) {
     idle.push_back(std::make_unique<testing::Connection>(server_->port()));
     ASSERT_TRUE(idle.back()->connected()) << i;
   }
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(completion({{"prompt", "the"}, {"max_tokens", 4}})["choices"].size(), 1u);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  EXPECT_GE(metric(metrics(), "paraflow_http_connections"), 1000);
+  EXPECT_GE(metric(metrics(), "paraflow_http_connections"), count);
   idle.clear();
 }
 
@@ -368,6 +392,105 @@ TEST_F(ServeTest, BurstBeyondTheQueueGets429) {
   EXPECT_GE(limited.load(), 1);
   EXPECT_EQ(other.load(), 0);
   expect_engine_idle();
+}
+
+// What `clients` send at once, `rounds` times each: every kind of request in turn, each checked
+// for the answer it must get (one that generates may also be refused with 429 when the queue is full).
+struct LoadResult {
+  int generated = 0;  // completions answered 200
+  int queue_full = 0;
+  std::vector<std::string> problems;
+};
+
+LoadResult mixed_load(int port, int clients, int rounds) {
+  const json stream = {{"prompt", "the"}, {"max_tokens", 12}, {"stream", true}};
+  LoadResult result;
+  std::mutex mutex;
+  auto check = [&](const std::string& what, int status, const std::string& answer, bool generates, int expected) {
+    std::lock_guard lock(mutex);
+    if (status == expected) {
+      result.generated += generates;
+    } else if (generates && status == 429) {
+      ++result.queue_full;
+    } else {
+      result.problems.push_back(fmt::format("{}: status {} instead of {}: {}", what, status, expected, answer.substr(0, 300)));
+    }
+  };
+  // The status of a response whose beginning is `received` (0 when not even its status line came).
+  auto status_of = [](const std::string& received) {
+    return received.starts_with("HTTP/1.1 ") && received.size() >= 12 ? std::stoi(received.substr(9, 3)) : 0;
+  };
+  auto one_request = [&](int kind) {
+    switch (kind) {
+      case 0: {
+        const testing::HttpReply reply = testing::http_request(
+            port, "POST", "/v1/completions", json{{"prompt", "the lazy"}, {"max_tokens", 12}}.dump(), api_key);
+        return check("completion", reply.status, reply.body, true, 200);
+      }
+      case 1: {
+        const testing::HttpReply reply = testing::http_request(port, "POST", "/v1/completions", stream.dump(), api_key);
+        const bool whole = reply.status != 200 || reply.body.ends_with("data: [DONE]\n\n");
+        return check(whole ? "stream" : "stream without its end", reply.status, reply.body, true, whole ? 200 : -1);
+      }
+      case 2: {  // the client hangs up after the first chunk
+        testing::Connection client(port);
+        client.send(testing::request_text("POST", "/v1/completions", stream.dump(), api_key));
+        std::string received;
+        const auto until = std::chrono::steady_clock::now() + 30s;
+        while (received.find("data: {") == std::string::npos && std::chrono::steady_clock::now() < until &&
+               client.receive(received, 100ms)) {
+        }
+        const bool chunk = received.find("data: {") != std::string::npos;
+        return check(chunk ? "stream cut off" : "stream cut off before its first chunk", status_of(received), received,
+                     true, chunk ? 200 : -1);
+      }
+      case 3: {
+        const json chat = {{"messages", {{{"role", "user"}, {"content", "the quick"}}}}, {"max_tokens", 8}};
+        const testing::HttpReply reply = testing::http_request(port, "POST", "/v1/chat/completions", chat.dump(), api_key);
+        return check("chat", reply.status, reply.body, true, 200);
+      }
+      case 4: {
+        const testing::HttpReply reply = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "x",)", api_key);
+        return check("malformed JSON", reply.status, reply.body, false, 400);
+      }
+      default: {  // a body over the limit, refused from its Content-Length
+        testing::Connection client(port);
+        client.send(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n"
+                                "Content-Length: {}\r\n\r\n",
+                                api_key, 2 << 20));
+        const std::string received = client.receive_all(30s);
+        return check("body over the limit", status_of(received), received, false, 413);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < rounds; ++i) one_request((c + i) % 6);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return result;
+}
+
+TEST_F(ServeTest, MemoryReturnsToItsBaselineAfterLoad) {
+  const pid_t pid = server_->process().pid();
+  // Warm-up: the same mix, so that allocator pools, the graphs of each batch size and their
+  // buffers exist before the baseline.
+  EXPECT_TRUE(mixed_load(server_->port(), 6, 6).problems.empty());
+  expect_engine_idle();
+  const int64_t baseline = resident_kib(pid);
+
+  const LoadResult load = mixed_load(server_->port(), 6, 50);
+  for (const std::string& problem : load.problems) ADD_FAILURE() << problem;
+  std::printf("  300 requests from 6 clients: %d completions served, %d refused with 429, %zu wrong answers\n",
+              load.generated, load.queue_full, load.problems.size());
+  EXPECT_GE(load.generated, 100);  // of 200 that generate
+  expect_engine_idle();
+  const int64_t after = resident_kib(pid);
+  std::printf("  server RSS: %lld KiB after warm-up, %lld KiB after the load (%+.1f%%)\n", static_cast<long long>(baseline),
+              static_cast<long long>(after), 100.0 * static_cast<double>(after - baseline) / static_cast<double>(baseline));
+  EXPECT_LE(static_cast<double>(after), static_cast<double>(baseline) * 1.05);
 }
 
 // SIGTERM while a stream is in flight: the stream ends normally, then the server exits 0.

@@ -1,0 +1,66 @@
+#include "serve/router.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "serve/api_error.h"
+#include "serve/auth.h"
+
+namespace paraflow::serve {
+
+namespace {
+
+struct Route {
+  const char* path;
+  const char* method;
+  Endpoint endpoint;
+};
+
+constexpr Route routes[] = {
+    {"/health", "GET", Endpoint::health},
+    {"/metrics", "GET", Endpoint::metrics},
+    {"/v1/models", "GET", Endpoint::models},
+    {"/v1/completions", "POST", Endpoint::completions},
+    {"/v1/chat/completions", "POST", Endpoint::chat_completions},
+};
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+const Route* find_route(const std::string& path) {
+  const auto* found = std::find_if(std::begin(routes), std::end(routes), [&](const Route& candidate) { return path == candidate.path; });
+  return found == std::end(routes) ? nullptr : found;
+}
+
+}  // namespace
+
+Endpoint route(const HttpRequest& request, const std::string& api_key) {
+  const std::string path = path_of(request.target);
+  if (path != "/health" && !api_key.empty() && !bearer_token_matches(request.authorization, api_key)) {
+    throw ApiError(401, "invalid_request_error",
+                   request.authorization.empty() ? "no API key: send the header Authorization: Bearer <key>"
+                                                 : "incorrect API key",
+                   "", "invalid_api_key");
+  }
+  const Route* found = find_route(path);
+  if (!found) {
+    throw ApiError(404, "invalid_request_error",
+                   fmt::format("no endpoint {} {} (there are /v1/completions, /v1/chat/completions, /v1/models, "
+                               "/health and /metrics)",
+                               request.method, path),
+                   "", "unknown_url");
+  }
+  if (request.method != found->method) {
+    throw ApiError(405, "invalid_request_error",
+                   fmt::format("{} {} is not supported; use {}", request.method, path, found->method));
+  }
+  return found->endpoint;
+}
+
+std::string endpoint_label(const std::string& target) {
+  const std::string path = path_of(target);
+  return find_route(path) ? path : "other";
+}
+
+}  // namespace paraflow::serve
