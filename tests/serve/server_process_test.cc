@@ -404,6 +404,9 @@ struct LoadResult {
 
 LoadResult mixed_load(int port, int clients, int rounds) {
   const json stream = {{"prompt", "the"}, {"max_tokens", 12}, {"stream", true}};
+  const json long_stream = {{"prompt", "the"}, {"max_tokens", 90}, {"stream", true}};
+  // Large enough that a body kept after its request would show in the server's memory.
+  const std::string malformed = R"({"prompt": ")" + std::string(256 << 10, 'a') + "\",";
   LoadResult result;
   std::mutex mutex;
   auto check = [&](const std::string& what, int status, const std::string& answer, bool generates, int expected) {
@@ -434,7 +437,7 @@ LoadResult mixed_load(int port, int clients, int rounds) {
       }
       case 2: {  // the client hangs up after the first chunk
         testing::Connection client(port);
-        client.send(testing::request_text("POST", "/v1/completions", stream.dump(), api_key));
+        client.send(testing::request_text("POST", "/v1/completions", long_stream.dump(), api_key));
         std::string received;
         const auto until = std::chrono::steady_clock::now() + 30s;
         while (received.find("data: {") == std::string::npos && std::chrono::steady_clock::now() < until &&
@@ -450,7 +453,7 @@ LoadResult mixed_load(int port, int clients, int rounds) {
         return check("chat", reply.status, reply.body, true, 200);
       }
       case 4: {
-        const testing::HttpReply reply = testing::http_request(port, "POST", "/v1/completions", R"({"prompt": "x",)", api_key);
+        const testing::HttpReply reply = testing::http_request(port, "POST", "/v1/completions", malformed, api_key);
         return check("malformed JSON", reply.status, reply.body, false, 400);
       }
       default: {  // a body over the limit, refused from its Content-Length
@@ -481,11 +484,11 @@ TEST_F(ServeTest, MemoryReturnsToItsBaselineAfterLoad) {
   expect_engine_idle();
   const int64_t baseline = resident_kib(pid);
 
-  const LoadResult load = mixed_load(server_->port(), 6, 50);
+  const LoadResult load = mixed_load(server_->port(), 6, 100);
   for (const std::string& problem : load.problems) ADD_FAILURE() << problem;
-  std::printf("  300 requests from 6 clients: %d completions served, %d refused with 429, %zu wrong answers\n",
+  std::printf("  600 requests from 6 clients: %d completions served, %d refused with 429, %zu wrong answers\n",
               load.generated, load.queue_full, load.problems.size());
-  EXPECT_GE(load.generated, 100);  // of 200 that generate
+  EXPECT_GE(load.generated, 100);  // of 400 that generate
   expect_engine_idle();
   const int64_t after = resident_kib(pid);
   std::printf("  server RSS: %lld KiB after warm-up, %lld KiB after the load (%+.1f%%)\n", static_cast<long long>(baseline),
