@@ -26,7 +26,8 @@ int64_t unix_seconds() {
 
 }  // namespace
 
-OpenAiService::OpenAiService(ServiceOptions options) : options_(std::move(options)), started_at_(unix_seconds()) {}
+OpenAiService::OpenAiService(ServiceOptions options)
+    : options_(std::move(options)), started_at_(unix_seconds()), tf_serving_({.name = options_.model_name}) {}
 
 void OpenAiService::ready(infer::Engine& engine, const infer::TextCodec& codec) {
   engine_ = &engine;
@@ -69,6 +70,9 @@ void OpenAiService::answer(Endpoint endpoint, const HttpRequest& request, const 
       }
       if (endpoint == Endpoint::completions) return complete(decode_completion_request(request.body), exchange);
       return chat(decode_chat_request(request.body), exchange);
+    case Endpoint::tf_serving:
+      return tf_serving_.handle(request, target_path(request.target), state == State::loading ? nullptr : engine_,
+                                exchange);
   }
 }
 

@@ -26,8 +26,6 @@ constexpr Route routes[] = {
     {"/v1/chat/completions", "POST", Endpoint::chat_completions},
 };
 
-std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
-
 const Route* find_route(const std::string& path) {
   const auto* found = std::find_if(std::begin(routes), std::end(routes), [&](const Route& candidate) { return path == candidate.path; });
   return found == std::end(routes) ? nullptr : found;
@@ -36,13 +34,14 @@ const Route* find_route(const std::string& path) {
 }  // namespace
 
 Endpoint route(const HttpRequest& request, const std::string& api_key) {
-  const std::string path = path_of(request.target);
+  const std::string path = target_path(request.target);
   if (path != "/health" && !api_key.empty() && !bearer_token_matches(request.authorization, api_key)) {
     throw ApiError(401, "invalid_request_error",
                    request.authorization.empty() ? "no API key: send the header Authorization: Bearer <key>"
                                                  : "incorrect API key",
                    "", "invalid_api_key");
   }
+  if (path.starts_with(tf_serving_prefix)) return Endpoint::tf_serving;
   const Route* found = find_route(path);
   if (!found) {
     throw ApiError(404, "invalid_request_error",
@@ -58,8 +57,11 @@ Endpoint route(const HttpRequest& request, const std::string& api_key) {
   return found->endpoint;
 }
 
+std::string target_path(const std::string& target) { return target.substr(0, target.find('?')); }
+
 std::string endpoint_label(const std::string& target) {
-  const std::string path = path_of(target);
+  const std::string path = target_path(target);
+  if (path.starts_with(tf_serving_prefix)) return "/v1/models/{model}";
   return find_route(path) ? path : "other";
 }
 

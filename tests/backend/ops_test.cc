@@ -148,6 +148,47 @@ TEST_P(OpsTest, Matmul) {
   }
 }
 
+// Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
+// computed alone (and the reference within the usual bound), in f32 and, where the backend has
+// it, with bf16 operands — the weights in both layouts, with bias and GELU; 96 input features
+// take the AMX tiles where the CPU has them (65 the vdpbf16ps kernel), 91 outputs leave a tail.
+TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
+  const int64_t N = 37, OC = 3 * d.C + 1;
+  std::vector<DType> dtypes{DType::f32};
+  if (backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
+  for (int64_t C : {int64_t{65}, int64_t{96}})
+  for (DType dtype : dtypes)
+  for (bool transposed : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " transposed=" << transposed);
+    Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), b = random_vector(rng, OC);
+    const Shape w_shape = transposed ? Shape{OC, C} : Shape{C, OC};
+    Tensor w_t = dtype == DType::bf16 ? to_bf16(w, w_shape) : put(w, w_shape);
+    if (dtype == DType::bf16) {  // the reference multiplies the operands the kernel sees
+      w = values(w_t);
+      x = values(to_bf16(x, {N, C}));
+    }
+    auto run = [&](int64_t first, int64_t rows) {
+      Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
+      Tensor x_t = dtype == DType::bf16 ? to_bf16(part, {rows, C}) : put(part, {rows, C});
+      Tensor out = zeros({rows, OC}), pre = zeros({rows, OC});
+      backend().launch(MatmulForward{.out = out, .pre = pre, .inp = x_t, .weight = w_t, .bias = put(b, {OC}),
+                                     .layout = transposed ? WeightLayout::out_in : WeightLayout::in_out,
+                                     .gelu = true, .row_invariant = true});
+      return get(out);
+    };
+    const Vec batched = run(0, N);
+    for (int64_t row : {int64_t{0}, int64_t{5}, N - 1}) {
+      const Vec alone = run(row, 1);
+      for (int64_t o = 0; o < OC; ++o) {
+        ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
+      }
+    }
+    Vec reference_out;
+    reference::matmul_forward(reference_out, x, w, &b, N, C, OC, transposed, true);
+    EXPECT_CLOSE(batched, reference_out, C, "row-invariant matmul out");
+  }
+}
+
 // GPT-2's score scale, 1/sqrt(head size).
 double gpt2_scale(int64_t C, int64_t NH) { return 1 / std::sqrt(static_cast<double>(C / NH)); }
 

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/amx_dot.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
@@ -118,49 +120,90 @@ constexpr int64_t kSmallRows = 4;
 
 // Runs bf16_dot_rows where it applies (bf16 x and weights, AVX512_BF16 compiled in).
 template <typename X, typename W>
-bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end);
+bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end,
+                         const AmxRows* amx);
 
 #ifdef __AVX512BF16__
 // GCC 12's _mm512_reduce_add_ps extracts from an _mm256_undefined_pd() it then flags as
-// "may be used uninitialized": a false positive of its own header.
+// "may be used uninitialized" (or "is used uninitialized", inlined into a template): a false
+// positive of its own header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// R input rows times four weight rows of length C: R x 4 independent f32 accumulators (enough
+// to hide vdpbf16ps' latency once R reaches 2), summed horizontally at the end. Each output's
+// sum runs over the same column chunks in the same order whatever R: batching changes nothing.
+template <int R>
+struct Bf16DotBlock {
+  __m512 acc[R][4];
+
+  // One chunk of 32 columns (fewer under `mask`) of the R rows and the four weight rows.
+  inline __attribute__((always_inline)) void chunk(const BFloat16* x, const BFloat16* w, int64_t C, int64_t c,
+                                                   __mmask32 mask) {
+    __m512bh wv[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) wv[k] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + k * C + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const auto xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + r * C + c);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], xv, wv[k]);
+    }
+  }
+
+  inline __attribute__((always_inline)) void run(float* sums, int64_t sums_ld, const BFloat16* x, const BFloat16* w,
+                                                 int64_t C, bool prefetch) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_setzero_ps();
+    }
+    const int64_t full = C / 32 * 32;
+    int64_t c = 0;
+    if (prefetch) {
+      for (; c < full; c += 32) {
+        // The next four rows' same columns, ahead of their turn: 87 -> 111 tokens/s on the GPT-2
+        // 124M shape (the hardware prefetcher does not follow four interleaved row streams).
+#pragma GCC unroll 4
+        for (int k = 4; k < 8; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
+        chunk(x, w, C, c, ~__mmask32{0});
+      }
+    } else {
+      for (; c < full; c += 32) chunk(x, w, C, c, ~__mmask32{0});
+    }
+    if (c < C) chunk(x, w, C, c, static_cast<__mmask32>((uint64_t{1} << (C - full)) - 1));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) sums[r * sums_ld + k] = _mm512_reduce_add_ps(acc[r][k]);
+    }
+  }
+};
+
+template <int R>
+void bf16_dot_block(float* sums, int64_t sums_ld, const BFloat16* x, const BFloat16* w, int64_t C, bool prefetch) {
+  Bf16DotBlock<R>().run(sums, sums_ld, x, w, C, prefetch);
+}
+
 // sums[n * width + (o - begin)] = x[n] · weight[o] for weight rows [begin, end) of length C, bf16
-// pairs multiplied exactly and summed in f32 by AVX512_BF16's vdpbf16ps, four rows at a time
-// sharing each load of x.
-void bf16_dot_rows(float* sums, const BFloat16* inp, const BFloat16* weight, const MatmulDims& d, int64_t begin,
-                   int64_t end) {
-  const int64_t width = end - begin;
+// pairs multiplied exactly and summed in f32 by AVX512_BF16's vdpbf16ps. Weight rows outermost:
+// four of them stay in L1 while the input rows pass by, four at a time.
+void bf16_dot_rows(float* sums, int64_t width, const BFloat16* inp, const BFloat16* weight, const MatmulDims& d,
+                   int64_t begin, int64_t end) {
   const int64_t full = d.C / 32 * 32;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (d.C - full)) - 1);
-  // Weight rows outermost: four of them stay in L1 while every input row passes by.
   int64_t o = begin;
   for (; o + 4 <= end; o += 4) {
     const BFloat16* w = weight + o * d.C;
-    for (int64_t n = 0; n < d.N; ++n) {
-      const BFloat16* x = inp + n * d.C;
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-      for (int64_t c = 0; c < d.C; c += 32) {
-        const __mmask32 mask = c < full ? ~__mmask32{0} : tail;
-        const auto xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + c);
-        // The next four rows' same columns, ahead of their turn: 87 -> 111 tokens/s on the GPT-2
-        // 124M shape (the hardware prefetcher does not follow four interleaved row streams).
-        if (n == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(w + 4 * d.C + c), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(w + 5 * d.C + c), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(w + 6 * d.C + c), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(w + 7 * d.C + c), _MM_HINT_T0);
-        }
-        acc0 = _mm512_dpbf16_ps(acc0, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + c));
-        acc1 = _mm512_dpbf16_ps(acc1, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + d.C + c));
-        acc2 = _mm512_dpbf16_ps(acc2, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + 2 * d.C + c));
-        acc3 = _mm512_dpbf16_ps(acc3, xv, (__m512bh)_mm512_maskz_loadu_epi16(mask, w + 3 * d.C + c));
-      }
-      float* row = sums + n * width + (o - begin);
-      row[0] = _mm512_reduce_add_ps(acc0);
-      row[1] = _mm512_reduce_add_ps(acc1);
-      row[2] = _mm512_reduce_add_ps(acc2);
-      row[3] = _mm512_reduce_add_ps(acc3);
+    int64_t n = 0;
+    for (; n + 4 <= d.N; n += 4) bf16_dot_block<4>(sums + n * width + (o - begin), width, inp + n * d.C, w, d.C, n == 0);
+    const BFloat16* x = inp + n * d.C;
+    float* row = sums + n * width + (o - begin);
+    switch (d.N - n) {
+      case 3: bf16_dot_block<3>(row, width, x, w, d.C, n == 0); break;
+      case 2: bf16_dot_block<2>(row, width, x, w, d.C, n == 0); break;
+      case 1: bf16_dot_block<1>(row, width, x, w, d.C, n == 0); break;
+      default: break;
     }
   }
   for (; o < end; ++o) {
@@ -180,14 +223,22 @@ void bf16_dot_rows(float* sums, const BFloat16* inp, const BFloat16* weight, con
 #endif
 
 template <typename X, typename W>
-bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end) {
+bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end,
+                         const AmxRows* amx) {
 #ifdef __AVX512BF16__
   if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>) {
-    bf16_dot_rows(sums, inp, weight, d, begin, end);
+    const int64_t width = end - begin;
+    int64_t aligned_end = begin;
+    if (amx != nullptr) {
+      // Blocks of 16 weight rows on AMX tiles; the last few (OC not a multiple of 16) below.
+      aligned_end = begin + width / 16 * 16;
+      amx_dot_rows(sums, width, *amx, reinterpret_cast<const uint16_t*>(weight), begin, aligned_end);
+    }
+    bf16_dot_rows(sums + (aligned_end - begin), width, inp, weight, d, aligned_end, end);
     return true;
   }
 #endif
-  (void)sums, (void)inp, (void)weight, (void)d, (void)begin, (void)end;
+  (void)sums, (void)inp, (void)weight, (void)d, (void)begin, (void)end, (void)amx;
   return false;
 }
 
@@ -197,6 +248,14 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
   // The few input rows in f32, converted once rather than once per weight row.
   std::vector<float> x(static_cast<size_t>(d.N * d.C));
   for (size_t i = 0; i < x.size(); ++i) x[i] = to_float(inp[i]);
+  // bf16 rows times an [out, in] bf16 weight run on AMX tiles where the CPU has them (same
+  // invariance, several times the speed at a few dozen rows); the rows are repacked once here.
+  std::optional<AmxRows> amx;
+  if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>) {
+    if (d.transposed && d.C % 32 == 0 && amx_dot_available()) {
+      amx = pack_amx_rows(reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
+    }
+  }
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {
@@ -231,7 +290,7 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
-    } else if (!bf16_dot_rows_apply(sums.data(), inp, weight, d, begin, end)) {
+    } else if (!bf16_dot_rows_apply(sums.data(), inp, weight, d, begin, end, amx ? &*amx : nullptr)) {
       for (int64_t o = begin; o < end; ++o) {
         const W* row = weight + o * d.C;
         for (int64_t n = 0; n < d.N; ++n) {

@@ -1,0 +1,81 @@
+// The serving engine's matmul at decoding batch sizes: the row-invariant kernel (each row's
+// arithmetic independent of the batch; serving's determinism) against oneDNN's GEMM (AMX or
+// AVX512 as oneDNN picks; its blocking, and so its rounding, changes with the rows) on one weight
+// matrix, bf16 operands, f32 out. Prints per row count the GMAC/s of both and their ratio, per
+// second of wall time and per second of this process's CPU time (the steadier figure on a
+// machine shared with other work).
+//   OMP_NUM_THREADS=2 build/bench/infer/batched_matmul_bench [--in 768] [--out 3072] [--rows 1,4,8,16,32,64]
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+double cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+struct Rate {
+  double wall, cpu;  // GMAC per second of each
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace paraflow;
+  CLI::App app{"row-invariant matmul vs oneDNN at decoding batch sizes"};
+  int64_t in = 768, out = 3072, seconds_per_case = 1;
+  std::vector<int64_t> rows{1, 4, 8, 16, 32, 64};
+  app.add_option("--in", in, "Input features");
+  app.add_option("--out", out, "Output features");
+  app.add_option("--rows", rows, "Row counts")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  Backend& backend = cpu_backend();
+  if (!backend.supports(KernelOp::matmul_forward, DType::bf16)) {
+    fmt::print("this CPU has no bf16 matmul kernels\n");
+    return 1;
+  }
+  fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} bf16 weights [out, in]\n", cpu_model(), cpu::onednn_isa_name(), in, out);
+  fmt::print("{:>6} {:>30} {:>30} {:>8}\n", "rows", "row_invariant GMAC/s wall/cpu", "onednn GMAC/s wall/cpu",
+             "ratio");
+  Tensor weight = Tensor::zeros(Shape{out, in}, DType::bf16);
+  Tensor bias = Tensor::zeros(Shape{out}, DType::f32);
+  for (int64_t n : rows) {
+    Tensor x = Tensor::zeros(Shape{n, in}, DType::bf16), y = Tensor::zeros(Shape{n, out}, DType::f32);
+    auto rate = [&](bool row_invariant) {
+      MatmulForward args{.out = y, .inp = x, .weight = weight, .bias = bias, .layout = WeightLayout::out_in,
+                         .row_invariant = row_invariant};
+      backend.launch(args);
+      int64_t calls = 0;
+      const auto start = std::chrono::steady_clock::now();
+      const double cpu_start = cpu_seconds();
+      double elapsed = 0;
+      while (elapsed < static_cast<double>(seconds_per_case)) {
+        backend.launch(args);
+        ++calls;
+        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      const double gmac = static_cast<double>(calls * n * in * out) / 1e9;
+      return Rate{gmac / elapsed, gmac / (cpu_seconds() - cpu_start)};
+    };
+    const Rate invariant = rate(true), library = rate(false);
+    fmt::print("{:>6} {:>20.1f} / {:>7.1f} {:>20.1f} / {:>7.1f} {:>8.2f}\n", n, invariant.wall, invariant.cpu,
+               library.wall, library.cpu, invariant.cpu / library.cpu);
+  }
+}

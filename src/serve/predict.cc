@@ -1,0 +1,96 @@
+#include "serve/predict.h"
+
+#include <memory>
+#include <mutex>
+
+#include "base/error.h"
+
+namespace paraflow::serve {
+
+namespace {
+
+// The rows of one Predict call: each row's tokens, and `done` once the last row finishes.
+class PredictCall {
+ public:
+  PredictCall(size_t rows, std::function<void(PredictOutcome)> done) : done_(std::move(done)) {
+    outcome_.output_ids.resize(rows);
+    remaining_ = rows;
+  }
+
+  void add_token(size_t row, int32_t token) {
+    std::lock_guard lock(mutex_);
+    outcome_.output_ids[row].push_back(token);
+  }
+
+  void finish_row(size_t row, const infer::Outcome& outcome) {
+    std::function<void(PredictOutcome)> done;
+    PredictOutcome result;
+    {
+      std::lock_guard lock(mutex_);
+      if (!outcome.error.empty() && outcome_.error.empty()) {
+        outcome_.error = "row " + std::to_string(row) + ": " + outcome.error;
+      }
+      if (--remaining_ > 0) return;
+      done.swap(done_);
+      result = std::move(outcome_);
+    }
+    if (done) done(std::move(result));
+  }
+
+ private:
+  std::mutex mutex_;
+  size_t remaining_ = 0;
+  PredictOutcome outcome_;
+  std::function<void(PredictOutcome)> done_;
+};
+
+class RowSink : public infer::RequestSink {
+ public:
+  RowSink(std::shared_ptr<PredictCall> call, size_t row) : call_(std::move(call)), row_(row) {}
+  bool on_token(const infer::TokenEvent& event) override {
+    call_->add_token(row_, event.token);
+    return true;
+  }
+  void on_finish(const infer::Outcome& outcome) override { call_->finish_row(row_, outcome); }
+
+ private:
+  std::shared_ptr<PredictCall> call_;
+  size_t row_;
+};
+
+}  // namespace
+
+void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
+  const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
+  check(!rows.empty(), "input_ids: needs at least one row");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    check(rows[i].size() == rows[0].size(), "input_ids: row {} has {} ids, row 0 has {}: a tensor's rows are equal",
+          i, rows[i].size(), rows[0].size());
+  }
+  check(!rows[0].empty(), "input_ids: rows must hold at least one id");
+  check(inputs.max_new_tokens >= 1, "max_new_tokens: must be at least 1 (got {})", inputs.max_new_tokens);
+  check(inputs.temperature >= 0 && inputs.temperature <= 2, "temperature: must be in [0, 2] (got {})",
+        inputs.temperature);
+  auto call = std::make_shared<PredictCall>(rows.size(), std::move(done));
+  std::vector<uint64_t> submitted;
+  try {
+    for (size_t row = 0; row < rows.size(); ++row) {
+      infer::Request request{.prompt = rows[row],
+                             .max_tokens = inputs.max_new_tokens,
+                             .sampling = {.temperature = inputs.temperature, .seed = inputs.seed + row}};
+      submitted.push_back(engine.submit(std::move(request), std::make_shared<RowSink>(call, row)));
+    }
+  } catch (const InputError& error) {
+    for (uint64_t id : submitted) engine.cancel(id);
+    // The engine names the request field; here it is an input of the signature.
+    const std::string message = error.what();
+    throw InputError(message.rfind("prompt", 0) == 0 ? "input_ids" + message.substr(6)
+                     : message.rfind("max_tokens", 0) == 0 ? "max_new_tokens" + message.substr(10)
+                                                           : message);
+  } catch (...) {
+    for (uint64_t id : submitted) engine.cancel(id);
+    throw;
+  }
+}
+
+}  // namespace paraflow::serve

@@ -1,0 +1,40 @@
+// TF Serving's Predict on the serving engine, shared by the REST (`:predict`) and gRPC
+// (PredictionService/Predict) front ends. The signature, as GetModelMetadata describes it:
+//   inputs   input_ids       int32/int64 [batch, length]  the prompts, one per row
+//            max_new_tokens  int32/int64 scalar, optional  tokens generated per row (default 16)
+//            temperature     float scalar, optional        0 (the default) is greedy
+//            seed            int64 scalar, optional        row i samples with seed + i
+//   outputs  output_ids      int32 [batch, max_new_tokens] the generated tokens
+// Every row runs as its own engine request, so the rows batch with each other and with
+// everything else the engine runs; the end-of-text token does not stop a row (the output stays
+// rectangular, as a tensor must).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "infer/engine.h"
+
+namespace paraflow::serve {
+
+struct PredictInputs {
+  std::vector<std::vector<int32_t>> input_ids;  // rows of equal length
+  int64_t max_new_tokens = 16;
+  double temperature = 0;
+  uint64_t seed = 0;
+};
+
+struct PredictOutcome {
+  std::vector<std::vector<int32_t>> output_ids;  // [batch][max_new_tokens] when `error` is empty
+  std::string error;                             // a row failed or was cancelled
+};
+
+// Checks the inputs against the model (InputError naming the input: "input_ids", ...), submits
+// the rows and calls `done` on the engine's thread once every row has finished. Throws what
+// Engine::submit throws (QueueFull, Draining) before any row runs; rows already submitted are
+// then cancelled.
+void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done);
+
+}  // namespace paraflow::serve

@@ -1,0 +1,49 @@
+#include "serve/router.h"
+
+#include <gtest/gtest.h>
+
+#include "serve/api_error.h"
+
+namespace paraflow::serve {
+namespace {
+
+HttpRequest request(const std::string& method, const std::string& target, const std::string& key = "Bearer key") {
+  return {method, target, key, ""};
+}
+
+int refusal(const HttpRequest& request) {
+  try {
+    route(request, "key");
+  } catch (const ApiError& error) {
+    return error.status();
+  }
+  return 0;
+}
+
+TEST(Router, EndpointsByPathAndMethod) {
+  EXPECT_EQ(route(request("GET", "/health", ""), "key"), Endpoint::health);  // the one endpoint without the key
+  EXPECT_EQ(route(request("GET", "/v1/models?limit=1"), "key"), Endpoint::models);
+  EXPECT_EQ(route(request("POST", "/v1/chat/completions"), "key"), Endpoint::chat_completions);
+  // TF Serving's paths, whatever the method: it answers wrong ones in its own error form.
+  EXPECT_EQ(route(request("POST", "/v1/models/tiny:predict"), "key"), Endpoint::tf_serving);
+  EXPECT_EQ(route(request("DELETE", "/v1/models/tiny"), "key"), Endpoint::tf_serving);
+  EXPECT_EQ(route(request("GET", "/metrics", ""), ""), Endpoint::metrics);  // no key configured
+}
+
+TEST(Router, RefusalsCheckTheKeyFirst) {
+  EXPECT_EQ(refusal(request("GET", "/nothing", "")), 401);
+  EXPECT_EQ(refusal(request("GET", "/v1/models/tiny", "Bearer wrong")), 401);
+  EXPECT_EQ(refusal(request("GET", "/nothing")), 404);
+  EXPECT_EQ(refusal(request("GET", "/v1/completions")), 405);
+}
+
+TEST(Router, MetricsLabels) {
+  EXPECT_EQ(endpoint_label("/v1/completions?x=1"), "/v1/completions");
+  EXPECT_EQ(endpoint_label("/v1/models/tiny/metadata"), "/v1/models/{model}");
+  EXPECT_EQ(endpoint_label("/v1/models"), "/v1/models");
+  EXPECT_EQ(endpoint_label("/favicon.ico"), "other");
+  EXPECT_EQ(endpoint_label(""), "other");
+}
+
+}  // namespace
+}  // namespace paraflow::serve
