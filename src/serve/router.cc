@@ -27,7 +27,8 @@ constexpr Route routes[] = {
 };
 
 const Route* find_route(const std::string& path) {
-  const auto* found = std::find_if(std::begin(routes), std::end(routes), [&](const Route& candidate) { return path == candidate.path; });
+  const auto* found =
+      std::find_if(std::begin(routes), std::end(routes), [&](const Route& candidate) { return path == candidate.path; });
   return found == std::end(routes) ? nullptr : found;
 }
 

@@ -95,9 +95,11 @@ inline HttpReply parse_reply(const std::string& raw) {
   return reply;
 }
 
+// The connection closes after the answer, unless `keep_alive`.
 inline std::string request_text(const std::string& method, const std::string& path, const std::string& body,
-                                const std::string& api_key) {
-  std::string text = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+                                const std::string& api_key, bool keep_alive = false) {
+  std::string text = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  if (!keep_alive) text += "Connection: close\r\n";
   if (!api_key.empty()) text += "Authorization: Bearer " + api_key + "\r\n";
   if (method == "POST") text += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   return text + "\r\n" + body;

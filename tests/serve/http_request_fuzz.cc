@@ -5,12 +5,14 @@
 // with 400, 413 or 431, or as an ApiError with a 4xx status and a JSON body; or, incomplete, with
 // the connection closed. Nothing may crash, hang or read out of bounds.
 //   scripts/fuzz.sh http_request 60      # 60 seconds
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 
 #include "serve/api_error.h"
@@ -34,7 +36,8 @@ class ByteStream {
       return 0;
     }
     error = {};
-    const size_t copied = boost::asio::buffer_copy(buffers, boost::asio::buffer(bytes_.data(), std::min<size_t>(bytes_.size(), 7)));
+    const size_t piece = std::min<size_t>(bytes_.size(), 7);
+    const size_t copied = boost::asio::buffer_copy(buffers, boost::asio::buffer(bytes_.data(), piece));
     bytes_.remove_prefix(copied);
     return copied;
   }
