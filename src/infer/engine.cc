@@ -107,6 +107,7 @@ struct Engine::Impl {
   std::vector<std::pair<uint64_t, std::string>> cancels;
   uint64_t next_id = 1;
   int64_t steps = 0;  // forward passes run (the engine thread's; copied into stats)
+  int64_t queued_at_update = 0;  // incoming.size() when stats were last updated (counted in stats.waiting)
   bool draining = false, stopping = false;
   EngineStats stats;
   std::thread thread;
@@ -500,6 +501,7 @@ void Engine::Impl::update_stats() {
   };
   stats.running = unfinished(running);
   stats.waiting = unfinished(waiting) + static_cast<int64_t>(incoming.size());
+  queued_at_update = static_cast<int64_t>(incoming.size());
   stats.blocks_total = pool.total();
   stats.blocks_free = pool.free_blocks();
   stats.blocks_cached = pool.cached_blocks();
@@ -547,7 +549,11 @@ uint64_t Engine::submit(Request request, std::shared_ptr<RequestSink> sink) {
 
   std::lock_guard lock(impl_->mutex);
   if (impl_->draining || impl_->stopping) throw Draining("the server is shutting down and accepts no new requests");
-  const auto waiting = impl_->stats.waiting + static_cast<int64_t>(impl_->incoming.size());
+  // Requests that will wait for a sequence slot: those queued (stats.waiting counts the ones
+  // submitted since the last step too) beyond the slots now free.
+  const int64_t free_slots = std::max<int64_t>(0, impl_->options.max_num_seqs - impl_->stats.running);
+  const int64_t waiting = std::max<int64_t>(
+      0, impl_->stats.waiting + static_cast<int64_t>(impl_->incoming.size()) - impl_->queued_at_update - free_slots);
   if (waiting >= impl_->options.max_waiting) {
     throw QueueFull(fmt::format("the queue is full ({} requests waiting); retry later", waiting));
   }
