@@ -155,7 +155,8 @@ TfServingGrpc::~TfServingGrpc() {
 }
 
 int TfServingGrpc::listen(const std::string& host, int port) {
-  const std::string address = fmt::format(host.find(':') == std::string::npos ? "{}:{}" : "[{}]:{}", host, port);
+  const bool ipv6 = host.find(':') != std::string::npos;
+  const std::string address = ipv6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
   int bound = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);

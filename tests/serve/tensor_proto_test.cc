@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "base/error.h"
+
 namespace paraflow::serve {
 namespace {
 
