@@ -139,7 +139,7 @@ refused(lambda: model_service.GetModelStatus(get_model_status_pb2.GetModelStatus
         codes.NOT_FOUND, "model_spec.name")
 refused(lambda: predict(PROMPTS, dtype=tf.float32), codes.INVALID_ARGUMENT, "input_ids: dtype is DT_FLOAT")
 refused(lambda: predict(PROMPTS[0]), codes.INVALID_ARGUMENT, "input_ids: shape [15] is not [batch, length]")
-refused(lambda: predict(PROMPTS, max_new_tokens=90), codes.INVALID_ARGUMENT, "input_ids")  # 15 + 90 > 96 positions
+refused(lambda: predict(PROMPTS, max_new_tokens=90), codes.INVALID_ARGUMENT, "max_new_tokens: the prompt's 15 tokens")
 refused(lambda: predict(PROMPTS, max_new_tokens=np.float32(3)), codes.INVALID_ARGUMENT, "max_new_tokens")
 refused(lambda: predict([[300]]), codes.INVALID_ARGUMENT, "input_ids")  # beyond the 256-token vocabulary
 # 12 rows at once: beyond 4 running and 4 waiting.
@@ -147,7 +147,7 @@ refused(lambda: predict([[116]] * 12, max_new_tokens=60), codes.RESOURCE_EXHAUST
 refused(lambda: prediction.Predict(predict_request(PROMPTS), timeout=10), codes.UNAUTHENTICATED, "authorization")
 # Over the 16 MiB a message may hold.
 refused(lambda: predict([[1] * (5 << 20)], dtype=tf.int32), codes.RESOURCE_EXHAUSTED, "")
-# Bytes that are no PredictRequest.
+# Bytes that are no PredictRequest: an error status (gRPC's callback API answers UNIMPLEMENTED), no crash.
 raw = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
 try:
     raw(b"\x0a\xff\xff\xff\xff\x0f", timeout=10, metadata=auth)
