@@ -35,7 +35,8 @@ void require_method(const HttpRequest& request, const std::string& path, const c
 
 }  // namespace
 
-OpenAiService::OpenAiService(ServiceOptions options) : options_(std::move(options)), started_at_(unix_seconds()) {}
+OpenAiService::OpenAiService(ServiceOptions options)
+    : options_(std::move(options)), started_at_(unix_seconds()), tf_serving_({.name = options_.model_name}) {}
 
 void OpenAiService::ready(infer::Engine& engine, const infer::TextCodec& codec) {
   engine_ = &engine;
@@ -90,6 +91,8 @@ void OpenAiService::route(const HttpRequest& request, const std::string& path,
     } else {
       chat(decode_chat_request(request.body), exchange);
     }
+  } else if (TfServingRest::handles(path)) {
+    tf_serving_.handle(request, path, state == State::loading ? nullptr : engine_, exchange);
   } else {
     throw ApiError(404, "invalid_request_error",
                    fmt::format("no endpoint {} {} (there are /v1/completions, /v1/chat/completions, /v1/models, "
@@ -166,9 +169,10 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
 void OpenAiService::count(const std::string& target, int status) {
   const std::string path = target.substr(0, target.find('?'));
   const bool known = std::find(std::begin(endpoints), std::end(endpoints), path) != std::end(endpoints);
+  const std::string endpoint = known ? path : TfServingRest::handles(path) ? "/v1/models/{model}" : "other";
   metrics_
       .counter("paraflow_http_requests_total", "HTTP requests answered, by endpoint and status code",
-               {{"endpoint", known ? path : "other"}, {"code", std::to_string(status)}})
+               {{"endpoint", endpoint}, {"code", std::to_string(status)}})
       .add();
 }
 

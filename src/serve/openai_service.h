@@ -4,6 +4,7 @@
 //   GET  /v1/models            the one model served
 //   POST /v1/completions       OpenAI's completions (legacy), streaming or not
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
+//   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health asks for `Authorization: Bearer <key>` (401).
 // Errors are OpenAI's error object.
 #pragma once
@@ -17,6 +18,7 @@
 #include "infer/text_codec.h"
 #include "serve/http_server.h"
 #include "serve/openai_request.h"
+#include "serve/tf_serving_rest.h"
 
 namespace paraflow::serve {
 
@@ -54,6 +56,7 @@ class OpenAiService {
   const infer::TextCodec* codec_ = nullptr;
   int64_t started_at_ = 0;  // Unix seconds: the model's `created`
   MetricsRegistry metrics_;
+  TfServingRest tf_serving_;
 };
 
 }  // namespace paraflow::serve

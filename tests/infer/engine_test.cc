@@ -168,6 +168,46 @@ TEST_F(EngineTest, Bf16OutputsBatchedWithThirtyOneOthersEqualTheirOutputsAlone) 
   EXPECT_EQ(run(true), alone);  // and batched with every prompt's blocks cached
 }
 
+// The same with model widths that are multiples of 32: where the CPU has AMX, the serving
+// matmuls run on its tiles (cpu/amx_dot), which must keep every row's arithmetic its own.
+// Random weights: near-ties abound, so any row-to-row leak would show.
+TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
+  if (!cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) {
+    GTEST_SKIP() << "this CPU has no bf16 GEMMs (AVX512_BF16 or AMX)";
+  }
+  const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  Rng rng(testing::test_seed());
+  model::initialize_gpt(parameters, config, rng);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> prompt(1 + rng.below(40));
+    for (auto& token : prompt) token = static_cast<int32_t>(rng.below(97));
+    prompts.push_back(prompt);
+  }
+  const EngineOptions options{.kv_cache_gb = 0.05, .max_num_seqs = 24, .max_batched_tokens = 64, .weights = DType::bf16};
+  std::vector<std::vector<int32_t>> alone;
+  {
+    Engine engine(config, parameters, cpu_backend(), options);
+    for (const auto& prompt : prompts) {
+      auto sink = std::make_shared<RecordingSink>();
+      engine.submit(Request{.prompt = prompt, .max_tokens = 16, .sampling = {.temperature = 0}}, sink);
+      sink->wait();
+      alone.push_back(sink->tokens());
+    }
+  }
+  Engine engine(config, parameters, cpu_backend(), options);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const auto& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(Request{.prompt = prompt, .max_tokens = 16, .sampling = {.temperature = 0}}, sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sinks[i]->wait();
+    EXPECT_EQ(sinks[i]->tokens(), alone[i]) << "request " << i;
+  }
+}
+
 TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {
   Rng rng(testing::test_seed());
   std::vector<std::vector<int32_t>> prompts, expected;

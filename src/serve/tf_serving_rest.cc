@@ -1,0 +1,253 @@
+#include "serve/tf_serving_rest.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "serve/predict.h"
+
+namespace paraflow::serve {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kPrefix = "/v1/models/";
+
+// A refusal with TF Serving's status code; the message is the body's "error".
+class RestError : public Error {
+ public:
+  RestError(int status, const std::string& message) : Error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(int status, fmt::format_string<Args...> format, Args&&... args) {
+  throw RestError(status, fmt::format(format, std::forward<Args>(args)...));
+}
+
+// /v1/models/{name}[/versions/{v}|/labels/{l}][/metadata|:predict]
+struct Target {
+  std::string name;
+  std::optional<int64_t> version;
+  std::optional<std::string> label;
+  enum class Kind { status, metadata, predict } kind = Kind::status;
+};
+
+Target parse_target(const std::string& path) {
+  std::string rest = path.substr(kPrefix.size());
+  Target target;
+  if (rest.size() > 8 && rest.compare(rest.size() - 8, 8, ":predict") == 0) {
+    target.kind = Target::Kind::predict;
+    rest.resize(rest.size() - 8);
+  } else if (rest.size() > 9 && rest.compare(rest.size() - 9, 9, "/metadata") == 0) {
+    target.kind = Target::Kind::metadata;
+    rest.resize(rest.size() - 9);
+  }
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t slash = rest.find('/', start);
+    parts.push_back(rest.substr(start, slash - start));
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  if (parts[0].empty() || (parts.size() != 1 && parts.size() != 3)) fail(404, "Malformed request: {}", path);
+  target.name = parts[0];
+  if (parts.size() == 3) {
+    if (parts[1] == "versions") {
+      try {
+        size_t used = 0;
+        target.version = std::stoll(parts[2], &used);
+        if (used != parts[2].size()) throw std::invalid_argument(parts[2]);
+      } catch (const std::exception&) {
+        fail(400, "Malformed request: version '{}' is not a number", parts[2]);
+      }
+    } else if (parts[1] == "labels") {
+      target.label = parts[2];
+    } else {
+      fail(404, "Malformed request: {}", path);
+    }
+  }
+  return target;
+}
+
+json tensor_info(const std::string& name, const char* dtype, int rank) {
+  json dims = json::array();
+  for (int i = 0; i < rank; ++i) dims.push_back({{"size", "-1"}, {"name", ""}});
+  return {{"dtype", dtype}, {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}}, {"name", name}};
+}
+
+// GetModelMetadata's signature_def, as TF Serving writes it in JSON.
+json signature_def() {
+  json inputs = {{"input_ids", tensor_info("input_ids", "DT_INT32", 2)},
+                 {"max_new_tokens", tensor_info("max_new_tokens", "DT_INT32", 0)},
+                 {"temperature", tensor_info("temperature", "DT_FLOAT", 0)},
+                 {"seed", tensor_info("seed", "DT_INT64", 0)}};
+  json outputs = {{"output_ids", tensor_info("output_ids", "DT_INT32", 2)}};
+  return {{"serving_default", {{"inputs", inputs}, {"outputs", outputs}, {"method_name", "tensorflow/serving/predict"}}}};
+}
+
+std::vector<int32_t> id_row(const json& value, const std::string& where) {
+  if (!value.is_array()) fail(400, "{}: expected a list of token ids", where);
+  std::vector<int32_t> row;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& id = value[i];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      fail(400, "{}[{}]: expected a token id (a non-negative integer), got {}", where, i, id.dump());
+    }
+    row.push_back(id.get<int32_t>());
+  }
+  return row;
+}
+
+// A scalar input (max_new_tokens, temperature, seed) into `inputs`; `where` names it in errors.
+void set_scalar(PredictInputs& inputs, const std::string& name, const json& value, const std::string& where) {
+  if (name == "max_new_tokens" || name == "seed") {
+    if (!value.is_number_integer()) fail(400, "{}: expected an integer, got {}", where, value.dump());
+    if (name == "seed") {
+      inputs.seed = value.get<uint64_t>();
+    } else {
+      inputs.max_new_tokens = value.get<int64_t>();
+    }
+  } else if (name == "temperature") {
+    if (!value.is_number()) fail(400, "{}: expected a number, got {}", where, value.dump());
+    inputs.temperature = value.get<double>();
+  } else {
+    fail(400, "{}: the signature has no input '{}' (inputs: input_ids, max_new_tokens, temperature, seed)", where,
+         name);
+  }
+}
+
+// {"instances": [[ids...] | {"input_ids": [...], scalars...}, ...]}: scalars must agree.
+PredictInputs decode_rows(const json& instances) {
+  if (!instances.is_array() || instances.empty()) fail(400, "instances: expected a non-empty list");
+  PredictInputs inputs;
+  std::optional<json> scalars;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const json& instance = instances[i];
+    const std::string where = fmt::format("instances[{}]", i);
+    if (!instance.is_object()) {
+      inputs.input_ids.push_back(id_row(instance, where));
+      if (scalars && !scalars->empty()) fail(400, "{}: every instance must name the same inputs", where);
+      scalars = json::object();
+      continue;
+    }
+    json these = json::object();
+    bool has_ids = false;
+    for (const auto& [name, value] : instance.items()) {
+      if (name == "input_ids") {
+        inputs.input_ids.push_back(id_row(value, where + ".input_ids"));
+        has_ids = true;
+      } else {
+        set_scalar(inputs, name, value, where + "." + name);
+        these[name] = value;
+      }
+    }
+    if (!has_ids) fail(400, "{}: missing input_ids", where);
+    if (scalars && *scalars != these) fail(400, "{}: scalar inputs differ from instance 0's; a batch shares them", where);
+    scalars = these;
+  }
+  return inputs;
+}
+
+// {"inputs": [[ids...], ...] | {"input_ids": [[...]], scalars...}}
+PredictInputs decode_columns(const json& columns) {
+  PredictInputs inputs;
+  const json* ids = &columns;
+  if (columns.is_object()) {
+    if (!columns.contains("input_ids")) fail(400, "inputs: missing input_ids");
+    ids = &columns.at("input_ids");
+    for (const auto& [name, value] : columns.items()) {
+      if (name != "input_ids") set_scalar(inputs, name, value, "inputs." + name);
+    }
+  }
+  if (!ids->is_array() || ids->empty()) fail(400, "inputs.input_ids: expected a [batch, length] list of lists");
+  for (size_t i = 0; i < ids->size(); ++i) inputs.input_ids.push_back(id_row((*ids)[i], fmt::format("inputs.input_ids[{}]", i)));
+  return inputs;
+}
+
+void respond_error(const std::shared_ptr<Exchange>& exchange, int status, const std::string& message) {
+  exchange->respond(status, "application/json", json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+}  // namespace
+
+bool TfServingRest::handles(const std::string& path) { return path.rfind(kPrefix, 0) == 0; }
+
+void TfServingRest::handle(const HttpRequest& request, const std::string& path, infer::Engine* engine,
+                           const std::shared_ptr<Exchange>& exchange) const {
+  try {
+    const Target target = parse_target(path);
+    if (target.name != model_.name) fail(404, "Servable not found for request: Latest({})", target.name);
+    int64_t version = model_.version;
+    if (target.label) {
+      auto found = model_.labels.find(*target.label);
+      if (found == model_.labels.end()) fail(404, "Unrecognized servable version label: {}", *target.label);
+      version = found->second;
+    }
+    if (target.version && *target.version != model_.version) {
+      fail(404, "Servable not found for request: Specific({}, {})", target.name, *target.version);
+    }
+    const char* method = target.kind == Target::Kind::predict ? "POST" : "GET";
+    if (request.method != method) fail(405, "{} {} is not supported; use {}", request.method, path, method);
+    if (target.kind == Target::Kind::status) {
+      json status = {{"version", std::to_string(version)},
+                     {"state", engine ? "AVAILABLE" : "LOADING"},
+                     {"status", {{"error_code", "OK"}, {"error_message", ""}}}};
+      exchange->respond(200, "application/json", json{{"model_version_status", {status}}}.dump());
+      return;
+    }
+    if (target.kind == Target::Kind::metadata) {
+      json spec = {{"name", model_.name}, {"signature_name", ""}, {"version", std::to_string(version)}};
+      json metadata = {{"signature_def", {{"signature_def", signature_def()}}}};
+      exchange->respond(200, "application/json", json{{"model_spec", spec}, {"metadata", metadata}}.dump());
+      return;
+    }
+    if (engine == nullptr) fail(503, "Servable {} version {} is loading", model_.name, version);
+    json body;
+    try {
+      body = json::parse(request.body);
+    } catch (const json::exception& error) {
+      fail(400, "JSON Parse error: {}", error.what());
+    }
+    if (!body.is_object()) fail(400, "the request body must be a JSON object");
+    for (const auto& [key, value] : body.items()) {
+      if (key == "signature_name") {
+        if (!value.is_string() || (value != "serving_default" && value != "")) {
+          fail(400, "signature_name: serving signature name '{}' not found in signature def (there is serving_default)",
+               value.is_string() ? value.get<std::string>() : value.dump());
+        }
+      } else if (key != "instances" && key != "inputs") {
+        fail(400, "unknown field '{}': a predict request has signature_name and instances or inputs", key);
+      }
+    }
+    if (body.contains("instances") == body.contains("inputs")) {
+      fail(400, "the request must have exactly one of 'instances' (row format) or 'inputs' (columnar format)");
+    }
+    const bool rows = body.contains("instances");
+    PredictInputs inputs = rows ? decode_rows(body["instances"]) : decode_columns(body["inputs"]);
+    start_predict(*engine, std::move(inputs), [exchange, rows](PredictOutcome outcome) {
+      if (!outcome.error.empty()) {
+        respond_error(exchange, 500, outcome.error);
+        return;
+      }
+      exchange->respond(200, "application/json", json{{rows ? "predictions" : "outputs", outcome.output_ids}}.dump());
+    });
+  } catch (const RestError& error) {
+    respond_error(exchange, error.status(), error.what());
+  } catch (const InputError& error) {
+    respond_error(exchange, 400, error.what());
+  } catch (const infer::QueueFull& error) {
+    respond_error(exchange, 429, error.what());
+  } catch (const infer::Draining& error) {
+    respond_error(exchange, 503, error.what());
+  } catch (const std::exception& error) {
+    respond_error(exchange, 500, error.what());
+  }
+}
+
+}  // namespace paraflow::serve

@@ -1,0 +1,40 @@
+// TF Serving's REST API (its paths, JSON shapes and status codes) on the serving engine:
+//   GET  /v1/models/{name}[/versions/{v}|/labels/{l}]           the version's status
+//   GET  /v1/models/{name}[/versions/{v}|/labels/{l}]/metadata  the signature (serve/predict.h)
+//   POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict   row ({"instances": [...]}) or
+//                                                              columnar ({"inputs": ...}) form,
+//                                                              answered in the same form
+// Errors are TF Serving's {"error": "..."}: 400 invalid argument, 404 not found, 429 resource
+// exhausted (the engine's queue is full), 503 unavailable (loading or draining).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "infer/engine.h"
+#include "serve/http_server.h"
+
+namespace paraflow::serve {
+
+struct TfServingModel {
+  std::string name;
+  int64_t version = 1;                   // a --model dir is version 1
+  std::map<std::string, int64_t> labels; // label -> version
+};
+
+class TfServingRest {
+ public:
+  explicit TfServingRest(TfServingModel model) : model_(std::move(model)) {}
+
+  static bool handles(const std::string& path);  // under /v1/models/
+  // `engine` is null while the model loads. Answers every request itself, errors included.
+  void handle(const HttpRequest& request, const std::string& path, infer::Engine* engine,
+              const std::shared_ptr<Exchange>& exchange) const;
+
+ private:
+  TfServingModel model_;
+};
+
+}  // namespace paraflow::serve

@@ -1,0 +1,130 @@
+// TF Serving's REST API over a real engine (a small random GPT), answered through a recording
+// exchange: status, metadata, :predict in row and columnar form (greedy rows equal the
+// single-sequence generator's), and TF Serving's error bodies and codes for bad requests.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "infer/generator.h"
+#include "model_configs.h"
+#include "serve/tf_serving_rest.h"
+
+namespace paraflow {
+namespace {
+
+using nlohmann::json;
+
+class RecordingExchange : public serve::Exchange {
+ public:
+  void respond(int status, const std::string&, std::string body, serve::HttpHeaders) override {
+    answered.set_value({status, std::move(body)});
+  }
+  void start_stream(const std::string&) override { ADD_FAILURE() << "TF Serving's API does not stream"; }
+  void send(std::string) override {}
+  void end_stream() override {}
+  void on_disconnect(std::function<void()>) override {}
+
+  std::promise<std::pair<int, std::string>> answered;
+};
+
+class TfServingRestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Rng rng(3);
+    model::initialize_gpt(parameters, config, rng);
+  }
+
+  std::pair<int, json> call(const std::string& method, const std::string& path, const std::string& body = "",
+                            bool loaded = true) {
+    auto exchange = std::make_shared<RecordingExchange>();
+    auto answer = exchange->answered.get_future();
+    serve::HttpRequest request;
+    request.method = method;
+    request.target = path;
+    request.body = body;
+    rest.handle(request, path, loaded ? &engine : nullptr, exchange);
+    auto [status, text] = answer.get();
+    return {status, json::parse(text)};
+  }
+
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int64_t tokens) {
+    infer::Generator generator(config, parameters, cpu_backend());
+    infer::Sampler sampler({.temperature = 0});
+    return generator.generate(prompt, tokens, sampler).tokens;
+  }
+
+  model::GptConfig config = testing::gpt_config(61, 40, 32, 2, 2);
+  model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
+  infer::Engine engine{config, parameters, cpu_backend(), infer::EngineOptions{.kv_cache_gb = 0.01}};
+  serve::TfServingRest rest{{.name = "gpt", .version = 1, .labels = {{"stable", 1}}}};
+};
+
+TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
+  auto [status, body] = call("GET", "/v1/models/gpt");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body, json::parse(R"({"model_version_status": [{"version": "1", "state": "AVAILABLE",
+                                  "status": {"error_code": "OK", "error_message": ""}}]})"));
+  EXPECT_EQ(call("GET", "/v1/models/gpt/versions/1").first, 200);
+  EXPECT_EQ(call("GET", "/v1/models/gpt/labels/stable").first, 200);
+  EXPECT_EQ(call("GET", "/v1/models/gpt", "", false).second["model_version_status"][0]["state"], "LOADING");
+  std::tie(status, body) = call("GET", "/v1/models/gpt/versions/1/metadata");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body["model_spec"]["version"], "1");
+  const json signature = body["metadata"]["signature_def"]["signature_def"]["serving_default"];
+  EXPECT_EQ(signature["method_name"], "tensorflow/serving/predict");
+  EXPECT_EQ(signature["inputs"]["input_ids"]["dtype"], "DT_INT32");
+  EXPECT_EQ(signature["inputs"]["input_ids"]["tensor_shape"]["dim"].size(), 2u);
+  EXPECT_EQ(signature["outputs"]["output_ids"]["dtype"], "DT_INT32");
+}
+
+TEST_F(TfServingRestTest, PredictRowsAndColumnsEqualTheGeneratorsGreedyTokens) {
+  const std::vector<int32_t> first{3, 1, 4, 1, 5}, second{9, 2, 6, 5, 3};
+  auto [status, body] = call("POST", "/v1/models/gpt:predict", R"({"instances": [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]]})");
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["predictions"][0].get<std::vector<int32_t>>(), greedy(first, 16));
+  EXPECT_EQ(body["predictions"][1].get<std::vector<int32_t>>(), greedy(second, 16));
+  std::tie(status, body) = call("POST", "/v1/models/gpt/versions/1:predict",
+                                R"({"inputs": {"input_ids": [[9, 2, 6, 5, 3]], "max_new_tokens": 5}})");
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["outputs"][0].get<std::vector<int32_t>>(), greedy(second, 5));
+  std::tie(status, body) = call("POST", "/v1/models/gpt/labels/stable:predict",
+                                R"({"signature_name": "serving_default",
+                                    "instances": [{"input_ids": [3, 1, 4, 1, 5], "max_new_tokens": 3}]})");
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["predictions"][0].get<std::vector<int32_t>>(), greedy(first, 3));
+}
+
+TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
+  auto expect_error = [&](const std::string& method, const std::string& path, const std::string& body, int status,
+                          const std::string& part, bool loaded = true) {
+    auto [code, answer] = call(method, path, body, loaded);
+    EXPECT_EQ(code, status) << path << " " << body << ": " << answer;
+    ASSERT_TRUE(answer.contains("error")) << answer;
+    EXPECT_NE(answer["error"].get<std::string>().find(part), std::string::npos) << answer;
+  };
+  const std::string predict = "/v1/models/gpt:predict";
+  expect_error("POST", "/v1/models/other:predict", R"({"instances": [[1]]})", 404, "Servable not found");
+  expect_error("GET", "/v1/models/gpt/versions/2", "", 404, "Specific(gpt, 2)");
+  expect_error("GET", "/v1/models/gpt/versions/x", "", 400, "version 'x'");
+  expect_error("GET", "/v1/models/gpt/labels/canary", "", 404, "canary");
+  expect_error("GET", predict, "", 405, "use POST");
+  expect_error("POST", predict, "{not json", 400, "JSON Parse error");
+  expect_error("POST", predict, R"({"instances": [[1, 2], [3]]})", 400, "input_ids: row 1 has 1 ids");
+  expect_error("POST", predict, R"({"instances": [[1, -2]]})", 400, "instances[0][1]");
+  expect_error("POST", predict, R"({"instances": [[1, 99]]})", 400, "outside the vocabulary of 61");
+  expect_error("POST", predict, R"({"instances": [[1]], "inputs": [[1]]})", 400, "exactly one of");
+  expect_error("POST", predict, R"({"instances": [[1]], "extra": 1})", 400, "unknown field 'extra'");
+  expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "top_k": 3}})", 400, "no input 'top_k'");
+  expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "max_new_tokens": 0}})", 400, "max_new_tokens");
+  expect_error("POST", predict, R"({"inputs": {"input_ids": [[1, 2, 3]], "max_new_tokens": 38}})", 400,
+               "context of 40");
+  expect_error("POST", predict, R"({"instances": [{"input_ids": [1], "seed": 1}, {"input_ids": [2], "seed": 2}]})", 400,
+               "scalar inputs differ");
+  expect_error("POST", predict, R"({"signature_name": "other", "instances": [[1]]})", 400, "'other' not found");
+  expect_error("POST", predict, R"({"instances": [[1]]})", 503, "loading", false);
+  EXPECT_EQ(engine.stats().running + engine.stats().waiting, 0);
+}
+
+}  // namespace
+}  // namespace paraflow
