@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer target with clang + ASan/UBSan and runs it for a number of seconds.
-#   scripts/fuzz.sh safetensors 60      (targets: safetensors, tfrecord, tokenizer, openai_request, http_request)
+#   scripts/fuzz.sh safetensors 60      (targets: safetensors, tfrecord, tokenizer, openai_request,
+#                                        http_request, tf_serving_predict)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target=${1:-safetensors}

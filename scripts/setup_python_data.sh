@@ -25,11 +25,17 @@ PINS=(
   tokenizers==0.22.2
   transformers==4.57.6
 )
+# TF Serving's gRPC client (tests/serve/tf_serving_grpc_check.py). Installed with --no-deps: it
+# asks for `tensorflow`, which pip would fetch beside tensorflow-cpu; what it needs (tensorflow,
+# grpcio, protobuf) the pins above bring.
+NO_DEPS_PINS=(
+  tensorflow-serving-api==2.20.0
+)
 
 log() { echo "[setup_python_data] $*" >&2; }
 
 STAMP="$VENV/.setup-pins"
-WANT="$(printf '%s\n' "${PINS[@]}")"
+WANT="$(printf '%s\n' "${PINS[@]}" "${NO_DEPS_PINS[@]}")"
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   log ".venv-data is up to date"
 else
@@ -39,6 +45,7 @@ else
   fi
   log "pip installing into $VENV: ${PINS[*]}"
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --no-input -q "${PINS[@]}"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --no-input -q --no-deps "${NO_DEPS_PINS[@]}"
   printf '%s\n' "$WANT" >"$STAMP"
 fi
 
@@ -66,5 +73,8 @@ import tensorflow as tf, tensorboard
 print(f"tensorflow {tf.__version__}")
 print(f"tensorboard {tensorboard.__version__}")
 import tiktoken, tokenizers, transformers
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc, model_service_pb2_grpc
+import grpc
+print(f"grpcio {grpc.__version__}, tensorflow-serving-api (predict_pb2, prediction_service_pb2_grpc)")
 print(f"tiktoken {tiktoken.__version__}, tokenizers {tokenizers.__version__}, transformers {transformers.__version__}")
 PYEOF

@@ -18,6 +18,7 @@
 #include "model/model_files.h"
 #include "serve/http_server.h"
 #include "serve/openai_service.h"
+#include "serve/tf_serving_grpc.h"
 
 namespace paraflow::cli {
 
@@ -27,6 +28,7 @@ struct ServeOptions {
   std::string model_dir;
   std::string host = "127.0.0.1";
   int port = 8080;
+  int grpc_port = -1;  // TF Serving's gRPC services; -1: off
   std::string served_model_name;  // default: the model dir's name
   std::string api_key;
   std::string dtype = "auto";
@@ -55,9 +57,9 @@ void say(const std::string& line) {
 void run_serve(ServeOptions options) {
   const std::atomic<bool>* stop = stop_requests();
   const std::filesystem::path model_dir = std::filesystem::weakly_canonical(options.model_dir);
-  serve::OpenAiService service({.model_name = options.served_model_name.empty() ? model_dir.filename().string()
-                                                                               : options.served_model_name,
-                                .api_key = options.api_key});
+  const std::string model_name =
+      options.served_model_name.empty() ? model_dir.filename().string() : options.served_model_name;
+  serve::OpenAiService service({.model_name = model_name, .api_key = options.api_key});
   options.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.read_timeout_seconds * 1000));
   allow_descriptors(options.http.max_connections);
 
@@ -71,6 +73,13 @@ void run_serve(ServeOptions options) {
   const std::string address = fmt::format("http://{}:{}", options.host, server.port());
   say(fmt::format("listening on {}; loading {}", address, model_dir.string()));
 
+  // TF Serving's gRPC services (--grpc-port): the same lifecycle as HTTP, stopped before the engine.
+  std::optional<serve::TfServingGrpc> grpc;
+  if (options.grpc_port >= 0) {
+    grpc.emplace(serve::ServedModel{.name = model_name}, options.api_key);
+    say(fmt::format("grpc listening on {}:{}", options.host, grpc->listen(options.host, options.grpc_port)));
+  }
+
   // Declared after the server, so destroyed before it: the engine's last sinks let go of their
   // connections while the server still owns them.
   Backend& backend = cpu_backend();
@@ -80,14 +89,17 @@ void run_serve(ServeOptions options) {
   std::optional<infer::Engine> engine;
   engine.emplace(model.config, model.parameters, backend, options.engine);
   service.ready(*engine, codec);
+  if (grpc) grpc->ready(*engine);
   say(fmt::format("ready on {} (model {}, {} weights, {} KV blocks)", address, model_dir.filename().string(),
                   options.engine.weights == DType::bf16 ? "bfloat16" : "float32", engine->stats().blocks_total));
 
   while (!stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   say(fmt::format("stopping: finishing requests in flight (up to {} s)", options.grace_seconds));
   service.draining();
+  if (grpc) grpc->draining();
   server.stop_accepting();
   engine->drain(std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000)));
+  if (grpc) grpc->stop(std::chrono::seconds(10));  // every call has its answer: the engine has drained
   server.stop(std::chrono::seconds(10));  // the last answers are written out
   engine.reset();
   say("stopped");
@@ -105,6 +117,10 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--host", options->host, "Address to listen on")->capture_default_str();
   command->add_option("--port", options->port, "Port to listen on (0: any free port)")
       ->capture_default_str()
+      ->check(in_range(between(0, 65535)));
+  command->add_option("--grpc-port", options->grpc_port,
+                      "Also serve TF Serving's gRPC API (PredictionService, ModelService) on this port (0: any free "
+                      "port); off unless given")
       ->check(in_range(between(0, 65535)));
   command->add_option("--served-model-name", options->served_model_name, "The model's id in the API (default: the model dir's name)");
   command->add_option("--api-key", options->api_key, "Require Authorization: Bearer <key> on every endpoint but /health");

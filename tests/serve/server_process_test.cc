@@ -79,6 +79,12 @@ class Server {
     process_->wait(10s);
   }
   int port() const { return port_; }
+  // The gRPC port, from the line a server started with --grpc-port prints.
+  int grpc_port() const {
+    std::smatch match;
+    const std::string text = log();
+    return std::regex_search(text, match, std::regex("grpc listening on 127\\.0\\.0\\.1:([0-9]+)")) ? std::stoi(match[1]) : 0;
+  }
   std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
   testing::Process& process() { return *process_; }
   std::string log() const { return fs::exists(output_) ? read_file(output_) : ""; }
@@ -140,7 +146,7 @@ class ServeTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir;
     export_tiny_model(dir_->path());
-    server_ = new Server(dir_->path(), fmt::format("--api-key {} --read-timeout 2 --max-num-seqs 4 --max-waiting 4", api_key));
+    server_ = new Server(dir_->path(), fmt::format("--api-key {} --read-timeout 2 --max-num-seqs 4 --max-waiting 4 --grpc-port 0", api_key));
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -267,6 +273,20 @@ TEST_F(ServeTest, ChoicesSeedsAndLogprobs) {
 TEST_F(ServeTest, OpenAiPythonClient) {
   run(fmt::format("{} {} --base-url {}/v1 --api-key {}", python(), (source_dir() / "tests/serve/openai_client_check.py").string(),
                   server_->url(), api_key));
+}
+
+// TF Serving's Python client (tensorflow-serving-api in .venv-data, scripts/setup_python_data.sh:
+// FAILS without it) on --grpc-port: Predict, GetModelMetadata, GetModelStatus and their errors.
+TEST_F(ServeTest, TfServingGrpcClient) {
+  ASSERT_NE(server_->grpc_port(), 0) << server_->log();
+  const char* env = std::getenv("PARAFLOW_DATA_PYTHON");
+  const fs::path python = env ? fs::path(env) : source_dir() / ".venv-data/bin/python";
+  ASSERT_TRUE(fs::exists(python)) << "no " << python << ": run scripts/setup_python_data.sh";
+  std::printf("%s\n", run(fmt::format("{} {} --grpc-port {} --http-port {} --model tiny-gpt --api-key {}", python.string(),
+                                      (source_dir() / "tests/serve/tf_serving_grpc_check.py").string(),
+                                      server_->grpc_port(), server_->port(), api_key))
+                          .c_str());
+  expect_engine_idle();
 }
 
 TEST_F(ServeTest, PrometheusParserReadsTheMetrics) {
