@@ -27,7 +27,7 @@ int64_t unix_seconds() {
 }  // namespace
 
 OpenAiService::OpenAiService(ServiceOptions options)
-    : options_(std::move(options)), started_at_(unix_seconds()), tf_serving_({.name = options_.model_name}) {}
+    : options_(std::move(options)), started_at_(unix_seconds()), tf_serving_(ServedModel{.name = options_.model_name}) {}
 
 void OpenAiService::ready(infer::Engine& engine, const infer::TextCodec& codec) {
   engine_ = &engine;

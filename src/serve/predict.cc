@@ -71,6 +71,17 @@ void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<vo
   check(inputs.max_new_tokens >= 1, "max_new_tokens: must be at least 1 (got {})", inputs.max_new_tokens);
   check(inputs.temperature >= 0 && inputs.temperature <= 2, "temperature: must be in [0, 2] (got {})",
         inputs.temperature);
+  const model::GptConfig& config = engine.config();
+  check(static_cast<int64_t>(rows[0].size()) + inputs.max_new_tokens <= config.n_positions,
+        "max_new_tokens: {} ids per row plus max_new_tokens {} exceed the model's context of {} positions",
+        rows[0].size(), inputs.max_new_tokens, config.n_positions);
+  for (size_t row = 0; row < rows.size(); ++row) {
+    for (size_t i = 0; i < rows[row].size(); ++i) {
+      check(rows[row][i] >= 0 && rows[row][i] < config.vocab_size,
+            "input_ids: id {} at [{}, {}] is outside the model's vocabulary of {} tokens", rows[row][i], row, i,
+            config.vocab_size);
+    }
+  }
   auto call = std::make_shared<PredictCall>(rows.size(), std::move(done));
   std::vector<uint64_t> submitted;
   try {
@@ -80,13 +91,6 @@ void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<vo
                              .sampling = {.temperature = inputs.temperature, .seed = inputs.seed + row}};
       submitted.push_back(engine.submit(std::move(request), std::make_shared<RowSink>(call, row)));
     }
-  } catch (const InputError& error) {
-    for (uint64_t id : submitted) engine.cancel(id);
-    // The engine names the request field; here it is an input of the signature.
-    const std::string message = error.what();
-    throw InputError(message.rfind("prompt", 0) == 0 ? "input_ids" + message.substr(6)
-                     : message.rfind("max_tokens", 0) == 0 ? "max_new_tokens" + message.substr(10)
-                                                           : message);
   } catch (...) {
     for (uint64_t id : submitted) engine.cancel(id);
     throw;

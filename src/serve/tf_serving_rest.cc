@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "serve/predict.h"
 #include "serve/router.h"
 
@@ -74,20 +76,21 @@ Target parse_target(const std::string& path) {
   return target;
 }
 
-json tensor_info(const std::string& name, const char* dtype, int rank) {
-  json dims = json::array();
-  for (int i = 0; i < rank; ++i) dims.push_back({{"size", "-1"}, {"name", ""}});
-  return {{"dtype", dtype}, {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}}, {"name", name}};
-}
-
-// GetModelMetadata's signature_def, as TF Serving writes it in JSON.
-json signature_def() {
-  json inputs = {{"input_ids", tensor_info("input_ids", "DT_INT32", 2)},
-                 {"max_new_tokens", tensor_info("max_new_tokens", "DT_INT32", 0)},
-                 {"temperature", tensor_info("temperature", "DT_FLOAT", 0)},
-                 {"seed", tensor_info("seed", "DT_INT64", 0)}};
-  json outputs = {{"output_ids", tensor_info("output_ids", "DT_INT32", 2)}};
-  return {{"serving_default", {{"inputs", inputs}, {"outputs", outputs}, {"method_name", "tensorflow/serving/predict"}}}};
+// GetModelMetadata's answer as TF Serving's REST API writes it: the gRPC API's SignatureDefMap
+// in protobuf's JSON mapping, field names as in the .proto, defaults printed.
+json metadata_json(const ServedModel& model) {
+  tensorflow::serving::GetModelMetadataRequest request;
+  request.mutable_model_spec()->set_name(model.name);
+  request.add_metadata_field("signature_def");
+  tensorflow::serving::SignatureDefMap signatures;
+  model_metadata(request, model).metadata().at("signature_def").UnpackTo(&signatures);
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string text;
+  check(google::protobuf::util::MessageToJsonString(signatures, &text, options).ok(), "signature_def: not printable as JSON");
+  return json{{"model_spec", {{"name", model.name}, {"signature_name", ""}, {"version", std::to_string(model.version)}}},
+              {"metadata", {{"signature_def", json::parse(text)}}}};
 }
 
 std::vector<int32_t> id_row(const json& value, const std::string& where) {
@@ -180,12 +183,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path, 
   try {
     const Target target = parse_target(path);
     if (target.name != model_.name) fail(404, "Servable not found for request: Latest({})", target.name);
-    int64_t version = model_.version;
-    if (target.label) {
-      auto found = model_.labels.find(*target.label);
-      if (found == model_.labels.end()) fail(404, "Unrecognized servable version label: {}", *target.label);
-      version = found->second;
-    }
+    const int64_t version = model_.version;
+    if (target.label) fail(404, "Unrecognized servable version label: {}", *target.label);
     if (target.version && *target.version != model_.version) {
       fail(404, "Servable not found for request: Specific({}, {})", target.name, *target.version);
     }
@@ -199,9 +198,7 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path, 
       return;
     }
     if (target.kind == Target::Kind::metadata) {
-      json spec = {{"name", model_.name}, {"signature_name", ""}, {"version", std::to_string(version)}};
-      json metadata = {{"signature_def", {{"signature_def", signature_def()}}}};
-      exchange->respond(200, "application/json", json{{"model_spec", spec}, {"metadata", metadata}}.dump());
+      exchange->respond(200, "application/json", metadata_json(model_).dump());
       return;
     }
     if (engine == nullptr) fail(503, "Servable {} version {} is loading", model_.name, version);

@@ -5,35 +5,29 @@
 //                                                              columnar ({"inputs": ...}) form,
 //                                                              answered in the same form
 // Errors are TF Serving's {"error": "..."}: 400 invalid argument, 404 not found, 429 resource
-// exhausted (the engine's queue is full), 503 unavailable (loading or draining).
+// exhausted (the engine's queue is full), 503 unavailable (loading or draining). The model and
+// its signature are the gRPC API's (serve/tf_serving_api.h): one version, no version labels yet.
 #pragma once
 
-#include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 
 #include "infer/engine.h"
 #include "serve/http_server.h"
+#include "serve/tf_serving_api.h"
 
 namespace paraflow::serve {
 
-struct TfServingModel {
-  std::string name;
-  int64_t version = 1;                   // a --model dir is version 1
-  std::map<std::string, int64_t> labels; // label -> version
-};
-
 class TfServingRest {
  public:
-  explicit TfServingRest(TfServingModel model) : model_(std::move(model)) {}
+  explicit TfServingRest(ServedModel model) : model_(std::move(model)) {}
 
   // `engine` is null while the model loads. Answers every request itself, errors included.
   void handle(const HttpRequest& request, const std::string& path, infer::Engine* engine,
               const std::shared_ptr<Exchange>& exchange) const;
 
  private:
-  TfServingModel model_;
+  ServedModel model_;
 };
 
 }  // namespace paraflow::serve

@@ -139,7 +139,7 @@ refused(lambda: model_service.GetModelStatus(get_model_status_pb2.GetModelStatus
         codes.NOT_FOUND, "model_spec.name")
 refused(lambda: predict(PROMPTS, dtype=tf.float32), codes.INVALID_ARGUMENT, "input_ids: dtype is DT_FLOAT")
 refused(lambda: predict(PROMPTS[0]), codes.INVALID_ARGUMENT, "input_ids: shape [15] is not [batch, length]")
-refused(lambda: predict(PROMPTS, max_new_tokens=90), codes.INVALID_ARGUMENT, "max_new_tokens: the prompt's 15 tokens")
+refused(lambda: predict(PROMPTS, max_new_tokens=90), codes.INVALID_ARGUMENT, "max_new_tokens: 15 ids per row plus max_new_tokens 90")
 refused(lambda: predict(PROMPTS, max_new_tokens=np.float32(3)), codes.INVALID_ARGUMENT, "max_new_tokens")
 refused(lambda: predict([[300]]), codes.INVALID_ARGUMENT, "input_ids")  # beyond the 256-token vocabulary
 # 12 rows at once: beyond 4 running and 4 waiting.

@@ -57,7 +57,7 @@ class TfServingRestTest : public ::testing::Test {
   model::GptConfig config = testing::gpt_config(61, 40, 32, 2, 2);
   model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
   infer::Engine engine{config, parameters, cpu_backend(), infer::EngineOptions{.kv_cache_gb = 0.01}};
-  serve::TfServingRest rest{{.name = "gpt", .version = 1, .labels = {{"stable", 1}}}};
+  serve::TfServingRest rest{serve::ServedModel{.name = "gpt", .version = 1}};
 };
 
 TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
@@ -66,7 +66,6 @@ TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
   EXPECT_EQ(body, json::parse(R"({"model_version_status": [{"version": "1", "state": "AVAILABLE",
                                   "status": {"error_code": "OK", "error_message": ""}}]})"));
   EXPECT_EQ(call("GET", "/v1/models/gpt/versions/1").first, 200);
-  EXPECT_EQ(call("GET", "/v1/models/gpt/labels/stable").first, 200);
   EXPECT_EQ(call("GET", "/v1/models/gpt", "", false).second["model_version_status"][0]["state"], "LOADING");
   std::tie(status, body) = call("GET", "/v1/models/gpt/versions/1/metadata");
   EXPECT_EQ(status, 200);
@@ -75,6 +74,7 @@ TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
   EXPECT_EQ(signature["method_name"], "tensorflow/serving/predict");
   EXPECT_EQ(signature["inputs"]["input_ids"]["dtype"], "DT_INT32");
   EXPECT_EQ(signature["inputs"]["input_ids"]["tensor_shape"]["dim"].size(), 2u);
+  EXPECT_EQ(signature["inputs"]["input_ids"]["tensor_shape"]["dim"][0]["size"], "-1");
   EXPECT_EQ(signature["outputs"]["output_ids"]["dtype"], "DT_INT32");
 }
 
@@ -88,7 +88,7 @@ TEST_F(TfServingRestTest, PredictRowsAndColumnsEqualTheGeneratorsGreedyTokens) {
                                 R"({"inputs": {"input_ids": [[9, 2, 6, 5, 3]], "max_new_tokens": 5}})");
   ASSERT_EQ(status, 200) << body;
   EXPECT_EQ(body["outputs"][0].get<std::vector<int32_t>>(), greedy(second, 5));
-  std::tie(status, body) = call("POST", "/v1/models/gpt/labels/stable:predict",
+  std::tie(status, body) = call("POST", "/v1/models/gpt/versions/1:predict",
                                 R"({"signature_name": "serving_default",
                                     "instances": [{"input_ids": [3, 1, 4, 1, 5], "max_new_tokens": 3}]})");
   ASSERT_EQ(status, 200) << body;
@@ -112,13 +112,13 @@ TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
   expect_error("POST", predict, "{not json", 400, "JSON Parse error");
   expect_error("POST", predict, R"({"instances": [[1, 2], [3]]})", 400, "input_ids: row 1 has 1 ids");
   expect_error("POST", predict, R"({"instances": [[1, -2]]})", 400, "instances[0][1]");
-  expect_error("POST", predict, R"({"instances": [[1, 99]]})", 400, "outside the vocabulary of 61");
+  expect_error("POST", predict, R"({"instances": [[1, 99]]})", 400, "input_ids: id 99 at [0, 1] is outside the model's vocabulary of 61");
   expect_error("POST", predict, R"({"instances": [[1]], "inputs": [[1]]})", 400, "exactly one of");
   expect_error("POST", predict, R"({"instances": [[1]], "extra": 1})", 400, "unknown field 'extra'");
   expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "top_k": 3}})", 400, "no input 'top_k'");
   expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "max_new_tokens": 0}})", 400, "max_new_tokens");
   expect_error("POST", predict, R"({"inputs": {"input_ids": [[1, 2, 3]], "max_new_tokens": 38}})", 400,
-               "context of 40");
+               "max_new_tokens: 3 ids per row plus max_new_tokens 38 exceed the model's context of 40");
   expect_error("POST", predict, R"({"instances": [{"input_ids": [1], "seed": 1}, {"input_ids": [2], "seed": 2}]})", 400,
                "scalar inputs differ");
   expect_error("POST", predict, R"({"signature_name": "other", "instances": [[1]]})", 400, "'other' not found");
