@@ -19,7 +19,7 @@ namespace paraflow {
 #define PARAFLOW_KERNELS(X)                                                                          \
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward)              \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward)                    \
-  X(attention_cached_forward) X(add_forward) X(add_backward) X(softmax_xent_forward)                 \
+  X(attention_cached_forward) X(attention_paged_forward) X(add_forward) X(add_backward) X(softmax_xent_forward)                 \
   X(softmax_xent_backward) X(cast) X(sum_squares) X(scale) X(adamw_update)
 
 #define PARAFLOW_KERNEL_ENUMERATOR(name) name,
@@ -33,11 +33,14 @@ const char* kernel_op_name(KernelOp op);
 enum class WeightLayout : uint8_t { in_out, out_in };
 
 // ---- token + position embedding ----
-// out (N=B*T, C) = wte[tokens[b,t]] + wpe[position0 + t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C)
+// out (N=B*T, C) = wte[tokens[b,t]] + wpe[position of row b,t]; tokens (B,T) i32; wte (V,C);
+// wpe (maxT,C). The position is positions[b*T + t] when `positions` (B*T, i32, host memory) is
+// given (a ragged batch of many sequences), else position0 + t.
 struct EmbeddingForward {
   static constexpr KernelOp op = KernelOp::embedding_forward;
   Tensor out, tokens, wte, wpe;
   int64_t position0 = 0;
+  Tensor positions;
   DType dtype() const { return wte.dtype(); }
 };
 struct EmbeddingBackward {
@@ -114,6 +117,19 @@ struct AttentionCachedForward {
   int64_t n_head = 1;
   float scale = 1.0f;
   int64_t past = 0;
+  DType dtype() const { return qkv.dtype(); }
+};
+
+// ---- attention of a ragged batch over a paged KV cache (serving) ----
+// qkv (N,1,3C); out (N,1,C); k_pool, v_pool (blocks, NH, block_size, hs); positions (N) and
+// block_tables (N, max_blocks) i32 in host memory. Token i stores its key and value at position
+// p = positions[i] of its sequence (block block_tables[i][p / block_size], slot p % block_size),
+// then attends to positions 0..p, keys stored by earlier tokens of the same batch included.
+struct AttentionPagedForward {
+  static constexpr KernelOp op = KernelOp::attention_paged_forward;
+  Tensor out, qkv, k_pool, v_pool, positions, block_tables;
+  int64_t n_head = 1;
+  float scale = 1.0f;
   DType dtype() const { return qkv.dtype(); }
 };
 

@@ -129,7 +129,7 @@ void Executor::run(size_t node_index) {
   const Node& node = graph_.nodes()[node_index];
   const OpDef& def = op_def(node.kind);
   for (ValueId grad : zero_first_[node_index]) backend_.fill_zero(tensor(grad));
-  const NodeTensors& tensors = gathered_[node_index];
+  const NodeTensors& tensors = row_views_.empty() ? gathered_[node_index] : row_views_[node_index];
   auto start = std::chrono::steady_clock::now();
   if (node.is_backward) {
     def.backward(backend_, tensors, node.attributes);
@@ -142,6 +142,30 @@ void Executor::run(size_t node_index) {
     const Node& forward = node.is_backward ? graph_.source_of(node) : node;
     if (forward.name == "lm_head") key = "lm_head" + key.substr(6);  // the vocabulary projection apart
     profile_[key] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
+void Executor::set_rows(int64_t capacity, int64_t rows) {
+  check(rows >= 1 && rows <= capacity, "Executor::set_rows: {} rows of a capacity of {}", rows, capacity);
+  if (!planned_) plan();
+  row_views_.clear();
+  if (rows == capacity) return;
+  auto cut = [&](const std::vector<ValueId>& ids, std::vector<Tensor>& tensors) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Value& value = graph_.value(ids[i]);
+      if (value.role == ValueRole::parameter || value.role == ValueRole::state) continue;
+      if (value.shape.rank() == 0 || value.shape[0] != capacity) continue;
+      std::vector<int64_t> dims = value.shape.dims();
+      dims[0] = rows;
+      tensors[i] = tensors[i].view(0, Shape(dims), value.dtype);
+    }
+  };
+  row_views_ = gathered_;
+  for (size_t n = 0; n < graph_.nodes().size(); ++n) {
+    const Node& node = graph_.nodes()[n];
+    if (node.is_backward) continue;
+    cut(node.inputs, row_views_[n].inputs);
+    cut(node.outputs, row_views_[n].outputs);
   }
 }
 

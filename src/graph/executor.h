@@ -28,6 +28,11 @@ class Executor {
   const Tensor& tensor(ValueId id);
 
   void forward();
+  // A ragged batch with one graph: later forward() runs see only the first `rows` entries of
+  // dimension 0 of every input and activation whose dimension 0 is `capacity` (the graph was
+  // built for up to `capacity` tokens; parameters and state keep their shapes). rows == capacity
+  // runs the full graph again.
+  void set_rows(int64_t capacity, int64_t rows);
   // Runs the backward nodes. Unbound gradients (activations') are assigned by their first
   // writer, or zeroed first when that op can only accumulate. Bound gradients (parameters',
   // the loss's) are the caller's: they accumulate until it zeroes them.
@@ -66,6 +71,7 @@ class Executor {
   std::vector<std::vector<bool>> accumulate_;  // per node, per input: accumulate into its gradient
   std::vector<std::vector<ValueId>> zero_first_;  // per node: gradients to zero before it runs
   std::vector<NodeTensors> gathered_;              // per node, once planned
+  std::vector<NodeTensors> row_views_;             // gathered_ cut to set_rows()' rows, when set
   bool planned_ = false;
   MemoryPlan memory_plan_;
   Tensor arena_;

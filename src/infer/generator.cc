@@ -3,7 +3,6 @@
 #include <chrono>
 
 #include "base/error.h"
-#include "graph/weight_layout.h"
 
 namespace paraflow::infer {
 
@@ -33,17 +32,7 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
   model::GptGraph& g = slot->second.graph;
   g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
   if (weights_ == DType::bf16) {
-    model::name_half_parameters(
-        g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, {g.logits}, backend_));
-    // The linear layers' bf16 weights stored [out, in]: each output's weights one contiguous row.
-    std::vector<graph::ValueId> copies;
-    for (const auto& [name, id] : g.half_parameters) copies.push_back(id);
-    std::set<std::string> transposed;
-    for (graph::ValueId id : graph::transpose_matmul_weights(g.graph, copies)) {
-      for (const auto& [name, copy] : g.half_parameters) {
-        if (copy == id) transposed.insert(name);
-      }
-    }
+    const std::set<std::string> transposed = model::use_half_weights_for_decoding(g, backend_);
     if (half_parameters_.specs().empty()) {
       half_parameters_ = parameters_.converted_copy(backend_, DType::bf16, transposed);
     }

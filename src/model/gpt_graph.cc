@@ -1,6 +1,7 @@
 #include "model/gpt_graph.h"
 
 #include "graph/executor.h"
+#include "graph/weight_layout.h"
 
 namespace paraflow::model {
 
@@ -11,9 +12,9 @@ using graph::ValueRole;
 
 namespace {
 
-// The decoder stack shared by every graph: embedding, n_layer blocks, final layernorm and the
-// tied head. `attention_core` adds one block's attention core given its qkv value and the core's
-// attributes (n_head and the layer's score scale).
+// The decoder stack shared by every graph: embedding, n_layer blocks and the final layernorm.
+// `attention_core` adds one block's attention core given its qkv value and the core's attributes
+// (n_head and the layer's score scale).
 template <typename AttentionBuilder>
 ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core) {
   graph::Graph& graph = g.graph;
@@ -48,11 +49,13 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
                                      {hidden, param(h + "mlp.c_proj.weight"), param(h + "mlp.c_proj.bias")}, linear)[0];
     x = graph.add_node(OpKind::add, h + "residual_2", {residual1, mlp_out})[0];
   }
-  ValueId final_norm =
-      graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
-  // Tied head: logits = ln_f(x) · wte^T, reading the embedding table in its [V, C] layout.
-  return graph.add_node(OpKind::matmul, "lm_head", {final_norm, param("wte.weight")},
-                        Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
+  return graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
+}
+
+// Tied head: logits = hidden · wte^T, reading the embedding table in its [V, C] layout.
+ValueId add_lm_head(GptGraph& g, ValueId hidden, ValueId wte) {
+  return g.graph.add_node(OpKind::matmul, "lm_head", {hidden, wte},
+                          Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
 }
 
 }  // namespace
@@ -61,9 +64,10 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
   g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
-  g.logits = add_decoder(g, config, graph::kNoValue, [&](const std::string& h, ValueId qkv, const Attributes& core) {
+  ValueId hidden = add_decoder(g, config, graph::kNoValue, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, core)[0];
   });
+  g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
   g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
   return g;
 }
@@ -73,13 +77,57 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
   g.tokens = g.graph.add_value("tokens", Shape{batch, new_tokens}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("position", Shape{1}, DType::i32, ValueRole::input);
   const Shape cache{batch, config.n_head, max_sequence, config.n_embd / config.n_head};
-  g.logits = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
+  ValueId hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     ValueId keys = g.graph.add_value(h + "attn.k_cache", cache, DType::f32, ValueRole::state);
     ValueId values = g.graph.add_value(h + "attn.v_cache", cache, DType::f32, ValueRole::state);
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, core)[0];
   });
+  g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
   return g;
+}
+
+GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks,
+                                   int64_t block_size) {
+  GptGraph g;
+  g.tokens = g.graph.add_value("tokens", Shape{max_tokens, 1}, DType::i32, ValueRole::input);
+  g.position = g.graph.add_value("positions", Shape{max_tokens}, DType::i32, ValueRole::input);
+  const int64_t max_blocks = (config.n_positions + block_size - 1) / block_size;
+  g.block_tables = g.graph.add_value("block_tables", Shape{max_tokens, max_blocks}, DType::i32, ValueRole::input);
+  const Shape pool{kv_blocks, config.n_head, block_size, config.n_embd / config.n_head};
+  g.hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
+    ValueId keys = g.graph.add_value(h + "attn.k_pool", pool, DType::f32, ValueRole::state);
+    ValueId values = g.graph.add_value(h + "attn.v_pool", pool, DType::f32, ValueRole::state);
+    g.caches.push_back({keys, values});
+    return g.graph.add_node(OpKind::attention_paged, h + "attn.core", {qkv, keys, values, g.position, g.block_tables},
+                            core)[0];
+  });
+  return g;
+}
+
+GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows) {
+  GptGraph g;
+  g.hidden = g.graph.add_value("hidden", Shape{max_rows, 1, config.n_embd}, DType::f32, ValueRole::input);
+  const ValueId wte = g.graph.add_value("wte.weight", Shape{config.vocab_size, config.n_embd}, DType::f32,
+                                        ValueRole::parameter);
+  g.parameters["wte.weight"] = wte;
+  g.logits = add_lm_head(g, g.hidden, wte);
+  return g;
+}
+
+std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
+  const graph::ValueId output = g.logits != graph::kNoValue ? g.logits : g.hidden;
+  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, {output},
+                                                        backend));
+  std::vector<graph::ValueId> copies;
+  for (const auto& [name, id] : g.half_parameters) copies.push_back(id);
+  std::set<std::string> transposed;
+  for (graph::ValueId id : graph::transpose_matmul_weights(g.graph, copies)) {
+    for (const auto& [name, copy] : g.half_parameters) {
+      if (copy == id) transposed.insert(name);
+    }
+  }
+  return transposed;
 }
 
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,12 +22,28 @@ struct GptGraph {
   graph::ValueId targets = graph::kNoValue;  // (B,T) i32 input; training graphs only
   graph::ValueId logits = graph::kNoValue;   // (B,T,V)
   graph::ValueId losses = graph::kNoValue;   // (B,T); training graphs only
-  graph::ValueId position = graph::kNoValue; // (1) i32 first position; decode graphs only
-  std::vector<std::pair<graph::ValueId, graph::ValueId>> caches;  // per layer (k, v); decode only
+  graph::ValueId position = graph::kNoValue; // i32: (1) first position (decode) or (N) each token's (serving)
+  graph::ValueId block_tables = graph::kNoValue;  // (N, max_blocks) i32 input; serving decoder only
+  graph::ValueId hidden = graph::kNoValue;   // (N,1,C) final layernorm: the serving decoder's output, the head's input
+  // Per layer (k, v): the KV caches of decode graphs, the KV block pools of the serving decoder.
+  std::vector<std::pair<graph::ValueId, graph::ValueId>> caches;
   std::map<std::string, graph::ValueId> parameters;  // by TensorSpec name
   // 16-bit copies of parameters that a precision policy gave to ops taking 16-bit inputs.
   std::map<std::string, graph::ValueId> half_parameters;  // by TensorSpec name
 };
+
+// Serving's ragged batch, as two graphs so that only the rows that need logits pay for the
+// vocabulary projection. The decoder runs up to `max_tokens` tokens of many sequences at once,
+// each at its own position (g.position, (N) i32) with its sequence's block table, over per-layer
+// KV block pools of `kv_blocks` blocks of `block_size` positions (state), and outputs g.hidden.
+// The head maps up to `max_rows` hidden rows to logits. Run fewer rows with Executor::set_rows.
+GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks, int64_t block_size);
+GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows);
+
+// bf16 weights for a forward-only graph: applies mixed_bfloat16 (the output, logits or hidden,
+// kept f32) and stores the linear layers' 16-bit weights [out, in] for the few-rows decoding
+// kernel. Returns the names of the transposed weights, for ParameterSet::converted_copy.
+std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend);
 
 // Records a precision policy's 16-bit parameter copies in g.half_parameters.
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);

@@ -249,3 +249,59 @@ void attention_cached_forward(const AttentionCachedForward& args) {
 }
 
 }  // namespace paraflow::cpu
+
+namespace paraflow::cpu {
+
+void attention_paged_forward(const AttentionPagedForward& args) {
+  const int64_t N = args.qkv.shape()[0], C = args.qkv.shape()[2] / 3, NH = args.n_head, hs = C / NH;
+  const int64_t block_size = args.k_pool.shape()[2], max_blocks = args.block_tables.shape()[1];
+  const int32_t* positions = args.positions.data<int32_t>();
+  const int32_t* tables = args.block_tables.data<int32_t>();
+  const float* qkv = pointer<float>(args.qkv);
+  float *out = pointer<float>(args.out), *k_pool = pointer<float>(args.k_pool), *v_pool = pointer<float>(args.v_pool);
+  // Row (block, h, slot) of a pool: where position p of token i's sequence keeps head h.
+  auto pool_row = [&](int64_t i, int64_t h, int64_t p) {
+    const int64_t block = tables[i * max_blocks + p / block_size];
+    return ((block * NH + h) * block_size + p % block_size) * hs;
+  };
+  // Every token's key and value first, so that tokens of one sequence see each other's.
+#pragma omp parallel for schedule(static)
+  for (int64_t ih = 0; ih < N * NH; ++ih) {
+    const int64_t i = ih / NH, h = ih % NH;
+    const float* row = qkv + i * 3 * C + h * hs;
+    const int64_t at = pool_row(i, h, positions[i]);
+    std::copy(row + C, row + C + hs, k_pool + at);
+    std::copy(row + 2 * C, row + 2 * C + hs, v_pool + at);
+  }
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(max_blocks * block_size));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t ih = 0; ih < N * NH; ++ih) {
+      const int64_t i = ih / NH, h = ih % NH;
+      const float* q = qkv + i * 3 * C + h * hs;
+      const int64_t visible = positions[i] + 1;
+      float max_value = -INFINITY;
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* key = k_pool + pool_row(i, h, j);
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < hs; ++d) dot += q[d] * key[d];
+        scores[j] = dot * args.scale;
+        max_value = scores[j] > max_value ? scores[j] : max_value;
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max_value));
+      float* y = out + i * C + h * hs;
+      std::fill(y, y + hs, 0.0f);
+      for (int64_t j = 0; j < visible; ++j) {
+        const float p = scores[j] / sum;
+        const float* value = v_pool + pool_row(i, h, j);
+#pragma omp simd
+        for (int64_t d = 0; d < hs; ++d) y[d] += p * value[d];
+      }
+    }
+  }
+}
+
+}  // namespace paraflow::cpu

@@ -19,6 +19,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   registry.add(cpu, DType::f32, &cpu::attention_forward);
   registry.add(cpu, DType::f32, &cpu::attention_backward);
   registry.add(cpu, DType::f32, &cpu::attention_cached_forward);
+  registry.add(cpu, DType::f32, &cpu::attention_paged_forward);
   registry.add(cpu, DType::f32, &cpu::softmax_xent_forward);
   registry.add(cpu, DType::f32, &cpu::softmax_xent_backward);
   registry.add(cpu, DType::f32, &cpu::sum_squares);

@@ -8,10 +8,11 @@ void embedding_forward(const EmbeddingForward& args) {
   const int32_t* tokens = pointer<int32_t>(args.tokens);
   const float *wte = pointer<float>(args.wte), *wpe = pointer<float>(args.wpe);
   float* out = pointer<float>(args.out);
+  const int32_t* positions = args.positions.defined() ? args.positions.data<int32_t>() : nullptr;
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const float* token_row = wte + static_cast<int64_t>(tokens[bt]) * C;
-    const float* position_row = wpe + (position0 + bt % T) * C;
+    const float* position_row = wpe + (positions ? positions[bt] : position0 + bt % T) * C;
     float* out_row = out + bt * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) out_row[c] = token_row[c] + position_row[c];

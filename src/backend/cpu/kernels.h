@@ -34,6 +34,7 @@ void attention_backward(const AttentionBackward& args);
 void attention_forward_bf16(const AttentionForward& args);
 void attention_backward_bf16(const AttentionBackward& args);
 void attention_cached_forward(const AttentionCachedForward& args);
+void attention_paged_forward(const AttentionPagedForward& args);
 
 template <typename T>
 void add_forward(const AddForward& args);

@@ -1,5 +1,6 @@
-// embedding: out (B,T,C) = wte[tokens] + wpe[position0 + t].
-// inputs: tokens (B,T) i32, wte (V,C), wpe (P,C) [, position0 (1) i32 for cached decoding]
+// embedding: out (B,T,C) = wte[tokens] + wpe[position].
+// inputs: tokens (B,T) i32, wte (V,C), wpe (P,C) [, positions i32 for cached decoding: (1), the
+// first position (row t at position0 + t), or (B*T), each row's own (a ragged batch)]
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -16,16 +17,29 @@ class EmbeddingOp final : public OpDef {
     expect_shape(wpe.rank() == 2 && wpe[1] == wte[1], "embedding", "wpe must be (P,C) with wte's C", wpe);
     expect_shape(in.size() == 4 || tokens[1] <= wpe[0], "embedding", "sequence longer than the position table",
                  tokens);
+    expect_shape(in.size() == 3 || (in[3]->dtype == DType::i32 && in[3]->shape.rank() == 1 &&
+                                    (in[3]->shape[0] == 1 || in[3]->shape[0] == tokens.numel())),
+                 "embedding", "positions must be (1) or (B*T) i32", in.size() == 4 ? in[3]->shape : tokens);
     return {{"", Shape{tokens[0], tokens[1], wte[1]}, DType::f32, ValueRole::activation}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    const int64_t position0 = t.inputs.size() == 4 ? t.inputs[3].data<int32_t>()[0] : 0;
-    check(position0 >= 0 && position0 + t.inputs[0].shape()[1] <= t.inputs[2].shape()[0],
-          "embedding: positions [{}, {}) exceed the position table of {}", position0,
-          position0 + t.inputs[0].shape()[1], t.inputs[2].shape()[0]);
-    backend.launch(EmbeddingForward{
-        .out = t.outputs[0], .tokens = t.inputs[0], .wte = t.inputs[1], .wpe = t.inputs[2], .position0 = position0});
+    EmbeddingForward args{.out = t.outputs[0], .tokens = t.inputs[0], .wte = t.inputs[1], .wpe = t.inputs[2]};
+    const int64_t table = t.inputs[2].shape()[0], rows = t.inputs[0].numel();
+    if (t.inputs.size() == 4 && t.inputs[3].numel() == rows && rows > 1) {
+      args.positions = t.inputs[3];
+      const int32_t* positions = args.positions.data<int32_t>();
+      for (int64_t row = 0; row < rows; ++row) {
+        check(positions[row] >= 0 && positions[row] < table, "embedding: row {} has position {}, outside the position table of {}",
+              row, positions[row], table);
+      }
+    } else {
+      args.position0 = t.inputs.size() == 4 ? t.inputs[3].data<int32_t>()[0] : 0;
+      check(args.position0 >= 0 && args.position0 + t.inputs[0].shape()[1] <= table,
+            "embedding: positions [{}, {}) exceed the position table of {}", args.position0,
+            args.position0 + t.inputs[0].shape()[1], table);
+    }
+    backend.launch(args);
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {

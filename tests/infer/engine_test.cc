@@ -1,0 +1,332 @@
+// The serving engine against the single-sequence generator (itself checked against full
+// recomputation and transformers in generator_test): greedy outputs equal alone, batched with
+// 31 others, after preemption and with shared prefix blocks; seeded sampling reproducible;
+// log-probabilities equal to a log-softmax of the generator's logits; blocks never leak.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+
+#include "infer/engine.h"
+#include "reference_runner.h"
+#include "test_util.h"
+#include "trained_model.h"
+
+namespace paraflow {
+namespace {
+
+using infer::Engine;
+using infer::EngineOptions;
+using infer::Request;
+
+// Collects a request's events; `stop_after` makes on_token return false after that many tokens.
+class RecordingSink : public infer::RequestSink {
+ public:
+  explicit RecordingSink(int64_t stop_after = -1) : stop_after_(stop_after) {}
+  bool on_token(const infer::TokenEvent& event) override {
+    events.push_back(event);
+    return stop_after_ < 0 || static_cast<int64_t>(events.size()) < stop_after_;
+  }
+  void on_finish(const infer::Outcome& outcome) override { done.set_value(outcome); }
+  std::vector<int32_t> tokens() const {
+    std::vector<int32_t> ids;
+    for (const auto& event : events) ids.push_back(event.token);
+    return ids;
+  }
+  infer::Outcome wait() { return finished.get(); }
+
+  std::vector<infer::TokenEvent> events;
+  std::promise<infer::Outcome> done;
+  std::future<infer::Outcome> finished = done.get_future();
+
+ private:
+  int64_t stop_after_;
+};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trainer = std::make_unique<train::Trainer>(config, testing::short_training(dir.path() / "run", 40), data,
+                                               cpu_backend());
+    trainer->initialize_or_resume();
+    for (int i = 0; i < 40; ++i) trainer->step();
+  }
+
+  std::vector<int32_t> random_prompt(Rng& rng, int64_t length) {
+    std::vector<int32_t> prompt(static_cast<size_t>(length));
+    for (auto& token : prompt) token = static_cast<int32_t>(rng.below(static_cast<uint64_t>(config.vocab_size)));
+    return prompt;
+  }
+
+  // The single-sequence generator's continuation: the reference.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_tokens,
+                                const infer::SamplingConfig& sampling = {.temperature = 0}) {
+    infer::Generator generator(config, trainer->parameters(), cpu_backend());
+    infer::Sampler sampler(sampling);
+    return generator.generate(prompt, max_tokens, sampler).tokens;
+  }
+
+  Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+    return Request{.prompt = std::move(prompt), .max_tokens = max_tokens, .sampling = {.temperature = 0}};
+  }
+
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  std::unique_ptr<train::Trainer> trainer;
+};
+
+// References are computed before an engine starts: its thread's OpenMP team and the test
+// thread's would otherwise spin against each other on two cores.
+TEST_F(EngineTest, GreedyOutputAloneEqualsTheGenerator) {
+  Rng rng(testing::test_seed());
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (int64_t length : {1, 5, 16, 17, 23}) {
+    prompts.push_back(random_prompt(rng, length));
+    expected.push_back(generate(prompts.back(), 9));
+  }
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto sink = std::make_shared<RecordingSink>();
+    engine.submit(greedy(prompts[i], 9), sink);
+    infer::Outcome outcome = sink->wait();
+    EXPECT_EQ(sink->tokens(), expected[i]) << "prompt of " << prompts[i].size();
+    EXPECT_EQ(outcome.reason, infer::FinishReason::length);
+    EXPECT_EQ(outcome.generated_tokens, 9);
+    EXPECT_EQ(outcome.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
+    EXPECT_TRUE(outcome.error.empty()) << outcome.error;
+  }
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+}
+
+TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEachEqualTheirOutputAlone) {
+  Rng rng(testing::test_seed());
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (int i = 0; i < 32; ++i) {
+    prompts.push_back(random_prompt(rng, 1 + static_cast<int64_t>(rng.below(30))));
+    expected.push_back(generate(prompts.back(), 12));
+  }
+  // Small chunks: long prompts are prefilled over several steps, mixed with others' decodes.
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 32, .max_batched_tokens = 48});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const auto& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(greedy(prompt, 12), sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sinks[i]->wait();
+    EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
+  }
+  const infer::EngineStats stats = engine.stats();
+  std::printf("  32 requests in %lld steps\n", static_cast<long long>(stats.steps));
+  EXPECT_LT(stats.steps, 32 * 12);  // batched: far fewer steps than tokens
+  EXPECT_EQ(stats.blocks_free, stats.blocks_total);
+}
+
+TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {
+  Rng rng(testing::test_seed());
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (int i = 0; i < 8; ++i) {
+    prompts.push_back(random_prompt(rng, 20 + static_cast<int64_t>(rng.below(8))));
+    expected.push_back(generate(prompts.back(), 20));
+  }
+  // A pool of 6 blocks (bytes per block: 2 (k, v) * layers * n_embd * 16 tokens * 4 bytes): room
+  // for one full-context sequence of 48 tokens (3 blocks) and a bit, not for 8 of ~45 tokens.
+  const double block_bytes = 2.0 * static_cast<double>(config.n_layer * config.n_embd) * 16 * 4;
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 6.5 * block_bytes / (1024.0 * 1024 * 1024), .max_num_seqs = 8});
+  ASSERT_EQ(engine.stats().blocks_total, 6);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const auto& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(greedy(prompt, 20), sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    infer::Outcome outcome = sinks[i]->wait();
+    EXPECT_TRUE(outcome.error.empty()) << outcome.error;
+    EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
+  }
+  std::printf("  %lld preemptions\n", static_cast<long long>(engine.stats().preemptions));
+  EXPECT_GT(engine.stats().preemptions, 0);
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+}
+
+TEST_F(EngineTest, SharedPromptPrefixesReuseBlocksWithCopyOnWrite) {
+  Rng rng(testing::test_seed());
+  // 32 tokens: two full blocks. A second request matches both; it recomputes the last prompt
+  // token, whose key and value go to its own copy of the second block.
+  std::vector<int32_t> prompt = random_prompt(rng, 32);
+  std::vector<int32_t> longer = prompt;
+  for (int i = 0; i < 7; ++i) longer.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(config.vocab_size))));
+  const std::vector<int32_t> expected = generate(prompt, 10), expected_longer = generate(longer, 8);
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  auto first = std::make_shared<RecordingSink>();
+  engine.submit(greedy(prompt, 10), first);
+  EXPECT_EQ(first->wait().cached_prompt_tokens, 0);
+  EXPECT_EQ(first->tokens(), expected);
+  // Two at once sharing the cached blocks, one writing into the shared second block.
+  auto again = std::make_shared<RecordingSink>(), extended = std::make_shared<RecordingSink>();
+  engine.submit(greedy(prompt, 10), again);
+  engine.submit(greedy(longer, 8), extended);
+  EXPECT_EQ(again->wait().cached_prompt_tokens, 31);
+  EXPECT_EQ(extended->wait().cached_prompt_tokens, 32);
+  EXPECT_EQ(again->tokens(), expected);
+  EXPECT_EQ(extended->tokens(), expected_longer);
+  EXPECT_EQ(engine.stats().cached_prompt_tokens, 63);
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
+  Rng rng(testing::test_seed());
+  std::vector<int32_t> prompt = random_prompt(rng, 6);
+  const infer::SamplingConfig sampling{.temperature = 1.3, .top_k = 20, .top_p = 0.95, .seed = 77};
+  const std::vector<int32_t> expected = generate(prompt, 15, sampling);
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 6; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    Request request{.prompt = i % 2 ? random_prompt(rng, 9) : prompt, .max_tokens = 15, .sampling = sampling};
+    request.sampling.seed = i % 2 ? 5 : 77;
+    engine.submit(request, sinks.back());
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    sinks[i]->wait();
+    if (i % 2 == 0) {
+      EXPECT_EQ(sinks[i]->tokens(), expected) << "request " << i;
+    }
+  }
+}
+
+TEST_F(EngineTest, LogprobsAreTheLogSoftmaxOfTheLogits) {
+  Rng rng(testing::test_seed());
+  std::vector<int32_t> prompt = random_prompt(rng, 8);
+  infer::Generator generator(config, trainer->parameters(), cpu_backend());
+  std::vector<float> logits = generator.prefill(prompt);
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  auto sink = std::make_shared<RecordingSink>();
+  engine.submit(Request{.prompt = prompt, .max_tokens = 1, .sampling = {.temperature = 0}, .top_logprobs = 5}, sink);
+  sink->wait();
+  ASSERT_EQ(sink->events.size(), 1u);
+  const infer::TokenEvent& event = sink->events[0];
+  double normalizer = 0;
+  for (float logit : logits) normalizer += std::exp(static_cast<double>(logit));
+  auto logprob = [&](int32_t token) { return static_cast<double>(logits[static_cast<size_t>(token)]) - std::log(normalizer); };
+  EXPECT_NEAR(event.logprob, logprob(event.token), 1e-4);
+  ASSERT_EQ(event.top.size(), 5u);
+  EXPECT_EQ(event.top[0].token, event.token);  // greedy: the likeliest
+  for (size_t i = 0; i < event.top.size(); ++i) {
+    EXPECT_NEAR(event.top[i].logprob, logprob(event.top[i].token), 1e-4);
+    if (i > 0) {
+      EXPECT_GE(event.top[i - 1].logprob, event.top[i].logprob);
+    }
+  }
+}
+
+TEST_F(EngineTest, StoppedCancelledAndStopTokenRequestsReturnTheirBlocks) {
+  Rng rng(testing::test_seed());
+  std::vector<int32_t> prompt = random_prompt(rng, 20);
+  const std::vector<int32_t> expected = generate(prompt, 20);
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  auto stopped = std::make_shared<RecordingSink>(3);  // the client stops after 3 tokens
+  auto at_token = std::make_shared<RecordingSink>();
+  auto cancelled = std::make_shared<RecordingSink>();
+  engine.submit(greedy(prompt, 20), stopped);
+  Request with_stop = greedy(prompt, 20);
+  with_stop.stop_tokens = {expected[4]};
+  engine.submit(with_stop, at_token);
+  const uint64_t id = engine.submit(greedy(random_prompt(rng, 10), 30), cancelled);
+  engine.cancel(id);
+  infer::Outcome outcome = stopped->wait();
+  EXPECT_EQ(outcome.reason, infer::FinishReason::stop);
+  EXPECT_EQ(stopped->tokens(), std::vector<int32_t>(expected.begin(), expected.begin() + 3));
+  outcome = at_token->wait();
+  EXPECT_EQ(outcome.reason, infer::FinishReason::stop);
+  const auto first_stop = std::find(expected.begin(), expected.end(), expected[4]);
+  EXPECT_EQ(at_token->tokens(), std::vector<int32_t>(expected.begin(), first_stop + 1));
+  outcome = cancelled->wait();
+  EXPECT_TRUE(outcome.cancelled);
+  EXPECT_EQ(outcome.error, "cancelled");
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+  EXPECT_EQ(engine.stats().running + engine.stats().waiting, 0);
+}
+
+TEST_F(EngineTest, InvalidRequestsNameTheirField) {
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  auto sink = std::make_shared<RecordingSink>();
+  auto message = [&](Request request) {
+    try {
+      engine.submit(std::move(request), sink);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_PRED2(contains, message(greedy({}, 4)), std::string("prompt: must hold at least one token"));
+  EXPECT_PRED2(contains, message(greedy({1, 67}, 4)), std::string("prompt: token id 67 at index 1"));
+  EXPECT_PRED2(contains, message(greedy({1}, 0)), std::string("max_tokens: must be at least 1"));
+  EXPECT_PRED2(contains, message(greedy(std::vector<int32_t>(40, 1), 9)),
+               std::string("40 tokens plus max_tokens 9 exceed the model's context of 48"));
+  Request request = greedy({1}, 2);
+  request.sampling.top_p = 0;
+  EXPECT_PRED2(contains, message(request), std::string("top_p"));
+  request = greedy({1}, 2);
+  request.top_logprobs = 21;
+  EXPECT_PRED2(contains, message(request), std::string("logprobs"));
+  EXPECT_EQ(engine.stats().running + engine.stats().waiting, 0);
+}
+
+TEST_F(EngineTest, AFullQueueRefusesAndDrainCancelsWhatOutlivesTheGrace) {
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = 1, .max_batched_tokens = 1, .max_waiting = 2});
+  // A sink that holds the engine thread on its first token: the requests behind it wait.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  class HoldingSink : public RecordingSink {
+   public:
+    explicit HoldingSink(std::shared_future<void> gate) : gate_(std::move(gate)) {}
+    bool on_token(const infer::TokenEvent& event) override {
+      gate_.wait();
+      return RecordingSink::on_token(event);
+    }
+   private:
+    std::shared_future<void> gate_;
+  };
+  auto holding = std::make_shared<HoldingSink>(released);
+  engine.submit(greedy({1, 2, 3}, 40), holding);
+  while (engine.stats().running == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<std::shared_ptr<RecordingSink>> queued;
+  for (int i = 0; i < 2; ++i) {
+    queued.push_back(std::make_shared<RecordingSink>());
+    engine.submit(greedy({4, 5}, 40), queued.back());
+  }
+  EXPECT_THROW(engine.submit(greedy({6}, 4), std::make_shared<RecordingSink>()), infer::QueueFull);
+  std::thread drain([&] { engine.drain(std::chrono::milliseconds(50)); });
+  while (true) {  // draining refuses new requests at once
+    try {
+      engine.submit(greedy({6}, 4), std::make_shared<RecordingSink>());
+    } catch (const infer::Draining&) {
+      break;
+    } catch (const infer::QueueFull&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // The engine thread stays held past the grace period: every request left is then cancelled.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  release.set_value();
+  drain.join();
+  for (auto& sink : queued) {
+    infer::Outcome outcome = sink->wait();
+    EXPECT_TRUE(outcome.cancelled);
+    EXPECT_PRED2(contains, outcome.error, std::string("did not finish within the grace period"));
+    EXPECT_TRUE(sink->events.empty());
+  }
+  EXPECT_TRUE(holding->wait().cancelled);
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+}
+
+
+}  // namespace
+}  // namespace paraflow
