@@ -4,7 +4,7 @@ prompts and the same load, in one run; prints every measurement and the ratios.
 
     python3 bench/serve/compare_servers.py [--quick] [--models gpt-small,gpt2-124m] [--dtypes bfloat16]
         [--concurrency 1 8 32 128] [--servers paraflow-cb,paraflow-1,llama-server] [--threads 2]
-        [--max-tokens 64] [--prompt-tokens 32:128] [--skip-build] [--json OUT]
+        [--max-tokens 64] [--prompt-tokens 32:128] [--repetitions R] [--max-seconds S] [--skip-build] [--json OUT]
 
 For each model, dtype and concurrency C the servers take turns (each started fresh on 127.0.0.1
 on a free port, checked with GET /health, warmed up with one request, loaded, stopped with
@@ -213,12 +213,72 @@ def run_one(kind, args, model_name, model_dir, gguf, config, concurrency, prompt
     return outcome
 
 
+def print_outcome(outcome, printed_notes):
+    kind, concurrency, m = outcome["server"], outcome["concurrency"], outcome.get("metrics")
+    if not m:
+        print(f"{kind:<28} {concurrency:>4}   FAILED (see above; log {outcome['log']})", flush=True)
+        return
+    prompt_tokens = f"{m['prompt_tokens_mean']:.1f}" if m["prompt_tokens_mean"] else "-"
+    print(load_generator.row(kind, m) + f" {prompt_tokens:>6} {m['load_before']:4.1f}/{m['load_after']:.1f}", flush=True)
+    notes = [note for note in outcome.get("notes", []) if (kind, note) not in printed_notes]
+    printed_notes.update((kind, note) for note in notes)
+    if m["errors"] or m["cut"]:
+        notes.append(f"{m['errors']} errors, {m['cut']} cut: {m['first_errors']}")
+    if m["short_requests"]:
+        notes.append(f"{m['short_requests']} requests ended before max_tokens (finish reasons {m['finish_reasons']})")
+    if m["token_chunks"] != m["generated_tokens"]:
+        notes.append(f"{m['token_chunks']} token chunks for {m['generated_tokens']} tokens")
+    for note in notes:
+        print(f"    note: {note}")
+
+
+def best_of(results):
+    """The run with the most tokens/s per (server, concurrency); a failed run only where all failed."""
+    best = {}
+    for outcome in results:
+        key = (outcome["server"], outcome["concurrency"])
+        rate = outcome["metrics"]["tokens_per_s"] if outcome.get("metrics") else -1
+        held = best.get(key)
+        if held is None or rate > (held["metrics"]["tokens_per_s"] if held.get("metrics") else -1):
+            best[key] = outcome
+    return best
+
+
+def markdown_table(model_name, config, dtype, best, concurrencies, servers):
+    ms = lambda s: f"{s * 1e3:.0f}" if s == s else "-"  # noqa: E731
+    lines = [f"{model_name} ({config['n_layer']} layers, {config['n_embd']} wide, vocabulary {config['vocab_size']}), "
+             f"{dtype}: tokens/s; TTFT p50/p99 ms; ITL p50/p99 ms",
+             "",
+             "| clients | " + " | ".join(servers) + " | CB / one-at-a-time | CB / llama-server | "
+             "p99 ITL / 1-client p99: " + ", ".join(servers) + " |",
+             "|---" * (len(servers) + 4) + "|"]
+    metrics = {key: outcome.get("metrics") for key, outcome in best.items()}
+    for c in concurrencies:
+        cells = []
+        for kind in servers:
+            m = metrics.get((kind, c))
+            if not m:
+                cells.append("failed")
+                continue
+            cut = f" ({m['completed']}/{m['planned']} done)" if m["completed"] < m["planned"] else ""
+            cells.append(f"**{m['tokens_per_s']:.1f}**; {ms(m['ttft_p50_s'])}/{ms(m['ttft_p99_s'])}; "
+                         f"{ms(m['itl_p50_s'])}/{ms(m['itl_p99_s'])}{cut}")
+        tps = lambda kind: metrics.get((kind, c)) and metrics[(kind, c)]["tokens_per_s"]  # noqa: E731
+        itl = lambda kind, cc: metrics.get((kind, cc)) and metrics[(kind, cc)]["itl_p99_s"]  # noqa: E731
+        fmt = lambda r: f"{r:.2f}x" if r == r else "-"  # noqa: E731
+        cells.append(fmt(ratio(tps("paraflow-cb"), tps("paraflow-1"))))
+        cells.append(fmt(ratio(tps("paraflow-cb"), tps("llama-server"))))
+        cells.append(", ".join(fmt(ratio(itl(kind, c), itl(kind, concurrencies[0]))) for kind in servers))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def ratio(a, b):
     return a / b if a and b and b == b and a == a else float("nan")
 
 
-def print_ratios(results, concurrencies):
-    by = {(r["server"], r["concurrency"]): r.get("metrics") for r in results}
+def print_ratios(best, concurrencies):
+    by = {key: outcome.get("metrics") for key, outcome in best.items()}
     print(f"\n  {'conc':>4} {'cb/one-at-a-time':>17} {'cb/llama-server':>16} {'p99 ITL / 1-client p99 ITL: cb':>31} "
           f"{'one':>6} {'llama':>6}")
     for c in concurrencies:
@@ -254,6 +314,8 @@ def main():
     parser.add_argument("--max-seconds", type=float, default=300, help="deadline of each load run")
     parser.add_argument("--start-timeout", type=float, default=120, help="seconds a server may take to be ready")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repetitions", type=int, default=1,
+                        help="runs per server and concurrency, the servers taking turns; the best (tokens/s) counts")
     parser.add_argument("--paraflow-bin", default=os.path.join(ROOT, "build/src/cli/paraflow"))
     parser.add_argument("--paraflow-arg", action="append", default=[], help="extra argument to paraflow serve")
     parser.add_argument("--llama-arg", action="append", default=[], help="extra argument to llama-server")
@@ -303,6 +365,7 @@ def main():
     everything = {"cpu": model, "isa": isa, "paraflow": commit, "llama.cpp": llama_version, "args": vars(args),
                   "runs": []}
     started = time.monotonic()
+    markdown = []
     for model_name in args.models.split(","):
         model_dir, ggufs, config = ensure_model(model_name, llama_src, args.ref_python)
         for dtype in args.dtypes.split(","):
@@ -310,35 +373,27 @@ def main():
             print(f"\n== {model_name} ({config['n_layer']} layers, {config['n_embd']} wide, vocabulary "
                   f"{config['vocab_size']}), {dtype}; GGUF {os.path.relpath(ggufs[dtype], ROOT)}")
             print(load_generator.HEADER + f" {'prompt':>6} {'load':>9}")
-            results = []
+            results, printed_notes = [], set()
             for concurrency in args.concurrency:
                 per_client = args.requests_per_client or REQUESTS.get(concurrency, (2, 1))[1 if args.quick else 0]
                 prompts = load_generator.make_prompts(concurrency * per_client, args.seed + concurrency, low, high,
                                                       "text", config["vocab_size"])
-                for kind in servers:
-                    outcome = run_one(kind, args, model_name, model_dir, ggufs[dtype], config, concurrency, prompts,
-                                      per_client, log_dir)
-                    outcome.update(model=model_name, dtype=dtype)
-                    results.append(outcome)
-                    m = outcome.get("metrics")
-                    if m:
-                        prompt_tokens = f"{m['prompt_tokens_mean']:.1f}" if m["prompt_tokens_mean"] else "-"
-                        print(load_generator.row(kind, m) + f" {prompt_tokens:>6} {m['load_before']:4.1f}/"
-                              f"{m['load_after']:.1f}", flush=True)
-                        notes = list(outcome.get("notes", []))
-                        if m["errors"] or m["cut"]:
-                            notes.append(f"{m['errors']} errors, {m['cut']} cut: {m['first_errors']}")
-                        if m["short_requests"]:
-                            notes.append(f"{m['short_requests']} requests ended before max_tokens "
-                                         f"(finish reasons {m['finish_reasons']})")
-                        if m["token_chunks"] != m["generated_tokens"]:
-                            notes.append(f"{m['token_chunks']} token chunks for {m['generated_tokens']} tokens")
-                        for note in notes:
-                            print(f"    note: {note}")
-                    else:
-                        print(f"{kind:<28} {concurrency:>4}   FAILED (see above; log {outcome['log']})", flush=True)
-            print_ratios(results, args.concurrency)
+                for repetition in range(args.repetitions):
+                    for kind in servers:
+                        outcome = run_one(kind, args, model_name, model_dir, ggufs[dtype], config, concurrency,
+                                          prompts, per_client, log_dir)
+                        outcome.update(model=model_name, dtype=dtype, repetition=repetition)
+                        results.append(outcome)
+                        print_outcome(outcome, printed_notes)
+            best = best_of(results)
+            if args.repetitions > 1:
+                print(f"\n  best of {args.repetitions} runs (by tokens/s) per server and concurrency:")
+                for outcome in best.values():
+                    print_outcome(outcome, printed_notes)
+            print_ratios(best, args.concurrency)
+            markdown.append(markdown_table(model_name, config, dtype, best, args.concurrency, servers))
             everything["runs"].extend(results)
+    print("\n" + "\n\n".join(markdown))
     print(f"\nwall time {time.monotonic() - started:.0f} s; load average after {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
