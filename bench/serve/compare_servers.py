@@ -16,8 +16,8 @@ SIGTERM):
                   (f32 / bf16), converted from the same export by llama.cpp's own
                   convert_hf_to_gguf.py (through convert_gguf.py, see there).
 Both get --threads threads (paraflow: --threads and OMP_NUM_THREADS). paraflow's KV cache
-(--kv-cache-gb) holds C x --seq-context tokens in float32 (2 x layers x width x 4 bytes each)
-plus a quarter.
+(--kv-cache-gb, GiB) holds C x --seq-context tokens in float32 (2 x layers x width x 4 bytes
+each; at least one sequence of the model's full context, which paraflow requires) plus a quarter.
 
 Models (made on first use under bench/.cache/, with random weights):
   - gpt-small: configs/gpt-small.yaml's shape (6 layers, 384 wide, 6 heads, context 256,
@@ -172,8 +172,9 @@ def server_commands(kind, args, model_dir, gguf, config, concurrency, port):
     layers, width = config["n_layer"], config["n_embd"]
     if kind.startswith("paraflow"):
         seqs = concurrency if kind == "paraflow-cb" else 1
-        kv_bytes = concurrency * args.seq_context * 2 * layers * width * 4 * 1.25
-        kv_gb = max(0.05, round(kv_bytes / 1e9 + 0.005, 2))
+        # paraflow refuses a pool that cannot hold one sequence of the model's full context.
+        tokens = max(concurrency * args.seq_context, config.get("n_positions", 0))
+        kv_gb = round(tokens * 2 * layers * width * 4 * 1.25 / 2**30 + 0.005, 2)
         command = [args.paraflow_bin, "serve", "--model", model_dir, "--host", "127.0.0.1", "--port", str(port),
                    "--max-num-seqs", str(seqs), "--threads", str(args.threads), "--kv-cache-gb", str(kv_gb),
                    "--dtype", args.dtype] + args.paraflow_arg
