@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer target with clang + ASan/UBSan and runs it for a number of seconds.
-#   scripts/fuzz.sh safetensors 60      (targets: safetensors, tfrecord, tokenizer)
+#   scripts/fuzz.sh safetensors 60      (targets: safetensors, tfrecord, tokenizer, openai_request)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target=${1:-safetensors}

@@ -9,5 +9,6 @@ bash scripts/setup.sh
 # Python environments for the reference and interop tests (not part of the product).
 bash scripts/setup_python.sh
 bash scripts/setup_python_data.sh
+bash scripts/setup_python_serve.sh
 cd build
 ctest --output-on-failure --timeout 1200 "$@"

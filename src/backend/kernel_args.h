@@ -74,6 +74,10 @@ struct MatmulForward {
   Tensor out, pre, inp, weight, bias;
   WeightLayout layout = WeightLayout::in_out;
   bool gelu = false;
+  // Each output row computed by the same instructions whatever the number of rows (serving: a
+  // request's tokens do not depend on what it is batched with); the GEMM libraries' blocking
+  // changes with the batch, and with it the rounding.
+  bool row_invariant = false;
   DType dtype() const { return inp.dtype(); }
 };
 // dinp (N,C) (+)= dout · W^T (dinp may be undefined); dweight (+)= inp^T · dout (or its

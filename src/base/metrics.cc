@@ -50,6 +50,25 @@ Counter& MetricsRegistry::counter(const std::string& name, const std::string& he
   return *family.counter;
 }
 
+Counter& MetricsRegistry::counter(const std::string& name, const std::string& help, const Labels& labels) {
+  std::string rendered;
+  for (const auto& [label, value] : labels) {
+    std::string escaped;
+    for (char c : value) {
+      if (c == '\\' || c == '"') escaped += '\\';
+      escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
+    }
+    rendered += fmt::format("{}{}=\"{}\"", rendered.empty() ? "" : ",", label, escaped);
+  }
+  std::lock_guard lock(mutex_);
+  Family& family = families_[name];
+  family.help = help;
+  family.type = "counter";
+  std::unique_ptr<Counter>& series = family.labelled["{" + rendered + "}"];
+  if (!series) series = std::make_unique<Counter>();
+  return *series;
+}
+
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       std::vector<double> upper_bounds) {
   std::lock_guard lock(mutex_);
@@ -88,6 +107,10 @@ std::string MetricsRegistry::render() const {
     text += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, family.help, name, family.type);
     if (family.counter) {
       text += fmt::format("{} {}\n", name, number(family.counter->value()));
+    } else if (!family.labelled.empty()) {
+      for (const auto& [labels, series] : family.labelled) {
+        text += fmt::format("{}{} {}\n", name, labels, number(series->value()));
+      }
     } else if (family.histogram) {
       Histogram::Snapshot s = family.histogram->snapshot();
       for (size_t i = 0; i < s.upper_bounds.size(); ++i) {

@@ -51,6 +51,10 @@ class MetricsRegistry {
   // Names follow Prometheus' conventions (snake_case, a unit suffix, counters ending in _total).
   // Registering a name twice returns the first metric.
   Counter& counter(const std::string& name, const std::string& help);
+  // One series of a labelled counter family, e.g. paraflow_http_requests_total{code="200"}; label
+  // values are escaped as the format asks. A name holds either unlabelled or labelled counters.
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  Counter& counter(const std::string& name, const std::string& help, const Labels& labels);
   Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> upper_bounds);
   void gauge(const std::string& name, const std::string& help, std::function<double()> read);
 
@@ -61,6 +65,7 @@ class MetricsRegistry {
     std::string help;
     std::string type;  // counter | gauge | histogram
     std::unique_ptr<Counter> counter;
+    std::map<std::string, std::unique_ptr<Counter>> labelled;  // by rendered label set: {a="b",...}
     std::unique_ptr<Histogram> histogram;
     std::function<double()> read;
   };

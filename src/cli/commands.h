@@ -5,6 +5,7 @@
 
 #include <exception>
 
+#include "backend/backend.h"
 #include "base/config.h"
 #include "base/error.h"
 
@@ -17,6 +18,7 @@ void add_tokenizer_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_config_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // A CLI11 check that an option's value is a number in `range`, refusing others with a message
 // naming the value and the range ("--ranks: 0 must be >= 1").
@@ -34,6 +36,14 @@ inline CLI::Validator in_range(const Range& range) {
         return range.contains(value) ? "" : fmt::format("{} must be {}", text, range.describe());
       },
       "NUMBER " + range.describe());
+}
+
+// --dtype of generate and serve: bfloat16 on request, or by default where the backend has bf16
+// GEMMs; else float32.
+inline DType weights_dtype(const std::string& choice, const Backend& backend) {
+  if (choice == "float32") return DType::f32;
+  if (choice == "bfloat16") return DType::bf16;
+  return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
 }
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.

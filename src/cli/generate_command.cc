@@ -1,13 +1,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <future>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "infer/generator.h"
+#include "infer/engine.h"
 #include "infer/text_codec.h"
 #include "model/model_files.h"
 
@@ -24,11 +25,72 @@ struct GenerateOptions {
   std::string dtype = "auto";  // weights: float32, bfloat16, or auto (bfloat16 where the CPU multiplies it)
 };
 
-// --dtype: bfloat16 on request, or by default where the backend has bf16 GEMMs; else float32.
-DType weights_dtype(const std::string& choice, const Backend& backend) {
-  if (choice == "float32") return DType::f32;
-  if (choice == "bfloat16") return DType::bf16;
-  return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
+// Prints a completion as the engine streams it: stop strings end it (trimmed), text that could
+// still become one is held back, and the end-of-text token ends it unprinted.
+class PrintingSink : public infer::RequestSink {
+ public:
+  PrintingSink(const infer::TextCodec& codec, std::vector<std::string> stops)
+      : codec_(codec), stops_(std::move(stops)), start_(Clock::now()) {
+    for (const std::string& stop : stops_) hold_ = std::max(hold_, stop.size() - 1);
+  }
+
+  bool on_token(const infer::TokenEvent& event) override {
+    if (first_token_ == Clock::time_point()) first_token_ = Clock::now();
+    ++generated_;
+    if (codec_.is_end_of_text(event.token)) return false;
+    completion_ += codec_.decode(event.token);
+    for (const std::string& stop : stops_) {
+      if (!stop.empty() && completion_.size() >= stop.size() &&
+          completion_.compare(completion_.size() - stop.size(), stop.size(), stop) == 0) {
+        completion_.resize(completion_.size() - stop.size());
+        return false;
+      }
+    }
+    if (completion_.size() > printed_ + hold_) print(completion_.size() - hold_);
+    return true;
+  }
+
+  void on_finish(const infer::Outcome& outcome) override {
+    print(completion_.size());
+    std::fputs("\n", stdout);
+    done_.set_value(outcome);
+  }
+
+  infer::Outcome wait() { return finished_.get(); }
+  double seconds_to_first_token() const { return std::chrono::duration<double>(first_token_ - start_).count(); }
+  double seconds_since_first_token() const {
+    return std::chrono::duration<double>(Clock::now() - first_token_).count();
+  }
+  int64_t generated() const { return generated_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void print(size_t end) {
+    if (end <= printed_) return;
+    std::fwrite(completion_.data() + printed_, 1, end - printed_, stdout);
+    std::fflush(stdout);
+    printed_ = end;
+  }
+
+  const infer::TextCodec& codec_;
+  std::vector<std::string> stops_;
+  size_t hold_ = 0;
+  std::string completion_;
+  size_t printed_ = 0;
+  int64_t generated_ = 0;
+  Clock::time_point start_, first_token_;
+  std::promise<infer::Outcome> done_;
+  std::future<infer::Outcome> finished_ = done_.get_future();
+};
+
+// The serving engine with room for one sequence of the model's whole context.
+infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights) {
+  const double bytes = 2.0 * static_cast<double>(config.n_layer * config.n_embd) * 4 *
+                       static_cast<double>(config.n_positions + 16);
+  return infer::EngineOptions{.kv_cache_gb = bytes / (1024.0 * 1024 * 1024),
+                              .max_num_seqs = 1,
+                              .max_batched_tokens = std::min<int64_t>(config.n_positions, 512),
+                              .weights = weights};
 }
 
 void run_generate(const GenerateOptions& options) {
@@ -36,50 +98,32 @@ void run_generate(const GenerateOptions& options) {
   model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
   infer::TextCodec codec(options.model_dir);
   const DType weights = weights_dtype(options.dtype, backend);
-  infer::Generator generator(model.config, model.parameters, backend, weights);
-  infer::Sampler sampler(options.sampling);
+  infer::Engine engine(model.config, model.parameters, backend, one_sequence(model.config, weights));
 
   std::vector<int32_t> prompt = codec.encode(options.prompt);
-  std::string completion;
+  const auto room = model.config.n_positions - static_cast<int64_t>(prompt.size());
+  check(room >= 1, "--prompt: its {} tokens leave no room in the model's context of {}", prompt.size(),
+        model.config.n_positions);
+  const int64_t max_tokens = std::min(options.max_tokens, room);
   std::fputs(options.prompt.c_str(), stdout);
-  auto start = std::chrono::steady_clock::now();
-  size_t printed = 0;
-  infer::Generation generation = generator.generate(prompt, options.max_tokens, sampler, [&](int32_t token) {
-    if (codec.is_end_of_text(token)) return false;
-    completion += codec.decode(token);
-    for (const std::string& stop : options.stops) {
-      if (!stop.empty() && completion.size() >= stop.size() &&
-          completion.compare(completion.size() - stop.size(), stop.size(), stop) == 0) {
-        completion.resize(completion.size() - stop.size());
-        return false;
-      }
-    }
-    // Hold back text that could still become a stop sequence.
-    size_t hold = 0;
-    for (const std::string& stop : options.stops) hold = std::max(hold, stop.size() - 1);
-    if (completion.size() > printed + hold) {
-      std::fwrite(completion.data() + printed, 1, completion.size() - hold - printed, stdout);
-      std::fflush(stdout);
-      printed = completion.size() - hold;
-    }
-    return true;
-  });
-  if (completion.size() > printed) std::fwrite(completion.data() + printed, 1, completion.size() - printed, stdout);
-  std::fputs("\n", stdout);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const size_t generated = generation.tokens.size();
-  if (generation.context_full) {
+  auto sink = std::make_shared<PrintingSink>(codec, options.stops);
+  engine.submit(infer::Request{.prompt = prompt, .max_tokens = max_tokens, .sampling = options.sampling}, sink);
+  const infer::Outcome outcome = sink->wait();
+  check(outcome.error.empty(), "generation failed: {}", outcome.error);
+
+  const int64_t generated = sink->generated();
+  if (max_tokens < options.max_tokens && generated == max_tokens) {
     fmt::print(stderr, "[stopped after {} of {} tokens: the model's context of {} positions is full]\n", generated,
                options.max_tokens, model.config.n_positions);
   }
+  const double seconds = sink->seconds_to_first_token() + sink->seconds_since_first_token();
   fmt::print(stderr, "[{} prompt + {} generated tokens in {:.2f}s: {:.1f} tokens/s; finish_reason: {}]\n", prompt.size(),
-             generated, seconds, static_cast<double>(generated) / seconds,
-             infer::finish_reason_name(generation.finish_reason));
+             generated, seconds, static_cast<double>(generated) / seconds, infer::finish_reason_name(outcome.reason));
   // The decode rate apart from the prompt's pass: what llama-bench's tg figure measures.
   if (generated > 1) {
     fmt::print(stderr, "[{} weights; prefill + first token {:.1f} ms; decode {:.1f} tokens/s]\n",
-               weights == DType::bf16 ? "bfloat16" : "float32", 1000 * generation.prefill_seconds,
-               static_cast<double>(generated - 1) / generation.decode_seconds);
+               weights == DType::bf16 ? "bfloat16" : "float32", 1000 * sink->seconds_to_first_token(),
+               static_cast<double>(generated - 1) / sink->seconds_since_first_token());
   }
 }
 

@@ -131,10 +131,18 @@ void Executor::run(size_t node_index) {
   for (ValueId grad : zero_first_[node_index]) backend_.fill_zero(tensor(grad));
   const NodeTensors& tensors = row_views_.empty() ? gathered_[node_index] : row_views_[node_index];
   auto start = std::chrono::steady_clock::now();
-  if (node.is_backward) {
-    def.backward(backend_, tensors, node.attributes);
-  } else {
-    def.forward(backend_, tensors, node.attributes);
+  // A kernel's complaint names the node it came from.
+  auto where = [&] { return fmt::format("node '{}' ({}{})", node.name, op_kind_name(node.kind), node.is_backward ? " backward" : ""); };
+  try {
+    if (node.is_backward) {
+      def.backward(backend_, tensors, node.attributes);
+    } else {
+      def.forward(backend_, tensors, node.attributes);
+    }
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: {}", where(), error.what()));
+  } catch (const Error& error) {
+    throw Error(fmt::format("{}: {}", where(), error.what()));
   }
   if (profiling_) {
     backend_.synchronize();
@@ -148,6 +156,8 @@ void Executor::run(size_t node_index) {
 void Executor::set_rows(int64_t capacity, int64_t rows) {
   check(rows >= 1 && rows <= capacity, "Executor::set_rows: {} rows of a capacity of {}", rows, capacity);
   if (!planned_) plan();
+  if (rows == rows_) return;  // decoding runs the same batch size step after step
+  rows_ = rows;
   row_views_.clear();
   if (rows == capacity) return;
   auto cut = [&](const std::vector<ValueId>& ids, std::vector<Tensor>& tensors) {

@@ -72,6 +72,7 @@ class Executor {
   std::vector<std::vector<ValueId>> zero_first_;  // per node: gradients to zero before it runs
   std::vector<NodeTensors> gathered_;              // per node, once planned
   std::vector<NodeTensors> row_views_;             // gathered_ cut to set_rows()' rows, when set
+  int64_t rows_ = -1;                              // the last set_rows()' rows
   bool planned_ = false;
   MemoryPlan memory_plan_;
   Tensor arena_;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <numeric>
+#include <omp.h>
 #include <set>
 #include <thread>
 #include <unordered_set>
@@ -166,9 +167,11 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
         backend.name(), dtype_name(options.weights));
 
   decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size);
-  head_graph = model::build_gpt_serving_head(config, options.max_num_seqs);
+  std::set<std::string> transposed;
+  if (options.weights == DType::bf16) transposed = model::use_half_weights_for_decoding(decoder_graph, backend);
+  head_graph = model::build_gpt_serving_head(config, options.max_num_seqs,
+                                             decoder_graph.graph.value(decoder_graph.hidden).dtype);
   if (options.weights == DType::bf16) {
-    std::set<std::string> transposed = model::use_half_weights_for_decoding(decoder_graph, backend);
     model::use_half_weights_for_decoding(head_graph, backend);
     half_parameters = parameters.converted_copy(backend, DType::bf16, transposed);
   }
@@ -201,7 +204,10 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
     return static_cast<double>(s.blocks_total - s.blocks_free);
   });
   update_stats();
-  thread = std::thread([this] { loop(); });
+  thread = std::thread([this] {
+    if (options.threads > 0) omp_set_num_threads(options.threads);  // a per-thread setting in OpenMP
+    loop();
+  });
 }
 
 void Engine::Impl::loop() {

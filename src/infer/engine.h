@@ -26,6 +26,7 @@ struct EngineOptions {
   int64_t max_batched_tokens = 256; // tokens per step: decode tokens plus prefill chunks
   int64_t max_waiting = 1024;       // queued requests beyond this are refused (QueueFull)
   DType weights = DType::f32;       // f32, or bf16 where the backend multiplies bf16
+  int threads = 0;                  // OpenMP threads for the engine thread's compute; 0: OpenMP's default
 };
 
 struct Request {

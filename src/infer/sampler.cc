@@ -18,18 +18,23 @@ int32_t Sampler::sample(const float* logits, int64_t vocab_size) {
   if (config_.temperature == 0) {
     return static_cast<int32_t>(std::max_element(logits, logits + vocab_size) - logits);
   }
-  // Candidates sorted by logit (stable on ties: lower id first), cut by top-k.
+  // Candidates sorted by logit (stable on ties: lower id first), cut by top-k. Without top-k or
+  // top-p the order does not matter: the whole vocabulary in id order, no sort (a sixth of a
+  // GPT-2 decode step otherwise).
   std::vector<int32_t>& order = order_;
   order.resize(static_cast<size_t>(vocab_size));
   std::iota(order.begin(), order.end(), 0);
   int64_t keep = config_.top_k > 0 ? std::min(config_.top_k, vocab_size) : vocab_size;
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  order.resize(static_cast<size_t>(keep));
+  if (keep < vocab_size || config_.top_p < 1) {
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    order.resize(static_cast<size_t>(keep));
+  }
   std::vector<double>& probs = probs_;
   probs.resize(order.size());
-  double max_logit = logits[order[0]], sum = 0;
+  const double max_logit = *std::max_element(logits, logits + vocab_size);
+  double sum = 0;
   for (size_t i = 0; i < order.size(); ++i) sum += probs[i] = std::exp((logits[order[i]] - max_logit) / config_.temperature);
   // Nucleus: the smallest prefix whose probability reaches top_p.
   double cumulative = 0;

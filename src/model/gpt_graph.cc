@@ -15,15 +15,17 @@ namespace {
 // The decoder stack shared by every graph: embedding, n_layer blocks and the final layernorm.
 // `attention_core` adds one block's attention core given its qkv value and the core's attributes
 // (n_head and the layer's score scale).
+// `linear` holds the attributes every matmul of the stack shares (serving's row_invariant).
 template <typename AttentionBuilder>
-ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core) {
+ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core,
+                    Attributes linear = {}) {
   graph::Graph& graph = g.graph;
   for (const TensorSpec& spec : gpt_tensor_specs(config)) {
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
   }
   auto param = [&](const std::string& name) { return g.parameters.at(name); };
   Attributes layernorm = Attributes().set_float("eps", config.layer_norm_epsilon);
-  Attributes linear = Attributes().set("layout", static_cast<int64_t>(WeightLayout::in_out));
+  linear.set("layout", static_cast<int64_t>(WeightLayout::in_out));
   Attributes linear_gelu = Attributes(linear).set("gelu", 1);
 
   std::vector<ValueId> embed_inputs{g.tokens, param("wte.weight"), param("wpe.weight")};
@@ -53,10 +55,13 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
 }
 
 // Tied head: logits = hidden · wte^T, reading the embedding table in its [V, C] layout.
-ValueId add_lm_head(GptGraph& g, ValueId hidden, ValueId wte) {
+ValueId add_lm_head(GptGraph& g, ValueId hidden, ValueId wte, Attributes attributes = {}) {
   return g.graph.add_node(OpKind::matmul, "lm_head", {hidden, wte},
-                          Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
+                          attributes.set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
 }
+
+// Serving's matmuls: a request's tokens must not depend on the batch it shares.
+Attributes row_invariant() { return Attributes().set("row_invariant", 1); }
 
 }  // namespace
 
@@ -101,23 +106,24 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_paged, h + "attn.core", {qkv, keys, values, g.position, g.block_tables},
                             core)[0];
-  });
+  }, row_invariant());
   return g;
 }
 
-GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows) {
+GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden) {
   GptGraph g;
-  g.hidden = g.graph.add_value("hidden", Shape{max_rows, 1, config.n_embd}, DType::f32, ValueRole::input);
+  g.hidden = g.graph.add_value("hidden", Shape{max_rows, 1, config.n_embd}, hidden, ValueRole::input);
   const ValueId wte = g.graph.add_value("wte.weight", Shape{config.vocab_size, config.n_embd}, DType::f32,
                                         ValueRole::parameter);
   g.parameters["wte.weight"] = wte;
-  g.logits = add_lm_head(g, g.hidden, wte);
+  g.logits = add_lm_head(g, g.hidden, wte, row_invariant());
   return g;
 }
 
 std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
-  const graph::ValueId output = g.logits != graph::kNoValue ? g.logits : g.hidden;
-  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, {output},
+  std::set<graph::ValueId> keep_f32;
+  if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
+  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, keep_f32,
                                                         backend));
   std::vector<graph::ValueId> copies;
   for (const auto& [name, id] : g.half_parameters) copies.push_back(id);

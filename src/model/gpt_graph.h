@@ -36,12 +36,13 @@ struct GptGraph {
 // vocabulary projection. The decoder runs up to `max_tokens` tokens of many sequences at once,
 // each at its own position (g.position, (N) i32) with its sequence's block table, over per-layer
 // KV block pools of `kv_blocks` blocks of `block_size` positions (state), and outputs g.hidden.
-// The head maps up to `max_rows` hidden rows to logits. Run fewer rows with Executor::set_rows.
+// The head maps up to `max_rows` hidden rows (of the decoder's hidden dtype) to f32 logits. Run
+// fewer rows with Executor::set_rows.
 GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks, int64_t block_size);
-GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows);
+GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden = DType::f32);
 
-// bf16 weights for a forward-only graph: applies mixed_bfloat16 (the output, logits or hidden,
-// kept f32) and stores the linear layers' 16-bit weights [out, in] for the few-rows decoding
+// bf16 weights for a forward-only graph: applies mixed_bfloat16 (logits kept f32; the serving
+// decoder's hidden output becomes bf16) and stores the linear layers' 16-bit weights [out, in] for the few-rows decoding
 // kernel. Returns the names of the transposed weights, for ParameterSet::converted_copy.
 std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend);
 

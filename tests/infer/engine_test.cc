@@ -37,7 +37,7 @@ class RecordingSink : public infer::RequestSink {
 
   std::vector<infer::TokenEvent> events;
   std::promise<infer::Outcome> done;
-  std::future<infer::Outcome> finished = done.get_future();
+  std::shared_future<infer::Outcome> finished = done.get_future().share();
 
  private:
   int64_t stop_after_;
@@ -62,8 +62,9 @@ class EngineTest : public ::testing::Test {
 
   // The single-sequence generator's continuation: the reference.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_tokens,
-                                const infer::SamplingConfig& sampling = {.temperature = 0}) {
-    infer::Generator generator(config, trainer->parameters(), cpu_backend());
+                                const infer::SamplingConfig& sampling = {.temperature = 0},
+                                DType weights = DType::f32) {
+    infer::Generator generator(config, trainer->parameters(), cpu_backend(), weights);
     infer::Sampler sampler(sampling);
     return generator.generate(prompt, max_tokens, sampler).tokens;
   }
@@ -124,6 +125,47 @@ TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEachEqualTheirOutputAlone) {
   std::printf("  32 requests in %lld steps\n", static_cast<long long>(stats.steps));
   EXPECT_LT(stats.steps, 32 * 12);  // batched: far fewer steps than tokens
   EXPECT_EQ(stats.blocks_free, stats.blocks_total);
+}
+
+// bf16 activations round every difference up to a visible one: batched decoding must give each
+// row exactly the arithmetic it gets alone (row-invariant matmuls), or greedy tokens flip.
+TEST_F(EngineTest, Bf16OutputsBatchedWithThirtyOneOthersEqualTheirOutputsAlone) {
+  if (!cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) {
+    GTEST_SKIP() << "this CPU has no bf16 GEMMs (AVX512_BF16 or AMX)";
+  }
+  Rng rng(testing::test_seed());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 32; ++i) prompts.push_back(random_prompt(rng, 1 + static_cast<int64_t>(rng.below(30))));
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 32, .max_batched_tokens = 48, .weights = DType::bf16});
+  auto run = [&](bool together) {
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    std::vector<std::vector<int32_t>> outputs;
+    for (const auto& prompt : prompts) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      engine.submit(greedy(prompt, 12), sinks.back());
+      if (!together) sinks.back()->wait();
+    }
+    for (auto& sink : sinks) {
+      sink->wait();
+      outputs.push_back(sink->tokens());
+    }
+    return outputs;
+  };
+  const std::vector<std::vector<int32_t>> alone = run(false);
+  // Alone: the prefix cache now holds every prompt; batched runs must not lean on it.
+  Engine fresh(config, trainer->parameters(), cpu_backend(),
+               EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 32, .max_batched_tokens = 48, .weights = DType::bf16});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const auto& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    fresh.submit(greedy(prompt, 12), sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sinks[i]->wait();
+    EXPECT_EQ(sinks[i]->tokens(), alone[i]) << "request " << i;
+  }
+  EXPECT_EQ(run(true), alone);  // and batched with every prompt's blocks cached
 }
 
 TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {

@@ -1,6 +1,6 @@
 // matmul: out (...,OC) = x (...,C) · W [+ bias], optionally GELU(tanh) fused.
 // inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in) [, bias (OC)]
-// attributes: layout (WeightLayout as int), gelu (0/1)
+// attributes: layout (WeightLayout as int), gelu (0/1), row_invariant (0/1: MatmulForward's)
 // outputs: out; with gelu also the saved pre-activation
 #include "graph/ops/ops.h"
 
@@ -46,7 +46,8 @@ class MatmulOp final : public OpDef {
                                  .weight = t.inputs[1],
                                  .bias = t.inputs.size() == 3 ? t.inputs[2] : Tensor(),
                                  .layout = d.layout,
-                                 .gelu = d.gelu});
+                                 .gelu = d.gelu,
+                                 .row_invariant = attributes.get("row_invariant", 0) != 0});
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {

@@ -1,0 +1,265 @@
+#include "serve/completion_job.h"
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+#include "serve/text_assembler.h"
+#include "serve/utf8.h"
+
+namespace paraflow::serve {
+
+namespace {
+
+using nlohmann::json;
+
+// Every string put in a response went through to_valid_utf8 or came from parsed JSON; the
+// replacing dump is a second guard that the JSON is valid whatever the model produced.
+std::string dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& value) { return "data: " + dump(value) + "\n\n"; }
+
+// One choice: its text so far and, when asked for, the legacy logprobs lists.
+struct Choice {
+  explicit Choice(const std::vector<std::string>& stops) : text(stops) {}
+  TextAssembler text;
+  std::string sent;       // the text given out (the whole completion once finished)
+  std::string raw_bytes;  // the tokens' bytes, for text offsets
+  json logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                   {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  std::string finish_reason;
+  std::string error;
+  bool cancelled = false;
+  bool finished = false;
+};
+
+class Completion : public std::enable_shared_from_this<Completion> {
+ public:
+  Completion(CompletionSpec spec, infer::Engine& engine, const infer::TextCodec& codec,
+             std::shared_ptr<Exchange> exchange)
+      : spec_(std::move(spec)), engine_(engine), codec_(codec), exchange_(std::move(exchange)) {
+    for (size_t i = 0; i < spec_.choices.size(); ++i) choices_.emplace_back(spec_.stops);
+    prompt_tokens_ = static_cast<int64_t>(spec_.choices.front().prompt.size());
+  }
+
+  void start();
+  bool on_token(size_t index, const infer::TokenEvent& event);
+  void on_finish(size_t index, const infer::Outcome& outcome);
+
+ private:
+  // The sink of one choice's engine request.
+  class Sink : public infer::RequestSink {
+   public:
+    Sink(std::shared_ptr<Completion> completion, size_t index) : completion_(std::move(completion)), index_(index) {}
+    bool on_token(const infer::TokenEvent& event) override { return completion_->on_token(index_, event); }
+    void on_finish(const infer::Outcome& outcome) override { completion_->on_finish(index_, outcome); }
+
+   private:
+    std::shared_ptr<Completion> completion_;
+    size_t index_;
+  };
+
+  json chunk(size_t index, const std::string& text, const json& logprobs, const std::string& finish_reason) const;
+  json token_logprobs(Choice& choice, const infer::TokenEvent& event) const;
+  json usage() const;
+  void emit(std::string data);  // stream events wait until the stream has started
+  void finish();                // every choice is done
+  void cancel_all();
+
+  CompletionSpec spec_;
+  infer::Engine& engine_;
+  const infer::TextCodec& codec_;
+  std::shared_ptr<Exchange> exchange_;
+  std::mutex mutex_;  // the engine thread (sinks) and an io thread (start, disconnect) share the state below
+  std::vector<Choice> choices_;
+  std::vector<uint64_t> ids_;
+  std::vector<std::string> early_;  // events from before the stream started
+  bool started_ = false;            // all requests submitted (and for a stream, its header sent)
+  bool refused_ = false;            // a submit failed: the service answers with the error
+  size_t finished_ = 0;
+  int64_t prompt_tokens_ = 0;      // once, whatever n
+  int64_t completion_tokens_ = 0;  // all choices'
+};
+
+void Completion::start() {
+  try {
+    for (size_t i = 0; i < spec_.choices.size(); ++i) {
+      const uint64_t id = engine_.submit(spec_.choices[i], std::make_shared<Sink>(shared_from_this(), i));
+      std::lock_guard lock(mutex_);
+      ids_.push_back(id);
+    }
+  } catch (const Error& error) {
+    {
+      std::lock_guard lock(mutex_);
+      refused_ = true;
+    }
+    cancel_all();
+    if (dynamic_cast<const infer::QueueFull*>(&error)) {
+      throw ApiError(429, "requests", error.what(), "", "rate_limit_exceeded");
+    }
+    if (dynamic_cast<const infer::Draining*>(&error)) {
+      throw ApiError(503, "server_error", error.what(), "", "service_unavailable");
+    }
+    if (dynamic_cast<const InputError*>(&error)) throw ApiError(400, "invalid_request_error", error.what());
+    throw;
+  }
+  exchange_->on_disconnect([weak = weak_from_this()] {
+    if (auto completion = weak.lock()) completion->cancel_all();
+  });
+  std::vector<std::string> early;
+  {
+    std::lock_guard lock(mutex_);
+    started_ = true;
+    if (spec_.stream) {
+      exchange_->start_stream("text/event-stream");
+      if (spec_.chat) {
+        for (size_t i = 0; i < choices_.size(); ++i) {
+          json role = chunk(i, "", nullptr, "");
+          role["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+          exchange_->send(sse_event(role));
+        }
+      }
+      for (std::string& data : early_) exchange_->send(std::move(data));
+      early_.clear();
+    }
+    if (finished_ == choices_.size()) finish();
+  }
+}
+
+bool Completion::on_token(size_t index, const infer::TokenEvent& event) {
+  std::lock_guard lock(mutex_);
+  Choice& choice = choices_[index];
+  if (refused_ || choice.text.stopped()) return false;
+  if (codec_.is_end_of_text(event.token)) return true;  // the request ends with it: no text
+  json logprobs = spec_.logprobs ? token_logprobs(choice, event) : json();
+  const std::string bytes = codec_.decode(event.token);
+  choice.raw_bytes += bytes;
+  const std::string piece = choice.text.add(bytes);
+  choice.sent += piece;
+  if (spec_.stream && (!piece.empty() || spec_.logprobs)) emit(sse_event(chunk(index, piece, logprobs, "")));
+  return !choice.text.stopped();
+}
+
+json Completion::token_logprobs(Choice& choice, const infer::TokenEvent& event) const {
+  const std::string token = to_valid_utf8(codec_.decode(event.token));
+  json top = json::object();
+  for (const infer::TokenLogprob& alternative : event.top) top[to_valid_utf8(codec_.decode(alternative.token))] = alternative.logprob;
+  // Offsets count characters of the completion before the token (an unfinished one not yet).
+  const size_t offset = utf8_length(std::string_view(choice.raw_bytes).substr(0, complete_utf8_prefix(choice.raw_bytes)));
+  choice.logprobs["tokens"].push_back(token);
+  choice.logprobs["token_logprobs"].push_back(event.logprob);
+  choice.logprobs["top_logprobs"].push_back(top);
+  choice.logprobs["text_offset"].push_back(offset);
+  return {{"tokens", {token}}, {"token_logprobs", {event.logprob}}, {"top_logprobs", {top}}, {"text_offset", {offset}}};
+}
+
+void Completion::on_finish(size_t index, const infer::Outcome& outcome) {
+  std::lock_guard lock(mutex_);
+  Choice& choice = choices_[index];
+  const std::string rest = choice.text.stopped() ? "" : choice.text.finish();
+  choice.sent += rest;
+  choice.finish_reason =
+      choice.text.stopped() || outcome.reason == infer::FinishReason::stop ? "stop" : "length";
+  choice.error = outcome.error;
+  choice.cancelled = outcome.cancelled;
+  choice.finished = true;
+  completion_tokens_ += outcome.generated_tokens;
+  if (refused_) return;
+  if (spec_.stream) {
+    if (choice.error.empty()) {
+      emit(sse_event(chunk(index, rest, nullptr, choice.finish_reason)));
+    } else {
+      emit(sse_event(json::parse(ApiError(503, "server_error", choice.error).body())));
+    }
+  }
+  if (++finished_ == choices_.size() && started_) finish();
+}
+
+void Completion::finish() {
+  if (spec_.stream) {
+    if (spec_.include_usage) {
+      json last = chunk(0, "", nullptr, "");
+      last["choices"] = json::array();
+      last["usage"] = usage();
+      exchange_->send(sse_event(last));
+    }
+    exchange_->send("data: [DONE]\n\n");
+    exchange_->end_stream();
+    return;
+  }
+  for (const Choice& choice : choices_) {
+    if (!choice.error.empty()) {
+      const int status = choice.cancelled ? 503 : 500;
+      exchange_->respond(status, "application/json", ApiError(status, "server_error", choice.error).body());
+      return;
+    }
+  }
+  json response = {{"id", spec_.id},
+                   {"object", spec_.chat ? "chat.completion" : "text_completion"},
+                   {"created", spec_.created},
+                   {"model", spec_.model},
+                   {"choices", json::array()},
+                   {"usage", usage()}};
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& choice = choices_[i];
+    json entry = {{"index", i}, {"finish_reason", choice.finish_reason}};
+    if (spec_.chat) {
+      entry["message"] = {{"role", "assistant"}, {"content", choice.sent}};
+      entry["logprobs"] = nullptr;
+    } else {
+      entry["text"] = choice.sent;
+      entry["logprobs"] = spec_.logprobs ? choice.logprobs : json();
+    }
+    response["choices"].push_back(entry);
+  }
+  exchange_->respond(200, "application/json", dump(response));
+}
+
+json Completion::chunk(size_t index, const std::string& text, const json& logprobs,
+                       const std::string& finish_reason) const {
+  json choice = {{"index", index}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)}};
+  if (spec_.chat) {
+    choice["delta"] = finish_reason.empty() || !text.empty() ? json{{"content", text}} : json::object();
+    choice["logprobs"] = nullptr;
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = logprobs;
+  }
+  return {{"id", spec_.id},
+          {"object", spec_.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", spec_.created},
+          {"model", spec_.model},
+          {"choices", {choice}}};
+}
+
+json Completion::usage() const {
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+}
+
+void Completion::emit(std::string data) {
+  if (started_) {
+    exchange_->send(std::move(data));
+  } else {
+    early_.push_back(std::move(data));
+  }
+}
+
+void Completion::cancel_all() {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(mutex_);
+    ids = ids_;
+  }
+  for (uint64_t id : ids) engine_.cancel(id);
+}
+
+}  // namespace
+
+void start_completion(CompletionSpec spec, infer::Engine& engine, const infer::TextCodec& codec,
+                      std::shared_ptr<Exchange> exchange) {
+  std::make_shared<Completion>(std::move(spec), engine, codec, std::move(exchange))->start();
+}
+
+}  // namespace paraflow::serve

@@ -1,0 +1,35 @@
+// One completion request being served: its n engine requests (one per choice), their tokens
+// turned into text, and the answer: one JSON response when all are done, or server-sent events as
+// tokens come ("data: {chunk}\n\n" ... "data: [DONE]\n\n"). A client that goes away cancels the
+// engine requests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "infer/engine.h"
+#include "infer/text_codec.h"
+#include "serve/http_server.h"
+
+namespace paraflow::serve {
+
+struct CompletionSpec {
+  bool chat = false;  // chat.completion shapes instead of text_completion
+  std::string id;     // "cmpl-…" or "chatcmpl-…"
+  std::string model;
+  int64_t created = 0;                   // Unix seconds
+  std::vector<infer::Request> choices;   // one engine request per choice
+  std::vector<std::string> stops;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;  // completions: the legacy logprobs object per choice
+};
+
+// Submits the choices' requests and answers through `exchange` as they run. Throws ApiError
+// (429 queue full, 503 draining, 400 refused by the engine) before anything is sent.
+void start_completion(CompletionSpec spec, infer::Engine& engine, const infer::TextCodec& codec,
+                      std::shared_ptr<Exchange> exchange);
+
+}  // namespace paraflow::serve

@@ -1,0 +1,308 @@
+#include "serve/openai_request.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+
+namespace paraflow::serve {
+
+namespace {
+
+using nlohmann::json;
+
+// Parses the body, and when it is not JSON says where: "invalid JSON at byte 31 in prompt (...)",
+// so that a prompt with invalid UTF-8 gets an error naming `prompt`.
+json parse_body(std::string_view body) {
+  struct Level {
+    bool array = false;
+    std::string key;   // in an object: the member being read
+    size_t index = 0;  // in an array: the element being read
+  };
+  std::vector<Level> levels;
+  const auto path = [&] {
+    std::string text;
+    for (const Level& level : levels) {
+      if (level.array) {
+        text += fmt::format("[{}]", level.index);
+      } else if (!level.key.empty()) {
+        text += (text.empty() ? "" : ".") + level.key;
+      }
+    }
+    return text;
+  };
+  const auto track = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        levels.push_back({event == json::parse_event_t::array_start});
+        break;
+      case json::parse_event_t::key:
+        levels.back().key = parsed.get<std::string>();
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        levels.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::value:  // a member or element is complete: the next one is unknown yet
+        if (!levels.empty() && levels.back().array) ++levels.back().index;
+        if (!levels.empty() && !levels.back().array) levels.back().key.clear();
+        break;
+    }
+    return true;
+  };
+  try {
+    json parsed = json::parse(body, track);
+    if (!parsed.is_object()) refuse("", "the request body must be a JSON object, not {}", parsed.type_name());
+    return parsed;
+  } catch (const json::parse_error& e) {
+    // The library's message ends " - <the reason>"; keep the reason.
+    const std::string message = e.what();
+    const size_t reason = message.rfind(" - ");
+    const std::string where = path();
+    refuse(where, "invalid JSON at byte {}{}{}", e.byte, where.empty() ? "" : " in " + where,
+           reason == std::string::npos ? "" : ": " + message.substr(reason + 3));
+  } catch (const json::out_of_range& e) {  // a number beyond double's range, such as 1e999
+    const std::string message = e.what();
+    const std::string where = path();
+    refuse(where, "invalid JSON{}: {}", where.empty() ? "" : " in " + where, message.substr(message.find("] ") + 2));
+  }
+}
+
+// Typed, range-checked reads of an object's members; absent and null members read as nullopt.
+class Fields {
+ public:
+  // Refuses members not in `known`; `path` prefixes the names in errors ("messages[0].").
+  Fields(const json& object, std::vector<std::string_view> known, std::string path = "")
+      : object_(object), path_(std::move(path)) {
+    for (const auto& [name, value] : object.items()) {
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        refuse(path_ + name, "unknown field '{}{}' (known: {})", path_, name, fmt::join(known, ", "));
+      }
+    }
+  }
+
+  const json* find(const char* name) const {
+    auto member = object_.find(name);
+    return member == object_.end() || member->is_null() ? nullptr : &*member;
+  }
+  std::string name(const char* member) const { return path_ + member; }
+
+  std::optional<int64_t> integer(const char* member, int64_t low, int64_t high) const {
+    const json* value = find(member);
+    if (!value) return std::nullopt;
+    if (!value->is_number_integer()) refuse(name(member), "{} must be an integer, not {}", name(member), describe(*value));
+    // Unsigned values beyond int64_t are out of every range we accept.
+    const bool too_big = value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(high);
+    const int64_t number = too_big ? high : value->get<int64_t>();
+    if (too_big || number < low || number > high) {
+      refuse(name(member), "{} must be {} (got {})", name(member), range_text(low, high), value->dump());
+    }
+    return number;
+  }
+
+  // A number in [low, high], or (low, high] when low_open.
+  std::optional<double> number(const char* member, double low, double high, bool low_open = false) const {
+    const json* value = find(member);
+    if (!value) return std::nullopt;
+    if (!value->is_number()) refuse(name(member), "{} must be a number, not {}", name(member), describe(*value));
+    const double number = value->get<double>();
+    if (number < low || number > high || (low_open && number == low)) {
+      refuse(name(member), "{} must be {} {} and at most {} (got {})", name(member), low_open ? "above" : "at least", low,
+             high, value->dump());
+    }
+    return number;
+  }
+
+  std::optional<bool> boolean(const char* member) const {
+    const json* value = find(member);
+    if (!value) return std::nullopt;
+    if (!value->is_boolean()) refuse(name(member), "{} must be true or false, not {}", name(member), describe(*value));
+    return value->get<bool>();
+  }
+
+  std::optional<std::string> string(const char* member) const {
+    const json* value = find(member);
+    if (!value) return std::nullopt;
+    if (!value->is_string()) refuse(name(member), "{} must be a string, not {}", name(member), describe(*value));
+    return value->get<std::string>();
+  }
+
+  static std::string describe(const json& value) {
+    return value.is_number() ? "a number" : fmt::format("{} {}", value.is_array() || value.is_object() ? "an" : "a",
+                                                        value.type_name());
+  }
+
+ private:
+  static std::string range_text(int64_t low, int64_t high) {
+    if (high == std::numeric_limits<int64_t>::max()) return fmt::format("at least {}", low);
+    return fmt::format("between {} and {}", low, high);
+  }
+
+  const json& object_;
+  std::string path_;
+};
+
+constexpr int64_t no_limit = std::numeric_limits<int64_t>::max();
+
+std::vector<std::string> decode_stop(const Fields& fields) {
+  const json* stop = fields.find("stop");
+  if (!stop) return {};
+  std::vector<std::string> texts;
+  if (stop->is_string()) {
+    texts.push_back(stop->get<std::string>());
+  } else if (stop->is_array()) {
+    if (stop->size() > 4) refuse("stop", "stop takes up to 4 strings (got {})", stop->size());
+    for (const json& text : *stop) {
+      if (!text.is_string()) refuse("stop", "stop must be a string or a list of strings; it holds {}", Fields::describe(text));
+      texts.push_back(text.get<std::string>());
+    }
+  } else {
+    refuse("stop", "stop must be a string or a list of strings, not {}", Fields::describe(*stop));
+  }
+  for (const std::string& text : texts) {
+    if (text.empty()) refuse("stop", "stop strings must not be empty");
+  }
+  return texts;
+}
+
+// The members both endpoints share.
+GenerationParams decode_params(const Fields& fields) {
+  GenerationParams params;
+  params.model = fields.string("model");
+  params.max_tokens = fields.integer("max_tokens", 1, no_limit);
+  params.temperature = fields.number("temperature", 0, 2).value_or(1.0);
+  params.top_p = fields.number("top_p", 0, 1, true).value_or(1.0);
+  params.top_k = fields.integer("top_k", 0, no_limit).value_or(0);
+  params.seed = fields.integer("seed", std::numeric_limits<int64_t>::min(), no_limit);
+  params.stop = decode_stop(fields);
+  params.n = fields.integer("n", 1, 16).value_or(1);
+  params.stream = fields.boolean("stream").value_or(false);
+  fields.string("user");  // accepted for OpenAI clients that send it; checked, not used
+  if (const json* options = fields.find("stream_options")) {
+    if (!options->is_object()) {
+      refuse("stream_options", "stream_options must be an object, not {}", Fields::describe(*options));
+    }
+    if (!params.stream) refuse("stream_options", "stream_options is only allowed when stream is true");
+    params.include_usage = Fields(*options, {"include_usage"}, "stream_options.").boolean("include_usage").value_or(false);
+  }
+  return params;
+}
+
+std::vector<int32_t> token_ids(const json& list, const std::string& field) {
+  std::vector<int32_t> ids;
+  for (const json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
+        (id.is_number_unsigned() && id.get<uint64_t>() > std::numeric_limits<int32_t>::max())) {
+      refuse(field, "{} token ids must be non-negative integers (got {})", field, id.dump());
+    }
+    ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
+// A string, a list of one string, a list of token ids, or a list of one list of token ids.
+std::variant<std::string, std::vector<int32_t>> decode_prompt(const Fields& fields) {
+  const json* prompt = fields.find("prompt");
+  if (!prompt) refuse("prompt", "prompt is required");
+  if (prompt->is_array() && prompt->size() == 1 && !(*prompt)[0].is_number()) {
+    if ((*prompt)[0].is_string()) prompt = &(*prompt)[0];
+    else if ((*prompt)[0].is_array()) prompt = &(*prompt)[0];
+  }
+  if (prompt->is_string()) {
+    if (prompt->get_ref<const std::string&>().empty()) refuse("prompt", "prompt must not be empty");
+    return prompt->get<std::string>();
+  }
+  if (!prompt->is_array()) {
+    refuse("prompt", "prompt must be a string or a list of token ids, not {}", Fields::describe(*prompt));
+  }
+  if (prompt->empty()) refuse("prompt", "prompt must not be empty");
+  if ((*prompt)[0].is_string()) {
+    refuse("prompt", "one prompt per request is supported (got a list of {}); send them as separate requests",
+           prompt->size());
+  }
+  return token_ids(*prompt, "prompt");
+}
+
+std::vector<ChatMessage> decode_messages(const Fields& fields) {
+  const json* messages = fields.find("messages");
+  if (!messages) refuse("messages", "messages is required");
+  if (!messages->is_array()) refuse("messages", "messages must be a list, not {}", Fields::describe(*messages));
+  if (messages->empty()) refuse("messages", "messages must not be empty");
+  std::vector<ChatMessage> decoded;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& message = (*messages)[i];
+    const std::string path = fmt::format("messages[{}]", i);
+    if (!message.is_object()) refuse(path, "{} must be an object, not {}", path, Fields::describe(message));
+    const Fields members(message, {"role", "content"}, path + ".");
+    ChatMessage chat;
+    chat.role = members.string("role").value_or("");
+    if (chat.role != "system" && chat.role != "developer" && chat.role != "user" && chat.role != "assistant") {
+      refuse(members.name("role"), "{} must be one of system, developer, user, assistant (got '{}')",
+             members.name("role"), chat.role);
+    }
+    // The content: a string, or a list of text parts ({"type": "text", "text": ...}).
+    const json* content = members.find("content");
+    if (!content) refuse(members.name("content"), "{} is required", members.name("content"));
+    if (content->is_string()) {
+      chat.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const std::string part_path = fmt::format("{}.content[{}]", path, k);
+        if (!(*content)[k].is_object()) refuse(part_path, "{} must be an object", part_path);
+        const Fields part((*content)[k], {"type", "text"}, part_path + ".");
+        if (part.string("type") != "text") refuse(part.name("type"), "{} must be \"text\" (only text is supported)", part.name("type"));
+        chat.content += part.string("text").value_or("");
+      }
+    } else {
+      refuse(members.name("content"), "{} must be a string or a list of text parts, not {}", members.name("content"),
+             Fields::describe(*content));
+    }
+    decoded.push_back(std::move(chat));
+  }
+  return decoded;
+}
+
+}  // namespace
+
+CompletionRequest decode_completion_request(std::string_view body) {
+  const json request = parse_body(body);
+  const Fields fields(request, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
+                                "stream", "stream_options", "logprobs", "echo", "user"});
+  CompletionRequest decoded;
+  decoded.prompt = decode_prompt(fields);
+  decoded.params = decode_params(fields);
+  decoded.params.logprobs = fields.integer("logprobs", 0, 5).value_or(-1);
+  if (fields.boolean("echo").value_or(false)) refuse("echo", "echo is not supported");
+  return decoded;
+}
+
+ChatRequest decode_chat_request(std::string_view body) {
+  const json request = parse_body(body);
+  const Fields fields(request, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+                                "top_k", "seed", "stop", "n", "stream", "stream_options", "logprobs", "user"});
+  ChatRequest decoded;
+  decoded.messages = decode_messages(fields);
+  decoded.params = decode_params(fields);
+  if (const auto max_completion_tokens = fields.integer("max_completion_tokens", 1, no_limit)) {
+    if (decoded.params.max_tokens && decoded.params.max_tokens != max_completion_tokens) {
+      refuse("max_completion_tokens", "max_tokens and max_completion_tokens disagree; give one");
+    }
+    decoded.params.max_tokens = max_completion_tokens;
+  }
+  if (fields.boolean("logprobs").value_or(false)) {
+    refuse("logprobs", "logprobs is not supported for chat completions (it is for /v1/completions)");
+  }
+  return decoded;
+}
+
+std::string chat_prompt(const std::vector<ChatMessage>& messages) {
+  std::string prompt;
+  for (const ChatMessage& message : messages) prompt += message.role + ": " + message.content + "\n";
+  return prompt + "assistant:";
+}
+
+}  // namespace paraflow::serve

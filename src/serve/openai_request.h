@@ -1,0 +1,54 @@
+// The JSON bodies of POST /v1/completions and POST /v1/chat/completions, decoded and checked
+// field by field. Every refusal is a 400 ApiError whose `param` names the field: malformed JSON,
+// a wrong type, a value out of range, an unknown field (rather than silently ignoring it). What
+// needs the model (token counts against its context, token ids against its vocabulary) is checked
+// when the engine requests are built (openai_service.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace paraflow::serve {
+
+// What both endpoints ask of a generation.
+struct GenerationParams {
+  std::optional<std::string> model;
+  std::optional<int64_t> max_tokens;  // absent: 16 for completions, the rest of the context for chat
+  double temperature = 1.0;           // 0..2; 0 is greedy
+  double top_p = 1.0;                 // (0, 1]
+  int64_t top_k = 0;                  // an extension; 0 = all
+  std::optional<int64_t> seed;        // absent: a random seed
+  std::vector<std::string> stop;      // up to 4, none empty
+  int64_t n = 1;                      // choices, 1..16
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  int64_t logprobs = -1;              // completions: -1 none, else alternatives per token (0..5)
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  std::variant<std::string, std::vector<int32_t>> prompt;  // text, or token ids
+};
+
+struct ChatMessage {
+  std::string role;  // system | developer | user | assistant
+  std::string content;
+};
+
+struct ChatRequest {
+  GenerationParams params;
+  std::vector<ChatMessage> messages;  // at least one
+};
+
+CompletionRequest decode_completion_request(std::string_view body);
+ChatRequest decode_chat_request(std::string_view body);
+
+// The chat template for GPT-2 style models, which have none of their own: each message as
+// "<role>: <content>\n", then "assistant:" for the model to continue.
+std::string chat_prompt(const std::vector<ChatMessage>& messages);
+
+}  // namespace paraflow::serve

@@ -1,0 +1,71 @@
+"""The official openai Python client against `paraflow serve`: completions and chat, streaming and
+not, errors as the client's exception types. Exits non-zero (an AssertionError) on any mismatch.
+
+Usage: openai_client_check.py --base-url http://127.0.0.1:PORT/v1 --api-key KEY
+"""
+import argparse
+
+import openai
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--api-key", required=True)
+    args = parser.parse_args()
+    client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=60)
+
+    models = client.models.list()
+    model = models.data[0].id
+    assert model == "tiny-gpt", models
+
+    whole = client.completions.create(model=model, prompt="the quick", max_tokens=12, temperature=0)
+    assert whole.object == "text_completion" and whole.id.startswith("cmpl-"), whole
+    assert whole.choices[0].finish_reason == "length", whole
+    assert whole.usage.prompt_tokens == 9 and whole.usage.completion_tokens == 12, whole.usage
+    streamed = "".join(chunk.choices[0].text
+                       for chunk in client.completions.create(model=model, prompt="the quick", max_tokens=12,
+                                                              temperature=0, stream=True)
+                       if chunk.choices)
+    assert streamed == whole.choices[0].text, (streamed, whole.choices[0].text)
+
+    messages = [{"role": "system", "content": "Finish the sentence."}, {"role": "user", "content": "the lazy dog"}]
+    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=10, temperature=0)
+    assert chat.object == "chat.completion", chat
+    assert chat.choices[0].message.role == "assistant", chat
+    assert chat.usage.completion_tokens == 10, chat.usage
+    pieces, finish_reason, usage = [], None, None
+    for chunk in client.chat.completions.create(model=model, messages=messages, max_completion_tokens=10,
+                                                temperature=0, stream=True, stream_options={"include_usage": True}):
+        assert chunk.object == "chat.completion.chunk", chunk
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            pieces.append(choice.delta.content or "")
+            finish_reason = choice.finish_reason or finish_reason
+    assert "".join(pieces) == chat.choices[0].message.content, (pieces, chat)
+    assert finish_reason == "length" and usage.completion_tokens == 10, (finish_reason, usage)
+
+    two = client.completions.create(model=model, prompt="the", max_tokens=5, n=2, seed=7)
+    assert sorted(choice.index for choice in two.choices) == [0, 1], two
+
+    try:
+        client.completions.create(model=model, prompt="the", max_tokens=0)
+        raise AssertionError("max_tokens 0 was accepted")
+    except openai.BadRequestError as error:
+        assert error.status_code == 400 and error.body["param"] == "max_tokens", error.body
+    try:
+        client.completions.create(model="no-such-model", prompt="the")
+        raise AssertionError("an unknown model was accepted")
+    except openai.NotFoundError as error:
+        assert error.body["code"] == "model_not_found", error.body
+    try:
+        openai.OpenAI(base_url=args.base_url, api_key="wrong", max_retries=0).models.list()
+        raise AssertionError("a wrong API key was accepted")
+    except openai.AuthenticationError as error:
+        assert error.status_code == 401, error
+    print("openai", openai.__version__, "client: completions, chat, streams, errors: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+// The request decoders: every bad input is a 400 whose `param` names the field, and the message too.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+#include "serve/openai_request.h"
+
+namespace paraflow::serve {
+namespace {
+
+// Decodes `body` expecting a refusal: status 400, `param` = field, the message naming it.
+template <typename Decode>
+void expect_refused(Decode decode, const std::string& body, const std::string& field, const std::string& says) {
+  SCOPED_TRACE(body);
+  try {
+    decode(body);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status(), 400);
+    const nlohmann::json object = nlohmann::json::parse(error.body());
+    const nlohmann::json& inner = object.at("error");
+    EXPECT_EQ(inner.at("type"), "invalid_request_error");
+    EXPECT_EQ(inner.at("param"), field.empty() ? nlohmann::json() : nlohmann::json(field));
+    const std::string message = inner.at("message");
+    if (!field.empty()) {
+      EXPECT_NE(message.find(field), std::string::npos) << message;
+    }
+    EXPECT_NE(message.find(says), std::string::npos) << message;
+  }
+}
+
+void completion_refused(const std::string& body, const std::string& field, const std::string& says) {
+  expect_refused(decode_completion_request, body, field, says);
+}
+void chat_refused(const std::string& body, const std::string& field, const std::string& says) {
+  expect_refused(decode_chat_request, body, field, says);
+}
+
+TEST(CompletionRequest, DecodesEveryField) {
+  const CompletionRequest request = decode_completion_request(
+      R"({"model": "m", "prompt": "Hi", "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 3, "seed": -7,
+          "stop": ["a", "bc"], "n": 2, "stream": true, "stream_options": {"include_usage": true}, "logprobs": 2,
+          "echo": false, "user": "u"})");
+  EXPECT_EQ(std::get<std::string>(request.prompt), "Hi");
+  const GenerationParams& p = request.params;
+  EXPECT_EQ(p.model, "m");
+  EXPECT_EQ(p.max_tokens, 5);
+  EXPECT_EQ(p.temperature, 0);
+  EXPECT_EQ(p.top_p, 0.5);
+  EXPECT_EQ(p.top_k, 3);
+  EXPECT_EQ(p.seed, -7);
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(p.n, 2);
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  EXPECT_EQ(p.logprobs, 2);
+}
+
+TEST(CompletionRequest, DefaultsAndNulls) {
+  const CompletionRequest request = decode_completion_request(R"({"prompt": "x", "max_tokens": null, "stop": null})");
+  EXPECT_FALSE(request.params.max_tokens);
+  EXPECT_EQ(request.params.temperature, 1.0);
+  EXPECT_EQ(request.params.n, 1);
+  EXPECT_FALSE(request.params.stream);
+  EXPECT_EQ(request.params.logprobs, -1);
+  EXPECT_TRUE(request.params.stop.empty());
+  EXPECT_EQ(decode_completion_request(R"({"prompt": "x", "stop": "end"})").params.stop, std::vector<std::string>{"end"});
+}
+
+TEST(CompletionRequest, PromptShapes) {
+  EXPECT_EQ(std::get<std::string>(decode_completion_request(R"({"prompt": ["one"]})").prompt), "one");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(decode_completion_request(R"({"prompt": [1, 2, 3]})").prompt),
+            (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(decode_completion_request(R"({"prompt": [[4, 5]]})").prompt),
+            (std::vector<int32_t>{4, 5}));
+  // Invalid UTF-8 in a JSON string is refused while parsing, naming the field it was in.
+  completion_refused("{\"prompt\": \"ab\xff\"}", "prompt", "invalid JSON");
+  completion_refused("{\"max_tokens\": 3, \"prompt\": \"\xc3\x28\"}", "prompt", "UTF-8");
+  completion_refused(R"({"prompt": "\ud800"})", "prompt", "invalid JSON");  // a lone surrogate
+}
+
+TEST(CompletionRequest, RefusesBadInputNamingTheField) {
+  completion_refused(R"({"prompt": "x",)", "", "invalid JSON");
+  completion_refused("", "", "invalid JSON");
+  completion_refused(R"(["prompt"])", "", "JSON object");
+  completion_refused(R"({"max_tokens": 4})", "prompt", "required");
+  completion_refused(R"({"prompt": ""})", "prompt", "empty");
+  completion_refused(R"({"prompt": []})", "prompt", "empty");
+  completion_refused(R"({"prompt": 5})", "prompt", "must be a string");
+  completion_refused(R"({"prompt": ["a", "b"]})", "prompt", "one prompt per request");
+  completion_refused(R"({"prompt": [1, -2]})", "prompt", "non-negative");
+  completion_refused(R"({"prompt": [1, "a"]})", "prompt", "token ids");
+  completion_refused(R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "at least 1");
+  completion_refused(R"({"prompt": "x", "max_tokens": -3})", "max_tokens", "at least 1");
+  completion_refused(R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens", "integer");
+  completion_refused(R"({"prompt": "x", "max_tokens": "16"})", "max_tokens", "integer");
+  completion_refused(R"({"prompt": "x", "max_tokens": 18446744073709551615})", "max_tokens", "at least 1");
+  completion_refused(R"({"prompt": "x", "temperature": "hot"})", "temperature", "number");
+  completion_refused(R"({"prompt": "x", "temperature": 1e999})", "temperature", "number overflow");  // found by fuzzing
+  completion_refused(R"({"prompt": "x", "temperature": 2.5})", "temperature", "at most 2");
+  completion_refused(R"({"prompt": "x", "top_p": 0})", "top_p", "above 0");
+  completion_refused(R"({"prompt": "x", "top_p": 1.5})", "top_p", "at most 1");
+  completion_refused(R"({"prompt": "x", "top_k": -1})", "top_k", "at least 0");
+  completion_refused(R"({"prompt": "x", "seed": 1.5})", "seed", "integer");
+  completion_refused(R"({"prompt": "x", "n": 0})", "n", "between 1 and 16");
+  completion_refused(R"({"prompt": "x", "n": 17})", "n", "between 1 and 16");
+  completion_refused(R"({"prompt": "x", "stream": "yes"})", "stream", "true or false");
+  completion_refused(R"({"prompt": "x", "stop": 3})", "stop", "string or a list");
+  completion_refused(R"({"prompt": "x", "stop": ["a", 1]})", "stop", "string or a list");
+  completion_refused(R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop", "up to 4");
+  completion_refused(R"({"prompt": "x", "stop": ""})", "stop", "empty");
+  completion_refused(R"({"prompt": "x", "logprobs": 6})", "logprobs", "between 0 and 5");
+  completion_refused(R"({"prompt": "x", "logprobs": true})", "logprobs", "integer");
+  completion_refused(R"({"prompt": "x", "echo": true})", "echo", "not supported");
+  completion_refused(R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options",
+                     "only allowed when stream is true");
+  completion_refused(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})", "stream_options.usage",
+                     "unknown field");
+  completion_refused(R"({"prompt": "x", "temprature": 1})", "temprature", "unknown field");
+  completion_refused(R"({"prompt": "x", "messages": []})", "messages", "unknown field");
+}
+
+TEST(ChatRequest, DecodesMessagesAndTheTemplate) {
+  const ChatRequest request = decode_chat_request(
+      R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}],
+          "max_completion_tokens": 7})");
+  ASSERT_EQ(request.messages.size(), 2u);
+  EXPECT_EQ(request.messages[1].content, "Hi!");
+  EXPECT_EQ(request.params.max_tokens, 7);
+  EXPECT_EQ(chat_prompt(request.messages), "system: Be brief.\nuser: Hi!\nassistant:");
+}
+
+TEST(ChatRequest, RefusesBadInputNamingTheField) {
+  chat_refused(R"({})", "messages", "required");
+  chat_refused(R"({"messages": []})", "messages", "empty");
+  chat_refused(R"({"messages": "hi"})", "messages", "list");
+  chat_refused(R"({"messages": ["hi"]})", "messages[0]", "object");
+  chat_refused(R"({"messages": [{"role": "user"}]})", "messages[0].content", "required");
+  chat_refused(R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role", "one of");
+  chat_refused(R"({"messages": [{"content": "x"}]})", "messages[0].role", "one of");
+  chat_refused(R"({"messages": [{"role": "user", "content": 3}]})", "messages[0].content", "string or a list");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x", "nmae": "a"}]})", "messages[0].nmae", "unknown field");
+  chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+               "messages[0].content[0].image_url", "unknown field");
+  chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "image"}]}]})", "messages[0].content[0].type",
+               "only text");
+  chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"\xe2\x82\"}]}", "messages[0].content", "UTF-8");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "max_completion_tokens": 3})",
+               "max_completion_tokens", "disagree");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs", "not supported");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "x"})", "prompt", "unknown field");
+}
+
+}  // namespace
+}  // namespace paraflow::serve

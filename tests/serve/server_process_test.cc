@@ -1,0 +1,402 @@
+// `paraflow serve` as a real process on 127.0.0.1 (a port the system picks), with real clients:
+// curl, the official openai Python client, prometheus_client's text parser (tests/serve/*.py, in
+// .venv-serve from scripts/setup_python_serve.sh: these tests FAIL without it), and raw sockets
+// for the clients that misbehave. The model is a tiny GPT trained here on a repeated sentence, so
+// that its greedy continuation is readable text.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "faults/process.h"
+#include "model_configs.h"
+#include "reference_runner.h"
+#include "serve/http_client.h"
+#include "train/trainer.h"
+#include "trained_model.h"
+
+namespace paraflow {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr const char* api_key = "test-key";
+constexpr int64_t context = 96;
+
+fs::path source_dir() {
+  const char* dir = std::getenv("PARAFLOW_SOURCE_DIR");
+  return dir ? dir : PARAFLOW_SOURCE_DIR_FALLBACK;
+}
+
+// Byte-level (no tokenizer files: id = byte), trained on a sentence with two-byte characters.
+void export_tiny_model(const fs::path& dir) {
+  const model::GptConfig config = testing::gpt_config(256, context, 48, 2, 2);
+  const std::string sentence = "the quick brown fox jumps over the lazy dog at the caf\xC3\xA9 ";
+  std::vector<int32_t> tokens;
+  while (tokens.size() < 20000) {
+    for (unsigned char byte : sentence) tokens.push_back(byte);
+  }
+  train::TokenSource data = train::TokenSource::from_tokens(std::move(tokens), 0.1);
+  train::Trainer trainer(config, testing::short_training(dir / "run", 150), data, cpu_backend());
+  trainer.initialize_or_resume();
+  for (int i = 0; i < 150; ++i) trainer.step();
+  trainer.export_model(dir / "tiny-gpt");
+}
+
+// A running server; its address is read from the line it prints once ready.
+class Server {
+ public:
+  Server(const fs::path& dir, const std::string& flags) : output_(dir / fmt::format("serve-{}.log", ++count_)) {
+    process_ = std::make_unique<testing::Process>(
+        fmt::format("{} serve --model {} --port 0 --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
+                    (dir / "tiny-gpt").string(), flags),
+        output_);
+    const std::regex ready("ready on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
+      std::smatch match;
+      const std::string text = log();
+      if (std::regex_search(text, match, ready)) {
+        port_ = std::stoi(match[1]);
+        return;
+      }
+      if (process_->finished()) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    ADD_FAILURE() << "the server did not become ready:\n" << log();
+  }
+  ~Server() {
+    if (!process_->finished()) process_->signal(SIGKILL);
+    process_->wait(10s);
+  }
+  int port() const { return port_; }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+  testing::Process& process() { return *process_; }
+  std::string log() const { return fs::exists(output_) ? read_file(output_) : ""; }
+
+ private:
+  static inline int count_ = 0;
+  fs::path output_;
+  std::unique_ptr<testing::Process> process_;
+  int port_ = 0;
+};
+
+std::string run(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  while (size_t got = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, got);
+  EXPECT_EQ(pclose(pipe), 0) << command << "\n" << output;
+  return output;
+}
+
+// The texts of a server-sent event stream's chunks, in order; fails unless it ends in [DONE].
+std::vector<json> events(const std::string& stream) {
+  std::vector<json> chunks;
+  size_t at = 0;
+  bool done = false;
+  while ((at = stream.find("data: ", at)) != std::string::npos) {
+    const size_t end = stream.find("\n\n", at);
+    const std::string data = stream.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      done = true;
+    } else {
+      chunks.push_back(json::parse(data));  // throws (fails) if a chunk is not valid JSON
+    }
+  }
+  EXPECT_TRUE(done) << stream;
+  return chunks;
+}
+
+double metric(const std::string& metrics, const std::string& name) {
+  std::smatch match;
+  if (!std::regex_search(metrics, match, std::regex("\n" + name + " ([0-9.e+-]+)\n"))) return -1;
+  return std::stod(match[1]);
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir;
+    export_tiny_model(dir_->path());
+    server_ = new Server(dir_->path(), fmt::format("--api-key {} --read-timeout 2 --max-num-seqs 4 --max-waiting 4", api_key));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  static testing::HttpReply post(const std::string& path, const json& body) {
+    return testing::http_request(server_->port(), "POST", path, body.dump(), api_key);
+  }
+  static json completion(const json& body) {
+    testing::HttpReply reply = post("/v1/completions", body);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    return json::parse(reply.body);
+  }
+  static std::string metrics() { return testing::http_request(server_->port(), "GET", "/metrics", "", api_key).body; }
+  // Waits until the engine has nothing running or waiting and every KV block is back in the pool.
+  static void expect_engine_idle() {
+    std::string text;
+    for (auto until = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < until;) {
+      text = metrics();
+      if (metric(text, "paraflow_requests_running") == 0 && metric(text, "paraflow_requests_waiting") == 0 &&
+          metric(text, "paraflow_kv_blocks_free") == metric(text, "paraflow_kv_blocks_total")) {
+        return;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    ADD_FAILURE() << "the engine did not return to idle with every KV block free:\n" << text;
+  }
+  static std::string python() {
+    const char* env = std::getenv("PARAFLOW_SERVE_PYTHON");
+    const fs::path interpreter = env ? fs::path(env) : source_dir() / ".venv-serve/bin/python";
+    EXPECT_TRUE(fs::exists(interpreter)) << "no " << interpreter << ": run scripts/setup_python_serve.sh";
+    return interpreter.string();
+  }
+
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline Server* server_ = nullptr;
+};
+
+TEST_F(ServeTest, HealthModelsAndTheApiKey) {
+  EXPECT_EQ(testing::http_request(server_->port(), "GET", "/health").status, 200);  // no key needed
+  for (const std::string key : {"", "wrong-key"}) {
+    testing::HttpReply refused = testing::http_request(server_->port(), "GET", "/v1/models", "", key);
+    EXPECT_EQ(refused.status, 401) << key;
+    EXPECT_EQ(json::parse(refused.body)["error"]["code"], "invalid_api_key");
+    EXPECT_EQ(testing::http_request(server_->port(), "GET", "/metrics", "", key).status, 401);
+  }
+  testing::HttpReply models = testing::http_request(server_->port(), "GET", "/v1/models", "", api_key);
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tiny-gpt");
+}
+
+TEST_F(ServeTest, CurlStreamsTheSameTextItGetsWhole) {
+  const std::string curl = fmt::format("curl -sS --max-time 60 -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' {}/v1/completions",
+                                       api_key, server_->url());
+  const json request = {{"prompt", "the quick brown"}, {"max_tokens", 40}, {"temperature", 0}};
+  const json whole = json::parse(run(fmt::format("{} -d '{}'", curl, request.dump())));
+  EXPECT_EQ(whole["object"], "text_completion");
+  EXPECT_EQ(whole["model"], "tiny-gpt");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], 15);
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 40);
+  EXPECT_EQ(whole["usage"]["total_tokens"], 55);
+  const std::string text = whole["choices"][0]["text"];
+  std::printf("  greedy: \"the quick brown%s\"\n", text.c_str());
+  EXPECT_NE(text.find("the"), std::string::npos) << "the model did not learn its sentence";
+
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  streamed_request["stream_options"] = {{"include_usage", true}};
+  const std::vector<json> chunks = events(run(fmt::format("{} -N -d '{}'", curl, streamed_request.dump())));
+  ASSERT_GE(chunks.size(), 3u);
+  std::string joined;
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) joined += chunks[i]["choices"][0]["text"];
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 40);
+}
+
+TEST_F(ServeTest, StopStringsEndTheTextBeforeThem) {
+  const std::string text = completion({{"prompt", "the lazy"}, {"max_tokens", 40}, {"temperature", 0}})["choices"][0]["text"];
+  // A stop string from the greedy text itself: three ASCII letters well inside it.
+  size_t from = 10;
+  while (from + 3 < text.size() && !(std::isalpha(text[from]) && std::isalpha(text[from + 1]) && std::isalpha(text[from + 2]))) {
+    ++from;
+  }
+  ASSERT_LT(from + 3, text.size()) << text;
+  const std::string stop = text.substr(from, 3);
+  const size_t at = text.find(stop);
+  for (bool stream : {false, true}) {
+    const json request = {{"prompt", "the lazy"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {"zzz", stop}},
+                          {"stream", stream}};
+    testing::HttpReply reply = post("/v1/completions", request);
+    ASSERT_EQ(reply.status, 200);
+    std::string got, finish_reason;
+    if (stream) {
+      for (const json& chunk : events(reply.body)) {
+        got += chunk["choices"][0]["text"];
+        if (!chunk["choices"][0]["finish_reason"].is_null()) finish_reason = chunk["choices"][0]["finish_reason"];
+      }
+    } else {
+      const json whole = json::parse(reply.body);
+      got = whole["choices"][0]["text"];
+      finish_reason = whole["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(got, text.substr(0, at)) << "stream " << stream;
+    EXPECT_EQ(finish_reason, "stop");
+  }
+}
+
+TEST_F(ServeTest, ChoicesSeedsAndLogprobs) {
+  const json request = {{"prompt", "the"}, {"max_tokens", 8}, {"n", 3}, {"seed", 42}, {"logprobs", 2}, {"temperature", 1.5}};
+  const json first = completion(request), again = completion(request);
+  ASSERT_EQ(first["choices"].size(), 3u);
+  EXPECT_EQ(first["choices"], again["choices"]);  // seeded: reproducible
+  EXPECT_EQ(first["usage"]["completion_tokens"], 24);
+  const json& logprobs = first["choices"][1]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), 8u);
+  ASSERT_EQ(logprobs["top_logprobs"].size(), 8u);
+  EXPECT_LE(logprobs["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(logprobs["text_offset"][0], 0);
+  for (const json& logprob : logprobs["token_logprobs"]) EXPECT_LE(logprob.get<double>(), 0.0);
+}
+
+TEST_F(ServeTest, OpenAiPythonClient) {
+  run(fmt::format("{} {} --base-url {}/v1 --api-key {}", python(), (source_dir() / "tests/serve/openai_client_check.py").string(),
+                  server_->url(), api_key));
+}
+
+TEST_F(ServeTest, PrometheusParserReadsTheMetrics) {
+  completion({{"prompt", "the"}, {"max_tokens", 4}});
+  expect_engine_idle();
+  std::printf("%s\n", run(fmt::format("{} {} --url {}/metrics --api-key {}", python(),
+                                      (source_dir() / "tests/serve/metrics_check.py").string(), server_->url(), api_key))
+                          .c_str());
+}
+
+TEST_F(ServeTest, BadRequestsGetClearErrors) {
+  struct Case {
+    std::string path, body;
+    int status;
+    json param;
+  };
+  const std::string too_long(context, 'a');
+  const std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt": "x",)", 400, nullptr},
+      {"/v1/completions", R"({"prompt": "x", "max_token": 3})", 400, "max_token"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "prompt"},
+      {"/v1/completions", json{{"prompt", too_long}}.dump(), 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "abc", "max_tokens": 94})", 400, "max_tokens"},
+      {"/v1/completions", "{\"prompt\": \"\xff\xfe\"}", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": [1, 300]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "x", "model": "gpt-4"})", 404, "model"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 1}]})", 400, "messages[0].content"},
+      {"/v1/nothing", "{}", 404, nullptr},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body);
+    const testing::HttpReply reply = testing::http_request(server_->port(), "POST", c.path, c.body, api_key);
+    EXPECT_EQ(reply.status, c.status);
+    const json error = json::parse(reply.body)["error"];
+    EXPECT_EQ(error["param"], c.param);
+    EXPECT_FALSE(error["message"].get<std::string>().empty());
+    EXPECT_TRUE(error.contains("type") && error.contains("code"));
+  }
+  EXPECT_EQ(testing::http_request(server_->port(), "GET", "/v1/completions", "", api_key).status, 405);
+  // A body over the 1 MiB limit: refused from its Content-Length, before it is read.
+  testing::HttpReply large = testing::http_request(server_->port(), "POST", "/v1/completions",
+                                                   std::string((1 << 20) + 1, ' '), api_key);
+  EXPECT_EQ(large.status, 413);
+  EXPECT_EQ(testing::http_request(server_->port(), "GET", "/health").status, 200);  // still serving
+}
+
+TEST_F(ServeTest, HalfARequestThenAStallIsDropped) {
+  testing::Connection stalled(server_->port());
+  ASSERT_TRUE(stalled.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\""));
+  const auto start = std::chrono::steady_clock::now();
+  // Others are served meanwhile.
+  EXPECT_EQ(completion({{"prompt", "the"}, {"max_tokens", 2}})["choices"].size(), 1u);
+  bool closed = false;
+  stalled.receive_all(10s, &closed);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(closed);
+  EXPECT_GE(seconds, 1.5);  // the read timeout is 2 s
+  EXPECT_LE(seconds, 5.0);
+}
+
+TEST_F(ServeTest, ManyIdleConnectionsCostNothingToOthers) {
+  std::vector<std::unique_ptr<testing::Connection>> idle;
+  for (int i = 0; i < 1000; ++i) {
+    idle.push_back(std::make_unique<testing::Connection>(server_->port()));
+    ASSERT_TRUE(idle.back()->connected()) << i;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(completion({{"prompt", "the"}, {"max_tokens", 4}})["choices"].size(), 1u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_GE(metric(metrics(), "paraflow_http_connections"), 1000);
+  idle.clear();
+}
+
+TEST_F(ServeTest, ClientGoneMidStreamFreesItsRequest) {
+  const double generated_before = metric(metrics(), "paraflow_generation_tokens_total");
+  for (int i = 0; i < 3; ++i) {
+    testing::Connection client(server_->port());
+    const json request = {{"prompt", "the"}, {"max_tokens", 90}, {"stream", true}, {"temperature", 0}};
+    ASSERT_TRUE(client.send(testing::request_text("POST", "/v1/completions", request.dump(), api_key)));
+    std::string received;
+    while (received.find("data: {") == std::string::npos && client.receive(received, 5s)) {
+    }
+    ASSERT_NE(received.find("data: {"), std::string::npos);
+    client.close();
+  }
+  expect_engine_idle();
+  // Cancelled, not run to the end: fewer than 3 × 90 tokens were generated.
+  const double generated = metric(metrics(), "paraflow_generation_tokens_total") - generated_before;
+  std::printf("  3 streams of 90 tokens cut off after their first chunk: %.0f tokens generated\n", generated);
+  EXPECT_LT(generated, 3 * 90);
+}
+
+TEST_F(ServeTest, BurstBeyondTheQueueGets429) {
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 24; ++i) {
+    clients.emplace_back([&] {
+      testing::HttpReply reply = post("/v1/completions", {{"prompt", "the"}, {"max_tokens", 60}});
+      if (reply.status == 200) {
+        ++ok;
+      } else if (reply.status == 429 && json::parse(reply.body)["error"]["code"] == "rate_limit_exceeded" &&
+                 reply.headers.find("Retry-After") != std::string::npos) {
+        ++limited;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  std::printf("  24 at once: %d served, %d refused with 429\n", ok.load(), limited.load());
+  EXPECT_GE(ok.load(), 4);
+  EXPECT_GE(limited.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+  expect_engine_idle();
+}
+
+// SIGTERM while a stream is in flight: the stream ends normally, then the server exits 0.
+TEST(ServeShutdown, SigtermLetsTheStreamInFlightFinish) {
+  testing::TempDir dir;
+  export_tiny_model(dir.path());
+  Server server(dir.path(), "--grace-seconds 30 --max-connections 3");
+  testing::Connection client(server.port());
+  const json request = {{"prompt", "the"}, {"max_tokens", 80}, {"stream", true}};
+  ASSERT_TRUE(client.send(testing::request_text("POST", "/v1/completions", request.dump(), "")));
+  std::string received;
+  while (received.find("data: {") == std::string::npos && client.receive(received, 5s)) {
+  }
+  // Connections beyond --max-connections are refused with 503 (this stream is one of 3).
+  testing::Connection second(server.port()), third(server.port()), fourth(server.port());
+  EXPECT_NE(fourth.receive_all(2s).find("503"), std::string::npos);
+
+  server.process().signal(SIGTERM);
+  bool closed = false;
+  received += client.receive_all(60s, &closed);
+  EXPECT_TRUE(closed);
+  const testing::HttpReply reply = testing::parse_reply(received);
+  std::vector<json> chunks = events(reply.body);
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "length");
+  const testing::Ended ended = server.process().wait(30s);
+  EXPECT_EQ(ended.exit_code, 0) << ended.output;
+  EXPECT_NE(ended.output.find("stopped"), std::string::npos) << ended.output;
+}
+
+}  // namespace
+}  // namespace paraflow
