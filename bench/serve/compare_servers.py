@@ -386,6 +386,9 @@ def main():
                         outcome.update(model=model_name, dtype=dtype, repetition=repetition)
                         results.append(outcome)
                         print_outcome(outcome, printed_notes)
+                        if args.json:  # written as it goes: a run cut short keeps what it measured
+                            with open(args.json, "w") as f:
+                                json.dump(dict(everything, runs=everything["runs"] + results), f, indent=1)
             best = best_of(results)
             if args.repetitions > 1:
                 print(f"\n  best of {args.repetitions} runs (by tokens/s) per server and concurrency:")
