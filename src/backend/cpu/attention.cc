@@ -281,24 +281,35 @@ void attention_paged_forward(const AttentionPagedForward& args) {
       const int64_t i = ih / NH, h = ih % NH;
       const float* q = qkv + i * 3 * C + h * hs;
       const int64_t visible = positions[i] + 1;
+      const int32_t* table = tables + i * max_blocks;
+      // Block by block: keys and values of one block and head are contiguous rows.
       float max_value = -INFINITY;
-      for (int64_t j = 0; j < visible; ++j) {
-        const float* key = k_pool + pool_row(i, h, j);
-        float dot = 0.0f;
+      for (int64_t first = 0; first < visible; first += block_size) {
+        const float* keys = k_pool + (table[first / block_size] * NH + h) * block_size * hs;
+        const int64_t count = std::min(block_size, visible - first);
+        for (int64_t slot = 0; slot < count; ++slot) {
+          const float* key = keys + slot * hs;
+          float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < hs; ++d) dot += q[d] * key[d];
-        scores[j] = dot * args.scale;
-        max_value = scores[j] > max_value ? scores[j] : max_value;
+          for (int64_t d = 0; d < hs; ++d) dot += q[d] * key[d];
+          const float score = dot * args.scale;
+          scores[first + slot] = score;
+          max_value = score > max_value ? score : max_value;
+        }
       }
       float sum = 0.0f;
       for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max_value));
       float* y = out + i * C + h * hs;
       std::fill(y, y + hs, 0.0f);
-      for (int64_t j = 0; j < visible; ++j) {
-        const float p = scores[j] / sum;
-        const float* value = v_pool + pool_row(i, h, j);
+      for (int64_t first = 0; first < visible; first += block_size) {
+        const float* values = v_pool + (table[first / block_size] * NH + h) * block_size * hs;
+        const int64_t count = std::min(block_size, visible - first);
+        for (int64_t slot = 0; slot < count; ++slot) {
+          const float p = scores[first + slot] / sum;
+          const float* value = values + slot * hs;
 #pragma omp simd
-        for (int64_t d = 0; d < hs; ++d) y[d] += p * value[d];
+          for (int64_t d = 0; d < hs; ++d) y[d] += p * value[d];
+        }
       }
     }
   }
