@@ -118,7 +118,17 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, in
 // which makes it the row-invariant matmul too (any number of rows).
 constexpr int64_t kSmallRows = 4;
 
-// Runs bf16_dot_rows where it applies (bf16 x and weights, AVX512_BF16 compiled in).
+// Whether bf16_dot_rows applies: bf16 x and weights, AVX512_BF16 compiled in.
+template <typename X, typename W>
+constexpr bool has_bf16_dot_rows() {
+#ifdef __AVX512BF16__
+  return std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>;
+#else
+  return false;
+#endif
+}
+
+// Runs bf16_dot_rows where it applies.
 template <typename X, typename W>
 bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end,
                          const AmxRows* amx);
@@ -226,7 +236,7 @@ template <typename X, typename W>
 bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end,
                          const AmxRows* amx) {
 #ifdef __AVX512BF16__
-  if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>) {
+  if constexpr (has_bf16_dot_rows<X, W>()) {
     const int64_t width = end - begin;
     int64_t aligned_end = begin;
     if (amx != nullptr) {
@@ -245,8 +255,10 @@ bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const Matmu
 template <typename X, typename W, typename Out, typename Pre>
 void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
-  // The few input rows in f32, converted once rather than once per weight row.
-  std::vector<float> x(static_cast<size_t>(d.N * d.C));
+  // The few input rows in f32, converted once rather than once per weight row; the bf16 dot
+  // products (and AMX tiles) read the bf16 rows themselves.
+  const bool reads_f32_rows = !d.transposed || !has_bf16_dot_rows<X, W>();
+  std::vector<float> x(reads_f32_rows ? static_cast<size_t>(d.N * d.C) : 0);
   for (size_t i = 0; i < x.size(); ++i) x[i] = to_float(inp[i]);
   // bf16 rows times an [out, in] bf16 weight run on AMX tiles where the CPU has them (same
   // invariance, several times the speed at a few dozen rows); the rows are repacked once here.
