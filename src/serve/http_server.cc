@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -233,7 +234,17 @@ class Session : public std::enable_shared_from_this<Session> {
     if (keep_alive_) return read_request();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    close();
+    stream_.expires_after(server_.limits.linger);
+    discard_until_closed();
+  }
+
+  // Closing a socket with unread bytes in it sends a reset, which can destroy the answer in the
+  // client's receive buffer: read what the client still sends until it closes or the linger ends.
+  void discard_until_closed() {
+    stream_.async_read_some(net::buffer(discarded_), [self = shared_from_this()](beast::error_code error, size_t) {
+      if (error) return self->close();
+      self->discard_until_closed();
+    });
   }
 
   void close() {
@@ -248,6 +259,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ServerCore& server_;
   beast::flat_buffer buffer_;
   std::optional<RequestParser> parser_;
+  std::array<char, 4096> discarded_;
   std::string target_;
   bool keep_alive_ = false;
   uint64_t serial_ = 0;  // the answer in progress; calls for earlier ones are ignored

@@ -22,6 +22,10 @@ struct HttpLimits {
   size_t header_bytes = size_t{16} << 10;
   std::chrono::milliseconds read_timeout{30'000};   // to receive a whole request, or the next one
   std::chrono::milliseconds write_timeout{30'000};  // to send each piece of an answer
+  // After a last answer, how long what the client still sends is read and dropped, so that
+  // closing does not reset the connection before the client has read the answer (a 413 to a
+  // client still sending its body, for one).
+  std::chrono::milliseconds linger{2'000};
   size_t max_connections = 4096;
   int io_threads = 2;
 };
