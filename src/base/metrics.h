@@ -61,6 +61,10 @@ class MetricsRegistry {
   std::string render() const;  // the text exposition format
 
  private:
+  friend std::string render_metrics(const std::vector<struct LabelledMetrics>& sources);
+  // The samples of family `name`, if this registry has it, each with `constant_labels` added.
+  void render_family(const std::string& name, const std::string& constant_labels, std::string& text) const;
+
   struct Family {
     std::string help;
     std::string type;  // counter | gauge | histogram
@@ -72,5 +76,15 @@ class MetricsRegistry {
   mutable std::mutex mutex_;
   std::map<std::string, Family> families_;
 };
+
+// A registry whose series all get the same extra labels, e.g. {model="gpt2", version="3"}.
+struct LabelledMetrics {
+  const MetricsRegistry* registry;
+  MetricsRegistry::Labels labels;
+};
+
+// Several registries as one exposition: a family the registries share is written once, with the
+// series of each (the format allows one block per name). HELP and TYPE come from the first.
+std::string render_metrics(const std::vector<LabelledMetrics>& sources);
 
 }  // namespace paraflow
