@@ -1,7 +1,9 @@
-// `paraflow serve`: the OpenAI-compatible HTTP server (src/serve) around the serving engine.
-// It listens before the model loads (/health answers 503 until it is ready), serves until
-// SIGTERM/SIGINT, then drains: no new connections or requests, in-flight ones finish within the
-// grace period (the rest are cancelled with an error), answers are sent, and it exits 0.
+// `paraflow serve`: the OpenAI-compatible and TF Serving-compatible servers (src/serve) around
+// the serving engine. The models: one export dir (--model), or TF Serving's layout of versions
+// under a base path (--model_base_path, or several models in --model_config_file), polled for new
+// versions. It listens before the models load (/health answers 503 until they are ready), serves
+// until SIGTERM/SIGINT, then drains: no new connections or requests, in-flight ones finish within
+// the grace period (the rest are cancelled with an error), answers are sent, and it exits 0.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -14,9 +16,8 @@
 #include "cli/commands.h"
 #include "cli/stop_signal.h"
 #include "infer/engine.h"
-#include "infer/text_codec.h"
-#include "model/model_files.h"
 #include "serve/http_server.h"
+#include "serve/model_registry.h"
 #include "serve/openai_service.h"
 #include "serve/tf_serving_grpc.h"
 
@@ -26,6 +27,10 @@ namespace {
 
 struct ServeOptions {
   std::string model_dir;
+  std::string model_base_path;
+  std::string model_name = "default";  // with --model_base_path, as TF Serving names it
+  std::string model_config_file;
+  double poll_seconds = 1;
   std::string host = "127.0.0.1";
   int port = 8080;
   int grpc_port = -1;  // TF Serving's gRPC services; -1: off
@@ -54,15 +59,36 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
+// What --model, --model_base_path or --model_config_file ask to serve.
+std::vector<serve::ModelSource> model_sources(const ServeOptions& options) {
+  const int given = !options.model_dir.empty() + !options.model_base_path.empty() + !options.model_config_file.empty();
+  if (given != 1) throw InputError("give one of --model, --model_base_path or --model_config_file");
+  if (!options.model_config_file.empty()) return serve::read_model_config_file(options.model_config_file);
+  if (!options.model_base_path.empty()) {
+    return {{.name = options.model_name, .base_path = std::filesystem::absolute(options.model_base_path)}};
+  }
+  const std::filesystem::path dir = std::filesystem::weakly_canonical(options.model_dir);
+  return {{.name = options.served_model_name.empty() ? dir.filename().string() : options.served_model_name,
+           .base_path = dir,
+           .single_version = true}};
+}
+
 void run_serve(ServeOptions options) {
   const std::atomic<bool>* stop = stop_requests();
-  const std::filesystem::path model_dir = std::filesystem::weakly_canonical(options.model_dir);
-  const std::string model_name =
-      options.served_model_name.empty() ? model_dir.filename().string() : options.served_model_name;
-  serve::OpenAiService service({.model_name = model_name, .api_key = options.api_key});
+  Backend& backend = cpu_backend();
+  options.engine.weights = weights_dtype(options.dtype, backend);
+  auto load_version = [&](const serve::ModelSource&, int64_t, const std::filesystem::path& dir) {
+    return serve::load_export_dir(dir, backend, options.engine);
+  };
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
+  serve::ModelRegistry registry(model_sources(options), load_version, say, grace);
+
+  serve::OpenAiService service(registry, options.api_key);
   options.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.read_timeout_seconds * 1000));
   allow_descriptors(options.http.max_connections);
 
+  // Declared after the registry, so destroyed before it: the servers' last answers let go of the
+  // versions they hold while the registry still owns them.
   serve::HttpServer server([&service](serve::HttpRequest request,
                                       std::shared_ptr<serve::Exchange> exchange) { service.handle(std::move(request), std::move(exchange)); },
                            [&service](const std::string& target, int status) { service.count(target, status); },
@@ -71,37 +97,32 @@ void run_serve(ServeOptions options) {
                           [&server] { return static_cast<double>(server.connections()); });
   server.listen(options.host, static_cast<uint16_t>(options.port));
   const std::string address = fmt::format("http://{}:{}", options.host, server.port());
-  say(fmt::format("listening on {}; loading {}", address, model_dir.string()));
+  say(fmt::format("listening on {}", address));
 
-  // TF Serving's gRPC services (--grpc-port): the same lifecycle as HTTP, stopped before the engine.
+  // TF Serving's gRPC services (--grpc-port): the same lifecycle as HTTP.
   std::optional<serve::TfServingGrpc> grpc;
   if (options.grpc_port >= 0) {
-    grpc.emplace(serve::ServedModel{.name = model_name}, options.api_key);
+    grpc.emplace(registry, options.api_key);
     say(fmt::format("grpc listening on {}:{}", options.host, grpc->listen(options.host, options.grpc_port)));
   }
 
-  // Declared after the server, so destroyed before it: the engine's last sinks let go of their
-  // connections while the server still owns them.
-  Backend& backend = cpu_backend();
-  model::LoadedModel model = model::load_model_dir(model_dir, backend);
-  infer::TextCodec codec(model_dir);
-  options.engine.weights = weights_dtype(options.dtype, backend);
-  std::optional<infer::Engine> engine;
-  engine.emplace(model.config, model.parameters, backend, options.engine);
-  service.ready(*engine, codec);
-  if (grpc) grpc->ready(*engine);
-  say(fmt::format("ready on {} (model {}, {} weights, {} KV blocks)", address, model_dir.filename().string(),
-                  options.engine.weights == DType::bf16 ? "bfloat16" : "float32", engine->stats().blocks_total));
-
-  while (!stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  registry.poll();  // the first versions, before polling goes on in the background
+  if (options.model_dir.empty()) registry.start_polling(std::chrono::milliseconds(static_cast<int64_t>(options.poll_seconds * 1000)));
+  bool announced = false;
+  while (!stop->load()) {
+    if (!announced && registry.ready()) {
+      announced = true;
+      say(fmt::format("ready on {} ({} weights)", address, options.engine.weights == DType::bf16 ? "bfloat16" : "float32"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   say(fmt::format("stopping: finishing requests in flight (up to {} s)", options.grace_seconds));
   service.draining();
   if (grpc) grpc->draining();
   server.stop_accepting();
-  engine->drain(std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000)));
-  if (grpc) grpc->stop(std::chrono::seconds(10));  // every call has its answer: the engine has drained
+  registry.drain(grace);
+  if (grpc) grpc->stop(std::chrono::seconds(10));  // every call has its answer: the engines have drained
   server.stop(std::chrono::seconds(10));  // the last answers are written out
-  engine.reset();
   say("stopped");
 }
 
@@ -111,18 +132,32 @@ void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* command = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching, paged KV cache)");
-  command->add_option("--model", options->model_dir, "Model dir (an export: config.json, model.safetensors, tokenizer)")
-      ->required()
+  command->add_option("--model", options->model_dir,
+                      "Model dir (an export: config.json, model.safetensors, tokenizer), served as version 1")
       ->check(CLI::ExistingDirectory);
+  command->add_option("--model_base_path", options->model_base_path,
+                      "TF Serving's layout: <path>/<version>/ export dirs, polled for new versions (newest served)");
+  command->add_option("--model_name", options->model_name, "The --model_base_path model's name")->capture_default_str();
+  command->add_option("--model_config_file", options->model_config_file,
+                      "TF Serving's model config (ModelServerConfig, protobuf text): several models, version "
+                      "policies, labels")
+      ->check(CLI::ExistingFile);
+  command->add_option("--file_system_poll_wait_seconds", options->poll_seconds,
+                      "Seconds between polls of the base paths for new versions (0: at start only)")
+      ->capture_default_str()
+      ->check(in_range(at_least(0)));
   command->add_option("--host", options->host, "Address to listen on")->capture_default_str();
-  command->add_option("--port", options->port, "Port to listen on (0: any free port)")
+  command->add_option("--port,--rest_api_port", options->port,
+                      "HTTP port (OpenAI and TF Serving REST APIs; 0: any free port). TF Serving's --port is "
+                      "gRPC's: here --grpc-port")
       ->capture_default_str()
       ->check(in_range(between(0, 65535)));
   command->add_option("--grpc-port", options->grpc_port,
                       "Also serve TF Serving's gRPC API (PredictionService, ModelService) on this port (0: any free "
                       "port); off unless given")
       ->check(in_range(between(0, 65535)));
-  command->add_option("--served-model-name", options->served_model_name, "The model's id in the API (default: the model dir's name)");
+  command->add_option("--served-model-name", options->served_model_name,
+                      "The --model dir's name in the APIs (default: the dir's name)");
   command->add_option("--api-key", options->api_key, "Require Authorization: Bearer <key> on every endpoint but /health");
   command->add_option("--kv-cache-gb", options->engine.kv_cache_gb, "Memory for the KV cache's blocks, in GiB")
       ->capture_default_str()

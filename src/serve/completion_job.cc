@@ -35,9 +35,12 @@ struct Choice {
 
 class Completion : public std::enable_shared_from_this<Completion> {
  public:
-  Completion(CompletionSpec spec, infer::Engine& engine, const infer::TextCodec& codec,
-             std::shared_ptr<Exchange> exchange)
-      : spec_(std::move(spec)), engine_(engine), codec_(codec), exchange_(std::move(exchange)) {
+  Completion(CompletionSpec spec, std::shared_ptr<ServedVersion> version, std::shared_ptr<Exchange> exchange)
+      : spec_(std::move(spec)),
+        version_(std::move(version)),
+        engine_(*version_->engine),
+        codec_(*version_->codec),
+        exchange_(std::move(exchange)) {
     for (size_t i = 0; i < spec_.choices.size(); ++i) choices_.emplace_back(spec_.stops);
     prompt_tokens_ = static_cast<int64_t>(spec_.choices.front().prompt.size());
   }
@@ -67,6 +70,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void cancel_all();
 
   CompletionSpec spec_;
+  std::shared_ptr<ServedVersion> version_;  // held while the completion runs: its engine and codec
   infer::Engine& engine_;
   const infer::TextCodec& codec_;
   std::shared_ptr<Exchange> exchange_;
@@ -257,9 +261,8 @@ void Completion::cancel_all() {
 
 }  // namespace
 
-void start_completion(CompletionSpec spec, infer::Engine& engine, const infer::TextCodec& codec,
-                      std::shared_ptr<Exchange> exchange) {
-  std::make_shared<Completion>(std::move(spec), engine, codec, std::move(exchange))->start();
+void start_completion(CompletionSpec spec, std::shared_ptr<ServedVersion> version, std::shared_ptr<Exchange> exchange) {
+  std::make_shared<Completion>(std::move(spec), std::move(version), std::move(exchange))->start();
 }
 
 }  // namespace paraflow::serve

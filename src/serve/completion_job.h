@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "infer/engine.h"
-#include "infer/text_codec.h"
 #include "serve/http_server.h"
+#include "serve/model_registry.h"
 
 namespace paraflow::serve {
 
@@ -27,9 +27,9 @@ struct CompletionSpec {
   bool logprobs = false;  // completions: the legacy logprobs object per choice
 };
 
-// Submits the choices' requests and answers through `exchange` as they run. Throws ApiError
-// (429 queue full, 503 draining, 400 refused by the engine) before anything is sent.
-void start_completion(CompletionSpec spec, infer::Engine& engine, const infer::TextCodec& codec,
-                      std::shared_ptr<Exchange> exchange);
+// Submits the choices' requests to the version's engine and answers through `exchange` as they
+// run; the version is held until the completion is done. Throws ApiError (429 queue full, 503
+// draining, 400 refused by the engine) before anything is sent.
+void start_completion(CompletionSpec spec, std::shared_ptr<ServedVersion> version, std::shared_ptr<Exchange> exchange);
 
 }  // namespace paraflow::serve

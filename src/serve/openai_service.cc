@@ -1,6 +1,9 @@
 #include "serve/openai_service.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -26,20 +29,14 @@ int64_t unix_seconds() {
 
 }  // namespace
 
-OpenAiService::OpenAiService(ServiceOptions options)
-    : options_(std::move(options)), started_at_(unix_seconds()), tf_serving_(ServedModel{.name = options_.model_name}) {}
+OpenAiService::OpenAiService(const ModelRegistry& registry, std::string api_key)
+    : registry_(registry), api_key_(std::move(api_key)), started_at_(unix_seconds()), tf_serving_(registry) {}
 
-void OpenAiService::ready(infer::Engine& engine, const infer::TextCodec& codec) {
-  engine_ = &engine;
-  codec_ = &codec;
-  state_.store(State::ready);
-}
-
-void OpenAiService::draining() { state_.store(State::draining); }
+void OpenAiService::draining() { draining_.store(true); }
 
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchange) {
   try {
-    answer(route(request, options_.api_key), request, exchange);
+    answer(route(request, api_key_), request, exchange);
   } catch (const ApiError& error) {
     HttpHeaders headers;
     if (error.status() == 429) headers.emplace_back("Retry-After", "1");
@@ -50,60 +47,87 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchan
 }
 
 void OpenAiService::answer(Endpoint endpoint, const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
-  const State state = state_.load();
   switch (endpoint) {
     case Endpoint::health: {
-      const char* status = state == State::ready ? "ok" : state == State::loading ? "loading" : "draining";
-      return exchange->respond(state == State::ready ? 200 : 503, "application/json", json{{"status", status}}.dump());
+      const bool ready = !draining_.load() && registry_.ready();
+      const char* status = ready ? "ok" : draining_.load() ? "draining" : "loading";
+      return exchange->respond(ready ? 200 : 503, "application/json", json{{"status", status}}.dump());
     }
     case Endpoint::metrics:
-      return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics());
+      return exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", registry_.render_metrics(metrics_));
     case Endpoint::models: {
-      json model = {{"id", options_.model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "paraflow"}};
-      return exchange->respond(200, "application/json", json{{"object", "list"}, {"data", {model}}}.dump());
+      json models = json::array();
+      for (const std::string& name : registry_.model_names()) {
+        models.push_back({{"id", name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "paraflow"}});
+      }
+      return exchange->respond(200, "application/json", json{{"object", "list"}, {"data", models}}.dump());
     }
     case Endpoint::completions:
+      return complete(decode_completion_request(request.body), exchange);
     case Endpoint::chat_completions:
-      if (state == State::loading) {
-        throw ApiError(503, "server_error", "the model is still loading (GET /health answers 200 once it is ready)", "",
-                       "service_unavailable");
-      }
-      if (endpoint == Endpoint::completions) return complete(decode_completion_request(request.body), exchange);
       return chat(decode_chat_request(request.body), exchange);
     case Endpoint::tf_serving:
-      return tf_serving_.handle(request, target_path(request.target), state == State::loading ? nullptr : engine_,
-                                exchange);
+      return tf_serving_.handle(request, target_path(request.target), exchange);
+  }
+}
+
+std::shared_ptr<ServedVersion> OpenAiService::find_version(const std::optional<std::string>& model) const {
+  const std::vector<std::string> names = registry_.model_names();
+  if (!model && names.size() > 1) {
+    throw ApiError(400, "invalid_request_error",
+                   fmt::format("model: required, this server serves several models ({})", fmt::join(names, ", ")),
+                   "model", "model_required");
+  }
+  std::string name = model.value_or(names.front());
+  std::optional<int64_t> version;
+  std::string label;
+  if (const size_t colon = name.rfind(':'); colon != std::string::npos) {
+    const std::string which = name.substr(colon + 1);
+    name.resize(colon);
+    const bool numeric = !which.empty() && which.size() <= 18 &&
+                         std::all_of(which.begin(), which.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (numeric) {
+      version = std::stoll(which);
+    } else {
+      label = which;
+    }
+  }
+  try {
+    return registry_.find(name, version, label);
+  } catch (const ModelNotFound& error) {
+    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist: {}", model.value_or(name), error.what()),
+                   "model", "model_not_found");
+  } catch (const ModelUnavailable& error) {
+    throw ApiError(503, "server_error", fmt::format("{} (GET /health answers 200 once every model is ready)", error.what()),
+                   "", "service_unavailable");
   }
 }
 
 void OpenAiService::complete(const CompletionRequest& request, const std::shared_ptr<Exchange>& exchange) {
+  std::shared_ptr<ServedVersion> version = find_version(request.params.model);
   std::vector<int32_t> prompt;
   if (const auto* text = std::get_if<std::string>(&request.prompt)) {
-    prompt = codec_->encode(*text);
+    prompt = version->codec->encode(*text);
   } else {
     prompt = std::get<std::vector<int32_t>>(request.prompt);
-    const int64_t vocabulary = engine_->config().vocab_size;
+    const int64_t vocabulary = version->engine->config().vocab_size;
     for (int32_t id : prompt) {
       if (id >= vocabulary) refuse("prompt", "token id {} is outside the model's vocabulary of {} tokens", id, vocabulary);
     }
   }
-  start(false, request.params, std::move(prompt), exchange);
+  start(false, request.params, std::move(prompt), std::move(version), exchange);
 }
 
 void OpenAiService::chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange) {
-  start(true, request.params, codec_->encode(chat_prompt(request.messages)), exchange);
+  std::shared_ptr<ServedVersion> version = find_version(request.params.model);
+  std::vector<int32_t> prompt = version->codec->encode(chat_prompt(request.messages));
+  start(true, request.params, std::move(prompt), std::move(version), exchange);
 }
 
 void OpenAiService::start(bool chat, const GenerationParams& params, std::vector<int32_t> prompt,
-                          const std::shared_ptr<Exchange>& exchange) {
-  if (params.model && *params.model != options_.model_name) {
-    throw ApiError(404, "invalid_request_error",
-                   fmt::format("the model '{}' does not exist; this server serves '{}'", *params.model,
-                               options_.model_name),
-                   "model", "model_not_found");
-  }
+                          std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange) {
   const char* prompt_field = chat ? "messages" : "prompt";
-  const auto context = engine_->config().n_positions;
+  const auto context = version->engine->config().n_positions;
   const auto length = static_cast<int64_t>(prompt.size());
   if (length == 0) refuse(prompt_field, "the prompt must not be empty");
   if (length >= context) {
@@ -120,7 +144,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
   CompletionSpec spec;
   spec.chat = chat;
   spec.id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", random_number());
-  spec.model = options_.model_name;
+  spec.model = params.model.value_or(version->model);
   spec.created = unix_seconds();
   spec.stops = params.stop;
   spec.stream = params.stream;
@@ -134,10 +158,10 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
     request.max_tokens = max_tokens;
     request.sampling = {params.temperature, params.top_k, params.top_p, seed + static_cast<uint64_t>(i)};
     request.top_logprobs = params.logprobs;
-    if (auto end = codec_->end_of_text()) request.stop_tokens = {*end};
+    if (auto end = version->codec->end_of_text()) request.stop_tokens = {*end};
     spec.choices.push_back(std::move(request));
   }
-  start_completion(std::move(spec), *engine_, *codec_, exchange);
+  start_completion(std::move(spec), std::move(version), exchange);
 }
 
 void OpenAiService::count(const std::string& target, int status) {
@@ -145,10 +169,6 @@ void OpenAiService::count(const std::string& target, int status) {
       .counter("paraflow_http_requests_total", "HTTP requests answered, by endpoint and status code",
                {{"endpoint", endpoint_label(target)}, {"code", std::to_string(status)}})
       .add();
-}
-
-std::string OpenAiService::render_metrics() const {
-  return (state_.load() == State::loading ? "" : engine_->metrics().render()) + metrics_.render();
 }
 
 }  // namespace paraflow::serve

@@ -1,12 +1,16 @@
 // The API: routes each HTTP request to its endpoint and answers it.
-//   GET  /health               200 when the model is ready, 503 while it loads or the server drains
-//   GET  /metrics              Prometheus text: the engine's metrics and the server's own
-//   GET  /v1/models            the one model served
+//   GET  /health               200 when every model has a version available, 503 until then or
+//                              while the server drains
+//   GET  /metrics              Prometheus text: the engines' metrics (labelled model and version)
+//                              and the server's own
+//   GET  /v1/models            the models served
 //   POST /v1/completions       OpenAI's completions (legacy), streaming or not
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health asks for `Authorization: Bearer <key>` (401).
-// Errors are OpenAI's error object.
+// Errors are OpenAI's error object. A request's `model` is a model's name (its newest available
+// version), or "<name>:<version>" or "<name>:<label>" for a version (serve/model_registry.h); it
+// may be left out when one model is served.
 #pragma once
 
 #include <atomic>
@@ -14,29 +18,22 @@
 #include <string>
 
 #include "base/metrics.h"
-#include "infer/engine.h"
-#include "infer/text_codec.h"
 #include "serve/http_server.h"
+#include "serve/model_registry.h"
 #include "serve/openai_request.h"
 #include "serve/router.h"
 #include "serve/tf_serving_rest.h"
 
 namespace paraflow::serve {
 
-struct ServiceOptions {
-  std::string model_name;  // the model's id in the API
-  std::string api_key;     // empty: no authentication
-};
-
 class OpenAiService {
  public:
-  explicit OpenAiService(ServiceOptions options);
+  // The registry must outlive the service. An empty key: no authentication.
+  OpenAiService(const ModelRegistry& registry, std::string api_key);
 
   void handle(HttpRequest request, std::shared_ptr<Exchange> exchange);  // an HttpHandler
   void count(const std::string& target, int status);                     // a StatusObserver
 
-  // The model is loaded: the API endpoints answer from now on. Both must outlive the service's use.
-  void ready(infer::Engine& engine, const infer::TextCodec& codec);
   void draining();  // /health answers 503 from now on
 
   MetricsRegistry& metrics() { return metrics_; }  // the server's own metrics
@@ -47,15 +44,14 @@ class OpenAiService {
   void chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange);
   // The engine requests of a completion, its prompt checked against the model.
   void start(bool chat, const GenerationParams& params, std::vector<int32_t> prompt,
-             const std::shared_ptr<Exchange>& exchange);
-  std::string render_metrics() const;
+             std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange);
+  // The version a request's `model` names. Throws ApiError (404, or 503 while it loads).
+  std::shared_ptr<ServedVersion> find_version(const std::optional<std::string>& model) const;
 
-  enum class State { loading, ready, draining };
-  ServiceOptions options_;
-  std::atomic<State> state_{State::loading};
-  infer::Engine* engine_ = nullptr;  // set before state_ turns ready
-  const infer::TextCodec* codec_ = nullptr;
-  int64_t started_at_ = 0;  // Unix seconds: the model's `created`
+  const ModelRegistry& registry_;
+  std::string api_key_;
+  std::atomic<bool> draining_{false};
+  int64_t started_at_ = 0;  // Unix seconds: the models' `created`
   MetricsRegistry metrics_;
   TfServingRest tf_serving_;
 };

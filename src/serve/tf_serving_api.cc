@@ -66,23 +66,7 @@ tensorflow::TensorInfo tensor_info(const char* name, tensorflow::DataType dtype,
 
 }  // namespace
 
-void check_model_spec(const tensorflow::serving::ModelSpec& spec, const ServedModel& model) {
-  if (spec.name() != model.name) {
-    throw ModelNotFound(fmt::format("model_spec.name: no model \"{}\" is served (the model is \"{}\")", spec.name(),
-                                    model.name));
-  }
-  if (spec.has_version() && spec.version().value() != model.version) {
-    throw ModelNotFound(fmt::format("model_spec.version: model \"{}\" has no version {} (it serves version {})",
-                                    model.name, spec.version().value(), model.version));
-  }
-  if (spec.version_choice_case() == tensorflow::serving::ModelSpec::kVersionLabel) {
-    throw ModelNotFound(fmt::format("model_spec.version_label: model \"{}\" has no version labels (asked for \"{}\")",
-                                    model.name, spec.version_label()));
-  }
-}
-
-PredictInputs predict_inputs(const tensorflow::serving::PredictRequest& request, const ServedModel& model) {
-  check_model_spec(request.model_spec(), model);
+PredictInputs predict_inputs(const tensorflow::serving::PredictRequest& request) {
   const std::string& signature = request.model_spec().signature_name();
   check(signature.empty() || signature == signature_name,
         "model_spec.signature_name: no signature \"{}\" (the model has \"{}\")", signature, signature_name);
@@ -120,7 +104,6 @@ tensorflow::serving::PredictResponse predict_response(std::vector<std::vector<in
 
 tensorflow::serving::GetModelMetadataResponse model_metadata(const tensorflow::serving::GetModelMetadataRequest& request,
                                                              const ServedModel& model) {
-  check_model_spec(request.model_spec(), model);
   check(request.metadata_field_size() > 0, "metadata_field: must name at least one field (\"signature_def\")");
   for (const std::string& field : request.metadata_field()) {
     check(field == "signature_def", "metadata_field: \"{}\" is not supported (only \"signature_def\")", field);

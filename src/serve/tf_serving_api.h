@@ -1,10 +1,9 @@
-// TF Serving's gRPC messages on the model we serve: which model a ModelSpec names, a
+// TF Serving's gRPC messages on the models we serve: which version a ModelSpec names, a
 // PredictRequest as the Predict signature's inputs (serve/predict.h), the outcome as a
 // PredictResponse, and the signature as GetModelMetadata describes it. No gRPC here: these are
 // the parts a fuzzer and the unit tests drive with plain messages.
 //
-// Versions: the `--model` dir is version 1 and has no version labels; a ModelSpec without a
-// version means it. Signatures: "serving_default" ("" names it too).
+// Signatures: "serving_default" ("" names it too).
 #pragma once
 
 #include <cstdint>
@@ -17,30 +16,22 @@
 
 namespace paraflow::serve {
 
+// The model version an answer comes from.
 struct ServedModel {
   std::string name;
   int64_t version = 1;
 };
 
-// A ModelSpec naming a model, version or label we do not serve (gRPC NOT_FOUND).
-class ModelNotFound : public Error {
- public:
-  using Error::Error;
-};
-
-// Throws ModelNotFound unless the spec names `model` (its signature_name is not looked at).
-void check_model_spec(const tensorflow::serving::ModelSpec& spec, const ServedModel& model);
-
-// The request's inputs, checked against the signature: model spec, signature name, input names,
-// dtypes and shapes, output_filter. Throws ModelNotFound or InputError naming the input.
-PredictInputs predict_inputs(const tensorflow::serving::PredictRequest& request, const ServedModel& model);
+// The request's inputs, checked against the signature: signature name, input names, dtypes and
+// shapes, output_filter. Throws InputError naming the input.
+PredictInputs predict_inputs(const tensorflow::serving::PredictRequest& request);
 
 // The generated tokens as the `output_ids` output (DT_INT32 [batch, max_new_tokens]).
 tensorflow::serving::PredictResponse predict_response(std::vector<std::vector<int32_t>> output_ids,
                                                       const ServedModel& model);
 
 // metadata["signature_def"]: the Predict signature in a SignatureDefMap packed in an Any.
-// Throws ModelNotFound, or InputError for no or another metadata_field.
+// Throws InputError for no or another metadata_field.
 tensorflow::serving::GetModelMetadataResponse model_metadata(const tensorflow::serving::GetModelMetadataRequest& request,
                                                              const ServedModel& model);
 

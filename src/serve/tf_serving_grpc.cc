@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "serve/auth.h"
+#include "serve/model_registry.h"
+#include "serve/tf_serving_api.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
@@ -17,15 +20,28 @@ namespace tfs = tensorflow::serving;
 
 constexpr int max_message_bytes = 16 << 20;
 
-enum class State { loading, ready, draining };
-
-// What both services read; `engine` is set before `state` turns ready.
+// What both services read.
 struct Model {
-  ServedModel served;
+  const ModelRegistry& registry;
   std::string api_key;
-  std::atomic<State> state{State::loading};
-  infer::Engine* engine = nullptr;
+  std::atomic<bool> draining{false};
 };
+
+// The version a ModelSpec names: a version, a label, or neither (the newest available). Throws
+// ModelNotFound or ModelUnavailable.
+std::shared_ptr<ServedVersion> find_version(const tfs::ModelSpec& spec, const ModelRegistry& registry) {
+  std::optional<int64_t> version;
+  if (spec.has_version()) version = spec.version().value();
+  const std::string label = spec.version_choice_case() == tfs::ModelSpec::kVersionLabel ? spec.version_label() : "";
+  try {
+    return registry.find(spec.name(), version, label);
+  } catch (const ModelNotFound& error) {
+    const std::vector<std::string> names = registry.model_names();
+    const bool known = std::find(names.begin(), names.end(), spec.name()) != names.end();
+    const char* field = !known ? "name" : !label.empty() ? "version_label" : "version";
+    throw ModelNotFound(fmt::format("model_spec.{}: {}", field, error.what()));
+  }
+}
 
 // The status of the exception being handled: the project's errors by their meaning.
 grpc::Status current_error_status() {
@@ -33,6 +49,8 @@ grpc::Status current_error_status() {
     throw;
   } catch (const ModelNotFound& error) {
     return {grpc::StatusCode::NOT_FOUND, error.what()};
+  } catch (const ModelUnavailable& error) {
+    return {grpc::StatusCode::UNAVAILABLE, error.what()};
   } catch (const InputError& error) {
     return {grpc::StatusCode::INVALID_ARGUMENT, error.what()};
   } catch (const infer::QueueFull& error) {
@@ -79,20 +97,20 @@ class PredictionService final : public tfs::PredictionService::CallbackService {
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context, const tfs::PredictRequest* request,
                                     tfs::PredictResponse* response) override {
     return unary(context, model_, [&](grpc::ServerUnaryReactor* reactor) {
-      PredictInputs inputs = predict_inputs(*request, model_.served);
-      if (model_.state != State::ready) {
-        reactor->Finish({grpc::StatusCode::UNAVAILABLE, model_.state == State::loading
-                                                           ? "the model is still loading"
-                                                           : "the server is shutting down"});
+      PredictInputs inputs = predict_inputs(*request);
+      if (model_.draining) {
+        reactor->Finish({grpc::StatusCode::UNAVAILABLE, "the server is shutting down"});
         return true;
       }
-      // The request and response live until the call is finished.
-      start_predict(*model_.engine, std::move(inputs), [this, reactor, response](PredictOutcome outcome) {
+      std::shared_ptr<ServedVersion> version = find_version(request->model_spec(), model_.registry);
+      infer::Engine& engine = *version->engine;
+      // The request and response live until the call is finished; the version until its callback has run.
+      start_predict(engine, std::move(inputs), [version = std::move(version), reactor, response](PredictOutcome outcome) {
         if (!outcome.error.empty()) {  // a row was cancelled (a drain ran out of time) or failed
           reactor->Finish({grpc::StatusCode::UNAVAILABLE, outcome.error});
           return;
         }
-        *response = predict_response(std::move(outcome.output_ids), model_.served);
+        *response = predict_response(std::move(outcome.output_ids), {version->model, version->version});
         reactor->Finish(grpc::Status::OK);
       });
       return true;
@@ -103,7 +121,8 @@ class PredictionService final : public tfs::PredictionService::CallbackService {
                                              const tfs::GetModelMetadataRequest* request,
                                              tfs::GetModelMetadataResponse* response) override {
     return unary(context, model_, [&](grpc::ServerUnaryReactor*) {
-      *response = model_metadata(*request, model_.served);
+      const std::shared_ptr<ServedVersion> version = find_version(request->model_spec(), model_.registry);
+      *response = model_metadata(*request, {version->model, version->version});
       return false;
     });
   }
@@ -111,6 +130,19 @@ class PredictionService final : public tfs::PredictionService::CallbackService {
  private:
   const Model& model_;
 };
+
+// TF Serving's state and status of a version; a failed load is UNKNOWN with its message.
+void add_status(const VersionStatus& status, tfs::ModelVersionStatus& answer) {
+  answer.set_version(status.version);
+  switch (status.state) {
+    case VersionState::loading: answer.set_state(tfs::ModelVersionStatus::LOADING); break;
+    case VersionState::available: answer.set_state(tfs::ModelVersionStatus::AVAILABLE); break;
+    case VersionState::unloading: answer.set_state(tfs::ModelVersionStatus::UNLOADING); break;
+    case VersionState::end: answer.set_state(tfs::ModelVersionStatus::END); break;
+  }
+  answer.mutable_status()->set_error_code(status.error.empty() ? tensorflow::error::OK : tensorflow::error::UNKNOWN);
+  answer.mutable_status()->set_error_message(status.error);
+}
 
 class ModelService final : public tfs::ModelService::CallbackService {
  public:
@@ -120,14 +152,18 @@ class ModelService final : public tfs::ModelService::CallbackService {
                                            const tfs::GetModelStatusRequest* request,
                                            tfs::GetModelStatusResponse* response) override {
     return unary(context, model_, [&](grpc::ServerUnaryReactor*) {
-      check_model_spec(request->model_spec(), model_.served);
-      tfs::ModelVersionStatus* status = response->add_model_version_status();
-      status->set_version(model_.served.version);
-      const State state = model_.state;
-      status->set_state(state == State::loading ? tfs::ModelVersionStatus::LOADING
-                        : state == State::ready ? tfs::ModelVersionStatus::AVAILABLE
-                                                : tfs::ModelVersionStatus::UNLOADING);
-      status->mutable_status()->set_error_code(tensorflow::error::OK);
+      const tfs::ModelSpec& spec = request->model_spec();
+      std::vector<VersionStatus> statuses;
+      try {
+        statuses = model_.registry.status(spec.name());
+      } catch (const ModelNotFound& error) {
+        throw ModelNotFound(fmt::format("model_spec.name: {}", error.what()));
+      }
+      if (spec.has_version() || spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) {
+        const int64_t version = find_version(spec, model_.registry)->version;
+        std::erase_if(statuses, [&](const VersionStatus& status) { return status.version != version; });
+      }
+      for (const VersionStatus& status : statuses) add_status(status, *response->add_model_version_status());
       return false;
     });
   }
@@ -139,16 +175,15 @@ class ModelService final : public tfs::ModelService::CallbackService {
 }  // namespace
 
 struct TfServingGrpc::Impl {
+  explicit Impl(const ModelRegistry& registry, std::string api_key) : model{registry, std::move(api_key)} {}
   Model model;
   PredictionService prediction{model};
   ModelService model_service{model};
   std::unique_ptr<grpc::Server> server;
 };
 
-TfServingGrpc::TfServingGrpc(ServedModel model, std::string api_key) : impl_(std::make_unique<Impl>()) {
-  impl_->model.served = std::move(model);
-  impl_->model.api_key = std::move(api_key);
-}
+TfServingGrpc::TfServingGrpc(const ModelRegistry& registry, std::string api_key)
+    : impl_(std::make_unique<Impl>(registry, std::move(api_key))) {}
 
 TfServingGrpc::~TfServingGrpc() {
   if (impl_->server) stop(std::chrono::milliseconds(0));
@@ -169,12 +204,7 @@ int TfServingGrpc::listen(const std::string& host, int port) {
   return bound;
 }
 
-void TfServingGrpc::ready(infer::Engine& engine) {
-  impl_->model.engine = &engine;
-  impl_->model.state = State::ready;
-}
-
-void TfServingGrpc::draining() { impl_->model.state = State::draining; }
+void TfServingGrpc::draining() { impl_->model.draining = true; }
 
 void TfServingGrpc::stop(std::chrono::milliseconds grace) {
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);

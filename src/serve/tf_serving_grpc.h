@@ -1,10 +1,10 @@
 // TF Serving's gRPC services on the serving engine, so TF Serving's clients work unchanged:
 //   tensorflow.serving.PredictionService/Predict           the Predict signature (serve/predict.h)
 //   tensorflow.serving.PredictionService/GetModelMetadata  that signature, as "signature_def"
-//   tensorflow.serving.ModelService/GetModelStatus         version 1: LOADING, AVAILABLE, UNLOADING
+//   tensorflow.serving.ModelService/GetModelStatus         the versions' states (serve/model_registry.h)
 // gRPC's callback API: a Predict holds no thread while the engine works; the engine's thread
 // finishes the call. Status codes: bad input INVALID_ARGUMENT, another model or version
-// NOT_FOUND, a full queue RESOURCE_EXHAUSTED, loading or shutting down UNAVAILABLE, a missing or
+// NOT_FOUND, a full queue RESOURCE_EXHAUSTED, no version loaded yet or shutting down UNAVAILABLE, a missing or
 // wrong API key (metadata `authorization: Bearer <key>`) UNAUTHENTICATED. Messages over 16 MiB
 // are refused by gRPC (RESOURCE_EXHAUSTED).
 #pragma once
@@ -13,22 +13,20 @@
 #include <memory>
 #include <string>
 
-#include "infer/engine.h"
-#include "serve/tf_serving_api.h"
+#include "serve/model_registry.h"
 
 namespace paraflow::serve {
 
 class TfServingGrpc {
  public:
-  TfServingGrpc(ServedModel model, std::string api_key);  // empty key: no authentication
+  // The registry must outlive stop(). An empty key: no authentication.
+  TfServingGrpc(const ModelRegistry& registry, std::string api_key);
   ~TfServingGrpc();
 
   // Starts serving on host:port; returns the port (the one the system picked, for 0). Throws
   // IoError when the address cannot be bound.
   int listen(const std::string& host, int port);
-  // The model is loaded: Predict runs on `engine`, which must outlive stop().
-  void ready(infer::Engine& engine);
-  void draining();  // Predict answers UNAVAILABLE, the status UNLOADING
+  void draining();  // Predict answers UNAVAILABLE
   // Stops serving: calls still in flight after `grace` are cancelled.
   void stop(std::chrono::milliseconds grace);
 

@@ -178,30 +178,33 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, int status, const 
 
 }  // namespace
 
-void TfServingRest::handle(const HttpRequest& request, const std::string& path, infer::Engine* engine,
+void TfServingRest::handle(const HttpRequest& request, const std::string& path,
                            const std::shared_ptr<Exchange>& exchange) const {
   try {
     const Target target = parse_target(path);
-    if (target.name != model_.name) fail(404, "Servable not found for request: Latest({})", target.name);
-    const int64_t version = model_.version;
-    if (target.label) fail(404, "Unrecognized servable version label: {}", *target.label);
-    if (target.version && *target.version != model_.version) {
-      fail(404, "Servable not found for request: Specific({}, {})", target.name, *target.version);
-    }
     const char* method = target.kind == Target::Kind::predict ? "POST" : "GET";
     if (request.method != method) fail(405, "{} {} is not supported; use {}", request.method, path, method);
     if (target.kind == Target::Kind::status) {
-      json status = {{"version", std::to_string(version)},
-                     {"state", engine ? "AVAILABLE" : "LOADING"},
-                     {"status", {{"error_code", "OK"}, {"error_message", ""}}}};
-      exchange->respond(200, "application/json", json{{"model_version_status", {status}}}.dump());
+      std::vector<VersionStatus> statuses = registry_.status(target.name);
+      if (target.version || target.label) {
+        const int64_t version = registry_.find(target.name, target.version, target.label.value_or(""))->version;
+        std::erase_if(statuses, [&](const VersionStatus& status) { return status.version != version; });
+      }
+      json answer = json::array();
+      for (const VersionStatus& status : statuses) {
+        answer.push_back({{"version", std::to_string(status.version)},
+                          {"state", state_name(status.state)},
+                          {"status", {{"error_code", status.error.empty() ? "OK" : "UNKNOWN"},
+                                      {"error_message", status.error}}}});
+      }
+      exchange->respond(200, "application/json", json{{"model_version_status", answer}}.dump());
       return;
     }
+    std::shared_ptr<ServedVersion> version = registry_.find(target.name, target.version, target.label.value_or(""));
     if (target.kind == Target::Kind::metadata) {
-      exchange->respond(200, "application/json", metadata_json(model_).dump());
+      exchange->respond(200, "application/json", metadata_json({version->model, version->version}).dump());
       return;
     }
-    if (engine == nullptr) fail(503, "Servable {} version {} is loading", model_.name, version);
     json body;
     try {
       body = json::parse(request.body);
@@ -224,7 +227,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path, 
     }
     const bool rows = body.contains("instances");
     PredictInputs inputs = rows ? decode_rows(body["instances"]) : decode_columns(body["inputs"]);
-    start_predict(*engine, std::move(inputs), [exchange, rows](PredictOutcome outcome) {
+    infer::Engine& engine = *version->engine;
+    start_predict(engine, std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
       if (!outcome.error.empty()) {
         respond_error(exchange, 500, outcome.error);
         return;
@@ -233,6 +237,10 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path, 
     });
   } catch (const RestError& error) {
     respond_error(exchange, error.status(), error.what());
+  } catch (const ModelNotFound& error) {
+    respond_error(exchange, 404, error.what());
+  } catch (const ModelUnavailable& error) {
+    respond_error(exchange, 503, error.what());
   } catch (const InputError& error) {
     respond_error(exchange, 400, error.what());
   } catch (const infer::QueueFull& error) {

@@ -5,29 +5,29 @@
 //                                                              columnar ({"inputs": ...}) form,
 //                                                              answered in the same form
 // Errors are TF Serving's {"error": "..."}: 400 invalid argument, 404 not found, 429 resource
-// exhausted (the engine's queue is full), 503 unavailable (loading or draining). The model and
-// its signature are the gRPC API's (serve/tf_serving_api.h): one version, no version labels yet.
+// exhausted (the engine's queue is full), 503 unavailable (no version loaded yet, or draining).
+// Models, versions and labels are the registry's (serve/model_registry.h), the signature the
+// gRPC API's (serve/tf_serving_api.h).
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "infer/engine.h"
 #include "serve/http_server.h"
+#include "serve/model_registry.h"
 #include "serve/tf_serving_api.h"
 
 namespace paraflow::serve {
 
 class TfServingRest {
  public:
-  explicit TfServingRest(ServedModel model) : model_(std::move(model)) {}
+  explicit TfServingRest(const ModelRegistry& registry) : registry_(registry) {}
 
-  // `engine` is null while the model loads. Answers every request itself, errors included.
-  void handle(const HttpRequest& request, const std::string& path, infer::Engine* engine,
-              const std::shared_ptr<Exchange>& exchange) const;
+  // Answers every request itself, errors included.
+  void handle(const HttpRequest& request, const std::string& path, const std::shared_ptr<Exchange>& exchange) const;
 
  private:
-  ServedModel model_;
+  const ModelRegistry& registry_;
 };
 
 }  // namespace paraflow::serve

@@ -40,6 +40,8 @@ def main():
         assert families[name].type == kind, (name, families[name].type)
     assert value("paraflow_requests_running") == 0 and value("paraflow_requests_waiting") == 0
     assert value("paraflow_kv_blocks_total") > 0
+    # the engine's series carry the model and version they count
+    assert value("paraflow_kv_blocks_total", model="tiny-gpt", version="1") == value("paraflow_kv_blocks_total")
     assert value("paraflow_kv_blocks_free") == value("paraflow_kv_blocks_total")
     assert value("paraflow_generation_tokens", "_total") > 0
     assert value("paraflow_http_requests", "_total", endpoint="/v1/completions", code="200") >= 1

@@ -124,10 +124,11 @@ std::vector<json> events(const std::string& stream) {
   return chunks;
 }
 
+// A series' value, its labels (an engine's model and version) whatever they are; -1 when absent.
 double metric(const std::string& metrics, const std::string& name) {
   std::smatch match;
-  if (!std::regex_search(metrics, match, std::regex("\n" + name + " ([0-9.e+-]+)\n"))) return -1;
-  return std::stod(match[1]);
+  if (!std::regex_search(metrics, match, std::regex("\n" + name + "(\\{[^}]*\\})? ([0-9.e+-]+)\n"))) return -1;
+  return std::stod(match[2]);
 }
 
 // A process's resident memory (VmRSS in /proc/<pid>/status), in KiB.

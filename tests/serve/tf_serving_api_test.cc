@@ -1,5 +1,6 @@
-// TF Serving's messages on our model: the model spec, a PredictRequest checked against the
-// signature (every refusal names the field or input), the response and the metadata.
+// TF Serving's messages on our model: a PredictRequest checked against the signature (every
+// refusal names the field or input), the response and the metadata. Which version a ModelSpec
+// names: tests/serve/model_registry_test.cc.
 #include "serve/tf_serving_api.h"
 
 #include <google/protobuf/text_format.h>
@@ -46,11 +47,11 @@ void expect_refused(Call call, const std::vector<std::string>& says) {
 }
 
 void predict_refused(const tfs::PredictRequest& bad, const std::vector<std::string>& says) {
-  expect_refused<InputError>([&] { predict_inputs(bad, model); }, says);
+  expect_refused<InputError>([&] { predict_inputs(bad); }, says);
 }
 
 TEST(TfServingPredict, ReadsEveryInput) {
-  const PredictInputs defaults = predict_inputs(request(), model);
+  const PredictInputs defaults = predict_inputs(request());
   EXPECT_EQ(defaults.input_ids, (std::vector<std::vector<int32_t>>{{1, 2, 3}, {4, 5, 6}}));
   EXPECT_EQ(defaults.max_new_tokens, 16);
   EXPECT_EQ(defaults.temperature, 0);
@@ -60,19 +61,10 @@ TEST(TfServingPredict, ReadsEveryInput) {
     inputs { key: "max_new_tokens" value { dtype: DT_INT64 int64_val: 5 } }
     inputs { key: "temperature" value { dtype: DT_FLOAT float_val: 0.5 } }
     inputs { key: "seed" value { dtype: DT_INT32 int_val: 42 } }
-    output_filter: "output_ids")pb"), model);
+    output_filter: "output_ids")pb"));
   EXPECT_EQ(inputs.max_new_tokens, 5);
   EXPECT_DOUBLE_EQ(inputs.temperature, 0.5);
   EXPECT_EQ(inputs.seed, 42u);
-}
-
-TEST(TfServingPredict, OtherModelsVersionsAndLabelsAreNotFound) {
-  expect_refused<ModelNotFound>([] { predict_inputs(request("model_spec { name: 'gpt-5' }"), model); },
-                                {"model_spec.name", "\"gpt-5\""});
-  expect_refused<ModelNotFound>([] { predict_inputs(request("model_spec { version { value: 2 } }"), model); },
-                                {"model_spec.version", "no version 2"});
-  expect_refused<ModelNotFound>([] { predict_inputs(request("model_spec { version_label: 'canary' }"), model); },
-                                {"model_spec.version_label", "\"canary\""});
 }
 
 TEST(TfServingPredict, RefusalsNameTheField) {
@@ -136,9 +128,6 @@ TEST(TfServingMetadata, TheSignatureInAnAny) {
   expect_refused<InputError>(
       [] { model_metadata(parse<tfs::GetModelMetadataRequest>("model_spec { name: 'tiny-gpt' } metadata_field: 'graph'"), model); },
       {"metadata_field", "\"graph\""});
-  expect_refused<ModelNotFound>(
-      [] { model_metadata(parse<tfs::GetModelMetadataRequest>("model_spec { name: 'x' } metadata_field: 'signature_def'"), model); },
-      {"model_spec.name"});
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/generator.h"
+#include "model/model_files.h"
 #include "model_configs.h"
 #include "serve/tf_serving_rest.h"
+#include "reference_runner.h"
 
 namespace paraflow {
 namespace {
@@ -33,17 +35,17 @@ class TfServingRestTest : public ::testing::Test {
   void SetUp() override {
     Rng rng(3);
     model::initialize_gpt(parameters, config, rng);
+    model::save_model_dir(dir.path() / "gpt", config, parameters);
   }
 
-  std::pair<int, json> call(const std::string& method, const std::string& path, const std::string& body = "",
-                            bool loaded = true) {
+  std::pair<int, json> call(const std::string& method, const std::string& path, const std::string& body = "") {
     auto exchange = std::make_shared<RecordingExchange>();
     auto answer = exchange->answered.get_future();
     serve::HttpRequest request;
     request.method = method;
     request.target = path;
     request.body = body;
-    rest.handle(request, path, loaded ? &engine : nullptr, exchange);
+    rest.handle(request, path, exchange);
     auto [status, text] = answer.get();
     return {status, json::parse(text)};
   }
@@ -56,17 +58,27 @@ class TfServingRestTest : public ::testing::Test {
 
   model::GptConfig config = testing::gpt_config(61, 40, 32, 2, 2);
   model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
-  infer::Engine engine{config, parameters, cpu_backend(), infer::EngineOptions{.kv_cache_gb = 0.01}};
-  serve::TfServingRest rest{serve::ServedModel{.name = "gpt", .version = 1}};
+  testing::TempDir dir;
+  serve::ModelRegistry registry{
+      {{.name = "gpt", .base_path = dir.path() / "gpt", .single_version = true}},
+      [](const serve::ModelSource& source, int64_t, const std::filesystem::path&) {
+        return serve::load_export_dir(source.base_path, cpu_backend(), {.kv_cache_gb = 0.01});
+      },
+      [](const std::string&) {},
+      std::chrono::seconds(1)};
+  serve::TfServingRest rest{registry};
 };
 
 TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
   auto [status, body] = call("GET", "/v1/models/gpt");
+  EXPECT_EQ(status, 404);  // nothing loaded yet
+  EXPECT_NE(body["error"].get<std::string>().find("could not find any versions of model \"gpt\""), std::string::npos);
+  registry.poll();
+  std::tie(status, body) = call("GET", "/v1/models/gpt");
   EXPECT_EQ(status, 200);
   EXPECT_EQ(body, json::parse(R"({"model_version_status": [{"version": "1", "state": "AVAILABLE",
                                   "status": {"error_code": "OK", "error_message": ""}}]})"));
   EXPECT_EQ(call("GET", "/v1/models/gpt/versions/1").first, 200);
-  EXPECT_EQ(call("GET", "/v1/models/gpt", "", false).second["model_version_status"][0]["state"], "LOADING");
   std::tie(status, body) = call("GET", "/v1/models/gpt/versions/1/metadata");
   EXPECT_EQ(status, 200);
   EXPECT_EQ(body["model_spec"]["version"], "1");
@@ -79,6 +91,7 @@ TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
 }
 
 TEST_F(TfServingRestTest, PredictRowsAndColumnsEqualTheGeneratorsGreedyTokens) {
+  registry.poll();
   const std::vector<int32_t> first{3, 1, 4, 1, 5}, second{9, 2, 6, 5, 3};
   auto [status, body] = call("POST", "/v1/models/gpt:predict", R"({"instances": [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]]})");
   ASSERT_EQ(status, 200) << body;
@@ -97,15 +110,17 @@ TEST_F(TfServingRestTest, PredictRowsAndColumnsEqualTheGeneratorsGreedyTokens) {
 
 TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
   auto expect_error = [&](const std::string& method, const std::string& path, const std::string& body, int status,
-                          const std::string& part, bool loaded = true) {
-    auto [code, answer] = call(method, path, body, loaded);
+                          const std::string& part) {
+    auto [code, answer] = call(method, path, body);
     EXPECT_EQ(code, status) << path << " " << body << ": " << answer;
     ASSERT_TRUE(answer.contains("error")) << answer;
     EXPECT_NE(answer["error"].get<std::string>().find(part), std::string::npos) << answer;
   };
   const std::string predict = "/v1/models/gpt:predict";
-  expect_error("POST", "/v1/models/other:predict", R"({"instances": [[1]]})", 404, "Servable not found");
-  expect_error("GET", "/v1/models/gpt/versions/2", "", 404, "Specific(gpt, 2)");
+  expect_error("POST", predict, R"({"instances": [[1]]})", 503, "no version available yet");
+  registry.poll();
+  expect_error("POST", "/v1/models/other:predict", R"({"instances": [[1]]})", 404, "no model \"other\"");
+  expect_error("GET", "/v1/models/gpt/versions/2", "", 404, "no version 2");
   expect_error("GET", "/v1/models/gpt/versions/x", "", 400, "version 'x'");
   expect_error("GET", "/v1/models/gpt/labels/canary", "", 404, "canary");
   expect_error("GET", predict, "", 405, "use POST");
@@ -122,8 +137,8 @@ TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
   expect_error("POST", predict, R"({"instances": [{"input_ids": [1], "seed": 1}, {"input_ids": [2], "seed": 2}]})", 400,
                "scalar inputs differ");
   expect_error("POST", predict, R"({"signature_name": "other", "instances": [[1]]})", 400, "'other' not found");
-  expect_error("POST", predict, R"({"instances": [[1]]})", 503, "loading", false);
-  EXPECT_EQ(engine.stats().running + engine.stats().waiting, 0);
+  const infer::EngineStats stats = registry.find("gpt")->engine->stats();
+  EXPECT_EQ(stats.running + stats.waiting, 0);
 }
 
 }  // namespace
