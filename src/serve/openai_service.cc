@@ -8,6 +8,7 @@
 
 #include "serve/api_error.h"
 #include "serve/completion_job.h"
+#include "serve/web_page.h"
 
 namespace paraflow::serve {
 
@@ -52,6 +53,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchan
 void OpenAiService::answer(Endpoint endpoint, const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
   const State state = state_.load();
   switch (endpoint) {
+    case Endpoint::web_page:
+      return exchange->respond(200, "text/html; charset=utf-8", std::string(web_page_html()));
     case Endpoint::health: {
       const char* status = state == State::ready ? "ok" : state == State::loading ? "loading" : "draining";
       return exchange->respond(state == State::ready ? 200 : 503, "application/json", json{{"status", status}}.dump());

@@ -1,11 +1,12 @@
 // The API: routes each HTTP request to its endpoint and answers it.
+//   GET  / (or /index.html)    the web page (serve/web_page.h), which calls the endpoints below
 //   GET  /health               200 when the model is ready, 503 while it loads or the server drains
 //   GET  /metrics              Prometheus text: the engine's metrics and the server's own
 //   GET  /v1/models            the one model served
 //   POST /v1/completions       OpenAI's completions (legacy), streaming or not
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
-// With an API key, every endpoint but /health asks for `Authorization: Bearer <key>` (401).
+// With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
 // Errors are OpenAI's error object.
 #pragma once
 
