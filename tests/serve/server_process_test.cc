@@ -2,8 +2,8 @@
 // curl, the official openai Python client, prometheus_client's text parser, the web page in
 // headless Chromium through selenium (tests/serve/*.py, in .venv-serve from
 // scripts/setup_python_serve.sh: these tests FAIL without it), and raw sockets for the clients
-// that misbehave. The model is a tiny GPT trained here on a repeated sentence, so
-// that its greedy continuation is readable text.
+// that misbehave. The model is a tiny GPT trained here on a repeated sentence, so that its greedy
+// continuation is readable text.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>

@@ -107,8 +107,10 @@ def main():
         models = Select(page.element("model"))
         page.wait("the model list", lambda: [option.text for option in models.options] == [args.model])
         assert page.text("error") == "", page.text("error")
-        version_rows = lambda: [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-                                for row in driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")]
+        def version_rows():
+            return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                    for row in driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")]
+
         page.wait("version 1 AVAILABLE", lambda: version_rows() == [["1", "AVAILABLE"]])
         versions = Select(page.element("version"))
         assert [option.text for option in versions.options] == ["latest", "1"], versions.options
@@ -129,7 +131,9 @@ def main():
         first_token_ms = float(page.text("time-to-first-token"))
         assert tokens_per_second > 0 and first_token_ms >= 0, (tokens_per_second, first_token_ms)
 
-        metric = lambda name: driver.find_element(By.CSS_SELECTOR, f'#metrics dd[data-metric="{name}"]').text
+        def metric(name):
+            return driver.find_element(By.CSS_SELECTOR, f'#metrics dd[data-metric="{name}"]').text
+
         names = [element.get_attribute("data-metric") for element in driver.find_elements(By.CSS_SELECTOR, "#metrics dd")]
         assert "paraflow_generation_tokens_total" in names and "paraflow_kv_blocks_free" in names, names
         # The poll after the generation counts its tokens (the plain request's and this one's at least).
