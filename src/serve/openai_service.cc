@@ -11,6 +11,7 @@
 
 #include "serve/api_error.h"
 #include "serve/completion_job.h"
+#include "serve/web_page.h"
 
 namespace paraflow::serve {
 
@@ -48,6 +49,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchan
 
 void OpenAiService::answer(Endpoint endpoint, const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
   switch (endpoint) {
+    case Endpoint::web_page:
+      return exchange->respond(200, "text/html; charset=utf-8", std::string(web_page_html()));
     case Endpoint::health: {
       const bool ready = !draining_.load() && registry_.ready();
       const char* status = ready ? "ok" : draining_.load() ? "draining" : "loading";

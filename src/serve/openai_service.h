@@ -1,4 +1,5 @@
 // The API: routes each HTTP request to its endpoint and answers it.
+//   GET  / (or /index.html)    the web page (serve/web_page.h), which calls the endpoints below
 //   GET  /health               200 when every model has a version available, 503 until then or
 //                              while the server drains
 //   GET  /metrics              Prometheus text: the engines' metrics (labelled model and version)
@@ -7,7 +8,7 @@
 //   POST /v1/completions       OpenAI's completions (legacy), streaming or not
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
-// With an API key, every endpoint but /health asks for `Authorization: Bearer <key>` (401).
+// With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
 // Errors are OpenAI's error object. A request's `model` is a model's name (its newest available
 // version), or "<name>:<version>" or "<name>:<label>" for a version (serve/model_registry.h); it
 // may be left out when one model is served.

@@ -16,10 +16,14 @@ struct Route {
   const char* path;
   const char* method;
   Endpoint endpoint;
+  bool open = false;  // answered without the API key
 };
 
 constexpr Route routes[] = {
-    {"/health", "GET", Endpoint::health},
+    // The page asks its user for the key and sends it with its own API calls.
+    {"/", "GET", Endpoint::web_page, true},
+    {"/index.html", "GET", Endpoint::web_page, true},
+    {"/health", "GET", Endpoint::health, true},
     {"/metrics", "GET", Endpoint::metrics},
     {"/v1/models", "GET", Endpoint::models},
     {"/v1/completions", "POST", Endpoint::completions},
@@ -36,18 +40,18 @@ const Route* find_route(const std::string& path) {
 
 Endpoint route(const HttpRequest& request, const std::string& api_key) {
   const std::string path = target_path(request.target);
-  if (path != "/health" && !api_key.empty() && !bearer_token_matches(request.authorization, api_key)) {
+  const Route* found = find_route(path);
+  if (!(found && found->open) && !api_key.empty() && !bearer_token_matches(request.authorization, api_key)) {
     throw ApiError(401, "invalid_request_error",
                    request.authorization.empty() ? "no API key: send the header Authorization: Bearer <key>"
                                                  : "incorrect API key",
                    "", "invalid_api_key");
   }
   if (path.starts_with(tf_serving_prefix)) return Endpoint::tf_serving;
-  const Route* found = find_route(path);
   if (!found) {
     throw ApiError(404, "invalid_request_error",
                    fmt::format("no endpoint {} {} (there are /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/health and /metrics)",
+                               "/health, /metrics and the web page at /)",
                                request.method, path),
                    "", "unknown_url");
   }

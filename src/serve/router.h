@@ -9,13 +9,13 @@
 
 namespace paraflow::serve {
 
-enum class Endpoint { health, metrics, models, completions, chat_completions, tf_serving };
+enum class Endpoint { web_page, health, metrics, models, completions, chat_completions, tf_serving };
 
 // The paths of TF Serving's REST API (serve/tf_serving_rest.h), which checks their methods itself.
 constexpr std::string_view tf_serving_prefix = "/v1/models/";
 
-// Throws ApiError: 401 without the API key (when there is one, every endpoint but /health asks for
-// it), 404 for no such endpoint, 405 for the wrong method.
+// Throws ApiError: 401 without the API key (when there is one, every endpoint but /health and the
+// web page asks for it), 404 for no such endpoint, 405 for the wrong method.
 Endpoint route(const HttpRequest& request, const std::string& api_key);
 
 // A target's path: what comes before its query.

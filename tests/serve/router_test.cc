@@ -21,7 +21,10 @@ int refusal(const HttpRequest& request) {
 }
 
 TEST(Router, EndpointsByPathAndMethod) {
-  EXPECT_EQ(route(request("GET", "/health", ""), "key"), Endpoint::health);  // the one endpoint without the key
+  // The endpoints without the key: /health, and the page (which asks for the key itself).
+  EXPECT_EQ(route(request("GET", "/health", ""), "key"), Endpoint::health);
+  EXPECT_EQ(route(request("GET", "/", ""), "key"), Endpoint::web_page);
+  EXPECT_EQ(route(request("GET", "/index.html?x=1", "Bearer wrong"), "key"), Endpoint::web_page);
   EXPECT_EQ(route(request("GET", "/v1/models?limit=1"), "key"), Endpoint::models);
   EXPECT_EQ(route(request("POST", "/v1/chat/completions"), "key"), Endpoint::chat_completions);
   // TF Serving's paths, whatever the method: it answers wrong ones in its own error form.
@@ -35,6 +38,7 @@ TEST(Router, RefusalsCheckTheKeyFirst) {
   EXPECT_EQ(refusal(request("GET", "/v1/models/tiny", "Bearer wrong")), 401);
   EXPECT_EQ(refusal(request("GET", "/nothing")), 404);
   EXPECT_EQ(refusal(request("GET", "/v1/completions")), 405);
+  EXPECT_EQ(refusal(request("HEAD", "/", "")), 405);
 }
 
 TEST(Router, MetricsLabels) {

@@ -1,8 +1,9 @@
 // `paraflow serve` as a real process on 127.0.0.1 (a port the system picks), with real clients:
-// curl, the official openai Python client, prometheus_client's text parser (tests/serve/*.py, in
-// .venv-serve from scripts/setup_python_serve.sh: these tests FAIL without it), and raw sockets
-// for the clients that misbehave. The model is a tiny GPT trained here on a repeated sentence, so
-// that its greedy continuation is readable text.
+// curl, the official openai Python client, prometheus_client's text parser, the web page in
+// headless Chromium through selenium (tests/serve/*.py, in .venv-serve from
+// scripts/setup_python_serve.sh: these tests FAIL without it), and raw sockets for the clients
+// that misbehave. The model is a tiny GPT trained here on a repeated sentence, so that its greedy
+// continuation is readable text.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -296,6 +297,21 @@ TEST_F(ServeTest, PrometheusParserReadsTheMetrics) {
   std::printf("%s\n", run(fmt::format("{} {} --url {}/metrics --api-key {}", python(),
                                       (source_dir() / "tests/serve/metrics_check.py").string(), server_->url(), api_key))
                           .c_str());
+}
+
+// The web page at / in headless Chromium (tests/serve/web_page_check.py: selenium in .venv-serve,
+// Debian's chromium and chromium-driver; FAILS without them), with a screenshot in the build dir.
+TEST_F(ServeTest, WebPageInABrowser) {
+  const fs::path screenshot = fs::path(PARAFLOW_ARTIFACTS_DIR) / "web_page.png";
+  fs::create_directories(screenshot.parent_path());
+  fs::remove(screenshot);
+  std::printf("%s", run(fmt::format("{} {} --url {} --api-key {} --model tiny-gpt --screenshot {}", python(),
+                                    (source_dir() / "tests/serve/web_page_check.py").string(), server_->url(), api_key,
+                                    screenshot.string()))
+                        .c_str());
+  ASSERT_TRUE(fs::exists(screenshot));
+  EXPECT_GT(fs::file_size(screenshot), 0u);
+  expect_engine_idle();
 }
 
 TEST_F(ServeTest, BadRequestsGetClearErrors) {

@@ -1,0 +1,159 @@
+"""The web page of `paraflow serve` (GET /, src/serve/web/index.html) in a real browser: Debian's
+headless Chromium driven by selenium through Debian's chromedriver. It enters the API key (a
+missing and a wrong one first: their errors show), finds the model and its version 1 AVAILABLE,
+generates with temperature 0 and checks the streamed text against a plain non-streaming
+/v1/completions request (urllib, not the page), then the tokens/s, the metrics panel and an
+error from a bad max tokens; saves a screenshot. Exits non-zero on any mismatch, and when
+Chromium or chromedriver is missing.
+
+Usage: web_page_check.py --url http://127.0.0.1:PORT --api-key KEY --model NAME --screenshot PATH
+"""
+import argparse
+import json
+import os
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+# Debian's packages (apt-get install chromium chromium-driver: scripts/setup_python_serve.sh).
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+PROMPT = "the quick brown"
+MAX_TOKENS = 40
+
+
+def request(url, api_key, body=None):
+    """The server's answer (status, content type, body) to a GET, or a POST of `body` as JSON."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"} if data else {}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=60) as answer:
+        return answer.status, answer.headers["Content-Type"], answer.read().decode()
+
+
+def browser():
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"no {path}: the web page test needs Debian's chromium and chromium-driver "
+                             "(apt-get install chromium chromium-driver; scripts/setup_python_serve.sh does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for failures
+    return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+
+
+class Page:
+    def __init__(self, driver):
+        self.driver = driver
+
+    def element(self, id):
+        return self.driver.find_element(By.ID, id)
+
+    def text(self, id):
+        return self.element(id).get_property("textContent")
+
+    def wait(self, what, condition, timeout=30):
+        """Waits until condition() is true; fails naming `what`, with the page's state and console."""
+        try:
+            WebDriverWait(self.driver, timeout).until(lambda _: condition())
+        except TimeoutException:
+            console = "\n".join(entry["message"] for entry in self.driver.get_log("browser"))
+            raise AssertionError(f"the page did not show {what} within {timeout} s: status "
+                                 f"{self.text('status')!r}, error {self.text('error')!r}, output "
+                                 f"{self.text('output')!r}\nconsole:\n{console}") from None
+
+    def type(self, id, text):
+        """Replaces a field's value as a user does (select all, type), then leaves it (its change event)."""
+        self.element(id).send_keys(Keys.CONTROL, "a")
+        self.element(id).send_keys(text, Keys.TAB)
+
+    def generate(self):
+        self.element("generate").click()
+        self.wait("the generation's end", lambda: self.text("status") in ("done", "failed"), timeout=60)
+        return self.text("status")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--api-key", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--screenshot", required=True)
+    args = parser.parse_args()
+
+    status, content_type, html = request(f"{args.url}/", None)  # the page itself needs no key
+    assert status == 200 and content_type == "text/html; charset=utf-8", (status, content_type)
+    assert 'id="prompt"' in html, html[:200]
+    completion = {"model": args.model, "prompt": PROMPT, "temperature": 0, "max_tokens": MAX_TOKENS}
+    expected = json.loads(request(f"{args.url}/v1/completions", args.api_key, completion)[2])["choices"][0]["text"]
+
+    driver = browser()
+    try:
+        page = Page(driver)
+        driver.get(f"{args.url}/")
+        assert driver.title == "paraflow serve", driver.title
+        page.wait("the missing key's error", lambda: "no API key" in page.text("error"))
+        page.type("api-key", "wrong-key")
+        page.wait("the wrong key's error", lambda: "incorrect API key" in page.text("error"))
+        page.type("api-key", args.api_key)
+        models = Select(page.element("model"))
+        page.wait("the model list", lambda: [option.text for option in models.options] == [args.model])
+        assert page.text("error") == "", page.text("error")
+        def version_rows():
+            return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                    for row in driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")]
+
+        page.wait("version 1 AVAILABLE", lambda: version_rows() == [["1", "AVAILABLE"]])
+        versions = Select(page.element("version"))
+        assert [option.text for option in versions.options] == ["latest", "1"], versions.options
+        assert versions.first_selected_option.text == "latest"
+
+        page.type("prompt", PROMPT)
+        page.type("temperature", "0")
+        page.type("max-tokens", "1000")  # beyond the context: the server's error shows
+        assert page.generate() == "failed"
+        assert "max_tokens" in page.text("error"), page.text("error")
+
+        page.type("max-tokens", str(MAX_TOKENS))
+        assert page.generate() == "done", page.text("error")
+        streamed = page.text("output")
+        assert streamed == expected, (streamed, expected)
+        assert page.text("error") == "", page.text("error")
+        tokens_per_second = float(page.text("tokens-per-second"))
+        first_token_ms = float(page.text("time-to-first-token"))
+        assert tokens_per_second > 0 and first_token_ms >= 0, (tokens_per_second, first_token_ms)
+
+        def metric(name):
+            return driver.find_element(By.CSS_SELECTOR, f'#metrics dd[data-metric="{name}"]').text
+
+        names = [element.get_attribute("data-metric") for element in driver.find_elements(By.CSS_SELECTOR, "#metrics dd")]
+        assert "paraflow_generation_tokens_total" in names and "paraflow_kv_blocks_free" in names, names
+        # The poll after the generation counts its tokens (the plain request's and this one's at least).
+        page.wait("the generated tokens in the metrics",
+                  lambda: metric("paraflow_generation_tokens_total").isdigit()
+                  and int(metric("paraflow_generation_tokens_total")) >= 2 * MAX_TOKENS)
+        values = {name: metric(name) for name in names}
+        assert all(value.isdigit() for value in values.values()), values
+
+        assert driver.save_screenshot(args.screenshot), args.screenshot
+        with open(args.screenshot, "rb") as png:
+            assert png.read(8) == b"\x89PNG\r\n\x1a\n", args.screenshot
+        assert os.path.getsize(args.screenshot) > 0
+        print(f"  {driver.capabilities['browserName']} {driver.capabilities['browserVersion']}: streamed "
+              f"{streamed!r} at {tokens_per_second} tokens/s (first token after {first_token_ms:.0f} ms), "
+              f"as /v1/completions; versions {version_rows()}; metrics {values}; errors shown: ok")
+        print(f"  screenshot: {args.screenshot}")
+    finally:
+        driver.quit()
+
+
+if __name__ == "__main__":
+    main()
