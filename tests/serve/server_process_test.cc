@@ -57,10 +57,12 @@ void export_tiny_model(const fs::path& dir) {
 // A running server; its address is read from the line it prints once ready.
 class Server {
  public:
-  Server(const fs::path& dir, const std::string& flags) : output_(dir / fmt::format("serve-{}.log", ++count_)) {
+  // `models`: the flags that say what to serve; by default `--model <dir>/tiny-gpt`.
+  Server(const fs::path& dir, const std::string& flags, const std::string& models = "")
+      : output_(dir / fmt::format("serve-{}.log", ++count_)) {
     process_ = std::make_unique<testing::Process>(
-        fmt::format("{} serve --model {} --port 0 --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
-                    (dir / "tiny-gpt").string(), flags),
+        fmt::format("{} serve {} --port 0 --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
+                    models.empty() ? "--model " + (dir / "tiny-gpt").string() : models, flags),
         output_);
     const std::regex ready("ready on http://127\\.0\\.0\\.1:([0-9]+)");
     for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
@@ -571,6 +573,148 @@ TEST(ServeShutdown, SigtermLetsTheStreamInFlightFinish) {
   const testing::Ended ended = server.process().wait(30s);
   EXPECT_EQ(ended.exit_code, 0) << ended.output;
   EXPECT_NE(ended.output.find("stopped"), std::string::npos) << ended.output;
+}
+
+// TF Serving's layout: version dirs under a base path, copied in as an exporter would (whole,
+// by a rename), or cut short.
+void add_version(const fs::path& model_dir, const fs::path& base, int64_t version, bool truncated = false) {
+  const fs::path staging = base.parent_path() / fmt::format("staging-{}", version);
+  fs::copy(model_dir, staging, fs::copy_options::recursive);
+  const fs::path weights = staging / "model.safetensors";
+  if (truncated) fs::resize_file(weights, fs::file_size(weights) / 2);
+  fs::create_directories(base);
+  fs::rename(staging, base / std::to_string(version));
+}
+
+// GET /v1/models/{name}: version -> state, with the error when there is one.
+std::map<std::string, std::string> version_states(int port, const std::string& model) {
+  const testing::HttpReply reply = testing::http_request(port, "GET", "/v1/models/" + model);
+  std::map<std::string, std::string> states;
+  if (reply.status != 200) return states;
+  const json answer = json::parse(reply.body);
+  for (const json& status : answer["model_version_status"]) {
+    const std::string error = status["status"]["error_message"];
+    states[status["version"]] = status["state"].get<std::string>() + (error.empty() ? "" : " " + error);
+  }
+  return states;
+}
+
+template <typename Condition>
+bool eventually(Condition condition, std::chrono::seconds limit = 60s) {
+  for (auto until = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < until;) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Versions appear, one cut short, then fixed, while three clients keep asking: every request is
+// answered, new requests go to each new version, the broken one is reported and never served.
+TEST(ServeVersions, NewVersionsSwapInUnderLoadAndABrokenOneIsReported) {
+  testing::TempDir dir;
+  export_tiny_model(dir.path());
+  const fs::path base = dir.path() / "base";
+  add_version(dir.path() / "tiny-gpt", base, 1);
+  Server server(dir.path(), "--file_system_poll_wait_seconds 0.2",
+                fmt::format("--model_base_path {} --model_name gpt", base.string()));
+  const int port = server.port();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> served{0};
+  std::mutex mutex;
+  std::vector<std::string> problems;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.emplace_back([&] {
+      const std::string body = json{{"model", "gpt"}, {"prompt", "the quick"}, {"max_tokens", 8}}.dump();
+      while (!stop) {
+        const testing::HttpReply reply = testing::http_request(port, "POST", "/v1/completions", body);
+        if (reply.status == 200 && json::parse(reply.body)["choices"][0]["text"].get<std::string>().size() > 0) {
+          ++served;
+        } else {
+          std::lock_guard lock(mutex);
+          problems.push_back(fmt::format("{}: {}", reply.status, reply.body));
+        }
+      }
+    });
+  }
+  using States = std::map<std::string, std::string>;
+  add_version(dir.path() / "tiny-gpt", base, 2);
+  EXPECT_TRUE(eventually([&] { return version_states(port, "gpt") == States{{"1", "END"}, {"2", "AVAILABLE"}}; }))
+      << server.log();
+  const int served_before_the_broken_one = served;
+
+  add_version(dir.path() / "tiny-gpt", base, 3, /*truncated=*/true);
+  EXPECT_TRUE(eventually([&] { return version_states(port, "gpt")["3"].rfind("END ", 0) == 0; })) << server.log();
+  const States states = version_states(port, "gpt");
+  EXPECT_EQ(states.at("2"), "AVAILABLE");
+  EXPECT_NE(states.at("3").find("model.safetensors"), std::string::npos) << states.at("3");
+  std::printf("  version 3 cut short: %s\n", states.at("3").c_str());
+  EXPECT_EQ(testing::http_request(port, "POST", "/v1/completions", json{{"model", "gpt:3"}, {"prompt", "the"}}.dump()).status, 404);
+
+  // The copy completed (the file replaced whole): tried again, and swapped in.
+  fs::copy_file(dir.path() / "tiny-gpt" / "model.safetensors", base / "partial.safetensors");
+  fs::rename(base / "partial.safetensors", base / "3" / "model.safetensors");
+  EXPECT_TRUE(eventually([&] { return version_states(port, "gpt") == States{{"1", "END"}, {"2", "END"}, {"3", "AVAILABLE"}}; }))
+      << server.log();
+  const testing::HttpReply metadata = testing::http_request(port, "GET", "/v1/models/gpt/metadata");
+  EXPECT_EQ(json::parse(metadata.body)["model_spec"]["version"], "3");
+  EXPECT_EQ(testing::http_request(port, "POST", "/v1/completions", json{{"model", "gpt:3"}, {"prompt", "the"}}.dump()).status, 200);
+
+  stop = true;
+  for (std::thread& client : clients) client.join();
+  std::printf("  %d completions served across 3 versions (%d before version 3 appeared), %zu failed\n", served.load(),
+              served_before_the_broken_one, problems.size());
+  EXPECT_GT(served_before_the_broken_one, 0);
+  EXPECT_GT(served.load(), served_before_the_broken_one);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+}
+
+// Several models from TF Serving's model config file, with version policies and labels.
+TEST(ServeVersions, AModelConfigFileServesSeveralModelsWithLabels) {
+  testing::TempDir dir;
+  export_tiny_model(dir.path());
+  for (int64_t version : {1, 2, 3}) add_version(dir.path() / "tiny-gpt", dir.path() / "a", version);
+  add_version(dir.path() / "tiny-gpt", dir.path() / "b", 7);
+  const fs::path config = dir.path() / "models.config";
+  std::ofstream(config) << fmt::format(R"(model_config_list {{
+  config {{
+    name: "a" base_path: "{}" model_platform: "tensorflow"
+    model_version_policy {{ specific {{ versions: 1 versions: 2 }} }}
+    version_labels {{ key: "stable" value: 1 }}
+    version_labels {{ key: "canary" value: 2 }}
+  }}
+  config {{ name: "b" base_path: "{}" }}
+}})", (dir.path() / "a").string(), (dir.path() / "b").string());
+  Server server(dir.path(), "", "--model_config_file " + config.string());
+  const int port = server.port();
+
+  const json models = json::parse(testing::http_request(port, "GET", "/v1/models").body);
+  EXPECT_EQ(models["data"][0]["id"], "a");
+  EXPECT_EQ(models["data"][1]["id"], "b");
+  EXPECT_EQ(version_states(port, "a"), (std::map<std::string, std::string>{{"1", "AVAILABLE"}, {"2", "AVAILABLE"}}));
+  EXPECT_EQ(version_states(port, "b"), (std::map<std::string, std::string>{{"7", "AVAILABLE"}}));
+  const testing::HttpReply canary = testing::http_request(port, "GET", "/v1/models/a/labels/canary");
+  EXPECT_EQ(json::parse(canary.body)["model_version_status"][0]["version"], "2");
+  for (const std::string model : {"a", "a:stable", "a:canary", "a:1", "b", "b:7"}) {
+    const testing::HttpReply reply = testing::http_request(
+        port, "POST", "/v1/completions", json{{"model", model}, {"prompt", "the"}, {"max_tokens", 4}}.dump());
+    EXPECT_EQ(reply.status, 200) << model << ": " << reply.body;
+    if (reply.status == 200) EXPECT_EQ(json::parse(reply.body)["model"], model);
+  }
+  for (const auto& [model, status] : std::vector<std::pair<std::string, int>>{{"a:3", 404}, {"a:beta", 404}, {"c", 404}}) {
+    const testing::HttpReply reply = testing::http_request(
+        port, "POST", "/v1/completions", json{{"model", model}, {"prompt", "the"}}.dump());
+    EXPECT_EQ(reply.status, status) << model << ": " << reply.body;
+  }
+  const testing::HttpReply unnamed =
+      testing::http_request(port, "POST", "/v1/completions", json{{"prompt", "the"}}.dump());
+  EXPECT_EQ(unnamed.status, 400);
+  EXPECT_EQ(json::parse(unnamed.body)["error"]["param"], "model");
+  const std::string text = testing::http_request(port, "GET", "/metrics").body;
+  for (const std::string series : {"model=\"a\",version=\"1\"", "model=\"a\",version=\"2\"", "model=\"b\",version=\"7\""}) {
+    EXPECT_NE(text.find("paraflow_kv_blocks_total{" + series + "}"), std::string::npos) << series;
+  }
 }
 
 }  // namespace
