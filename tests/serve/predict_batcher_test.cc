@@ -59,7 +59,8 @@ class PredictBatcherTest : public ::testing::Test {
   static std::future<serve::PredictOutcome> predict(serve::PredictBatcher& batcher, serve::PredictInputs inputs) {
     auto promise = std::make_shared<std::promise<serve::PredictOutcome>>();
     std::future<serve::PredictOutcome> outcome = promise->get_future();
-    batcher.predict(std::move(inputs), [promise](serve::PredictOutcome result) { promise->set_value(std::move(result)); });
+    batcher.predict(std::move(inputs),
+                    [promise](serve::PredictOutcome result) { promise->set_value(std::move(result)); });
     return outcome;
   }
 
@@ -91,8 +92,8 @@ class PredictBatcherTest : public ::testing::Test {
 
 TEST_F(PredictBatcherTest, RequestsArrivingTogetherRunAsOneBatchAndAnswerAsAlone) {
   // A long timeout: the batch runs because it is full, not because the timeout passed.
-  serve::PredictBatcher batcher(engine, {.max_batch_size = 6, .batch_timeout_micros = 60'000'000, .num_batch_threads = 1},
-                                metrics());
+  serve::PredictBatcher batcher(
+      engine, {.max_batch_size = 6, .batch_timeout_micros = 60'000'000, .num_batch_threads = 1}, metrics());
   // Prompts of different lengths share the batch; one request has two rows.
   const std::vector<std::vector<std::vector<int32_t>>> requests = {
       {{3, 1, 4}}, {{1, 5, 9, 2, 6}}, {{5, 3}}, {{5, 8, 9, 7, 9, 3, 2}}, {{3, 8, 4, 6}, {2, 6, 4, 3}}};
@@ -231,7 +232,8 @@ TEST_F(PredictBatcherTest, ABatchTheEngineRefusesAnswersEachRequestWithTheError)
 TEST_F(PredictBatcherTest, AllowedBatchSizesRecordThePaddedSizeWithoutPadding) {
   serve::PredictBatcher batcher(
       engine,
-      {.max_batch_size = 8, .batch_timeout_micros = 60'000'000, .num_batch_threads = 1, .allowed_batch_sizes = {2, 4, 8}},
+      {.max_batch_size = 8, .batch_timeout_micros = 60'000'000, .num_batch_threads = 1,
+       .allowed_batch_sizes = {2, 4, 8}},
       metrics());
   std::vector<std::future<serve::PredictOutcome>> outcomes;
   for (int32_t i = 0; i < 3; ++i) outcomes.push_back(predict(batcher, {.input_ids = {{i + 1}}, .max_new_tokens = 2}));
