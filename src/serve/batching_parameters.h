@@ -29,7 +29,8 @@ struct BatchingOptions {
   std::vector<int64_t> allowed_batch_sizes;
   // TF Serving pads inputs of different lengths to one shape so that they can batch together.
   // The engine runs rows of different lengths together as they are, so requests of any length
-  // share batches whichever the value; it is kept only to be reported.
+  // share batches whichever the value: it changes nothing here (read so that a server can log
+  // the file's settings as they are).
   bool pad_variable_length_inputs = false;
 };
 

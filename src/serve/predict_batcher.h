@@ -25,6 +25,7 @@
 //   paraflow_predict_enqueued_batches       gauge: batches waiting, the open one included
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -70,8 +71,6 @@ class PredictBatcher {
   // num_batch_threads at a time) and returns once every request's `done` has been called. Not to
   // be called from a `done` callback, nor from two threads at once.
   void stop();
-
-  const BatchingOptions& options() const { return options_; }
 
  private:
   using Clock = std::chrono::steady_clock;
