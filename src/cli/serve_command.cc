@@ -31,6 +31,8 @@ struct ServeOptions {
   std::string model_name = "default";  // with --model_base_path, as TF Serving names it
   std::string model_config_file;
   double poll_seconds = 1;
+  bool enable_batching = false;
+  std::string batching_parameters_file;
   std::string host = "127.0.0.1";
   int port = 8080;
   int grpc_port = -1;  // TF Serving's gRPC services; -1: off
@@ -77,8 +79,16 @@ void run_serve(ServeOptions options) {
   const std::atomic<bool>* stop = stop_requests();
   Backend& backend = cpu_backend();
   options.engine.weights = weights_dtype(options.dtype, backend);
+  std::optional<serve::BatchingOptions> batching;
+  if (!options.batching_parameters_file.empty() && !options.enable_batching) {
+    throw InputError("--batching_parameters_file is read only with --enable_batching");
+  }
+  if (options.enable_batching) {
+    batching = options.batching_parameters_file.empty() ? serve::BatchingOptions{}
+                                                        : serve::read_batching_parameters(options.batching_parameters_file);
+  }
   auto load_version = [&](const serve::ModelSource&, int64_t, const std::filesystem::path& dir) {
-    return serve::load_export_dir(dir, backend, options.engine);
+    return serve::load_export_dir(dir, backend, options.engine, batching);
   };
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
   serve::ModelRegistry registry(model_sources(options), load_version, say, grace);
@@ -141,6 +151,13 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--model_config_file", options->model_config_file,
                       "TF Serving's model config (ModelServerConfig, protobuf text): several models, version "
                       "policies, labels")
+      ->check(CLI::ExistingFile);
+  command->add_flag("--enable_batching", options->enable_batching,
+                    "TF Serving's dynamic batching for Predict (REST :predict and gRPC), with its defaults or "
+                    "--batching_parameters_file");
+  command->add_option("--batching_parameters_file", options->batching_parameters_file,
+                      "TF Serving's BatchingParameters (protobuf text): max_batch_size, batch_timeout_micros, "
+                      "num_batch_threads, max_enqueued_batches, allowed_batch_sizes, pad_variable_length_inputs")
       ->check(CLI::ExistingFile);
   command->add_option("--file_system_poll_wait_seconds", options->poll_seconds,
                       "Seconds between polls of the base paths for new versions (0: at start only)")

@@ -115,12 +115,29 @@ std::vector<ModelSource> read_model_config_file(const fs::path& file) {
   return sources;
 }
 
-std::unique_ptr<ServedVersion> load_export_dir(const fs::path& dir, Backend& backend, const infer::EngineOptions& options) {
+std::unique_ptr<ServedVersion> load_export_dir(const fs::path& dir, Backend& backend, const infer::EngineOptions& options,
+                                               const std::optional<BatchingOptions>& batching) {
   auto version = std::make_unique<ServedVersion>();
   version->weights = model::load_model_dir(dir, backend);
   version->codec = std::make_unique<infer::TextCodec>(dir);
   version->engine = std::make_unique<infer::Engine>(version->weights.config, version->weights.parameters, backend, options);
+  if (batching) version->batcher = std::make_unique<PredictBatcher>(*version->engine, *batching, version->engine->metrics());
   return version;
+}
+
+void ServedVersion::predict(PredictInputs inputs, std::function<void(PredictOutcome)> done) {
+  if (batcher) {
+    batcher->predict(std::move(inputs), std::move(done));
+  } else {
+    start_predict(*engine, std::move(inputs), std::move(done));
+  }
+}
+
+void ServedVersion::drain(std::chrono::milliseconds grace) {
+  const auto until = Clock::now() + grace;
+  if (batcher) batcher->stop();
+  engine->drain(std::max(std::chrono::milliseconds(0),
+                         std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
 }
 
 const char* state_name(VersionState state) {
@@ -300,8 +317,8 @@ void ModelRegistry::unload(Model& model, int64_t version) {
   // engine yet: wait for them to let go before the engine refuses new work.
   const auto until = Clock::now() + unload_grace_;
   while (served.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  served->engine->drain(std::max(std::chrono::milliseconds(0),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+  served->drain(std::max(std::chrono::milliseconds(0),
+                         std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
   served.reset();
   set_state(model, version, VersionState::end);
 }
@@ -394,8 +411,8 @@ void ModelRegistry::drain(std::chrono::milliseconds grace) {
   // The engines run side by side: each gets what is left of one shared grace period.
   const auto until = Clock::now() + grace;
   for (const auto& served : versions) {
-    served->engine->drain(std::max(std::chrono::milliseconds(0),
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+    served->drain(std::max(std::chrono::milliseconds(0),
+                           std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
   }
 }
 

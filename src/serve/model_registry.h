@@ -29,6 +29,7 @@
 #include "infer/engine.h"
 #include "infer/text_codec.h"
 #include "model/model_files.h"
+#include "serve/predict_batcher.h"
 
 namespace paraflow::serve {
 
@@ -57,12 +58,22 @@ struct ServedVersion {
   int64_t version = 0;
   model::LoadedModel weights;
   std::unique_ptr<infer::TextCodec> codec;
-  std::unique_ptr<infer::Engine> engine;  // declared last: stops before the weights go
+  std::unique_ptr<infer::Engine> engine;          // stops before the weights go
+  std::unique_ptr<PredictBatcher> batcher;        // with --enable_batching; stops before the engine
+
+  // A Predict: through the batcher when there is one, else straight to the engine. Throws what
+  // PredictBatcher::predict or start_predict throw.
+  void predict(PredictInputs inputs, std::function<void(PredictOutcome)> done);
+  // Stops taking work: the batches waiting run, then requests in flight finish within `grace`
+  // and the rest are cancelled.
+  void drain(std::chrono::milliseconds grace);
 };
 
-// The Loader a server uses: an export dir's weights and tokenizer, and an engine with `options`.
+// The Loader a server uses: an export dir's weights and tokenizer, an engine with `options`, and
+// a Predict batcher when `batching` is given.
 std::unique_ptr<ServedVersion> load_export_dir(const std::filesystem::path& dir, Backend& backend,
-                                               const infer::EngineOptions& options);
+                                               const infer::EngineOptions& options,
+                                               const std::optional<BatchingOptions>& batching = std::nullopt);
 
 enum class VersionState { loading, available, unloading, end };
 const char* state_name(VersionState state);  // TF Serving's: "LOADING", "AVAILABLE", ...

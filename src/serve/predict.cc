@@ -60,7 +60,7 @@ class RowSink : public infer::RequestSink {
 
 }  // namespace
 
-void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
+void check_predict_inputs(const model::GptConfig& config, const PredictInputs& inputs) {
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
   check(!rows.empty(), "input_ids: needs at least one row");
   for (size_t i = 1; i < rows.size(); ++i) {
@@ -71,7 +71,6 @@ void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<vo
   check(inputs.max_new_tokens >= 1, "max_new_tokens: must be at least 1 (got {})", inputs.max_new_tokens);
   check(inputs.temperature >= 0 && inputs.temperature <= 2, "temperature: must be in [0, 2] (got {})",
         inputs.temperature);
-  const model::GptConfig& config = engine.config();
   check(static_cast<int64_t>(rows[0].size()) + inputs.max_new_tokens <= config.n_positions,
         "max_new_tokens: {} ids per row plus max_new_tokens {} exceed the model's context of {} positions",
         rows[0].size(), inputs.max_new_tokens, config.n_positions);
@@ -82,6 +81,11 @@ void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<vo
             config.vocab_size);
     }
   }
+}
+
+void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
+  check_predict_inputs(engine.config(), inputs);
+  const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
   auto call = std::make_shared<PredictCall>(rows.size(), std::move(done));
   std::vector<uint64_t> submitted;
   try {

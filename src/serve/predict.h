@@ -31,10 +31,12 @@ struct PredictOutcome {
   std::string error;                             // a row failed or was cancelled
 };
 
-// Checks the inputs against the model (InputError naming the input: "input_ids", ...), submits
-// the rows and calls `done` on the engine's thread once every row has finished. Throws what
-// Engine::submit throws (QueueFull, Draining) before any row runs; rows already submitted are
-// then cancelled.
+// Throws InputError naming the input ("input_ids", ...) when the inputs do not fit the model.
+void check_predict_inputs(const model::GptConfig& config, const PredictInputs& inputs);
+
+// Checks the inputs (check_predict_inputs), submits the rows and calls `done` on the engine's
+// thread once every row has finished. Throws what Engine::submit throws (QueueFull, Draining)
+// before any row runs; rows already submitted are then cancelled.
 void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done);
 
 }  // namespace paraflow::serve

@@ -57,6 +57,8 @@ grpc::Status current_error_status() {
     return {grpc::StatusCode::RESOURCE_EXHAUSTED, error.what()};
   } catch (const infer::Draining& error) {
     return {grpc::StatusCode::UNAVAILABLE, error.what()};
+  } catch (const BatchQueueFull& error) {
+    return {grpc::StatusCode::UNAVAILABLE, error.what()};
   } catch (const std::exception& error) {
     return {grpc::StatusCode::INTERNAL, error.what()};
   }
@@ -103,9 +105,9 @@ class PredictionService final : public tfs::PredictionService::CallbackService {
         return true;
       }
       std::shared_ptr<ServedVersion> version = find_version(request->model_spec(), model_.registry);
-      infer::Engine& engine = *version->engine;
+      ServedVersion& served = *version;
       // The request and response live until the call is finished; the version until its callback has run.
-      start_predict(engine, std::move(inputs), [version = std::move(version), reactor, response](PredictOutcome outcome) {
+      served.predict(std::move(inputs), [version = std::move(version), reactor, response](PredictOutcome outcome) {
         if (!outcome.error.empty()) {  // a row was cancelled (a drain ran out of time) or failed
           reactor->Finish({grpc::StatusCode::UNAVAILABLE, outcome.error});
           return;

@@ -227,8 +227,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     }
     const bool rows = body.contains("instances");
     PredictInputs inputs = rows ? decode_rows(body["instances"]) : decode_columns(body["inputs"]);
-    infer::Engine& engine = *version->engine;
-    start_predict(engine, std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
+    ServedVersion& served = *version;
+    served.predict(std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
       if (!outcome.error.empty()) {
         respond_error(exchange, 500, outcome.error);
         return;
@@ -246,6 +246,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
   } catch (const infer::QueueFull& error) {
     respond_error(exchange, 429, error.what());
   } catch (const infer::Draining& error) {
+    respond_error(exchange, 503, error.what());
+  } catch (const BatchQueueFull& error) {
     respond_error(exchange, 503, error.what());
   } catch (const std::exception& error) {
     respond_error(exchange, 500, error.what());

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -715,6 +716,33 @@ TEST(ServeVersions, AModelConfigFileServesSeveralModelsWithLabels) {
   for (const std::string series : {"model=\"a\",version=\"1\"", "model=\"a\",version=\"2\"", "model=\"b\",version=\"7\""}) {
     EXPECT_NE(text.find("paraflow_kv_blocks_total{" + series + "}"), std::string::npos) << series;
   }
+}
+
+// TF Serving's --enable_batching with its parameters file: eight :predict calls sent together
+// fill one batch of max_batch_size rows, which runs at once (long before the timeout), as
+// /metrics shows; each answer equals the same call made alone without batching.
+TEST(ServeBatching, PredictCallsArrivingTogetherRunAsOneBatch) {
+  testing::TempDir dir;
+  export_tiny_model(dir.path());
+  const fs::path parameters = dir.path() / "batching_parameters.txt";
+  std::ofstream(parameters) << "max_batch_size { value: 8 }\nbatch_timeout_micros { value: 30000000 }\n"
+                               "num_batch_threads { value: 4 }\n";
+  Server batching(dir.path(), "--enable_batching --batching_parameters_file " + parameters.string());
+  Server plain(dir.path(), "");
+  auto predict = [](int port, int row) {
+    const json body = {{"instances", {{{"input_ids", {116, 104, 101, 32 + row}}, {"max_new_tokens", 6}}}}};
+    const testing::HttpReply reply =
+        testing::http_request(port, "POST", "/v1/models/tiny-gpt:predict", body.dump(), "", 20s);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    return reply.status == 200 ? json::parse(reply.body)["predictions"][0] : json();
+  };
+  // The calls give up after 20 s: a full batch must not wait for the 30 s timeout.
+  std::vector<std::future<json>> answers;
+  for (int row = 0; row < 8; ++row) answers.push_back(std::async(std::launch::async, predict, batching.port(), row));
+  for (int row = 0; row < 8; ++row) EXPECT_EQ(answers[row].get(), predict(plain.port(), row)) << row;
+  const std::string text = testing::http_request(batching.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric(text, "paraflow_predict_batch_size_count"), 1) << text;
+  EXPECT_EQ(metric(text, "paraflow_predict_batch_size_sum"), 8) << text;
 }
 
 }  // namespace
