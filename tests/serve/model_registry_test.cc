@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 
+#include "expect_error.h"
 #include "model/model_files.h"
 #include "model_configs.h"
 #include "reference_runner.h"
@@ -18,16 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-template <typename ErrorType, typename Call>
-void expect_refused(Call call, const std::vector<std::string>& says) {
-  try {
-    call();
-    ADD_FAILURE() << "accepted";
-  } catch (const ErrorType& error) {
-    for (const std::string& part : says) EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
-  }
-}
 
 fs::path write(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -66,20 +57,20 @@ TEST(ModelConfigFile, TfServingsTextFormat) {
 TEST(ModelConfigFile, ErrorsNameTheFileLineAndField) {
   testing::TempDir dir;
   const fs::path file = dir.path() / "bad.config";
-  expect_refused<InputError>([&] { read_model_config_file(write(file, "model_config_list {\n  config { nam: 'x' }\n}")); },
+  testing::expect_error<InputError>([&] { read_model_config_file(write(file, "model_config_list {\n  config { nam: 'x' }\n}")); },
                              {file.string() + ":2:", "nam"});
-  expect_refused<InputError>([&] { read_model_config_file(write(file, "model_config_list { config { name: 'x' } }")); },
+  testing::expect_error<InputError>([&] { read_model_config_file(write(file, "model_config_list { config { name: 'x' } }")); },
                              {"config[0].base_path: is empty"});
-  expect_refused<InputError>(
+  testing::expect_error<InputError>(
       [&] { read_model_config_file(write(file, "model_config_list { config { name: 'x' base_path: '/a' } config { name: 'x' base_path: '/b' } }")); },
       {"config[1].name", "twice"});
-  expect_refused<InputError>(
+  testing::expect_error<InputError>(
       [&] { read_model_config_file(write(file, "model_config_list { config { name: 'x' base_path: '/a' model_platform: 'onnx' } }")); },
       {"model_platform", "onnx"});
-  expect_refused<InputError>(
+  testing::expect_error<InputError>(
       [&] { read_model_config_file(write(file, "model_config_list { config { name: 'x' base_path: '/a' model_version_policy { specific {} } } }")); },
       {"specific: names no versions"});
-  expect_refused<InputError>([&] { read_model_config_file(write(file, "")); }, {"names no model"});
+  testing::expect_error<InputError>([&] { read_model_config_file(write(file, "")); }, {"names no model"});
 }
 
 // Export dirs of tiny random GPTs under <base>/<version>/; each version has its own weights.
@@ -121,8 +112,8 @@ TEST_F(VersionsTest, TheNewestVersionServesAndAnOlderOneIsUnloaded) {
   fs::create_directories(base());
   models.poll();
   EXPECT_FALSE(models.ready());
-  expect_refused<ModelUnavailable>([&] { models.find("gpt"); }, {"no version available yet", base().string()});
-  expect_refused<ModelNotFound>([&] { models.status("gpt"); }, {"could not find any versions"});
+  testing::expect_error<ModelUnavailable>([&] { models.find("gpt"); }, {"no version available yet", base().string()});
+  testing::expect_error<ModelNotFound>([&] { models.status("gpt"); }, {"could not find any versions"});
 
   add_version(1);
   fs::create_directories(base() / "not-a-version");
@@ -134,9 +125,9 @@ TEST_F(VersionsTest, TheNewestVersionServesAndAnOlderOneIsUnloaded) {
   models.poll();
   EXPECT_EQ(models.find("gpt")->version, 3);
   EXPECT_EQ(states(), (std::map<int64_t, std::string>{{1, "END"}, {3, "AVAILABLE"}}));
-  expect_refused<ModelNotFound>([&] { models.find("gpt", 1); }, {"no version 1"});
-  expect_refused<ModelNotFound>([&] { models.find("gpt", 2); }, {"no version 2"});
-  expect_refused<ModelNotFound>([&] { models.find("other"); }, {"no model \"other\"", "\"gpt\""});
+  testing::expect_error<ModelNotFound>([&] { models.find("gpt", 1); }, {"no version 1"});
+  testing::expect_error<ModelNotFound>([&] { models.find("gpt", 2); }, {"no version 2"});
+  testing::expect_error<ModelNotFound>([&] { models.find("other"); }, {"no model \"other\"", "\"gpt\""});
 
   fs::remove_all(base() / "3");  // a version removed from disk is unloaded; the newest left is loaded
   models.poll();
@@ -160,8 +151,8 @@ TEST_F(VersionsTest, PoliciesLatestNAllAndSpecific) {
   EXPECT_EQ(states(), (std::map<int64_t, std::string>{{1, "AVAILABLE"}, {3, "AVAILABLE"}}));
   EXPECT_EQ(models.find("gpt", {}, "stable")->version, 1);
   EXPECT_EQ(models.find("gpt", {}, "canary")->version, 3);
-  expect_refused<ModelNotFound>([&] { models.find("gpt", {}, "beta"); }, {"no version label \"beta\""});
-  expect_refused<ModelNotFound>([&] { models.find("gpt", {}, "gone"); }, {"no version 2", "label \"gone\""});
+  testing::expect_error<ModelNotFound>([&] { models.find("gpt", {}, "beta"); }, {"no version label \"beta\""});
+  testing::expect_error<ModelNotFound>([&] { models.find("gpt", {}, "gone"); }, {"no version 2", "label \"gone\""});
 }
 
 TEST_F(VersionsTest, AVersionThatFailsToLoadIsReportedAndThePreviousKeepsServing) {

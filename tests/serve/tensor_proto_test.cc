@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "expect_error.h"
 
 namespace paraflow::serve {
 namespace {
@@ -23,17 +24,6 @@ std::string bytes_of(const std::vector<T>& values) {
   std::string bytes(values.size() * sizeof(T), '\0');
   std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
-}
-
-// Runs `decode`, expecting an InputError whose message holds each of `says`.
-template <typename Decode>
-void expect_refused(Decode decode, const std::vector<std::string>& says) {
-  try {
-    decode();
-    ADD_FAILURE() << "accepted";
-  } catch (const InputError& error) {
-    for (const std::string& part : says) EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
-  }
 }
 
 TEST(TensorProto, IntegersFromEachEncoding) {
@@ -70,34 +60,34 @@ TEST(TensorProto, ScalarsAreShapeEmptyOrAllOnes) {
   EXPECT_EQ(integer_scalar(tensor("dtype: DT_INT32 int_val: 32"), "max_new_tokens"), 32);
   EXPECT_EQ(integer_scalar(tensor("dtype: DT_INT64 tensor_shape { dim { size: 1 } dim { size: 1 } } int64_val: 9"), "seed"), 9);
   EXPECT_DOUBLE_EQ(float_scalar(tensor("dtype: DT_FLOAT float_val: 0.5"), "temperature"), 0.5);
-  expect_refused([] { integer_scalar(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } } int_val: [1, 2]"), "max_new_tokens"); },
+  testing::expect_error<InputError>([] { integer_scalar(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } } int_val: [1, 2]"), "max_new_tokens"); },
                  {"max_new_tokens", "a scalar (shape []) is expected, got shape [2]"});
 }
 
 TEST(TensorProto, ErrorsNameTheInput) {
-  expect_refused([] { integer_values(tensor("dtype: DT_FLOAT tensor_shape { dim { size: 1 } } float_val: 1"), "input_ids"); },
+  testing::expect_error<InputError>([] { integer_values(tensor("dtype: DT_FLOAT tensor_shape { dim { size: 1 } } float_val: 1"), "input_ids"); },
                  {"input_ids", "dtype is DT_FLOAT, expected DT_INT32 or DT_INT64"});
-  expect_refused([] { float_values(tensor("dtype: DT_INT32 int_val: 1"), "temperature"); },
+  testing::expect_error<InputError>([] { float_values(tensor("dtype: DT_INT32 int_val: 1"), "temperature"); },
                  {"temperature", "dtype is DT_INT32, expected DT_FLOAT or DT_DOUBLE"});
-  expect_refused(
+  testing::expect_error<InputError>(
       [] {
         tensorflow::TensorProto unknown = tensor("int_val: 1");
         unknown.set_dtype(static_cast<tensorflow::DataType>(99));  // a dtype newer than our types.proto
         integer_values(unknown, "input_ids");
       },
       {"input_ids", "dtype 99"});
-  expect_refused([] { integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } } tensor_content: 'abc'"), "input_ids"); },
+  testing::expect_error<InputError>([] { integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } } tensor_content: 'abc'"), "input_ids"); },
                  {"input_ids", "tensor_content holds 3 bytes, the shape needs 8"});
-  expect_refused([] { integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } } int_val: [1, 2, 3]"), "input_ids"); },
+  testing::expect_error<InputError>([] { integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } } int_val: [1, 2, 3]"), "input_ids"); },
                  {"input_ids", "3 values for 2 elements"});
-  expect_refused([] { tensor_dims(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } dim { size: -1 } }"), "input_ids"); },
+  testing::expect_error<InputError>([] { tensor_dims(tensor("dtype: DT_INT32 tensor_shape { dim { size: 2 } dim { size: -1 } }"), "input_ids"); },
                  {"input_ids", "dimension 1 is -1"});
-  expect_refused([] { tensor_dims(tensor("dtype: DT_INT32 tensor_shape { unknown_rank: true }"), "input_ids"); },
+  testing::expect_error<InputError>([] { tensor_dims(tensor("dtype: DT_INT32 tensor_shape { unknown_rank: true }"), "input_ids"); },
                  {"input_ids", "unknown rank"});
   // A few bytes may not ask for a huge tensor (the fill rule would allocate it).
-  expect_refused([] { integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 100000 } dim { size: 100000 } } int_val: 1"), "input_ids"); },
+  testing::expect_error<InputError>([] { integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 100000 } dim { size: 100000 } } int_val: 1"), "input_ids"); },
                  {"input_ids", "more than the 4194304 elements"});
-  expect_refused([] { tensor_dims(tensor("tensor_shape { dim { size: 4611686018427387904 } dim { size: 4 } }"), "input_ids"); },
+  testing::expect_error<InputError>([] { tensor_dims(tensor("tensor_shape { dim { size: 4611686018427387904 } dim { size: 4 } }"), "input_ids"); },
                  {"input_ids", "more than"});
   // A zero dimension makes an empty tensor whatever the others.
   EXPECT_TRUE(integer_values(tensor("dtype: DT_INT32 tensor_shape { dim { size: 0 } dim { size: 9000000 } }"), "x").empty());

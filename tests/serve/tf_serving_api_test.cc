@@ -1,10 +1,12 @@
 // TF Serving's messages on our model: a PredictRequest checked against the signature (every
 // refusal names the field or input), the response and the metadata. Which version a ModelSpec
-// names: tests/serve/model_registry_test.cc.
+// names: model_registry_test.cc and the gRPC interop check (tf_serving_grpc_check.py).
 #include "serve/tf_serving_api.h"
 
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
+
+#include "expect_error.h"
 
 namespace paraflow::serve {
 namespace {
@@ -36,18 +38,8 @@ tfs::PredictRequest with_input(const std::string& name, const std::string& tenso
   return request("inputs { key: \"" + name + "\" value { " + tensor + " } }");
 }
 
-template <typename ErrorType, typename Call>
-void expect_refused(Call call, const std::vector<std::string>& says) {
-  try {
-    call();
-    ADD_FAILURE() << "accepted";
-  } catch (const ErrorType& error) {
-    for (const std::string& part : says) EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
-  }
-}
-
 void predict_refused(const tfs::PredictRequest& bad, const std::vector<std::string>& says) {
-  expect_refused<InputError>([&] { predict_inputs(bad); }, says);
+  testing::expect_error<InputError>([&] { predict_inputs(bad); }, says);
 }
 
 TEST(TfServingPredict, ReadsEveryInput) {
@@ -123,9 +115,9 @@ TEST(TfServingMetadata, TheSignatureInAnAny) {
   EXPECT_EQ(signature.inputs().at("seed").dtype(), tensorflow::DT_INT64);
   EXPECT_EQ(signature.outputs().at("output_ids").dtype(), tensorflow::DT_INT32);
 
-  expect_refused<InputError>([] { model_metadata(parse<tfs::GetModelMetadataRequest>("model_spec { name: 'tiny-gpt' }"), model); },
+  testing::expect_error<InputError>([] { model_metadata(parse<tfs::GetModelMetadataRequest>("model_spec { name: 'tiny-gpt' }"), model); },
                              {"metadata_field: must name"});
-  expect_refused<InputError>(
+  testing::expect_error<InputError>(
       [] { model_metadata(parse<tfs::GetModelMetadataRequest>("model_spec { name: 'tiny-gpt' } metadata_field: 'graph'"), model); },
       {"metadata_field", "\"graph\""});
 }
