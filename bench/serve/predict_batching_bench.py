@@ -122,7 +122,7 @@ def batch_sizes(url):
     if status != 200:
         return None
     found = {key: float(value) for key, value in
-             re.findall(r"^paraflow_predict_batch_size_(sum|count) (\S+)$", text, re.M)}
+             re.findall(r"^paraflow_predict_batch_size_(sum|count)(?:\{[^}]*\})? (\S+)$", text, re.M)}
     return (found["sum"], found["count"]) if len(found) == 2 else None
 
 
