@@ -69,17 +69,20 @@ std::map<int64_t, fs::path> version_dirs(const ModelSource& source) {
   std::map<int64_t, fs::path> versions;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(source.base_path, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.empty() || name.size() > 18 ||
-        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      continue;
-    }
-    versions.emplace(std::stoll(name), entry.path());
+    const std::optional<int64_t> version = version_number(entry.path().filename().string());
+    if (entry.is_directory() && version) versions.emplace(*version, entry.path());
   }
   return versions;
 }
 
 }  // namespace
+
+std::optional<int64_t> version_number(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) return std::nullopt;
+  return std::stoll(text);
+}
 
 std::vector<ModelSource> read_model_config_file(const fs::path& file) {
   std::ifstream in(file);
@@ -236,6 +239,11 @@ void ModelRegistry::poll() {
 
 void ModelRegistry::poll(Model& model) {
   const std::map<int64_t, fs::path> on_disk = version_dirs(model.source);
+  if (on_disk.empty() && !model.said_empty) {
+    log_(fmt::format("no versions of model {} under {} yet (waiting for <base_path>/<version>/ export dirs)",
+                     model.source.name, model.source.base_path.string()));
+  }
+  model.said_empty = on_disk.empty();
   // The versions the policy wants, newest first, leaving out those that failed on these files.
   auto wanted = [&] {
     std::vector<int64_t> versions;

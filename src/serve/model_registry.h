@@ -75,6 +75,10 @@ std::unique_ptr<ServedVersion> load_export_dir(const std::filesystem::path& dir,
                                                const infer::EngineOptions& options,
                                                const std::optional<BatchingOptions>& batching = std::nullopt);
 
+// A version number as TF Serving writes one (a version dir's name, a model's ":3"): decimal
+// digits only; nullopt for anything else.
+std::optional<int64_t> version_number(const std::string& text);
+
 enum class VersionState { loading, available, unloading, end };
 const char* state_name(VersionState state);  // TF Serving's: "LOADING", "AVAILABLE", ...
 
@@ -134,6 +138,7 @@ class ModelRegistry {
     std::map<int64_t, VersionStatus> status;
     std::map<int64_t, std::shared_ptr<ServedVersion>> available;
     std::map<int64_t, std::string> failed;  // version -> the fingerprint of its files when it failed
+    bool said_empty = false;                 // "no versions yet" is logged once, not every poll
   };
   struct Reaper;
 

@@ -87,13 +87,8 @@ std::shared_ptr<ServedVersion> OpenAiService::find_version(const std::optional<s
   if (const size_t colon = name.rfind(':'); colon != std::string::npos) {
     const std::string which = name.substr(colon + 1);
     name.resize(colon);
-    const bool numeric = !which.empty() && which.size() <= 18 &&
-                         std::all_of(which.begin(), which.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (numeric) {
-      version = std::stoll(which);
-    } else {
-      label = which;
-    }
+    version = version_number(which);
+    if (!version) label = which;
   }
   try {
     return registry_.find(name, version, label);
