@@ -221,6 +221,14 @@ const ModelRegistry::Model& ModelRegistry::model(const std::string& name) const 
   throw ModelNotFound(fmt::format("no model \"{}\" is served (models: {})", name, known));
 }
 
+int64_t ModelRegistry::labelled_version(const Model& model, const std::string& label) {
+  const auto labelled = model.source.labels.find(label);
+  if (labelled == model.source.labels.end()) {
+    throw ModelNotFound(fmt::format("model \"{}\" has no version label \"{}\"", model.source.name, label));
+  }
+  return labelled->second;
+}
+
 std::vector<std::string> ModelRegistry::model_names() const {
   std::vector<std::string> names;
   for (const Model& model : models_) names.push_back(model.source.name);
@@ -360,13 +368,7 @@ bool ModelRegistry::ready() const {
 std::shared_ptr<ServedVersion> ModelRegistry::find(const std::string& name, std::optional<int64_t> version,
                                                    const std::string& label) const {
   const Model& found = model(name);
-  if (!label.empty()) {
-    const auto labelled = found.source.labels.find(label);
-    if (labelled == found.source.labels.end()) {
-      throw ModelNotFound(fmt::format("model \"{}\" has no version label \"{}\"", name, label));
-    }
-    version = labelled->second;
-  }
+  if (!label.empty()) version = labelled_version(found, label);
   std::lock_guard lock(mutex_);
   if (version) {
     const auto served = found.available.find(*version);
@@ -385,12 +387,19 @@ std::shared_ptr<ServedVersion> ModelRegistry::find(const std::string& name, std:
   return found.available.rbegin()->second;
 }
 
-std::vector<VersionStatus> ModelRegistry::status(const std::string& name) const {
+std::vector<VersionStatus> ModelRegistry::status(const std::string& name, std::optional<int64_t> version,
+                                               const std::string& label) const {
   const Model& found = model(name);
+  if (!label.empty()) version = labelled_version(found, label);
   std::lock_guard lock(mutex_);
   if (found.status.empty()) {
     throw ModelNotFound(fmt::format("could not find any versions of model \"{}\" (base path {})", name,
                                     found.source.base_path.string()));
+  }
+  if (version) {
+    const auto status = found.status.find(*version);
+    if (status == found.status.end()) throw ModelNotFound(fmt::format("model \"{}\" has no version {}", name, *version));
+    return {status->second};
   }
   std::vector<VersionStatus> statuses;
   for (auto it = found.status.rbegin(); it != found.status.rend(); ++it) statuses.push_back(it->second);

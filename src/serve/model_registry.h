@@ -124,8 +124,11 @@ class ModelRegistry {
   // Throws ModelNotFound or ModelUnavailable, naming what was asked for.
   std::shared_ptr<ServedVersion> find(const std::string& model, std::optional<int64_t> version = {},
                                       const std::string& label = "") const;
-  // Every version the model has had, newest first. Throws ModelNotFound (also when it has none yet).
-  std::vector<VersionStatus> status(const std::string& model) const;
+  // Every version the model has had, newest first, or only the one a version or label names
+  // (whatever its state: a failed one's error included). Throws ModelNotFound (also when the
+  // model has no versions yet).
+  std::vector<VersionStatus> status(const std::string& model, std::optional<int64_t> version = {},
+                                    const std::string& label = "") const;
 
   // Stops polling and every engine: requests in flight finish within `grace`, the rest are cancelled.
   void drain(std::chrono::milliseconds grace);
@@ -144,6 +147,7 @@ class ModelRegistry {
 
   Model& model(const std::string& name);
   const Model& model(const std::string& name) const;
+  static int64_t labelled_version(const Model& model, const std::string& label);  // throws ModelNotFound
   void poll(Model& model);
   void load(Model& model, int64_t version, const std::filesystem::path& dir);
   void unload(Model& model, int64_t version);

@@ -27,20 +27,29 @@ struct Model {
   std::atomic<bool> draining{false};
 };
 
-// The version a ModelSpec names: a version, a label, or neither (the newest available). Throws
-// ModelNotFound or ModelUnavailable.
-std::shared_ptr<ServedVersion> find_version(const tfs::ModelSpec& spec, const ModelRegistry& registry) {
+// Calls `lookup(name, version, label)` with what a ModelSpec names (a version, a label, or
+// neither); a ModelNotFound it throws is said again naming the ModelSpec's field at fault.
+template <typename Lookup>
+auto look_up(const tfs::ModelSpec& spec, const ModelRegistry& registry, Lookup lookup) {
   std::optional<int64_t> version;
   if (spec.has_version()) version = spec.version().value();
   const std::string label = spec.version_choice_case() == tfs::ModelSpec::kVersionLabel ? spec.version_label() : "";
   try {
-    return registry.find(spec.name(), version, label);
+    return lookup(spec.name(), version, label);
   } catch (const ModelNotFound& error) {
     const std::vector<std::string> names = registry.model_names();
     const bool known = std::find(names.begin(), names.end(), spec.name()) != names.end();
     const char* field = !known ? "name" : !label.empty() ? "version_label" : "version";
     throw ModelNotFound(fmt::format("model_spec.{}: {}", field, error.what()));
   }
+}
+
+// The version a ModelSpec names (neither version nor label: the newest available). Throws
+// ModelNotFound or ModelUnavailable.
+std::shared_ptr<ServedVersion> find_version(const tfs::ModelSpec& spec, const ModelRegistry& registry) {
+  return look_up(spec, registry, [&](const std::string& name, std::optional<int64_t> version, const std::string& label) {
+    return registry.find(name, version, label);
+  });
 }
 
 // The status of the exception being handled: the project's errors by their meaning.
@@ -154,17 +163,12 @@ class ModelService final : public tfs::ModelService::CallbackService {
                                            const tfs::GetModelStatusRequest* request,
                                            tfs::GetModelStatusResponse* response) override {
     return unary(context, model_, [&](grpc::ServerUnaryReactor*) {
-      const tfs::ModelSpec& spec = request->model_spec();
-      std::vector<VersionStatus> statuses;
-      try {
-        statuses = model_.registry.status(spec.name());
-      } catch (const ModelNotFound& error) {
-        throw ModelNotFound(fmt::format("model_spec.name: {}", error.what()));
-      }
-      if (spec.has_version() || spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) {
-        const int64_t version = find_version(spec, model_.registry)->version;
-        std::erase_if(statuses, [&](const VersionStatus& status) { return status.version != version; });
-      }
+      const ModelRegistry& registry = model_.registry;
+      const std::vector<VersionStatus> statuses = look_up(
+          request->model_spec(), registry,
+          [&](const std::string& name, std::optional<int64_t> version, const std::string& label) {
+            return registry.status(name, version, label);
+          });
       for (const VersionStatus& status : statuses) add_status(status, *response->add_model_version_status());
       return false;
     });

@@ -185,11 +185,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     const char* method = target.kind == Target::Kind::predict ? "POST" : "GET";
     if (request.method != method) fail(405, "{} {} is not supported; use {}", request.method, path, method);
     if (target.kind == Target::Kind::status) {
-      std::vector<VersionStatus> statuses = registry_.status(target.name);
-      if (target.version || target.label) {
-        const int64_t version = registry_.find(target.name, target.version, target.label.value_or(""))->version;
-        std::erase_if(statuses, [&](const VersionStatus& status) { return status.version != version; });
-      }
+      const std::vector<VersionStatus> statuses =
+          registry_.status(target.name, target.version, target.label.value_or(""));
       json answer = json::array();
       for (const VersionStatus& status : statuses) {
         answer.push_back({{"version", std::to_string(status.version)},

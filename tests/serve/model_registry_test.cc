@@ -168,6 +168,10 @@ TEST_F(VersionsTest, AVersionThatFailsToLoadIsReportedAndThePreviousKeepsServing
   EXPECT_EQ(reported.at(1), "AVAILABLE");
   EXPECT_EQ(reported.at(2).rfind("END ", 0), 0u) << reported.at(2);
   EXPECT_NE(reported.at(2).find("model.safetensors"), std::string::npos) << reported.at(2);
+  const std::vector<VersionStatus> failed = models.status("gpt", 2);  // asked for by version: still reported
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].state, VersionState::end);
+  EXPECT_FALSE(failed[0].error.empty());
   models.poll();  // the same files: not tried again
   EXPECT_EQ(std::count_if(log.begin(), log.end(), [](const std::string& line) { return line.find("version 2 failed") != std::string::npos; }), 1);
 

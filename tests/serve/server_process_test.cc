@@ -652,6 +652,7 @@ TEST(ServeVersions, NewVersionsSwapInUnderLoadAndABrokenOneIsReported) {
   EXPECT_NE(states.at("3").find("model.safetensors"), std::string::npos) << states.at("3");
   std::printf("  version 3 cut short: %s\n", states.at("3").c_str());
   EXPECT_EQ(testing::http_request(port, "POST", "/v1/completions", json{{"model", "gpt:3"}, {"prompt", "the"}}.dump()).status, 404);
+  EXPECT_EQ(version_states(port, "gpt/versions/3"), (States{{"3", states.at("3")}}));  // its own status, failed
 
   // The copy completed (the file replaced whole): tried again, and swapped in.
   fs::copy_file(dir.path() / "tiny-gpt" / "model.safetensors", base / "partial.safetensors");
