@@ -32,7 +32,15 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void send(const void* data, size_t bytes, int peer) = 0;
   virtual void recv(void* data, size_t bytes, int peer) = 0;
+  // Sends to one peer and receives from another (or the same) at once: two ranks that each send
+  // to the other this way cannot deadlock, as two blocking sends of large messages can.
+  virtual void send_recv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
+                         size_t recv_bytes, int recv_peer) = 0;
   virtual void barrier() = 0;
+  // Collective over all ranks: a communicator over the ranks that passed the same `color`,
+  // ranked by `key` (ties by this rank), as MPI_Comm_split. The result must be destroyed before
+  // this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   // Ends every process of the job with `exit_status`, now: for an error on one rank, while the
   // others may be waiting for it in a collective (MPI_Abort; with Gloo this process exits and
   // its peers' collectives fail at once on the closed connections).

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -58,30 +59,28 @@ void maximum(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] > y[i] ? x[i] : y[i];
 }
 
+// What every group of a job shares: the chief's rendezvous (the server on rank 0) and this
+// process's TCP device.
+struct GlooConnection {
+  std::unique_ptr<RendezvousServer> server;
+  std::unique_ptr<RendezvousClient> client;
+  std::unique_ptr<RendezvousStore> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::string peers;  // the training group, for error messages
+  std::chrono::milliseconds timeout;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const ClusterSpec& spec, std::chrono::milliseconds timeout) : timeout_(timeout) {
-    rank_ = spec.training_rank();
-    size_ = spec.training_size();
-    std::string peers;
-    for (const char* job : {"chief", "worker"}) {
-      if (!spec.jobs.count(job)) continue;
-      for (size_t i = 0; i < spec.jobs.at(job).size(); ++i) {
-        peers += fmt::format("{}{}:{} at {}", peers.empty() ? "" : ", ", job, i, spec.jobs.at(job)[i]);
-      }
-    }
-    if (rank_ == 0) server_ = std::make_unique<RendezvousServer>(split_host_port(spec.address(), "TF_CONFIG").second);
-    client_ = std::make_unique<RendezvousClient>(spec.chief_address(), timeout);
-    store_ = std::make_unique<RendezvousStore>(*client_, peers);
-    gloo::transport::tcp::attr attr;
-    attr.hostname = split_host_port(spec.address(), "TF_CONFIG").first;
+  // Connects `rank` of `size` through `store` (the rendezvous, or a prefix of it for a split group).
+  GlooCommunicator(std::shared_ptr<GlooConnection> connection, gloo::rendezvous::Store& store, int rank, int size)
+      : connection_(std::move(connection)), timeout_(connection_->timeout), rank_(rank), size_(size) {
     try {
-      device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-      context_->setTimeout(timeout);
-      context_->connectFullMesh(*store_, device_);
+      context_->setTimeout(timeout_);
+      context_->connectFullMesh(store, connection_->device);
     } catch (const gloo::Exception& e) {
-      fail("gloo: rank {} could not connect to the training group ({}): {}", rank_, peers, e.what());
+      fail("gloo: rank {} could not connect to the training group ({}): {}", rank_, connection_->peers, e.what());
     }
   }
 
@@ -131,6 +130,36 @@ class GlooCommunicator final : public Communicator {
       buffer->waitRecv(timeout_);
     });
   }
+  void send_recv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data, size_t recv_bytes,
+                 int recv_peer) override {
+    guarded("send_recv", [&] {
+      auto outgoing = context_->createUnboundBuffer(const_cast<void*>(send_data), send_bytes);
+      auto incoming = context_->createUnboundBuffer(recv_data, recv_bytes);
+      incoming->recv(recv_peer, kPointToPointSlot);
+      outgoing->send(send_peer, kPointToPointSlot);
+      outgoing->waitSend(timeout_);
+      incoming->waitRecv(timeout_);
+    });
+  }
+  // Every rank learns every rank's (color, key) through an all-gather; the members of this rank's
+  // color then connect under a key prefix of their own in the chief's rendezvous.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const float mine[2] = {static_cast<float>(color), static_cast<float>(key)};
+    std::vector<float> all(2 * static_cast<size_t>(size_));
+    all_gather(mine, all.data(), 2);
+    std::vector<std::pair<float, int>> members;  // (key, rank) of this color
+    for (int r = 0; r < size_; ++r) {
+      if (all[2 * static_cast<size_t>(r)] == mine[0]) members.push_back({all[2 * static_cast<size_t>(r) + 1], r});
+    }
+    std::sort(members.begin(), members.end());
+    int new_rank = 0;
+    while (members[static_cast<size_t>(new_rank)].second != rank_) ++new_rank;
+    const std::string prefix = fmt::format("{}/split{}/color{}", prefix_, splits_++, color);
+    gloo::rendezvous::PrefixStore store(prefix, *connection_->store);
+    auto group = std::make_unique<GlooCommunicator>(connection_, store, new_rank, static_cast<int>(members.size()));
+    group->prefix_ = prefix;
+    return group;
+  }
   void barrier() override {
     guarded("barrier", [&] {
       gloo::BarrierOptions options(context_);
@@ -167,19 +196,38 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  std::shared_ptr<GlooConnection> connection_;
   std::chrono::milliseconds timeout_;
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<RendezvousServer> server_;
-  std::unique_ptr<RendezvousClient> client_;
-  std::unique_ptr<RendezvousStore> store_;
-  std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::string prefix_ = "world";  // this group's keys in the rendezvous
+  int splits_ = 0;                // groups split from this one so far (the same count on every rank)
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const ClusterSpec& spec, std::chrono::milliseconds timeout) {
-  return std::make_unique<GlooCommunicator>(spec, timeout);
+  auto connection = std::make_shared<GlooConnection>();
+  connection->timeout = timeout;
+  const int rank = spec.training_rank();
+  for (const char* job : {"chief", "worker"}) {
+    if (!spec.jobs.count(job)) continue;
+    for (size_t i = 0; i < spec.jobs.at(job).size(); ++i) {
+      connection->peers += fmt::format("{}{}:{} at {}", connection->peers.empty() ? "" : ", ", job, i, spec.jobs.at(job)[i]);
+    }
+  }
+  if (rank == 0) connection->server = std::make_unique<RendezvousServer>(split_host_port(spec.address(), "TF_CONFIG").second);
+  connection->client = std::make_unique<RendezvousClient>(spec.chief_address(), timeout);
+  connection->store = std::make_unique<RendezvousStore>(*connection->client, connection->peers);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = split_host_port(spec.address(), "TF_CONFIG").first;
+  try {
+    connection->device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const gloo::Exception& e) {
+    fail("gloo: rank {} could not open a TCP device on {}: {}", rank, attr.hostname, e.what());
+  }
+  gloo::rendezvous::Store& store = *connection->store;
+  return std::make_unique<GlooCommunicator>(std::move(connection), store, rank, spec.training_size());
 }
 
 }  // namespace paraflow::dist

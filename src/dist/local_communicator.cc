@@ -26,7 +26,11 @@ class LocalCommunicator final : public Communicator {
   void broadcast(void*, size_t, int) override {}
   void send(const void*, size_t, int peer) override { throw Error(fmt::format("send to rank {} with one process", peer)); }
   void recv(void*, size_t, int peer) override { throw Error(fmt::format("recv from rank {} with one process", peer)); }
+  void send_recv(const void*, size_t, int send_peer, void*, size_t, int) override {
+    throw Error(fmt::format("send to rank {} with one process", send_peer));
+  }
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   [[noreturn]] void abort_job(int exit_status) override { std::_Exit(exit_status); }
 };
 

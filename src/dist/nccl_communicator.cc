@@ -33,6 +33,12 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
+  // A group split from `parent` (ncclCommSplit); errors still end the job through the bootstrap.
+  NcclCommunicator(Communicator& bootstrap, ncclComm_t comm) : bootstrap_(bootstrap), comm_(comm) {
+    check_nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+    check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   ~NcclCommunicator() override {
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
@@ -74,6 +80,19 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_), "ncclRecv");
     synchronize();
   }
+  void send_recv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data, size_t recv_bytes,
+                 int recv_peer) override {
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    check_nccl(ncclSend(send_data, send_bytes, ncclUint8, send_peer, comm_, stream_), "ncclSend");
+    check_nccl(ncclRecv(recv_data, recv_bytes, ncclUint8, recv_peer, comm_, stream_), "ncclRecv");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize();
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ncclComm_t group = nullptr;
+    check_nccl(ncclCommSplit(comm_, color, key, &group, nullptr), "ncclCommSplit");
+    return std::make_unique<NcclCommunicator>(bootstrap_, group);
+  }
   void barrier() override {
     // NCCL has no barrier: an all-reduce of one device float is one.
     float* flag = nullptr;
@@ -92,7 +111,7 @@ class NcclCommunicator final : public Communicator {
   void synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   Communicator& bootstrap_;
-  int rank_, size_;
+  int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };

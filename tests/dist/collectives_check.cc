@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -75,6 +77,34 @@ int main(int argc, char** argv) {
       communicator->recv(&token, sizeof token, 0);
       expect(token == 1234, "send/recv");
     }
+  }
+  if (size >= 2) {
+    // A ring where every rank sends 4 MiB to the next while receiving from the previous: blocking
+    // sends this large would wait for each other forever.
+    const size_t words = 1 << 20;
+    std::vector<int32_t> outgoing(words), incoming(words, -1);
+    for (size_t i = 0; i < words; ++i) outgoing[i] = rank * 7 + static_cast<int32_t>(i % 1000);
+    const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+    communicator->send_recv(outgoing.data(), words * sizeof(int32_t), next, incoming.data(), words * sizeof(int32_t),
+                            previous);
+    ok = true;
+    for (size_t i = 0; i < words; ++i) ok = ok && incoming[i] == previous * 7 + static_cast<int32_t>(i % 1000);
+    expect(ok, "send_recv");
+  }
+
+  {
+    // Two groups by parity, ranked in reverse order of the parent's ranks.
+    std::unique_ptr<Communicator> group = communicator->split(rank % 2, -rank);
+    const int members = (size - rank % 2 + 1) / 2;
+    expect(group->size() == members, "split's group size");
+    const int higher_same_parity = (size - 1 - rank) / 2;  // members ranked before this one
+    expect(group->rank() == higher_same_parity, "split's rank order");
+    float parent_rank = static_cast<float>(rank);
+    group->all_reduce_sum(&parent_rank, 1);
+    float expected = 0;
+    for (int r = rank % 2; r < size; r += 2) expected += static_cast<float>(r);
+    expect(parent_rank == expected, "all_reduce_sum in a split group");
+    group->barrier();
   }
   communicator->barrier();
   if (rank == 0 && failures == 0) fmt::print("collectives ok on {} ranks over {}\n", size, communicator->name());
