@@ -7,13 +7,14 @@
 
 namespace paraflow::graph {
 
-void add_backward_pass(Graph& graph, ValueId loss) {
+void add_backward_pass(Graph& graph, ValueId loss, const std::vector<ValueId>& inputs_with_grads) {
   // Forward nodes in execution order (passes may have scheduled nodes out of index order).
   std::vector<int32_t> forward_order = graph.schedule();
   std::vector<bool> needs_grad(graph.values().size(), false);
   for (size_t id = 0; id < graph.values().size(); ++id) {
     needs_grad[id] = graph.value(static_cast<ValueId>(id)).role == ValueRole::parameter;
   }
+  for (ValueId input : inputs_with_grads) needs_grad[static_cast<size_t>(input)] = true;
   // Forward sweep: an activation needs a gradient when a differentiable input has one.
   for (int32_t n : forward_order) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];

@@ -12,15 +12,17 @@ using graph::ValueRole;
 
 namespace {
 
-// The decoder stack shared by every graph: embedding, n_layer blocks and the final layernorm.
+// The decoder stack shared by every graph: embedding, n_layer blocks and the final layernorm —
+// or, for a pipeline stage, the blocks of `range`, starting from g.stage_input unless it is the
+// first stage and returning the residual stream unless it is the last.
 // `attention_core` adds one block's attention core given its qkv value and the core's attributes
 // (n_head and the layer's score scale).
 // `linear` holds the attributes every matmul of the stack shares (serving's row_invariant).
 template <typename AttentionBuilder>
 ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core,
-                    Attributes linear = {}) {
+                    Attributes linear = {}, const LayerRange& range = {}) {
   graph::Graph& graph = g.graph;
-  for (const TensorSpec& spec : gpt_tensor_specs(config)) {
+  for (const TensorSpec& spec : stage_tensor_specs(gpt_tensor_specs(config), range)) {
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
   }
   auto param = [&](const std::string& name) { return g.parameters.at(name); };
@@ -28,10 +30,13 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
   linear.set("layout", static_cast<int64_t>(WeightLayout::in_out));
   Attributes linear_gelu = Attributes(linear).set("gelu", 1);
 
-  std::vector<ValueId> embed_inputs{g.tokens, param("wte.weight"), param("wpe.weight")};
-  if (position != graph::kNoValue) embed_inputs.push_back(position);
-  ValueId x = graph.add_node(OpKind::embedding, "embed", embed_inputs)[0];
-  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+  ValueId x = g.stage_input;
+  if (range.first) {
+    std::vector<ValueId> embed_inputs{g.tokens, param("wte.weight"), param("wpe.weight")};
+    if (position != graph::kNoValue) embed_inputs.push_back(position);
+    x = graph.add_node(OpKind::embedding, "embed", embed_inputs)[0];
+  }
+  for (int64_t layer = range.first_layer; layer < config.n_layer && range.holds_layer(layer); ++layer) {
     std::string h = "h." + std::to_string(layer) + ".";
     ValueId ln1 = graph.add_node(OpKind::layernorm, h + "ln_1", {x, param(h + "ln_1.weight"), param(h + "ln_1.bias")},
                                  layernorm)[0];
@@ -51,6 +56,7 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
                                      {hidden, param(h + "mlp.c_proj.weight"), param(h + "mlp.c_proj.bias")}, linear)[0];
     x = graph.add_node(OpKind::add, h + "residual_2", {residual1, mlp_out})[0];
   }
+  if (!range.last) return x;
   return graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
 }
 
@@ -65,13 +71,21 @@ Attributes row_invariant() { return Attributes().set("row_invariant", 1); }
 
 }  // namespace
 
-GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence) {
+GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence, const LayerRange& range) {
   GptGraph g;
-  g.tokens = g.graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
-  g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
+  if (range.first) {
+    g.tokens = g.graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
+  } else {
+    g.stage_input = g.graph.add_value("stage_input", Shape{batch, sequence, config.n_embd}, DType::f32, ValueRole::input);
+  }
+  if (range.last) g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
   ValueId hidden = add_decoder(g, config, graph::kNoValue, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, core)[0];
-  });
+  }, {}, range);
+  if (!range.last) {
+    g.stage_output = hidden;
+    return g;
+  }
   g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
   g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
   return g;

@@ -25,6 +25,10 @@ struct GptGraph {
   graph::ValueId position = graph::kNoValue; // i32: (1) first position (decode) or (N) each token's (serving)
   graph::ValueId block_tables = graph::kNoValue;  // (N, max_blocks) i32 input; serving decoder only
   graph::ValueId hidden = graph::kNoValue;   // (N,1,C) final layernorm: the serving decoder's output, the head's input
+  // A pipeline stage's boundary: the residual stream (B,T,C) f32 received from the previous
+  // stage (an input) and sent to the next (an activation).
+  graph::ValueId stage_input = graph::kNoValue;
+  graph::ValueId stage_output = graph::kNoValue;
   // Per layer (k, v): the KV caches of decode graphs, the KV block pools of the serving decoder.
   std::vector<std::pair<graph::ValueId, graph::ValueId>> caches;
   std::map<std::string, graph::ValueId> parameters;  // by TensorSpec name
@@ -51,8 +55,11 @@ void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);
 // The 16-bit copies `g` reads, converted from `parameters` (an empty set when it reads none).
 ParameterSet make_half_parameters(const GptGraph& g, const ParameterSet& parameters, Backend& backend, DType dtype);
 
-// Forward graph with the loss; call graph::add_backward_pass(g.graph, g.losses) to train.
-GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence);
+// Forward graph with the loss; call graph::add_backward_pass(g.graph, g.losses) to train. For a
+// pipeline stage other than the last, the graph ends at g.stage_output instead (no loss); stages
+// after the first start from g.stage_input instead of the tokens.
+GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence,
+                                  const LayerRange& range = {});
 
 // Forward-only graph for generation: `new_tokens` positions starting at the `position` input,
 // with per-layer KV caches (state values of (B, n_head, max_sequence, head size)).

@@ -35,6 +35,24 @@ std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_emb
   return specs;
 }
 
+std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs, const LayerRange& range) {
+  std::vector<TensorSpec> held;
+  for (const TensorSpec& spec : specs) {
+    bool holds = false;
+    if (spec.name.rfind("h.", 0) == 0) {
+      holds = range.holds_layer(std::stoll(spec.name.substr(2, spec.name.find('.', 2) - 2)));
+    } else if (spec.name.rfind("wte.", 0) == 0) {
+      holds = range.first || range.last;
+    } else if (spec.name.rfind("wpe.", 0) == 0) {
+      holds = range.first;
+    } else {  // ln_f
+      holds = range.last;
+    }
+    if (holds) held.push_back(spec);
+  }
+  return held;
+}
+
 ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)
     : backend_(&backend), specs_(std::move(specs)) {
   int64_t total = 0;

@@ -27,6 +27,21 @@ struct TensorSpec {
 // `decay_embeddings` puts wte and wpe under weight decay too (train.decay_embeddings).
 std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_embeddings = false);
 
+// A pipeline stage's part of the model: blocks [first_layer, end_layer), the embeddings on the
+// first stage, the final layernorm and the (tied) head on the last. The whole model by default.
+struct LayerRange {
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;  // -1: to the last block
+  bool first = true, last = true;
+  bool whole_model() const { return first && last; }
+  bool holds_layer(int64_t layer) const { return layer >= first_layer && (end_layer < 0 || layer < end_layer); }
+};
+
+// The specs of the tensors `range` holds, in gpt_tensor_specs' order. wte is on both the first
+// stage (embedding) and the last (head): two copies that stay equal because their gradients are
+// summed between those stages.
+std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs, const LayerRange& range);
+
 class ParameterSet {
  public:
   ParameterSet() = default;

@@ -4,7 +4,9 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "base/progress.h"
 #include "base/random.h"
@@ -55,6 +57,10 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.sync.exact = config.get<bool>("dist.exact_reduction");
   check(!(c.sync.zero && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: 1 yet",
         config.origin());
+  c.pipeline_parallel = config.get<int>("dist.pipeline_parallel");
+  c.micro_batches = config.get<int64_t>("dist.micro_batches");
+  c.pipeline_schedule = parse_pipeline_schedule(config.get<std::string>("dist.schedule"));
+  c.stage_layers = parse_layers_per_stage(config.get<std::string>("dist.stage_layers"), "dist.stage_layers");
   c.recompute = config.get<std::string>("train.recompute");
   c.decay_embeddings = config.get<bool>("train.decay_embeddings");
   c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
@@ -70,27 +76,50 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       data_(data),
       backend_(backend),
       communicator_(communicator),
-      parameters_(model::gpt_tensor_specs(model_config_, config_.decay_embeddings), backend),
-      gradients_(model::gpt_tensor_specs(model_config_), backend),
+      whole_specs_(model::gpt_tensor_specs(model_config_, config_.decay_embeddings)),
       checkpoints_(config_.out_dir, config_.keep_checkpoints) {
-  const int64_t slices = communicator_.size() * config_.grad_accumulation;
+  const int stages = config_.pipeline_parallel;
+  check(stages == 1 || config_.grad_accumulation == 1,
+        "train.grad_accumulation ({}) with dist.pipeline_parallel ({}): a pipeline accumulates over "
+        "dist.micro_batches instead", config_.grad_accumulation, stages);
+  if (stages > 1) {
+    mesh_ = std::make_unique<dist::MeshGroups>(
+        dist::split_mesh(communicator_, dist::mesh_shape(communicator_.size(), 1, stages)));
+    range_ = partition_layers(model_config_, stages, config_.sequence_length,
+                              config_.stage_layers)[static_cast<size_t>(mesh_->me.stage)];
+  }
+  const int64_t slices = replicas().size() * micro_batches_per_step();
   check(config_.batch_size % slices == 0,
-        "train.batch_size ({}) must be a multiple of ranks ({}) x train.grad_accumulation ({})", config_.batch_size,
-        communicator_.size(), config_.grad_accumulation);
+        "train.batch_size ({}) must be a multiple of data-parallel replicas ({}) x {} ({})", config_.batch_size,
+        replicas().size(), stages > 1 ? "dist.micro_batches" : "train.grad_accumulation", micro_batches_per_step());
   micro_batch_ = config_.batch_size / slices;
   check(config_.sequence_length <= model_config_.n_positions,
         "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
   check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
         data_.max_token(), model_config_.vocab_size);
+  parameters_ = model::ParameterSet(model::stage_tensor_specs(whole_specs_, range_), backend_);
+  gradients_ = model::ParameterSet(model::stage_tensor_specs(model::gpt_tensor_specs(model_config_), range_), backend_);
   graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
-                                config_.precision, backend_);
-  executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
+                                config_.precision, backend_, range_);
   half_parameters_ =
       model::make_half_parameters(graph_, parameters_, backend_, graph::storage_dtype(config_.precision));
-  model::bind_parameters(*executor_, graph_, parameters_, &gradients_, &half_parameters_);
-  loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
-  executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
-  if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(model::gpt_tensor_specs(model_config_), backend);
+  if (stages > 1) {
+    pipeline_ = std::make_unique<PipelineStage>(
+        graph_, PipelineLayout{stages, mesh_->me.stage, config_.pipeline_schedule, config_.micro_batches}, backend_,
+        *mesh_->pipeline);
+    pipeline_->bind(parameters_, gradients_, half_parameters_);
+    if (mesh_->me.data == 0) {
+      fmt::print(stderr, "pipeline stage {} of {} ({} replicas): blocks [{}, {}){}{}\n", mesh_->me.stage, stages,
+                 replicas().size(), range_.first_layer, range_.end_layer, range_.first ? ", embeddings" : "",
+                 range_.last ? ", head" : "");
+    }
+  } else {
+    executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
+    model::bind_parameters(*executor_, graph_, parameters_, &gradients_, &half_parameters_);
+    loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
+    executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
+  }
+  if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(gradients_.specs(), backend);
 
   std::vector<dist::GradientSlice> slices_of_grads;
   for (size_t i = 0; i < parameters_.specs().size(); ++i) {
@@ -100,11 +129,14 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     slices_of_grads.push_back({grads, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
   }
   dist::GradientSyncConfig sync_config = config_.sync;
-  sync_config.zero = config_.sync.zero && communicator_.size() > 1;
+  sync_config.zero = zero();
+  // A pipeline stage's gradients are complete only after its last micro-batch's backward, and
+  // MPI calls from the gradient thread must not overlap the stage transfers of the main thread.
+  sync_config.overlap = config_.sync.overlap && !pipelined();
   sync_ = std::make_unique<dist::GradientSync>(
-      communicator_, graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
+      replicas(), graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
       config_.grad_accumulation > 1 ? accumulated_.flat().device_data<float>() : nullptr, sync_config);
-  executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
+  if (executor_) executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
   // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
   loss_scaler_.scale = config_.initial_loss_scale;
   optimizer_ = zero()
@@ -156,17 +188,26 @@ bool Trainer::initialize_or_resume() {
   int64_t resumed_step = 0;
   int64_t optimizer_steps = 0;
   std::string data_state = "{}";
-  // The chief reads the whole state; everyone receives it (and keeps its shard of the moments).
+  // The chief reads the whole state; everyone receives its part (and keeps its shard of the moments).
   const auto P = parameters_.numel();
   Tensor first_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->first_moment();
   Tensor second_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->second_moment();
+  // A pipeline's chief holds the whole model only while it hands the parts out.
+  model::ParameterSet whole;
+  Tensor whole_first = first_moment, whole_second = second_moment;
+  if (is_chief() && pipelined()) {
+    whole = model::ParameterSet(whole_specs_, backend_);
+    whole_first = backend_.empty(whole.flat().shape(), DType::f32);
+    whole_second = backend_.empty(whole.flat().shape(), DType::f32);
+  }
+  model::ParameterSet& loaded = pipelined() ? whole : parameters_;
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
       check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint));
-      Tensor first_on_host = backend_.on_host(first_moment), second_on_host = backend_.on_host(second_moment);
-      nlohmann::json state = CheckpointManager::load(*checkpoint, parameters_, first_on_host, second_on_host);
-      backend_.upload(first_on_host.raw(), first_moment);
-      backend_.upload(second_on_host.raw(), second_moment);
+      Tensor first_on_host = backend_.on_host(whole_first), second_on_host = backend_.on_host(whole_second);
+      nlohmann::json state = CheckpointManager::load(*checkpoint, loaded, first_on_host, second_on_host);
+      backend_.upload(first_on_host.raw(), whole_first);
+      backend_.upload(second_on_host.raw(), whole_second);
       resumed_step = state.at("step").get<int64_t>();
       optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
@@ -178,39 +219,135 @@ bool Trainer::initialize_or_resume() {
       fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), resumed_step);
     } else {
       Rng rng(config_.seed);
-      model::initialize_gpt(parameters_, model_config_, rng);
+      model::initialize_gpt(loaded, model_config_, rng);
+      if (pipelined()) {
+        backend_.fill_zero(whole_first);
+        backend_.fill_zero(whole_second);
+      }
     }
   }
-  sync_->broadcast(parameters_.flat().device_data<float>(), static_cast<size_t>(P), 0);
-  sync_->broadcast(first_moment.device_data<float>(), static_cast<size_t>(P), 0);
-  sync_->broadcast(second_moment.device_data<float>(), static_cast<size_t>(P), 0);
+  scatter_from_chief(loaded.flat(), parameters_.flat());
+  scatter_from_chief(whole_first, first_moment);
+  scatter_from_chief(whole_second, second_moment);
   if (zero()) {
     const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
     backend_.copy(first_moment.slice_flat(begin, count), optimizer_->first_moment().slice_flat(0, count));
     backend_.copy(second_moment.slice_flat(begin, count), optimizer_->second_moment().slice_flat(0, count));
   }
   // The step counts and the loss scale travel as JSON text (integers and doubles arrive exactly).
-  nlohmann::json counters = nlohmann::json::parse(sync_->broadcast(
+  nlohmann::json counters = nlohmann::json::parse(broadcast_text(
       nlohmann::json{{"step", resumed_step}, {"optimizer_steps", optimizer_steps}, {"scale", loss_scaler_.scale},
-                     {"finite", loss_scaler_.finite_steps}, {"skipped", loss_scaler_.skipped_steps}}.dump(), 0));
+                     {"finite", loss_scaler_.finite_steps}, {"skipped", loss_scaler_.skipped_steps}}.dump()));
   optimizer_->set_steps_taken(counters["optimizer_steps"].get<int64_t>());
   loss_scaler_.scale = counters["scale"].get<double>();
   loss_scaler_.finite_steps = counters["finite"].get<int64_t>();
   loss_scaler_.skipped_steps = counters["skipped"].get<int64_t>();
-  data_.restore(nlohmann::json::parse(sync_->broadcast(data_state, 0)));
+  data_.restore(nlohmann::json::parse(broadcast_text(data_state)));
   step_ = counters["step"].get<int64_t>();
   refresh_half_parameters();
   return step_ > 0;
 }
 
+namespace {
+
+// Where each of a part's tensors lies in the whole model's flat buffer, in the part's order (its
+// own flat buffer is these runs back to back).
+std::vector<std::pair<int64_t, int64_t>> runs_in_whole(const std::vector<model::TensorSpec>& whole,
+                                                       const model::LayerRange& range) {
+  std::map<std::string, int64_t> offset;
+  int64_t total = 0;
+  for (const model::TensorSpec& spec : whole) {
+    offset[spec.name] = total;
+    total += spec.shape.numel();
+  }
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (const model::TensorSpec& spec : model::stage_tensor_specs(whole, range)) {
+    runs.push_back({offset.at(spec.name), spec.shape.numel()});
+  }
+  return runs;
+}
+
+}  // namespace
+
+void Trainer::scatter_from_chief(const Tensor& whole, const Tensor& mine) {
+  if (!pipelined()) {
+    sync_->broadcast(mine.device_data<float>(), static_cast<size_t>(mine.numel()), 0);
+    return;
+  }
+  const std::vector<model::LayerRange> ranges =
+      partition_layers(model_config_, config_.pipeline_parallel, config_.sequence_length, config_.stage_layers);
+  if (!is_chief()) {
+    communicator_.recv(mine.device_address(), mine.nbytes(), 0);
+    return;
+  }
+  const float* source = whole.device_data<float>();
+  for (int rank = 0; rank < communicator_.size(); ++rank) {
+    const int stage = dist::mesh_coordinates(mesh_->shape, rank).stage;
+    std::vector<float> part;
+    for (const auto& [offset, count] : runs_in_whole(whole_specs_, ranges[static_cast<size_t>(stage)])) {
+      part.insert(part.end(), source + offset, source + offset + count);
+    }
+    if (rank == 0) {
+      std::copy(part.begin(), part.end(), mine.device_data<float>());
+    } else {
+      communicator_.send(part.data(), part.size() * sizeof(float), rank);
+    }
+  }
+}
+
+void Trainer::gather_to_chief(const Tensor& mine, const Tensor& whole) {
+  const std::vector<model::LayerRange> ranges =
+      partition_layers(model_config_, config_.pipeline_parallel, config_.sequence_length, config_.stage_layers);
+  if (!is_chief()) {
+    if (mesh_->me.data == 0) communicator_.send(mine.device_address(), mine.nbytes(), 0);
+    return;
+  }
+  float* target = whole.device_data<float>();
+  for (int stage = 0; stage < config_.pipeline_parallel; ++stage) {
+    const auto runs = runs_in_whole(whole_specs_, ranges[static_cast<size_t>(stage)]);
+    int64_t total = 0;
+    for (const auto& run : runs) total += run.second;
+    std::vector<float> part(static_cast<size_t>(total));
+    if (stage == 0) {
+      std::copy(mine.device_data<float>(), mine.device_data<float>() + total, part.begin());
+    } else {
+      communicator_.recv(part.data(), part.size() * sizeof(float), dist::mesh_rank(mesh_->shape, {0, 0, stage}));
+    }
+    int64_t at = 0;
+    for (const auto& [offset, count] : runs) {
+      std::copy(part.begin() + at, part.begin() + at + count, target + offset);
+      at += count;
+    }
+  }
+}
+
+std::string Trainer::broadcast_text(const std::string& text) {
+  if (!pipelined()) return sync_->broadcast(text, 0);
+  uint64_t size = text.size();
+  communicator_.broadcast(&size, sizeof size, 0);
+  std::string result = text;
+  result.resize(size);
+  communicator_.broadcast(result.data(), size, 0);
+  return result;
+}
+
+float Trainer::job_sum(float value) {
+  if (!pipelined()) return sync_->all_reduce_sum(value);
+  communicator_.all_reduce_sum(&value, 1);
+  return value;
+}
+
+float Trainer::job_max(float value) {
+  if (!pipelined()) return sync_->all_reduce_max(value);
+  communicator_.all_reduce_max(&value, 1);
+  return value;
+}
+
 double Trainer::forward_backward(int64_t index, int64_t micro) {
-  const int64_t slice = communicator_.rank() * config_.grad_accumulation + micro;
-  const int64_t slices = communicator_.size() * config_.grad_accumulation;
+  const int64_t slice = replicas().rank() * config_.grad_accumulation + micro;
+  const int64_t slices = replicas().size() * config_.grad_accumulation;
   const double loss = forward_batch(*executor_, graph_, data_, {index, config_.seed, false, slice, slices});
-  // d(mean loss over the global batch)/d(loss at each of this slice's positions)
-  float weight = 1.0f / static_cast<float>(loss_grad_.numel() * slices);
-  if (scales_loss()) weight *= static_cast<float>(loss_scaler_.scale);
-  backend_.upload(std::vector<float>(static_cast<size_t>(loss_grad_.numel()), weight).data(), loss_grad_);
+  backend_.upload(std::vector<float>(static_cast<size_t>(loss_grad_.numel()), loss_weight()).data(), loss_grad_);
   backend_.fill_zero(gradients_.flat());
   sync_->begin_backward(micro + 1 == config_.grad_accumulation);
   executor_->backward();
@@ -218,22 +355,63 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
   return loss;
 }
 
+float Trainer::loss_weight() const {
+  // d(mean loss over the global batch)/d(loss at each position of one micro-batch)
+  const int64_t positions = micro_batch_ * config_.sequence_length;
+  float weight = 1.0f / static_cast<float>(positions * replicas().size() * micro_batches_per_step());
+  if (scales_loss()) weight *= static_cast<float>(loss_scaler_.scale);
+  return weight;
+}
+
+double Trainer::pipeline_step() {
+  backend_.fill_zero(gradients_.flat());
+  const int64_t m = config_.micro_batches;
+  const BatchPosition first{step_, config_.seed, false, replicas().rank() * m, replicas().size() * m};
+  const double loss = pipeline_->train(data_, first, loss_weight()) / static_cast<double>(m);
+  sum_tied_embedding_gradients();
+  sync_->begin_backward(true);
+  sync_->end_backward();
+  return loss;
+}
+
+void Trainer::sum_tied_embedding_gradients() {
+  if (!(range_.first || range_.last) || range_.whole_model()) return;
+  const Tensor& mine = gradients_.get("wte.weight");
+  std::vector<float> theirs(static_cast<size_t>(mine.numel()));
+  const int peer = range_.first ? config_.pipeline_parallel - 1 : 0;
+  mesh_->pipeline->send_recv(mine.device_address(), mine.nbytes(), peer, theirs.data(), mine.nbytes(), peer);
+  // Both stages compute first + last (float addition commutes), so the two copies stay equal.
+  float* gradient = mine.device_data<float>();
+  for (size_t i = 0; i < theirs.size(); ++i) gradient[i] += theirs[i];
+}
+
 StepStats Trainer::step() {
   auto start = std::chrono::steady_clock::now();
   StepStats stats;
   double local_loss = 0;
-  for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
-    local_loss += forward_backward(step_, micro) / static_cast<double>(config_.grad_accumulation);
+  if (pipelined()) {
+    local_loss = pipeline_step();  // the last stage's; 0 on the others
+  } else {
+    for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
+      local_loss += forward_backward(step_, micro) / static_cast<double>(config_.grad_accumulation);
+    }
   }
   stats.communication_wait = sync_->last_wait_seconds();
-  stats.loss = sync_->all_reduce_sum(static_cast<float>(local_loss)) / static_cast<double>(communicator_.size());
+  stats.loss = job_sum(static_cast<float>(local_loss)) / static_cast<double>(replicas().size());
   stats.lr = config_.schedule.at(step_);
-  // The global gradient norm: over this rank's shard and summed (ZeRO-1), or over everything.
+  // The global gradient norm: over this rank's shard and summed (ZeRO-1), or over everything;
+  // for a pipeline, summed over the stages too (counting the tied embedding once, on the first).
   const Tensor& grads = final_gradients().flat();
   const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
+  const int64_t skipped = range_.last && !range_.first ? gradients_.get("wte.weight").numel() : 0;  // first in the set
+  const int64_t from = std::max(begin, skipped), to = std::max(from, begin + count);
   double squares = 0;
-  backend_.launch(SumSquares{.x = grads.slice_flat(begin, count), .result = &squares});
-  if (zero()) squares = sync_->all_reduce_sum(static_cast<float>(squares));
+  backend_.launch(SumSquares{.x = grads.slice_flat(from, to - from), .result = &squares});
+  if (pipelined()) {
+    squares = job_sum(static_cast<float>(squares)) / (zero() ? 1.0 : static_cast<double>(replicas().size()));
+  } else if (zero()) {
+    squares = sync_->all_reduce_sum(static_cast<float>(squares));
+  }
   const double unscale = scales_loss() ? 1.0 / loss_scaler_.scale : 1.0;
   stats.grad_norm = std::sqrt(squares) * unscale;
   const bool apply = !scales_loss() || loss_scaler_.update(std::isfinite(squares));
@@ -257,16 +435,21 @@ void Trainer::refresh_half_parameters() {
 }
 
 double Trainer::evaluate(int64_t batches) {
-  // Every rank evaluates its slices of each validation batch; the mean goes through all-reduce.
-  const int64_t slices = communicator_.size() * config_.grad_accumulation;
+  // Every replica evaluates its slices of each validation batch; the mean goes through all-reduce.
+  const int64_t per_step = micro_batches_per_step();
+  const int64_t slices = replicas().size() * per_step;
   double total = 0;
   for (int64_t index = 0; index < batches; ++index) {
-    for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
-      const int64_t slice = communicator_.rank() * config_.grad_accumulation + micro;
+    if (pipelined()) {
+      total += pipeline_->evaluate(data_, {index, config_.seed, true, replicas().rank() * per_step, slices});
+      continue;
+    }
+    for (int64_t micro = 0; micro < per_step; ++micro) {
+      const int64_t slice = replicas().rank() * per_step + micro;
       total += forward_batch(*executor_, graph_, data_, {index, config_.seed, true, slice, slices});
     }
   }
-  return sync_->all_reduce_sum(static_cast<float>(total)) / static_cast<double>(batches * slices);
+  return job_sum(static_cast<float>(total)) / static_cast<double>(batches * slices);
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
@@ -281,6 +464,21 @@ std::filesystem::path Trainer::save_checkpoint() {
     sync_->all_gather_shards(first_moment.device_data<float>());
     sync_->all_gather_shards(second_moment.device_data<float>());
   }
+  const model::ParameterSet* saved = &parameters_;
+  if (pipelined()) {
+    Tensor whole_first, whole_second;
+    if (is_chief()) {
+      whole_parameters_ = model::ParameterSet(whole_specs_, backend_);
+      whole_first = backend_.empty(whole_parameters_.flat().shape(), DType::f32);
+      whole_second = backend_.empty(whole_parameters_.flat().shape(), DType::f32);
+    }
+    gather_to_chief(parameters_.flat(), whole_parameters_.flat());
+    gather_to_chief(first_moment, whole_first);
+    gather_to_chief(second_moment, whole_second);
+    saved = &whole_parameters_;
+    first_moment = whole_first;
+    second_moment = whole_second;
+  }
   if (!is_chief()) return {};
   first_moment = backend_.on_host(first_moment);
   second_moment = backend_.on_host(second_moment);
@@ -288,12 +486,11 @@ std::filesystem::path Trainer::save_checkpoint() {
                           {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
                           {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
                                           {"skipped_steps", loss_scaler_.skipped_steps}}}};
-  return checkpoints_.save(step_, model_config_, parameters_, first_moment, second_moment, optimizer_->steps_taken(),
-                           state);
+  return checkpoints_.save(step_, model_config_, *saved, first_moment, second_moment, optimizer_->steps_taken(), state);
 }
 
 void Trainer::export_model(const std::filesystem::path& dir) const {
-  model::save_model_dir(dir, model_config_, parameters_);
+  model::save_model_dir(dir, model_config_, pipelined() ? whole_parameters_ : parameters_);
   if (!config_.tokenizer_dir.empty()) data::Tokenizer::load(config_.tokenizer_dir).save(dir);
 }
 
@@ -306,7 +503,7 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   if (is_chief()) events = std::make_unique<data::EventWriter>(config_.out_dir);
   double smoothed_seconds = 0;
   // Every rank must stop at the same step, so the stop request is agreed on by all-reduce.
-  auto stop_agreed = [&] { return sync_->all_reduce_max(stop && stop->load() ? 1.0f : 0.0f) > 0; };
+  auto stop_agreed = [&] { return job_max(stop && stop->load() ? 1.0f : 0.0f) > 0; };
   bool stopping = false;
   const int64_t last_step = config_.stop_at_step > 0 ? std::min(config_.stop_at_step, config_.steps) : config_.steps;
   const double wait_before = data_.wait_seconds();

@@ -10,12 +10,14 @@
 #include "base/config.h"
 #include "dist/communicator.h"
 #include "dist/gradient_sync.h"
+#include "dist/mesh.h"
 #include "graph/executor.h"
 #include "graph/precision.h"
 #include "model/gpt_graph.h"
 #include "train/checkpoint.h"
 #include "train/loss_scale.h"
 #include "train/optimizer.h"
+#include "train/pipeline_stage.h"
 #include "train/schedule.h"
 #include "train/token_source.h"
 
@@ -37,6 +39,12 @@ struct TrainConfig {
   int64_t eval_every = 0;
   int64_t eval_batches = 8;
   dist::GradientSyncConfig sync;
+  // Pipeline parallelism: stages per model replica, micro-batches per step on each replica, the
+  // schedule, and the blocks of each stage (empty: balanced).
+  int pipeline_parallel = 1;
+  int64_t micro_batches = 4;
+  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
+  std::vector<int64_t> stage_layers;
   std::filesystem::path tokenizer_dir;  // copied into exports when set
   std::string recompute = "none";       // gradient checkpointing: none | block | attention | op kinds
   bool decay_embeddings = false;        // AdamW weight decay on wte/wpe too
@@ -60,9 +68,12 @@ struct StepStats {
   double communication_wait = 0;  // seconds backward's end waited for gradient all-reduces
 };
 
-// One process of a (possibly) data-parallel run: the communicator's rank r trains on slice r of
-// every global batch; rank 0 (the chief) initialises or loads the state and broadcasts it, and
-// alone writes checkpoints and exports.
+// One process of a (possibly) data- and pipeline-parallel run. With one stage, the
+// communicator's rank r trains on slice r of every global batch. With p stages, the ranks form a
+// mesh of p stages x d replicas (dist/mesh.h): replica r trains on slices [r·m, (r+1)·m) of
+// d·m, its stages passing activations and gradients micro-batch by micro-batch. Rank 0 (the
+// chief) initialises or loads the whole model and hands every rank its part, and alone writes
+// checkpoints and exports — always of the whole model, so any layout resumes any other.
 class Trainer {
  public:
   Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend,
@@ -76,8 +87,10 @@ class Trainer {
 
   StepStats step();
   double evaluate(int64_t batches);
-  // Every rank calls it (ZeRO-1 gathers the moments); the chief writes, the others return {}.
+  // Every rank calls it (ZeRO-1 gathers the moments, a pipeline's stages send their parts to the
+  // chief); the chief writes, the others return {}.
   std::filesystem::path save_checkpoint();
+  // The chief's (a pipeline's, as of its last checkpoint).
   void export_model(const std::filesystem::path& dir) const;
 
   // Steps until `config.steps` or until *stop becomes true (SIGTERM), printing progress;
@@ -87,16 +100,38 @@ class Trainer {
   int64_t current_step() const { return step_; }
   const LossScaler& loss_scaler() const { return loss_scaler_; }
   bool scales_loss() const { return config_.precision == graph::PrecisionPolicy::mixed_float16; }
+  // This rank's parameters: the whole model's, or its pipeline stage's.
   model::ParameterSet& parameters() { return parameters_; }
   model::ParameterSet& gradients() { return gradients_; }
-  graph::Executor& executor() { return *executor_; }
   const model::GptGraph& gpt_graph() const { return graph_; }
+  // The executor of a run without pipeline stages (profiling, memory plans).
+  graph::Executor& executor() {
+    check(executor_ != nullptr, "a pipeline stage runs one executor per micro-batch slot");
+    return *executor_;
+  }
 
  private:
+  bool pipelined() const { return config_.pipeline_parallel > 1; }
+  // The ranks holding the same part of the model as this one: their gradients are averaged.
+  dist::Communicator& replicas() const { return mesh_ ? *mesh_->data : communicator_; }
+  int64_t micro_batches_per_step() const { return pipelined() ? config_.micro_batches : config_.grad_accumulation; }
+  // Sums over every rank of the job (for a pipeline, directly: the gradient thread is idle then).
+  float job_sum(float value);
+  float job_max(float value);
+  std::string broadcast_text(const std::string& text);  // the chief's text to every rank
+  float loss_weight() const;  // d(objective)/d(each position's loss) of a micro-batch
+  double pipeline_step();
+  // Sums the tied embedding's gradient between the first and the last stage, which both hold it.
+  void sum_tied_embedding_gradients();
+  // The chief's whole-model tensor `whole` to every rank's part of it, `mine` (pipeline: each
+  // rank's stage; else a broadcast).
+  void scatter_from_chief(const Tensor& whole, const Tensor& mine);
+  // Every stage's part (from its first replica) into the chief's `whole`.
+  void gather_to_chief(const Tensor& mine, const Tensor& whole);
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
   void refresh_half_parameters();
   bool is_chief() const { return communicator_.rank() == 0; }
-  bool zero() const { return config_.sync.zero && communicator_.size() > 1; }
+  bool zero() const { return config_.sync.zero && replicas().size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
@@ -112,12 +147,18 @@ class Trainer {
   Backend& backend_;
   model::GptGraph graph_;
   dist::Communicator& communicator_;
+  std::unique_ptr<dist::MeshGroups> mesh_;  // pipeline runs: this rank's groups
+  model::LayerRange range_;                 // this rank's part of the model
+  std::vector<model::TensorSpec> whole_specs_;
   int64_t micro_batch_ = 0;
   model::ParameterSet parameters_, gradients_, accumulated_;
   // The 16-bit weights the GEMMs read under a mixed policy (empty under float32), rewritten by
   // the optimizer from the f32 master weights in parameters_.
   model::ParameterSet half_parameters_;
-  std::unique_ptr<graph::Executor> executor_;
+  std::unique_ptr<graph::Executor> executor_;  // one stage
+  std::unique_ptr<PipelineStage> pipeline_;     // pipeline runs
+  // Pipeline runs, on the chief: the whole model as of the last checkpoint, for the export.
+  model::ParameterSet whole_parameters_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;
   LossScaler loss_scaler_;  // used with mixed_float16 only

@@ -1,5 +1,6 @@
 // The graph a training step runs: the GPT forward graph, the precision policy, autodiff, and
-// gradient checkpointing — built the same way for the trainer and for `paraflow plan`.
+// gradient checkpointing — built the same way for the trainer and for `paraflow plan`; the whole
+// model, or one pipeline stage's part of it.
 #pragma once
 
 #include <string>
@@ -11,6 +12,6 @@ namespace paraflow::train {
 
 model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
                                      const std::string& recompute, graph::PrecisionPolicy precision,
-                                     const Backend& backend);
+                                     const Backend& backend, const model::LayerRange& range = {});
 
 }  // namespace paraflow::train
