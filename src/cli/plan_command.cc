@@ -5,7 +5,10 @@
 
 #include "cli/commands.h"
 #include "cli/run_setup.h"
+#include "dist/mesh.h"
 #include "train/memory_report.h"
+#include "train/pipeline_schedule.h"
+#include "train/step_time_model.h"
 
 namespace paraflow::cli {
 
@@ -17,6 +20,8 @@ struct PlanOptions {
   int ranks = 1;
   int threads = 0;
   double budget_gib = 0;
+  double peak_tflops = 0;     // 0: measured on this machine's CPU
+  double bandwidth_gbs = 10;  // between ranks, GB/s
 };
 
 // The largest value in [low, high] (a multiple of `step`) for which fits() holds, or 0.
@@ -31,37 +36,83 @@ int64_t largest_fitting(int64_t low, int64_t high, int64_t step, const std::func
   return good;
 }
 
+// Memory per rank of each stage, and the modelled step time with its bubble and communication.
+void print_layout(const RunSetup& setup, const PlanOptions& options, int threads) {
+  const train::TrainConfig& config = setup.train;
+  const int stages = config.pipeline_parallel;
+  const dist::MeshShape mesh = dist::mesh_shape(options.ranks, 1, stages);
+  const int64_t per_step = stages > 1 ? config.micro_batches : config.grad_accumulation;
+  check(config.batch_size % (mesh.data * per_step) == 0,
+        "train.batch_size ({}) must be a multiple of data-parallel replicas ({}) x {} ({})", config.batch_size, mesh.data,
+        stages > 1 ? "dist.micro_batches" : "train.grad_accumulation", per_step);
+  fmt::print("model: {:.2f}M parameters; {} rank(s): {} stage(s) x {} data-parallel replica(s); micro-batch {} x {}, "
+             "{} per step per replica; recompute: {}\n",
+             static_cast<double>(setup.model.parameter_count()) / 1e6, options.ranks, stages, mesh.data,
+             config.batch_size / (mesh.data * per_step), config.sequence_length, per_step, config.recompute);
+  if (stages == 1) {
+    train::MemoryReport report = train::estimate_training_memory(setup.model, config, options.ranks, threads);
+    fmt::print("{}", report.to_text());
+    fmt::print("allocated by a training step (activations, inputs, workspace): {:.1f} MiB\n",
+               static_cast<double>(report.step_allocations()) / (1 << 20));
+  } else {
+    fmt::print("schedule {}: memory per rank (MiB)\n", train::pipeline_schedule_name(config.pipeline_schedule));
+    fmt::print("{:>5} {:>9} {:>10} {:>10} {:>10} {:>9} {:>12} {:>10}\n", "stage", "blocks", "parameters", "gradients",
+               "optimizer", "in flight", "activations", "total");
+    const auto ranges = train::partition_layers(setup.model, stages, config.sequence_length, config.stage_layers);
+    auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+    for (int stage = 0; stage < stages; ++stage) {
+      const train::MemoryReport r = train::estimate_training_memory(setup.model, config, options.ranks, threads, stage);
+      const model::LayerRange& range = ranges[static_cast<size_t>(stage)];
+      fmt::print("{:>5} {:>9} {:>10.1f} {:>10.1f} {:>10.1f} {:>9} {:>12.1f} {:>10.1f}\n", stage,
+                 fmt::format("{}-{}{}", range.first_layer, range.end_layer, range.last ? "+h" : ""), mib(r.parameters),
+                 mib(r.gradients), mib(r.optimizer_state), r.in_flight, mib(r.activations + r.inputs + r.workspace),
+                 mib(r.total()));
+    }
+    fmt::print("(blocks a-b: [a, b); +h: the final layernorm and the head; activations include inputs and workspace)\n");
+  }
+  const double peak = options.peak_tflops > 0 ? options.peak_tflops * 1e12 : train::measure_peak_flops(cpu_backend());
+  const train::StepTimeModel time =
+      train::model_step_time(setup.model, config, options.ranks, peak, options.bandwidth_gbs * 1e9);
+  const double total = time.total();
+  auto share = [&](double part) { return fmt::format("{:.3f} s ({:.1f}%)", part, 100.0 * part / total); };
+  fmt::print("modelled step at {:.1f} TFLOP/s{} and {:.1f} GB/s between ranks: {:.3f} s, {:.0f} tokens/s\n",
+             peak / 1e12, options.peak_tflops > 0 ? "" : " (this CPU's measured f32 GEMM peak)", options.bandwidth_gbs,
+             total, static_cast<double>(config.batch_size * config.sequence_length) / total);
+  fmt::print("  compute {} | bubble {} | stage transfers {} | gradient all-reduce {}\n", share(time.compute),
+             share(time.bubble), share(time.pipeline_transfers), share(time.gradient_all_reduce));
+  if (stages > 1) {
+    fmt::print("  bubble model (p-1)/(m+p-1) = {:.3f}\n", train::pipeline_bubble(stages, config.micro_batches));
+  }
+}
+
 void run_plan(const PlanOptions& options) {
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   const int threads = options.threads > 0 ? options.threads : (setup.threads > 0 ? setup.threads : omp_get_max_threads());
   const train::TrainConfig& config = setup.train;
-  check(config.batch_size % (options.ranks * config.grad_accumulation) == 0,
-        "train.batch_size ({}) must be a multiple of --ranks ({}) x train.grad_accumulation ({})", config.batch_size,
-        options.ranks, config.grad_accumulation);
-  train::MemoryReport report = train::estimate_training_memory(setup.model, config, options.ranks, threads);
-  fmt::print("model: {:.2f}M parameters; micro-batch {} x {} per rank, {} rank(s), recompute: {}\n",
-             static_cast<double>(setup.model.parameter_count()) / 1e6,
-             config.batch_size / (options.ranks * config.grad_accumulation), config.sequence_length, options.ranks,
-             config.recompute);
-  fmt::print("{}", report.to_text());
-  fmt::print("allocated by a training step (activations, inputs, workspace): {:.1f} MiB\n",
-             static_cast<double>(report.step_allocations()) / (1 << 20));
+  print_layout(setup, options, threads);
   const double per_token = setup.model.flops_per_token(config.sequence_length);
   fmt::print("FLOPs per token {:.3e}; per step {:.3e} ({} tokens)\n", per_token,
              per_token * static_cast<double>(config.batch_size * config.sequence_length),
              config.batch_size * config.sequence_length);
   if (options.budget_gib <= 0) return;
   const auto budget = static_cast<int64_t>(options.budget_gib * (1 << 30));
-  const int64_t unit = options.ranks * config.grad_accumulation;
+  const int stages = config.pipeline_parallel;
+  const int64_t unit = options.ranks / stages * (stages > 1 ? config.micro_batches : config.grad_accumulation);
+  auto fits = [&](const train::TrainConfig& trial) {  // on every stage's ranks
+    for (int stage = 0; stage < stages; ++stage) {
+      if (train::estimate_training_memory(setup.model, trial, options.ranks, threads, stage).total() > budget) return false;
+    }
+    return true;
+  };
   auto fits_batch = [&](int64_t batch) {
     train::TrainConfig trial = config;
     trial.batch_size = batch;
-    return train::estimate_training_memory(setup.model, trial, options.ranks, threads).total() <= budget;
+    return fits(trial);
   };
   auto fits_sequence = [&](int64_t sequence) {
     train::TrainConfig trial = config;
     trial.sequence_length = sequence;
-    return train::estimate_training_memory(setup.model, trial, options.ranks, threads).total() <= budget;
+    return fits(trial);
   };
   int64_t batch = largest_fitting(unit, unit * 4096, unit, fits_batch);
   int64_t sequence = largest_fitting(1, setup.model.n_positions, 1, fits_sequence);
@@ -76,13 +127,21 @@ void run_plan(const PlanOptions& options) {
 
 void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
-  CLI::App* command = app.add_subcommand("plan", "Memory and FLOP estimate of a training config, without training");
+  CLI::App* command = app.add_subcommand("plan", "Memory per rank, FLOPs and modelled step time of a training layout, without training");
   command->add_option("--config", options->config_path, "YAML config")->required()->check(CLI::ExistingFile);
   command->add_option("--set", options->overrides, "Override a config key (repeatable)");
-  command->add_option("--ranks", options->ranks, "Data-parallel ranks")->capture_default_str()->check(in_range(at_least(1)));
+  command->add_option("--ranks", options->ranks, "Ranks of the job (stages x data-parallel replicas)")
+      ->capture_default_str()
+      ->check(in_range(at_least(1)));
   command->add_option("--threads", options->threads, "Threads per rank (workspace); default: all cores")
       ->check(in_range(at_least(0)));
   command->add_option("--memory-budget", options->budget_gib, "GiB per rank: report the largest batch and sequence that fit")
+      ->check(in_range(above(0)));
+  command->add_option("--peak-tflops", options->peak_tflops,
+                      "GEMM throughput per rank for the step-time model (default: measured on this CPU)")
+      ->check(in_range(above(0)));
+  command->add_option("--bandwidth-gbs", options->bandwidth_gbs, "Link bandwidth between ranks, GB/s, for the model")
+      ->capture_default_str()
       ->check(in_range(above(0)));
   command->callback([options] { run_plan(*options); });
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "graph/memory_plan.h"
+#include "train/pipeline_schedule.h"
 #include "train/training_graph.h"
 
 namespace paraflow::train {
@@ -18,7 +19,8 @@ std::string MemoryReport::to_text() const {
   text += fmt::format("parameters       {}\n", mib(parameters));
   text += fmt::format("gradients        {}\n", mib(gradients));
   text += fmt::format("optimizer state  {}  (AdamW moments{})\n", mib(optimizer_state), zero_shards > 1 ? fmt::format(", ZeRO-1: 1/{} each", zero_shards) : "");
-  text += fmt::format("activations      {}  (planned arena; {} with a buffer per value)\n", mib(activations),
+  text += fmt::format("activations      {}  (planned arena{}; {} with a buffer per value)\n", mib(activations),
+                      in_flight > 1 ? fmt::format(" x {} micro-batches in flight", in_flight) : "",
                       mib(activations_unplanned));
   text += fmt::format("inputs, losses   {}\n", mib(inputs));
   text += fmt::format("workspace        {}\n", mib(workspace));
@@ -27,35 +29,56 @@ std::string MemoryReport::to_text() const {
 }
 
 MemoryReport estimate_training_memory(const model::GptConfig& model, const TrainConfig& config, int ranks,
-                                      int threads) {
-  const int64_t micro_batch = config.batch_size / (ranks * config.grad_accumulation);
+                                      int threads, int stage) {
+  const int stages = config.pipeline_parallel;
+  const int replicas = ranks / stages;
+  const int64_t per_step = stages > 1 ? config.micro_batches : config.grad_accumulation;
+  const int64_t micro_batch = config.batch_size / (replicas * per_step);
   const int64_t T = config.sequence_length, C = model.n_embd;
-  model::GptGraph g = build_training_graph(model, micro_batch, T, config.recompute, config.precision,
-                                                   cpu_backend());
+  const model::LayerRange range =
+      stages > 1 ? partition_layers(model, stages, T, config.stage_layers).at(static_cast<size_t>(stage))
+                 : model::LayerRange{};
+  model::GptGraph g = build_training_graph(model, micro_batch, T, config.recompute, config.precision, cpu_backend(), range);
 
-  // What the trainer binds: parameters, their gradients and the loss gradient.
-  std::vector<bool> bound(g.graph.values().size(), false);
+  // What the trainer binds: parameters, their gradients and the gradient of the graph's end (the
+  // loss, or a stage's output); a stage also keeps what crosses to its neighbours.
+  std::vector<bool> bound(g.graph.values().size(), false), kept(g.graph.values().size(), false);
   for (const auto& [name, id] : g.parameters) {
     bound[static_cast<size_t>(id)] = true;
     bound[static_cast<size_t>(g.graph.value(id).grad)] = true;
   }
-  bound[static_cast<size_t>(g.graph.value(g.losses).grad)] = true;
-  std::vector<bool> outside = graph::values_outside_plan(g.graph, bound);
+  const graph::ValueId end = range.last ? g.losses : g.stage_output;
+  bound[static_cast<size_t>(g.graph.value(end).grad)] = true;
+  if (!range.last) kept[static_cast<size_t>(end)] = true;
+  if (!range.first) {
+    kept[static_cast<size_t>(g.stage_input)] = true;
+    kept[static_cast<size_t>(g.graph.value(g.stage_input).grad)] = true;
+  }
+  std::vector<bool> owned(bound.size());
+  for (size_t v = 0; v < owned.size(); ++v) owned[v] = bound[v] || kept[v];
+  std::vector<bool> outside = graph::values_outside_plan(g.graph, owned);
   graph::MemoryPlan plan = graph::plan_memory(g.graph, outside);
 
   MemoryReport report;
-  const int64_t parameter_bytes = model.parameter_count() * 4;
+  report.in_flight = stages > 1 ? pipeline_in_flight(config.pipeline_schedule, stages, stage, config.micro_batches) : 1;
+  int64_t parameter_count = 0;
+  for (const model::TensorSpec& spec : model::stage_tensor_specs(model::gpt_tensor_specs(model), range)) {
+    parameter_count += spec.shape.numel();
+  }
+  const int64_t parameter_bytes = parameter_count * 4;
   report.parameters = parameter_bytes;
   report.gradients = parameter_bytes * (config.grad_accumulation > 1 ? 2 : 1);
-  // ZeRO-1: each rank keeps the moments of its 1/ranks shard.
-  const bool zero = config.sync.zero && ranks > 1;
-  report.optimizer_state = 2 * (zero ? (model.parameter_count() + ranks - 1) / ranks * 4 : parameter_bytes);
-  report.zero_shards = zero ? ranks : 1;
-  report.activations = plan.arena_bytes;
-  report.activations_unplanned = plan.unplanned_sum_bytes;
+  // ZeRO-1: each rank keeps the moments of its 1/replicas shard.
+  const bool zero = config.sync.zero && replicas > 1;
+  report.optimizer_state = 2 * (zero ? (parameter_count + replicas - 1) / replicas * 4 : parameter_bytes);
+  report.zero_shards = zero ? replicas : 1;
+  // Every micro-batch in flight has an executor of its own.
+  report.activations = plan.arena_bytes * report.in_flight;
+  report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;
   for (size_t v = 0; v < outside.size(); ++v) {
     const graph::Value& value = g.graph.values()[v];
-    if (outside[v] && !bound[v]) report.inputs += value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
+    const int64_t bytes = value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
+    if (outside[v] && !bound[v]) report.inputs += bytes * report.in_flight;
   }
   // Per thread: attention's (T,T) score gradients, layernorm's and the bias gradients' partial sums.
   report.workspace = static_cast<int64_t>(threads) * (T * T + 2 * C + 4 * C) * 4;

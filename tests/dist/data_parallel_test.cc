@@ -13,65 +13,19 @@
 #include <fmt/format.h>
 
 #include "base/file_io.h"
-#include "model/safetensors.h"
+#include "dist/training_job.h"
 #include "reference_runner.h"
 #include "test_util.h"
 
 namespace paraflow {
 namespace {
 
-class DataParallel : public ::testing::Test {
+class DataParallel : public testing::TrainingJob {
  protected:
   void SetUp() override {
-    testing::write_letter_corpus(dir.path() / "corpus.txt", 60000, 26, 3);
-    write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 256, n_positions: 16, n_embd: 24, n_layer: 2, n_head: 2}}
-data: {{train: "{}", format: text}}
-train: {{batch_size: 6, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 100}}
-dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
-)", (dir.path() / "corpus.txt").string()));
+    write_config("{vocab_size: 256, n_positions: 16, n_embd: 24, n_layer: 2, n_head: 2}",
+                 "{batch_size: 6, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 100}");
   }
-
-  std::string train_command(const std::string& out, const std::string& extra = "") const {
-    return fmt::format("{} train --config {} --threads 1 --set train.out_dir={} {}", binary(),
-                       (dir.path() / "config.yaml").string(), (dir.path() / out).string(), extra);
-  }
-  static std::string binary() { return std::getenv("PARAFLOW_BINARY"); }
-  static std::string mpirun(int ranks) {
-    return fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} -x OMP_NUM_THREADS=1 ", ranks);
-  }
-  static std::string tf_config(int ranks) {
-    return (testing::source_dir() / "tests/dist/launch_tf_config.sh").string() + " " + std::to_string(ranks) + " ";
-  }
-  static int run(const std::string& command) {
-    int status = std::system((command + " > /dev/null 2>&1").c_str());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  std::vector<double> weights(const std::string& out) const {
-    model::SafetensorsFile file = model::SafetensorsFile::load((dir.path() / out / "export/model.safetensors").string());
-    std::vector<double> all;
-    for (const auto& [name, entry] : file.entries()) {
-      std::vector<double> part = testing::to_vector(file.tensor(name));
-      all.insert(all.end(), part.begin(), part.end());
-    }
-    return all;
-  }
-  bool bitwise_equal(const std::string& a, const std::string& b) const {
-    return read_file(dir.path() / a / "export/model.safetensors") == read_file(dir.path() / b / "export/model.safetensors");
-  }
-
-  // A valid checkpoint at a step >= `step` exists in `run`.
-  static void train_checkpoint_exists_after(const std::filesystem::path& run, int64_t step) {
-    int64_t latest = -1;
-    for (const auto& entry : std::filesystem::directory_iterator(run)) {
-      std::string name = entry.path().filename().string();
-      if (name.rfind("ckpt-", 0) == 0 && name.find(".tmp") == std::string::npos) {
-        latest = std::max<int64_t>(latest, std::stoll(name.substr(5)));
-      }
-    }
-    EXPECT_GE(latest, step);
-  }
-
-  testing::TempDir dir;
 };
 
 // dist.exact_reduction: 12 micro-batches per step split as 1 x 12, 2 x 6, 3 x 4 and 4 x 3 ranks x
@@ -158,17 +112,8 @@ TEST_F(DataParallel, KilledWorkerResumesExactly) {
 
   // The same job; SIGKILL the worker once the chief has written checkpoint 4.
   std::string command = tf_config(2) + train_command("crashed", extra);
-  pid_t job = fork();
-  if (job == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", (command + " > /dev/null 2>&1").c_str(), nullptr);
-    _exit(127);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::filesystem::exists(dir.path() / "crashed/ckpt-000000004") && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(std::filesystem::exists(dir.path() / "crashed/ckpt-000000004"));
+  pid_t job = start(command);
+  ASSERT_TRUE(wait_for(dir.path() / "crashed/ckpt-000000004"));
   // The worker is the newest paraflow process of the group (the launcher starts the chief first).
   // The pattern is anchored at the binary so it matches neither the launcher nor this shell.
   std::system(fmt::format("pkill -9 -n -f '^{} train.*{}/crashed'", binary(), dir.path().string()).c_str());
@@ -183,15 +128,8 @@ TEST_F(DataParallel, KilledWorkerResumesExactly) {
 
 TEST_F(DataParallel, SigtermToTheJobStopsEveryRankWithACheckpoint) {
   std::string command = tf_config(2) + train_command("preempted", "--set train.steps=100000 --set train.checkpoint_every=2");
-  pid_t job = fork();
-  if (job == 0) {
-    execl("/bin/sh", "sh", "-c", (command + " > /dev/null 2>&1").c_str(), nullptr);
-    _exit(127);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::filesystem::exists(dir.path() / "preempted/ckpt-000000002") && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  pid_t job = start(command);
+  wait_for(dir.path() / "preempted/ckpt-000000002");
   // Preemption: every process of the job gets SIGTERM (as Kubernetes and mpirun deliver it).
   std::system(fmt::format("pkill -TERM -f '^{} train.*{}/preempted'", binary(), dir.path().string()).c_str());
   int status = 0;

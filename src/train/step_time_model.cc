@@ -1,0 +1,55 @@
+#include "train/step_time_model.h"
+
+#include <algorithm>
+
+#include "train/pipeline_schedule.h"
+
+namespace paraflow::train {
+
+double stage_forward_flops_per_token(const model::GptConfig& model, const model::LayerRange& range, int64_t sequence) {
+  const double C = static_cast<double>(model.n_embd);
+  const int64_t end = range.end_layer < 0 ? model.n_layer : range.end_layer;
+  const double blocks = static_cast<double>(end - range.first_layer);
+  // Per block: 12·C² weights (2 FLOPs each) and attention's two T-long products (2·T·C, causal).
+  const double per_block = 2.0 * 12.0 * C * C + 2.0 * static_cast<double>(sequence) * C;
+  const double head = range.last ? 2.0 * C * static_cast<double>(model.vocab_size) : 0.0;
+  return blocks * per_block + head;
+}
+
+StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& config, int ranks, double peak_flops,
+                              double bandwidth_bytes_per_second) {
+  const int stages = config.pipeline_parallel;
+  const int replicas = ranks / stages;
+  const int64_t micro_batches = stages > 1 ? config.micro_batches : config.grad_accumulation;
+  const int64_t micro_batch = config.batch_size / (replicas * micro_batches);
+  const int64_t T = config.sequence_length;
+  const double tokens = static_cast<double>(micro_batch * T);
+  const std::vector<model::LayerRange> ranges =
+      stages > 1 ? partition_layers(model, stages, T, config.stage_layers) : std::vector<model::LayerRange>{{}};
+  double slowest = 0;  // seconds per micro-batch, forward and backward
+  double largest_stage_bytes = 0;
+  for (const model::LayerRange& range : ranges) {
+    slowest = std::max(slowest, 3.0 * stage_forward_flops_per_token(model, range, T) * tokens / peak_flops);
+    double count = 0;
+    for (const model::TensorSpec& spec : model::stage_tensor_specs(model::gpt_tensor_specs(model), range)) {
+      count += static_cast<double>(spec.shape.numel());
+    }
+    largest_stage_bytes = std::max(largest_stage_bytes, 4.0 * count);
+  }
+  StepTimeModel time;
+  time.compute = static_cast<double>(micro_batches) * slowest;
+  time.bubble = static_cast<double>(stages - 1) * slowest;
+  if (stages > 1) {
+    // Each step of the pipeline's critical path sends a (micro_batch, T, C) activation one way
+    // and its gradient the other.
+    const double boundary = 4.0 * tokens * static_cast<double>(model.n_embd);
+    time.pipeline_transfers =
+        2.0 * static_cast<double>(micro_batches + stages - 1) * boundary / bandwidth_bytes_per_second;
+  }
+  const double ring = 2.0 * (replicas - 1) / replicas * largest_stage_bytes / bandwidth_bytes_per_second;
+  // One stage overlaps the all-reduce with backward (2/3 of the compute); a pipeline runs it after.
+  time.gradient_all_reduce = stages > 1 ? ring : std::max(0.0, ring - time.compute * 2.0 / 3.0);
+  return time;
+}
+
+}  // namespace paraflow::train

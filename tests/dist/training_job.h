@@ -1,0 +1,118 @@
+// A fixture for tests that run the real `paraflow train` as jobs of several processes (mpirun,
+// or TF_CONFIG tasks on loopback) and compare what they export, log and checkpoint.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/file_io.h"
+#include "data/event.pb.h"
+#include "data/tfrecord.h"
+#include "model/safetensors.h"
+#include "reference_runner.h"
+#include "test_util.h"
+
+namespace paraflow::testing {
+
+class TrainingJob : public ::testing::Test {
+ protected:
+  // A letter corpus and a config of this model and train section (YAML flow maps).
+  void write_config(const std::string& model, const std::string& train) {
+    write_letter_corpus(dir.path() / "corpus.txt", 60000, 26, 3);
+    write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {}
+data: {{train: "{}", format: text}}
+train: {}
+dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
+)", model, (dir.path() / "corpus.txt").string(), train));
+  }
+
+  std::string train_command(const std::string& out, const std::string& extra = "") const {
+    return fmt::format("{} train --config {} --threads 1 --set train.out_dir={} {}", binary(),
+                       (dir.path() / "config.yaml").string(), (dir.path() / out).string(), extra);
+  }
+  static std::string binary() { return std::getenv("PARAFLOW_BINARY"); }
+  static std::string mpirun(int ranks) {
+    return fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} -x OMP_NUM_THREADS=1 ", ranks);
+  }
+  static std::string tf_config(int ranks) {
+    return (source_dir() / "tests/dist/launch_tf_config.sh").string() + " " + std::to_string(ranks) + " ";
+  }
+  static int run(const std::string& command) {
+    int status = std::system((command + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  // Starts `command` in its own process group, without waiting.
+  static pid_t start(const std::string& command) {
+    pid_t job = fork();
+    if (job == 0) {
+      setpgid(0, 0);
+      execl("/bin/sh", "sh", "-c", (command + " > /dev/null 2>&1").c_str(), nullptr);
+      _exit(127);
+    }
+    return job;
+  }
+  // Waits up to a minute for `path` to exist.
+  static bool wait_for(const std::filesystem::path& path) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::filesystem::exists(path);
+  }
+
+  std::vector<double> weights(const std::string& out) const {
+    model::SafetensorsFile file = model::SafetensorsFile::load((dir.path() / out / "export/model.safetensors").string());
+    std::vector<double> all;
+    for (const auto& [name, entry] : file.entries()) {
+      std::vector<double> part = to_vector(file.tensor(name));
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  }
+  bool bitwise_equal(const std::string& a, const std::string& b) const {
+    return read_file(dir.path() / a / "export/model.safetensors") == read_file(dir.path() / b / "export/model.safetensors");
+  }
+  // The run's TensorBoard scalars `tag` by step, from every event file in its directory.
+  std::map<int64_t, double> scalars(const std::string& out, const std::string& tag) const {
+    std::map<int64_t, double> values;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path() / out)) {
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+      data::TFRecordReader reader(entry.path());
+      while (auto record = reader.next()) {
+        tf::Event event;
+        EXPECT_TRUE(event.ParseFromArray(record->data(), static_cast<int>(record->size())));
+        for (const auto& value : event.summary().value()) {
+          if (value.tag() == tag) values[event.step()] = value.simple_value();
+        }
+      }
+    }
+    return values;
+  }
+
+  // A valid checkpoint at a step >= `step` exists in `run`.
+  static void train_checkpoint_exists_after(const std::filesystem::path& run, int64_t step) {
+    int64_t latest = -1;
+    for (const auto& entry : std::filesystem::directory_iterator(run)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind("ckpt-", 0) == 0 && name.find(".tmp") == std::string::npos) {
+        latest = std::max<int64_t>(latest, std::stoll(name.substr(5)));
+      }
+    }
+    EXPECT_GE(latest, step);
+  }
+
+  TempDir dir;
+};
+
+}  // namespace paraflow::testing
