@@ -1,5 +1,7 @@
 #include "train/pipeline_stage.h"
 
+#include <chrono>
+
 #include "base/error.h"
 
 namespace paraflow::train {
@@ -73,16 +75,23 @@ void PipelineStage::transfer(const PipelineInstruction& instruction) {
 
 double PipelineStage::run(BatchSource& data, const BatchPosition& first_position, bool train) {
   double losses = 0;
+  timing_ = {};
+  auto since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   for (const PipelineInstruction& instruction :
        pipeline_instructions(layout_.schedule, layout_.stages, layout_.stage, layout_.micro_batches, train)) {
+    const auto start = std::chrono::steady_clock::now();
     if (instruction.kind == PipelineInstruction::Kind::transfer) {
       transfer(instruction);
+      timing_.transfers += since(start);
       continue;
     }
     const size_t slot = slot_of(instruction.micro);
     graph::Executor& executor = *slots_[slot];
     if (instruction.kind == PipelineInstruction::Kind::backward) {
       executor.backward();
+      timing_.compute += since(start);
       continue;
     }
     BatchPosition position = first_position;
@@ -94,7 +103,13 @@ double PipelineStage::run(BatchSource& data, const BatchPosition& first_position
       for (float loss : backend_.download<float>(executor.tensor(graph_.losses))) sum += loss;
       losses += sum / static_cast<double>(host_targets_.numel());
     }
+    timing_.compute += since(start);
   }
+  // The phase ends when every stage is done (the step's all-reduces would wait for the last one
+  // anyway): a stage that finishes early idles here, and the timing says so.
+  const auto start = std::chrono::steady_clock::now();
+  group_.barrier();
+  timing_.transfers += since(start);
   return losses;
 }
 

@@ -16,6 +16,12 @@
 
 namespace paraflow::train {
 
+// Where the last train() or evaluate() spent its time on this stage.
+struct PipelineTiming {
+  double compute = 0;    // forward and backward passes
+  double transfers = 0;  // sending, receiving and waiting: for the neighbours, and at the end for every stage
+};
+
 struct PipelineLayout {
   int stages = 1, stage = 0;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
@@ -40,6 +46,7 @@ class PipelineStage {
   double evaluate(BatchSource& data, const BatchPosition& first);
 
   const PipelineLayout& layout() const { return layout_; }
+  const PipelineTiming& last_timing() const { return timing_; }
   bool first() const { return layout_.stage == 0; }
   bool last() const { return layout_.stage == layout_.stages - 1; }
 
@@ -61,6 +68,7 @@ class PipelineStage {
   std::vector<Tensor> output_grads_;  // per slot: d(objective)/d(stage output), from the next stage
   Tensor loss_grad_;                  // last stage: the loss weight at every position
   Tensor host_tokens_, host_targets_;
+  PipelineTiming timing_;
 };
 
 }  // namespace paraflow::train

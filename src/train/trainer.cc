@@ -391,6 +391,7 @@ StepStats Trainer::step() {
   double local_loss = 0;
   if (pipelined()) {
     local_loss = pipeline_step();  // the last stage's; 0 on the others
+    stats.pipeline = pipeline_->last_timing();
   } else {
     for (int64_t micro = 0; micro < config_.grad_accumulation; ++micro) {
       local_loss += forward_backward(step_, micro) / static_cast<double>(config_.grad_accumulation);

@@ -66,6 +66,7 @@ struct StepStats {
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
   bool skipped = false;  // mixed_float16: the gradients overflowed and the update was skipped
   double communication_wait = 0;  // seconds backward's end waited for gradient all-reduces
+  PipelineTiming pipeline;         // pipeline runs: this stage's compute and transfer seconds
 };
 
 // One process of a (possibly) data- and pipeline-parallel run. With one stage, the
