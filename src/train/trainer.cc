@@ -537,7 +537,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       if (events) events->add_scalar("train/val_loss", validation, step_);
     }
     if (is_chief()) progress.update(step_, metrics);
-    if (is_chief() && step_ == first_step + 2) {
+    // (A pipeline chief's peak includes its transient copy of the whole model at start: not comparable.)
+    if (is_chief() && !pipelined() && step_ == first_step + 2) {
       fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
                  static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
     }
