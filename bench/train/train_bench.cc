@@ -11,6 +11,7 @@
 #include "backend/cpu/gemm.h"
 #include "dist/communicator.h"
 #include "train/trainer.h"
+#include "bench_model.h"
 
 using namespace paraflow;
 
@@ -58,16 +59,8 @@ int main(int argc, char** argv) {
                                : 0.0;
   if (communicator->rank() == 0 && bf16_peak > 0) fmt::print("bf16_gemm_gflops_onednn {:.1f}\n", bf16_peak / 1e9);
 
-  model::GptConfig config;
-  config.vocab_size = vocab;
-  config.n_positions = context;
-  config.n_embd = embd;
-  config.n_layer = layers;
-  config.n_head = heads;
-  Rng rng(1);
-  std::vector<int32_t> tokens(1 << 20);
-  for (auto& token : tokens) token = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-  train::TokenSource data = train::TokenSource::from_tokens(std::move(tokens), 0.01);
+  const model::GptConfig config = bench::gpt_config(layers, embd, heads, context, vocab);
+  train::TokenSource data = bench::random_tokens(vocab);
   train::TrainConfig train_config;
   train_config.batch_size = batch;
   train_config.sequence_length = context;

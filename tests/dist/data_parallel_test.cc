@@ -112,33 +112,14 @@ TEST_F(DataParallel, KilledWorkerResumesExactly) {
 
   // The same job; SIGKILL the worker once the chief has written checkpoint 4.
   std::string command = tf_config(2) + train_command("crashed", extra);
-  pid_t job = start(command);
-  ASSERT_TRUE(wait_for(dir.path() / "crashed/ckpt-000000004"));
-  // The worker is the newest paraflow process of the group (the launcher starts the chief first).
-  // The pattern is anchored at the binary so it matches neither the launcher nor this shell.
-  std::system(fmt::format("pkill -9 -n -f '^{} train.*{}/crashed'", binary(), dir.path().string()).c_str());
-  int status = 0;
-  waitpid(job, &status, 0);
-  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job should fail when a worker dies";
-  EXPECT_FALSE(std::filesystem::exists(dir.path() / "crashed/export")) << "the crashed run must not have finished";
-
+  crash_newest_rank_after("crashed", command, 4);  // the worker
   ASSERT_EQ(run(command), 0) << "relaunching the same command resumes";
   EXPECT_TRUE(bitwise_equal("uninterrupted", "crashed"));
 }
 
 TEST_F(DataParallel, SigtermToTheJobStopsEveryRankWithACheckpoint) {
-  std::string command = tf_config(2) + train_command("preempted", "--set train.steps=100000 --set train.checkpoint_every=2");
-  pid_t job = start(command);
-  wait_for(dir.path() / "preempted/ckpt-000000002");
-  // Preemption: every process of the job gets SIGTERM (as Kubernetes and mpirun deliver it).
-  std::system(fmt::format("pkill -TERM -f '^{} train.*{}/preempted'", binary(), dir.path().string()).c_str());
-  int status = 0;
-  waitpid(job, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "both ranks exit 0";
-  EXPECT_TRUE(std::filesystem::exists(dir.path() / "preempted/export/model.safetensors"));
-  // The last checkpoint is the step where both stopped; relaunching resumes from it.
-  train_checkpoint_exists_after(dir.path() / "preempted", 3);
+  preempt_after_first_checkpoint(
+      "preempted", tf_config(2) + train_command("preempted", "--set train.steps=100000 --set train.checkpoint_every=2"));
 }
 
 TEST_F(DataParallel, UnreachablePeerFailsWithinTheTimeoutNamingIt) {

@@ -87,14 +87,7 @@ TEST_F(PipelineParallel, KilledStageResumesExactly) {
   const std::string extra = pipeline(2, "--set train.steps=150 --set train.checkpoint_every=2");
   ASSERT_EQ(run(mpirun(2) + train_command("uninterrupted", extra)), 0);
   const std::string command = mpirun(2) + train_command("crashed", extra);
-  pid_t job = start(command);
-  ASSERT_TRUE(wait_for(dir.path() / "crashed/ckpt-000000004"));
-  // The newest paraflow process of the job is stage 1 (mpirun starts rank 0 first).
-  std::system(fmt::format("pkill -9 -n -f '^{} train.*{}/crashed'", binary(), dir.path().string()).c_str());
-  int status = 0;
-  waitpid(job, &status, 0);
-  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job should fail when a stage dies";
-  EXPECT_FALSE(std::filesystem::exists(dir.path() / "crashed/export")) << "the crashed run must not have finished";
+  crash_newest_rank_after("crashed", command, 4);  // stage 1
   ASSERT_EQ(run(command), 0) << "relaunching the same command resumes";
   EXPECT_TRUE(bitwise_equal("uninterrupted", "crashed"));
 }
@@ -102,15 +95,7 @@ TEST_F(PipelineParallel, KilledStageResumesExactly) {
 TEST_F(PipelineParallel, SigtermStopsEveryStageWithACheckpoint) {
   const std::string command =
       tf_config(3) + train_command("preempted", pipeline(3, "--set train.steps=100000 --set train.checkpoint_every=2"));
-  pid_t job = start(command);
-  ASSERT_TRUE(wait_for(dir.path() / "preempted/ckpt-000000002"));
-  std::system(fmt::format("pkill -TERM -f '^{} train.*{}/preempted'", binary(), dir.path().string()).c_str());
-  int status = 0;
-  waitpid(job, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "every stage exits 0";
-  EXPECT_TRUE(std::filesystem::exists(dir.path() / "preempted/export/model.safetensors"));
-  train_checkpoint_exists_after(dir.path() / "preempted", 3);
+  preempt_after_first_checkpoint("preempted", command);
 }
 
 TEST_F(PipelineParallel, BadLayoutsAreRefusedByName) {

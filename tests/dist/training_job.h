@@ -71,6 +71,35 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
     return std::filesystem::exists(path);
   }
 
+  // Runs `command` (training into `out`) until its checkpoint at `step` exists, then SIGKILLs the
+  // newest paraflow process of the job (the launchers start rank 0 first); the job must fail
+  // without an export.
+  void crash_newest_rank_after(const std::string& out, const std::string& command, int step) const {
+    pid_t job = start(command);
+    ASSERT_TRUE(wait_for(dir.path() / out / fmt::format("ckpt-{:09d}", step)));
+    // The pattern is anchored at the binary so it matches neither the launcher nor this shell.
+    std::system(fmt::format("pkill -9 -n -f '^{} train.*{}/{}'", binary(), dir.path().string(), out).c_str());
+    int status = 0;
+    waitpid(job, &status, 0);
+    EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job should fail when a rank dies";
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / out / "export")) << "the crashed run must not have finished";
+  }
+
+  // Runs `command` (training into `out`, checkpointing every 2 steps) until checkpoint 2 exists,
+  // then SIGTERMs every process of the job, as Kubernetes and mpirun deliver preemption: every
+  // rank must stop at the same step with a checkpoint and exit 0.
+  void preempt_after_first_checkpoint(const std::string& out, const std::string& command) const {
+    pid_t job = start(command);
+    wait_for(dir.path() / out / "ckpt-000000002");
+    std::system(fmt::format("pkill -TERM -f '^{} train.*{}/{}'", binary(), dir.path().string(), out).c_str());
+    int status = 0;
+    waitpid(job, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "every rank exits 0";
+    EXPECT_TRUE(std::filesystem::exists(dir.path() / out / "export/model.safetensors"));
+    train_checkpoint_exists_after(dir.path() / out, 3);
+  }
+
   std::vector<double> weights(const std::string& out) const {
     model::SafetensorsFile file = model::SafetensorsFile::load((dir.path() / out / "export/model.safetensors").string());
     std::vector<double> all;
