@@ -106,6 +106,7 @@ void Executor::plan_gradient_writes() {
 NodeTensors Executor::gather(size_t node_index) {
   const Node& node = graph_.nodes()[node_index];
   NodeTensors tensors;
+  tensors.group = group_;
   if (!node.is_backward) {
     for (ValueId id : node.inputs) tensors.inputs.push_back(tensor(id));
     for (ValueId id : node.outputs) tensors.outputs.push_back(tensor(id));

@@ -42,6 +42,9 @@ class Executor {
   // synchronisation uses it to start all-reducing buckets while backward goes on.
   void set_backward_hook(std::function<void(size_t)> hook) { backward_hook_ = std::move(hook); }
 
+  // The group tensor-parallel ops (tp_copy, tp_reduce) reduce over; set before the first run.
+  void set_collective_group(CollectiveGroup* group) { group_ = group; }
+
   // Per-op wall time, summed by "<op kind> forward|backward", when profiling is on. Backends
   // are synchronised around each node, so the times are exact but the run is a little slower.
   void set_profiling(bool enabled) { profiling_ = enabled; }
@@ -77,6 +80,7 @@ class Executor {
   MemoryPlan memory_plan_;
   Tensor arena_;
   std::function<void(size_t)> backward_hook_;
+  CollectiveGroup* group_ = nullptr;
   bool profiling_ = false;
   std::map<std::string, double> profile_;
 };

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "graph/collective_group.h"
 #include "graph/graph.h"
 
 namespace paraflow::graph {
@@ -25,6 +26,7 @@ struct NodeTensors {
   std::vector<Tensor> input_grads;
   std::vector<Tensor> output_grads;
   std::vector<bool> accumulate;
+  CollectiveGroup* group = nullptr;  // the executor's tensor-parallel group, if it was given one
 };
 
 class OpDef {

@@ -18,17 +18,34 @@ namespace {
 // `attention_core` adds one block's attention core given its qkv value and the core's attributes
 // (n_head and the layer's score scale).
 // `linear` holds the attributes every matmul of the stack shares (serving's row_invariant).
+// A tensor-parallel `shard` runs its heads and its part of the MLP between tp_copy and tp_reduce.
 template <typename AttentionBuilder>
 ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core,
-                    Attributes linear = {}, const LayerRange& range = {}) {
+                    Attributes linear = {}, const LayerRange& range = {}, const TensorShard& shard = {}) {
   graph::Graph& graph = g.graph;
-  for (const TensorSpec& spec : stage_tensor_specs(gpt_tensor_specs(config), range)) {
+  check(config.n_head % shard.size == 0, "dist.tensor_parallel ({}) must divide model.n_head ({})", shard.size,
+        config.n_head);
+  for (const TensorSpec& spec : shard_tensor_specs(stage_tensor_specs(gpt_tensor_specs(config), range), shard)) {
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
   }
   auto param = [&](const std::string& name) { return g.parameters.at(name); };
   Attributes layernorm = Attributes().set_float("eps", config.layer_norm_epsilon);
   linear.set("layout", static_cast<int64_t>(WeightLayout::in_out));
   Attributes linear_gelu = Attributes(linear).set("gelu", 1);
+  const bool parallel = shard.size > 1;
+  // Into a tensor-parallel region and out of it (identities without tensor parallelism).
+  auto enter = [&](const std::string& name, ValueId x) {
+    return parallel ? graph.add_node(OpKind::tp_copy, name, {x})[0] : x;
+  };
+  auto leave = [&](const std::string& name, ValueId x) {
+    return parallel ? graph.add_node(OpKind::tp_reduce, name, {x})[0] : x;
+  };
+  // A row-split layer's shards add partial products; shard 0 alone adds the bias.
+  auto row_split_inputs = [&](ValueId x, const std::string& weight, const std::string& bias) {
+    std::vector<ValueId> inputs{x, param(weight)};
+    if (shard.rank == 0) inputs.push_back(param(bias));
+    return inputs;
+  };
 
   ValueId x = g.stage_input;
   if (range.first) {
@@ -41,20 +58,25 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
     ValueId ln1 = graph.add_node(OpKind::layernorm, h + "ln_1", {x, param(h + "ln_1.weight"), param(h + "ln_1.bias")},
                                  layernorm)[0];
     ValueId qkv = graph.add_node(OpKind::matmul, h + "attn.c_attn",
-                                 {ln1, param(h + "attn.c_attn.weight"), param(h + "attn.c_attn.bias")}, linear)[0];
-    Attributes core = Attributes().set("n_head", config.n_head).set_float("scale", config.attention_scale(layer));
+                                 {enter(h + "attn.tp_copy", ln1), param(h + "attn.c_attn.weight"),
+                                  param(h + "attn.c_attn.bias")},
+                                 linear)[0];
+    Attributes core =
+        Attributes().set("n_head", config.n_head / shard.size).set_float("scale", config.attention_scale(layer));
     ValueId attention = attention_core(h, qkv, core);
-    ValueId attention_out = graph.add_node(OpKind::matmul, h + "attn.c_proj",
-                                           {attention, param(h + "attn.c_proj.weight"), param(h + "attn.c_proj.bias")},
-                                           linear)[0];
-    ValueId residual1 = graph.add_node(OpKind::add, h + "residual_1", {x, attention_out})[0];
+    ValueId attention_out = graph.add_node(
+        OpKind::matmul, h + "attn.c_proj",
+        row_split_inputs(attention, h + "attn.c_proj.weight", h + "attn.c_proj.bias"), linear)[0];
+    ValueId residual1 = graph.add_node(OpKind::add, h + "residual_1", {x, leave(h + "attn.tp_reduce", attention_out)})[0];
     ValueId ln2 = graph.add_node(OpKind::layernorm, h + "ln_2",
                                  {residual1, param(h + "ln_2.weight"), param(h + "ln_2.bias")}, layernorm)[0];
     ValueId hidden = graph.add_node(OpKind::matmul, h + "mlp.c_fc",
-                                    {ln2, param(h + "mlp.c_fc.weight"), param(h + "mlp.c_fc.bias")}, linear_gelu)[0];
+                                    {enter(h + "mlp.tp_copy", ln2), param(h + "mlp.c_fc.weight"),
+                                     param(h + "mlp.c_fc.bias")},
+                                    linear_gelu)[0];
     ValueId mlp_out = graph.add_node(OpKind::matmul, h + "mlp.c_proj",
-                                     {hidden, param(h + "mlp.c_proj.weight"), param(h + "mlp.c_proj.bias")}, linear)[0];
-    x = graph.add_node(OpKind::add, h + "residual_2", {residual1, mlp_out})[0];
+                                     row_split_inputs(hidden, h + "mlp.c_proj.weight", h + "mlp.c_proj.bias"), linear)[0];
+    x = graph.add_node(OpKind::add, h + "residual_2", {residual1, leave(h + "mlp.tp_reduce", mlp_out)})[0];
   }
   if (!range.last) return x;
   return graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
@@ -71,7 +93,8 @@ Attributes row_invariant() { return Attributes().set("row_invariant", 1); }
 
 }  // namespace
 
-GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence, const LayerRange& range) {
+GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence, const LayerRange& range,
+                                  const TensorShard& shard) {
   GptGraph g;
   if (range.first) {
     g.tokens = g.graph.add_value("tokens", Shape{batch, sequence}, DType::i32, ValueRole::input);
@@ -81,7 +104,7 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   if (range.last) g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
   ValueId hidden = add_decoder(g, config, graph::kNoValue, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, core)[0];
-  }, {}, range);
+  }, {}, range, shard);
   if (!range.last) {
     g.stage_output = hidden;
     return g;

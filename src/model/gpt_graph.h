@@ -57,9 +57,10 @@ ParameterSet make_half_parameters(const GptGraph& g, const ParameterSet& paramet
 
 // Forward graph with the loss; call graph::add_backward_pass(g.graph, g.losses) to train. For a
 // pipeline stage other than the last, the graph ends at g.stage_output instead (no loss); stages
-// after the first start from g.stage_input instead of the tokens.
+// after the first start from g.stage_input instead of the tokens. A tensor-parallel `shard` holds
+// shard_tensor_specs' parameters and needs its group (Executor::set_collective_group).
 GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_t sequence,
-                                  const LayerRange& range = {});
+                                  const LayerRange& range = {}, const TensorShard& shard = {});
 
 // Forward-only graph for generation: `new_tokens` positions starting at the `position` input,
 // with per-layer KV caches (state values of (B, n_head, max_sequence, head size)).

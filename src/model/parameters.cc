@@ -53,6 +53,67 @@ std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs,
   return held;
 }
 
+namespace {
+
+bool ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// How a tensor is split across tensor-parallel shards.
+struct Split {
+  enum Kind : uint8_t { whole, columns, rows } kind = whole;
+  int64_t sections = 1;  // columns: independent blocks of columns (qkv: 3), each split alike
+};
+
+Split split_of(const std::string& name) {
+  if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return {Split::columns, 3};
+  if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return {Split::columns, 1};
+  if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight")) return {Split::rows, 1};
+  return {};
+}
+
+}  // namespace
+
+bool is_partial_gradient(const std::string& name) {
+  return ends_with(name, "attn.c_proj.bias") || ends_with(name, "mlp.c_proj.bias");
+}
+
+bool is_replicated(const std::string& name) { return split_of(name).kind == Split::whole; }
+
+std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs, const TensorShard& shard) {
+  std::vector<TensorSpec> sharded = specs;
+  for (TensorSpec& spec : sharded) {
+    const Split split = split_of(spec.name);
+    if (split.kind == Split::whole) continue;
+    // A 1-D bias is one row of columns.
+    const size_t dim = split.kind == Split::rows ? 0 : spec.shape.rank() - 1;
+    check(spec.shape[dim] % (split.sections * shard.size) == 0,
+          "dist.tensor_parallel ({}) does not divide {}'s {} ({})", shard.size, spec.name,
+          split.kind == Split::rows ? "rows" : "columns", spec.shape[dim] / split.sections);
+    std::vector<int64_t> dims = spec.shape.dims();
+    dims[dim] /= shard.size;
+    spec.shape = Shape(dims);
+  }
+  return sharded;
+}
+
+std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorSpec& spec, const TensorShard& shard) {
+  const Split split = split_of(spec.name);
+  const int64_t numel = spec.shape.numel();
+  if (split.kind == Split::whole || shard.size == 1) return {{0, numel}};
+  const int64_t rows = spec.shape.rank() == 2 ? spec.shape[0] : 1, columns = numel / rows;
+  if (split.kind == Split::rows) {
+    const int64_t mine = rows / shard.size;
+    return {{shard.rank * mine * columns, mine * columns}};
+  }
+  const int64_t section = columns / split.sections, mine = section / shard.size;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t s = 0; s < split.sections; ++s) runs.push_back({r * columns + s * section + shard.rank * mine, mine});
+  }
+  return runs;
+}
+
 ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)
     : backend_(&backend), specs_(std::move(specs)) {
   int64_t total = 0;

@@ -7,7 +7,7 @@
 namespace paraflow::train {
 
 PipelineStage::PipelineStage(const model::GptGraph& graph, PipelineLayout layout, Backend& backend,
-                             dist::Communicator& group)
+                             dist::Communicator& group, graph::CollectiveGroup* tensor_group)
     : graph_(graph), layout_(layout), backend_(backend), group_(group) {
   check(group_.size() == layout_.stages, "pipeline group of {} ranks for {} stages", group_.size(), layout_.stages);
   const int64_t slots = pipeline_in_flight(layout_.schedule, layout_.stages, layout_.stage, layout_.micro_batches);
@@ -15,6 +15,7 @@ PipelineStage::PipelineStage(const model::GptGraph& graph, PipelineLayout layout
   const graph::ValueId tokens_or_targets = first() ? graph_.tokens : graph_.targets;
   for (int64_t s = 0; s < slots; ++s) {
     auto executor = std::make_unique<graph::Executor>(g, backend_);
+    executor->set_collective_group(tensor_group);
     // What crosses to the neighbours is read between runs: it gets memory of its own.
     if (!first()) {
       executor->keep(graph_.stage_input);

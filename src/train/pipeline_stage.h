@@ -31,8 +31,9 @@ struct PipelineLayout {
 class PipelineStage {
  public:
   // `graph` (built for this stage's model::LayerRange) must outlive the stage; `group` ranks
-  // the stages in order.
-  PipelineStage(const model::GptGraph& graph, PipelineLayout layout, Backend& backend, dist::Communicator& group);
+  // the stages in order; `tensor_group` is the tensor-parallel group of a sharded stage.
+  PipelineStage(const model::GptGraph& graph, PipelineLayout layout, Backend& backend, dist::Communicator& group,
+                graph::CollectiveGroup* tensor_group = nullptr);
 
   // Binds every slot to the stage's parameters, their gradients and their 16-bit copies.
   void bind(const model::ParameterSet& parameters, const model::ParameterSet& gradients,

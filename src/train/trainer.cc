@@ -12,6 +12,7 @@
 #include "base/random.h"
 #include "data/events.h"
 #include "data/tokenizer.h"
+#include "dist/collective_group.h"
 #include "train/training_graph.h"
 #include "model/model_files.h"
 
@@ -57,6 +58,7 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.sync.exact = config.get<bool>("dist.exact_reduction");
   check(!(c.sync.zero && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: 1 yet",
         config.origin());
+  c.tensor_parallel = config.get<int>("dist.tensor_parallel");
   c.pipeline_parallel = config.get<int>("dist.pipeline_parallel");
   c.micro_batches = config.get<int64_t>("dist.micro_batches");
   c.pipeline_schedule = parse_pipeline_schedule(config.get<std::string>("dist.schedule"));
@@ -82,11 +84,13 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   check(stages == 1 || config_.grad_accumulation == 1,
         "train.grad_accumulation ({}) with dist.pipeline_parallel ({}): a pipeline accumulates over "
         "dist.micro_batches instead", config_.grad_accumulation, stages);
-  if (stages > 1) {
-    mesh_ = std::make_unique<dist::MeshGroups>(
-        dist::split_mesh(communicator_, dist::mesh_shape(communicator_.size(), 1, stages)));
+  if (stages > 1 || config_.tensor_parallel > 1) {
+    mesh_ = std::make_unique<dist::MeshGroups>(dist::split_mesh(
+        communicator_, dist::mesh_shape(communicator_.size(), config_.tensor_parallel, stages)));
     range_ = partition_layers(model_config_, stages, config_.sequence_length,
                               config_.stage_layers)[static_cast<size_t>(mesh_->me.stage)];
+    shard_ = {mesh_->me.tensor, config_.tensor_parallel};
+    if (tensor_parallel()) tensor_group_ = dist::as_collective_group(*mesh_->tensor);
   }
   const int64_t slices = replicas().size() * micro_batches_per_step();
   check(config_.batch_size % slices == 0,
@@ -97,29 +101,32 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
         "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
   check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
         data_.max_token(), model_config_.vocab_size);
-  parameters_ = model::ParameterSet(model::stage_tensor_specs(whole_specs_, range_), backend_);
-  gradients_ = model::ParameterSet(model::stage_tensor_specs(model::gpt_tensor_specs(model_config_), range_), backend_);
+  parameters_ = model::ParameterSet(
+      model::shard_tensor_specs(model::stage_tensor_specs(whole_specs_, range_), shard_), backend_);
+  gradients_ = model::ParameterSet(parameters_.specs(), backend_);
   graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
-                                config_.precision, backend_, range_);
+                                config_.precision, backend_, range_, shard_);
   half_parameters_ =
       model::make_half_parameters(graph_, parameters_, backend_, graph::storage_dtype(config_.precision));
   if (stages > 1) {
     pipeline_ = std::make_unique<PipelineStage>(
         graph_, PipelineLayout{stages, mesh_->me.stage, config_.pipeline_schedule, config_.micro_batches}, backend_,
-        *mesh_->pipeline);
+        *mesh_->pipeline, tensor_group_.get());
     pipeline_->bind(parameters_, gradients_, half_parameters_);
-    if (mesh_->me.data == 0) {
-      fmt::print(stderr, "pipeline stage {} of {} ({} replicas): blocks [{}, {}){}{}\n", mesh_->me.stage, stages,
-                 replicas().size(), range_.first_layer, range_.end_layer, range_.first ? ", embeddings" : "",
-                 range_.last ? ", head" : "");
-    }
   } else {
     executor_ = std::make_unique<graph::Executor>(graph_.graph, backend_);
+    executor_->set_collective_group(tensor_group_.get());
     model::bind_parameters(*executor_, graph_, parameters_, &gradients_, &half_parameters_);
     loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
     executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
   }
   if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(gradients_.specs(), backend);
+  if (partitioned() && mesh_->me.data == 0 && mesh_->me.tensor == 0) {
+    fmt::print(stderr, "stage {} of {}, {} shard(s) x {} replica(s): blocks [{}, {}){}{}\n", mesh_->me.stage, stages,
+               config_.tensor_parallel, replicas().size(), range_.first_layer,
+               range_.end_layer < 0 ? model_config_.n_layer : range_.end_layer, range_.first ? ", embeddings" : "",
+               range_.last ? ", head" : "");
+  }
 
   std::vector<dist::GradientSlice> slices_of_grads;
   for (size_t i = 0; i < parameters_.specs().size(); ++i) {
@@ -131,8 +138,9 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   dist::GradientSyncConfig sync_config = config_.sync;
   sync_config.zero = zero();
   // A pipeline stage's gradients are complete only after its last micro-batch's backward, and
-  // MPI calls from the gradient thread must not overlap the stage transfers of the main thread.
-  sync_config.overlap = config_.sync.overlap && !pipelined();
+  // MPI calls from the gradient thread must not overlap the stage transfers or the tensor-parallel
+  // all-reduces of the main thread.
+  sync_config.overlap = config_.sync.overlap && !partitioned();
   sync_ = std::make_unique<dist::GradientSync>(
       replicas(), graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
       config_.grad_accumulation > 1 ? accumulated_.flat().device_data<float>() : nullptr, sync_config);
@@ -195,12 +203,12 @@ bool Trainer::initialize_or_resume() {
   // A pipeline's chief holds the whole model only while it hands the parts out.
   model::ParameterSet whole;
   Tensor whole_first = first_moment, whole_second = second_moment;
-  if (is_chief() && pipelined()) {
+  if (is_chief() && partitioned()) {
     whole = model::ParameterSet(whole_specs_, backend_);
     whole_first = backend_.empty(whole.flat().shape(), DType::f32);
     whole_second = backend_.empty(whole.flat().shape(), DType::f32);
   }
-  model::ParameterSet& loaded = pipelined() ? whole : parameters_;
+  model::ParameterSet& loaded = partitioned() ? whole : parameters_;
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
       check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint));
@@ -220,7 +228,7 @@ bool Trainer::initialize_or_resume() {
     } else {
       Rng rng(config_.seed);
       model::initialize_gpt(loaded, model_config_, rng);
-      if (pipelined()) {
+      if (partitioned()) {
         backend_.fill_zero(whole_first);
         backend_.fill_zero(whole_second);
       }
@@ -250,10 +258,11 @@ bool Trainer::initialize_or_resume() {
 
 namespace {
 
-// Where each of a part's tensors lies in the whole model's flat buffer, in the part's order (its
-// own flat buffer is these runs back to back).
+// Where the elements of a part (a stage's shard) lie in the whole model's flat buffer, in the
+// part's order (its own flat buffer is these runs back to back).
 std::vector<std::pair<int64_t, int64_t>> runs_in_whole(const std::vector<model::TensorSpec>& whole,
-                                                       const model::LayerRange& range) {
+                                                       const model::LayerRange& range,
+                                                       const model::TensorShard& shard) {
   std::map<std::string, int64_t> offset;
   int64_t total = 0;
   for (const model::TensorSpec& spec : whole) {
@@ -262,7 +271,7 @@ std::vector<std::pair<int64_t, int64_t>> runs_in_whole(const std::vector<model::
   }
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (const model::TensorSpec& spec : model::stage_tensor_specs(whole, range)) {
-    runs.push_back({offset.at(spec.name), spec.shape.numel()});
+    for (const auto& [at, count] : model::shard_runs(spec, shard)) runs.push_back({offset.at(spec.name) + at, count});
   }
   return runs;
 }
@@ -270,7 +279,7 @@ std::vector<std::pair<int64_t, int64_t>> runs_in_whole(const std::vector<model::
 }  // namespace
 
 void Trainer::scatter_from_chief(const Tensor& whole, const Tensor& mine) {
-  if (!pipelined()) {
+  if (!partitioned()) {
     sync_->broadcast(mine.device_data<float>(), static_cast<size_t>(mine.numel()), 0);
     return;
   }
@@ -282,9 +291,10 @@ void Trainer::scatter_from_chief(const Tensor& whole, const Tensor& mine) {
   }
   const float* source = whole.device_data<float>();
   for (int rank = 0; rank < communicator_.size(); ++rank) {
-    const int stage = dist::mesh_coordinates(mesh_->shape, rank).stage;
+    const dist::MeshCoordinates at = dist::mesh_coordinates(mesh_->shape, rank);
     std::vector<float> part;
-    for (const auto& [offset, count] : runs_in_whole(whole_specs_, ranges[static_cast<size_t>(stage)])) {
+    for (const auto& [offset, count] :
+         runs_in_whole(whole_specs_, ranges[static_cast<size_t>(at.stage)], {at.tensor, config_.tensor_parallel})) {
       part.insert(part.end(), source + offset, source + offset + count);
     }
     if (rank == 0) {
@@ -303,15 +313,18 @@ void Trainer::gather_to_chief(const Tensor& mine, const Tensor& whole) {
     return;
   }
   float* target = whole.device_data<float>();
-  for (int stage = 0; stage < config_.pipeline_parallel; ++stage) {
-    const auto runs = runs_in_whole(whole_specs_, ranges[static_cast<size_t>(stage)]);
+  for (int rank = 0; rank < communicator_.size(); ++rank) {
+    const dist::MeshCoordinates from = dist::mesh_coordinates(mesh_->shape, rank);
+    if (from.data != 0) continue;  // replicas hold the same part
+    const auto runs =
+        runs_in_whole(whole_specs_, ranges[static_cast<size_t>(from.stage)], {from.tensor, config_.tensor_parallel});
     int64_t total = 0;
     for (const auto& run : runs) total += run.second;
     std::vector<float> part(static_cast<size_t>(total));
-    if (stage == 0) {
+    if (rank == 0) {
       std::copy(mine.device_data<float>(), mine.device_data<float>() + total, part.begin());
     } else {
-      communicator_.recv(part.data(), part.size() * sizeof(float), dist::mesh_rank(mesh_->shape, {0, 0, stage}));
+      communicator_.recv(part.data(), part.size() * sizeof(float), rank);
     }
     int64_t at = 0;
     for (const auto& [offset, count] : runs) {
@@ -322,7 +335,7 @@ void Trainer::gather_to_chief(const Tensor& mine, const Tensor& whole) {
 }
 
 std::string Trainer::broadcast_text(const std::string& text) {
-  if (!pipelined()) return sync_->broadcast(text, 0);
+  if (!partitioned()) return sync_->broadcast(text, 0);
   uint64_t size = text.size();
   communicator_.broadcast(&size, sizeof size, 0);
   std::string result = text;
@@ -332,13 +345,13 @@ std::string Trainer::broadcast_text(const std::string& text) {
 }
 
 float Trainer::job_sum(float value) {
-  if (!pipelined()) return sync_->all_reduce_sum(value);
+  if (!partitioned()) return sync_->all_reduce_sum(value);
   communicator_.all_reduce_sum(&value, 1);
   return value;
 }
 
 float Trainer::job_max(float value) {
-  if (!pipelined()) return sync_->all_reduce_max(value);
+  if (!partitioned()) return sync_->all_reduce_max(value);
   communicator_.all_reduce_max(&value, 1);
   return value;
 }
@@ -351,6 +364,7 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
   backend_.fill_zero(gradients_.flat());
   sync_->begin_backward(micro + 1 == config_.grad_accumulation);
   executor_->backward();
+  sum_partial_gradients();
   sync_->end_backward();
   return loss;
 }
@@ -369,6 +383,7 @@ double Trainer::pipeline_step() {
   const BatchPosition first{step_, config_.seed, false, replicas().rank() * m, replicas().size() * m};
   const double loss = pipeline_->train(data_, first, loss_weight()) / static_cast<double>(m);
   sum_tied_embedding_gradients();
+  sum_partial_gradients();
   sync_->begin_backward(true);
   sync_->end_backward();
   return loss;
@@ -385,6 +400,47 @@ void Trainer::sum_tied_embedding_gradients() {
   for (size_t i = 0; i < theirs.size(); ++i) gradient[i] += theirs[i];
 }
 
+void Trainer::sum_partial_gradients() {
+  if (!tensor_parallel()) return;
+  std::vector<float> partial;
+  for (size_t i = 0; i < gradients_.specs().size(); ++i) {
+    if (!model::is_partial_gradient(gradients_.specs()[i].name)) continue;
+    const float* g = gradients_.at(i).device_data<float>();
+    partial.insert(partial.end(), g, g + gradients_.at(i).numel());
+  }
+  mesh_->tensor->all_reduce_sum(partial.data(), partial.size());
+  size_t at = 0;
+  for (size_t i = 0; i < gradients_.specs().size(); ++i) {
+    if (!model::is_partial_gradient(gradients_.specs()[i].name)) continue;
+    std::copy(partial.begin() + static_cast<int64_t>(at),
+              partial.begin() + static_cast<int64_t>(at + static_cast<size_t>(gradients_.at(i).numel())),
+              gradients_.at(i).device_data<float>());
+    at += static_cast<size_t>(gradients_.at(i).numel());
+  }
+}
+
+double Trainer::counted_squares(const Tensor& gradients) const {
+  const int64_t begin = optimizer_->begin(), end = optimizer_->end();
+  double squares = 0;
+  if (!partitioned()) {
+    backend_.launch(SumSquares{.x = gradients.slice_flat(begin, end - begin), .result = &squares});
+    return squares;
+  }
+  for (size_t i = 0; i < gradients_.specs().size(); ++i) {
+    const std::string& name = gradients_.specs()[i].name;
+    // The tied embedding counts on the first stage; whole tensors on shard 0.
+    if (name == "wte.weight" && range_.last && !range_.first) continue;
+    if (shard_.rank != 0 && model::is_replicated(name)) continue;
+    const int64_t from = std::max(begin, gradients_.offset_of(i));
+    const int64_t to = std::min(end, gradients_.offset_of(i) + gradients_.specs()[i].shape.numel());
+    if (to <= from) continue;
+    double part = 0;
+    backend_.launch(SumSquares{.x = gradients.slice_flat(from, to - from), .result = &part});
+    squares += part;
+  }
+  return squares;
+}
+
 StepStats Trainer::step() {
   auto start = std::chrono::steady_clock::now();
   StepStats stats;
@@ -398,17 +454,14 @@ StepStats Trainer::step() {
     }
   }
   stats.communication_wait = sync_->last_wait_seconds();
+  if (shard_.rank != 0) local_loss = 0;  // every shard computed the same loss
   stats.loss = job_sum(static_cast<float>(local_loss)) / static_cast<double>(replicas().size());
   stats.lr = config_.schedule.at(step_);
-  // The global gradient norm: over this rank's shard and summed (ZeRO-1), or over everything;
-  // for a pipeline, summed over the stages too (counting the tied embedding once, on the first).
+  // The global gradient norm: over this rank's ZeRO-1 shard and summed, or over everything; for
+  // a partitioned model, summed over its parts too, each tensor counted once.
   const Tensor& grads = final_gradients().flat();
-  const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
-  const int64_t skipped = range_.last && !range_.first ? gradients_.get("wte.weight").numel() : 0;  // first in the set
-  const int64_t from = std::max(begin, skipped), to = std::max(from, begin + count);
-  double squares = 0;
-  backend_.launch(SumSquares{.x = grads.slice_flat(from, to - from), .result = &squares});
-  if (pipelined()) {
+  double squares = counted_squares(grads);
+  if (partitioned()) {
     squares = job_sum(static_cast<float>(squares)) / (zero() ? 1.0 : static_cast<double>(replicas().size()));
   } else if (zero()) {
     squares = sync_->all_reduce_sum(static_cast<float>(squares));
@@ -450,6 +503,7 @@ double Trainer::evaluate(int64_t batches) {
       total += forward_batch(*executor_, graph_, data_, {index, config_.seed, true, slice, slices});
     }
   }
+  if (shard_.rank != 0) total = 0;  // every shard computed the same losses
   return job_sum(static_cast<float>(total)) / static_cast<double>(batches * slices);
 }
 
@@ -466,7 +520,7 @@ std::filesystem::path Trainer::save_checkpoint() {
     sync_->all_gather_shards(second_moment.device_data<float>());
   }
   const model::ParameterSet* saved = &parameters_;
-  if (pipelined()) {
+  if (partitioned()) {
     Tensor whole_first, whole_second;
     if (is_chief()) {
       whole_parameters_ = model::ParameterSet(whole_specs_, backend_);
@@ -491,7 +545,7 @@ std::filesystem::path Trainer::save_checkpoint() {
 }
 
 void Trainer::export_model(const std::filesystem::path& dir) const {
-  model::save_model_dir(dir, model_config_, pipelined() ? whole_parameters_ : parameters_);
+  model::save_model_dir(dir, model_config_, partitioned() ? whole_parameters_ : parameters_);
   if (!config_.tokenizer_dir.empty()) data::Tokenizer::load(config_.tokenizer_dir).save(dir);
 }
 
@@ -538,7 +592,7 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
     }
     if (is_chief()) progress.update(step_, metrics);
     // (A pipeline chief's peak includes its transient copy of the whole model at start: not comparable.)
-    if (is_chief() && !pipelined() && step_ == first_step + 2) {
+    if (is_chief() && !partitioned() && step_ == first_step + 2) {
       fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
                  static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
     }

@@ -39,8 +39,9 @@ struct TrainConfig {
   int64_t eval_every = 0;
   int64_t eval_batches = 8;
   dist::GradientSyncConfig sync;
-  // Pipeline parallelism: stages per model replica, micro-batches per step on each replica, the
-  // schedule, and the blocks of each stage (empty: balanced).
+  // Tensor and pipeline parallelism: shards per layer, stages per model replica, micro-batches per
+  // step on each replica, the schedule, and the blocks of each stage (empty: balanced).
+  int tensor_parallel = 1;  // shards of each layer (Megatron-style: heads, MLP columns and rows)
   int pipeline_parallel = 1;
   int64_t micro_batches = 4;
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
@@ -113,6 +114,9 @@ class Trainer {
 
  private:
   bool pipelined() const { return config_.pipeline_parallel > 1; }
+  // Ranks hold parts of the model (stages, shards): the chief scatters and gathers them.
+  bool partitioned() const { return mesh_ != nullptr; }
+  bool tensor_parallel() const { return config_.tensor_parallel > 1; }
   // The ranks holding the same part of the model as this one: their gradients are averaged.
   dist::Communicator& replicas() const { return mesh_ ? *mesh_->data : communicator_; }
   int64_t micro_batches_per_step() const { return pipelined() ? config_.micro_batches : config_.grad_accumulation; }
@@ -124,10 +128,15 @@ class Trainer {
   double pipeline_step();
   // Sums the tied embedding's gradient between the first and the last stage, which both hold it.
   void sum_tied_embedding_gradients();
+  // Sums the row-split layers' bias gradients (shard 0's) over the tensor-parallel shards.
+  void sum_partial_gradients();
+  // The squared norm of this rank's gradients that it counts for the job: its ZeRO-1 shard, less
+  // the tensors another rank counts (a stage's tied embedding copy, other shards' whole tensors).
+  double counted_squares(const Tensor& gradients) const;
   // The chief's whole-model tensor `whole` to every rank's part of it, `mine` (pipeline: each
   // rank's stage; else a broadcast).
   void scatter_from_chief(const Tensor& whole, const Tensor& mine);
-  // Every stage's part (from its first replica) into the chief's `whole`.
+  // Every part (stage x shard, from its first replica) into the chief's `whole`.
   void gather_to_chief(const Tensor& mine, const Tensor& whole);
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
   void refresh_half_parameters();
@@ -148,8 +157,10 @@ class Trainer {
   Backend& backend_;
   model::GptGraph graph_;
   dist::Communicator& communicator_;
-  std::unique_ptr<dist::MeshGroups> mesh_;  // pipeline runs: this rank's groups
-  model::LayerRange range_;                 // this rank's part of the model
+  std::unique_ptr<dist::MeshGroups> mesh_;  // partitioned runs: this rank's groups
+  model::LayerRange range_;                 // this rank's part of the model: its stage's blocks
+  model::TensorShard shard_;                // and its shard of them
+  std::unique_ptr<graph::CollectiveGroup> tensor_group_;
   std::vector<model::TensorSpec> whole_specs_;
   int64_t micro_batch_ = 0;
   model::ParameterSet parameters_, gradients_, accumulated_;
@@ -158,7 +169,7 @@ class Trainer {
   model::ParameterSet half_parameters_;
   std::unique_ptr<graph::Executor> executor_;  // one stage
   std::unique_ptr<PipelineStage> pipeline_;     // pipeline runs
-  // Pipeline runs, on the chief: the whole model as of the last checkpoint, for the export.
+  // Partitioned runs, on the chief: the whole model as of the last checkpoint, for the export.
   model::ParameterSet whole_parameters_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;

@@ -9,8 +9,9 @@ namespace paraflow::train {
 
 model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
                                      const std::string& recompute, graph::PrecisionPolicy precision,
-                                     const Backend& backend, const model::LayerRange& range) {
-  model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence, range);
+                                     const Backend& backend, const model::LayerRange& range,
+                                     const model::TensorShard& shard) {
+  model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence, range, shard);
   // The logits and the loss stay in f32, and so does what pipeline stages pass on.
   const graph::ValueId end = range.last ? g.losses : g.stage_output;
   std::set<graph::ValueId> keep_f32{end};

@@ -1,6 +1,6 @@
 // The graph a training step runs: the GPT forward graph, the precision policy, autodiff, and
 // gradient checkpointing — built the same way for the trainer and for `paraflow plan`; the whole
-// model, or one pipeline stage's part of it.
+// model, or one pipeline stage's part of it, or one tensor-parallel shard of that.
 #pragma once
 
 #include <string>
@@ -12,6 +12,7 @@ namespace paraflow::train {
 
 model::GptGraph build_training_graph(const model::GptConfig& config, int64_t micro_batch, int64_t sequence,
                                      const std::string& recompute, graph::PrecisionPolicy precision,
-                                     const Backend& backend, const model::LayerRange& range = {});
+                                     const Backend& backend, const model::LayerRange& range = {},
+                                     const model::TensorShard& shard = {});
 
 }  // namespace paraflow::train

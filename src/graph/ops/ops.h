@@ -6,7 +6,8 @@
 
 namespace paraflow::graph {
 
-// embedding_op(), layernorm_op(), ...: one per entry of PARAFLOW_OP_KINDS, in graph/ops/<kind>.cc.
+// embedding_op(), layernorm_op(), ...: one per entry of PARAFLOW_OP_KINDS, in graph/ops/<kind>.cc
+// (tp_copy and tp_reduce together in graph/ops/tensor_parallel.cc).
 #define PARAFLOW_OP_DEF_DECLARATION(name) const OpDef& name##_op();
 PARAFLOW_OP_KINDS(PARAFLOW_OP_DEF_DECLARATION)
 #undef PARAFLOW_OP_DEF_DECLARATION
