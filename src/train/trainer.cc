@@ -84,6 +84,8 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   check(stages == 1 || config_.grad_accumulation == 1,
         "train.grad_accumulation ({}) with dist.pipeline_parallel ({}): a pipeline accumulates over "
         "dist.micro_batches instead", config_.grad_accumulation, stages);
+  check(model_config_.n_head % config_.tensor_parallel == 0, "dist.tensor_parallel ({}) must divide model.n_head ({})",
+        config_.tensor_parallel, model_config_.n_head);
   if (stages > 1 || config_.tensor_parallel > 1) {
     mesh_ = std::make_unique<dist::MeshGroups>(dist::split_mesh(
         communicator_, dist::mesh_shape(communicator_.size(), config_.tensor_parallel, stages)));

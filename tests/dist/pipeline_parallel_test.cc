@@ -23,26 +23,6 @@ class PipelineParallel : public testing::TrainingJob {
   static std::string pipeline(int stages, const std::string& extra = "") {
     return fmt::format("--set dist.pipeline_parallel={} {}", stages, extra);
   }
-
-  // The run's losses and final weights against the reference run's. The micro-batches' gradients
-  // are summed in another order than one process sums its batch's rows, so results agree to
-  // float32 rounding, compounded over the steps: 1e-5 relative, as data parallelism's.
-  void expect_same_training(const std::string& out, const std::string& reference) {
-    std::map<int64_t, double> losses = scalars(out, "train/loss"), expected = scalars(reference, "train/loss");
-    ASSERT_EQ(losses.size(), expected.size()) << out;
-    double worst_loss = 0;
-    for (const auto& [step, loss] : expected) worst_loss = std::max(worst_loss, std::abs(losses[step] - loss) / loss);
-    const double weight_error = testing::relative_error(weights(out), weights(reference));
-    std::printf("  %-16s loss rel err %.2e, weights rel err %.2e\n", out.c_str(), worst_loss, weight_error);
-    EXPECT_LE(worst_loss, 1e-5) << out;
-    EXPECT_LE(weight_error, 1e-5) << out;
-  }
-
-  std::string failure_message(const std::string& command) const {
-    const std::string log = (dir.path() / "failure.log").string();
-    std::system((command + " > " + log + " 2>&1").c_str());
-    return read_file(log);
-  }
 };
 
 TEST_F(PipelineParallel, EveryLayoutTrainsLikeOneProcess) {

@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <thread>
@@ -129,6 +131,25 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
     return values;
   }
 
+  // The run's losses and final weights against the reference run's. The micro-batches' gradients
+  // are summed in another order than one process sums its batch's rows, so results agree to
+  // float32 rounding, compounded over the steps: 1e-5 relative, as data parallelism's.
+  void expect_same_training(const std::string& out, const std::string& reference) {
+    std::map<int64_t, double> losses = scalars(out, "train/loss"), expected = scalars(reference, "train/loss");
+    ASSERT_EQ(losses.size(), expected.size()) << out;
+    double worst_loss = 0;
+    for (const auto& [step, loss] : expected) worst_loss = std::max(worst_loss, std::abs(losses[step] - loss) / loss);
+    const double weight_error = relative_error(weights(out), weights(reference));
+    std::printf("  %-16s loss rel err %.2e, weights rel err %.2e\n", out.c_str(), worst_loss, weight_error);
+    EXPECT_LE(worst_loss, 1e-5) << out;
+    EXPECT_LE(weight_error, 1e-5) << out;
+  }
+
+  std::string failure_message(const std::string& command) const {
+    const std::string log = (dir.path() / "failure.log").string();
+    std::system((command + " > " + log + " 2>&1").c_str());
+    return read_file(log);
+  }
   // A valid checkpoint at a step >= `step` exists in `run`.
   static void train_checkpoint_exists_after(const std::filesystem::path& run, int64_t step) {
     int64_t latest = -1;

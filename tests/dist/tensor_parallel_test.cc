@@ -1,0 +1,65 @@
+// Tensor parallelism end to end with the real `paraflow` binary (mpirun and TF_CONFIG tasks on
+// loopback, oversubscribed): 2 and 4 shards, 2 replicas x 2 shards with and without ZeRO-1, and
+// 2 shards x 2 stages train like one process on the same global batch; checkpoints resume across
+// layouts; shard counts that do not divide the heads are refused by name.
+#include <gtest/gtest.h>
+
+#include "dist/training_job.h"
+
+namespace paraflow {
+namespace {
+
+class TensorParallel : public testing::TrainingJob {
+ protected:
+  void SetUp() override {
+    write_config("{vocab_size: 256, n_positions: 16, n_embd: 32, n_layer: 2, n_head: 4}",
+                 "{batch_size: 8, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 1}");
+  }
+
+  static std::string shards(int count, const std::string& extra = "") {
+    return fmt::format("--set dist.tensor_parallel={} {}", count, extra);
+  }
+};
+
+TEST_F(TensorParallel, EveryLayoutTrainsLikeOneProcess) {
+  ASSERT_EQ(run(train_command("one_process")), 0);
+  const std::vector<std::pair<std::string, std::string>> layouts = {
+      {"tp2", mpirun(2) + train_command("tp2", shards(2))},
+      {"tp4", mpirun(4) + train_command("tp4", shards(4))},
+      {"tp2_gloo", tf_config(2) + train_command("tp2_gloo", shards(2))},
+      {"dp2_tp2", mpirun(4) + train_command("dp2_tp2", shards(2))},
+      {"dp2_tp2_zero", mpirun(4) + train_command("dp2_tp2_zero", shards(2, "--set dist.zero=1"))},
+      {"tp2_pp2", mpirun(4) + train_command("tp2_pp2", shards(2, "--set dist.pipeline_parallel=2"))},
+      {"tp2_pp2_gpipe", mpirun(4) + train_command("tp2_pp2_gpipe", shards(2, "--set dist.pipeline_parallel=2 "
+                                                                             "--set dist.schedule=gpipe"))},
+  };
+  for (const auto& [name, command] : layouts) {
+    ASSERT_EQ(run(command), 0) << command;
+    expect_same_training(name, "one_process");
+  }
+  EXPECT_TRUE(bitwise_equal("tp2_pp2", "tp2_pp2_gpipe"));
+}
+
+TEST_F(TensorParallel, CheckpointsResumeInAnyLayout) {
+  ASSERT_EQ(run(train_command("one_process")), 0);
+  const std::string half = "--set train.stop_at_step=5 ";
+  // 2 shards x 2 stages, then one process.
+  ASSERT_EQ(run(mpirun(4) + train_command("tp2pp2_then_one", half + shards(2, "--set dist.pipeline_parallel=2"))), 0);
+  ASSERT_EQ(run(train_command("tp2pp2_then_one")), 0);
+  expect_same_training("tp2pp2_then_one", "one_process");
+  // One process, then 4 shards.
+  ASSERT_EQ(run(train_command("one_then_tp4", half)), 0);
+  ASSERT_EQ(run(mpirun(4) + train_command("one_then_tp4", shards(4))), 0);
+  expect_same_training("one_then_tp4", "one_process");
+}
+
+TEST_F(TensorParallel, ShardCountsThatDoNotDivideAreRefusedByName) {
+  EXPECT_NE(failure_message(mpirun(3) + train_command("x", shards(3))).find(
+                "dist.tensor_parallel (3) must divide model.n_head (4)"),
+            std::string::npos);
+  EXPECT_NE(failure_message(mpirun(3) + train_command("x", shards(2))).find("3 ranks do not divide"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace paraflow
