@@ -20,7 +20,8 @@ namespace paraflow {
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward)              \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward)                    \
   X(attention_cached_forward) X(attention_paged_forward) X(add_forward) X(add_backward) X(softmax_xent_forward)                 \
-  X(softmax_xent_backward) X(cast) X(sum_squares) X(scale) X(adamw_update)
+  X(softmax_xent_backward) X(xent_row_max) X(xent_sum_exp) X(xent_finish) X(cast) X(sum_squares) X(scale)            \
+  X(adamw_update)
 
 #define PARAFLOW_KERNEL_ENUMERATOR(name) name,
 enum class KernelOp : uint8_t { PARAFLOW_KERNELS(PARAFLOW_KERNEL_ENUMERATOR) };
@@ -36,16 +37,22 @@ enum class WeightLayout : uint8_t { in_out, out_in };
 // out (N=B*T, C) = wte[tokens[b,t]] + wpe[position of row b,t]; tokens (B,T) i32; wte (V,C);
 // wpe (maxT,C). The position is positions[b*T + t] when `positions` (B*T, i32, host memory) is
 // given (a ragged batch of many sequences), else position0 + t.
+// A vocabulary-parallel shard's wte holds rows [vocab_begin, vocab_begin + V): other tokens add
+// nothing; without add_positions, neither does wpe (one shard adds it).
 struct EmbeddingForward {
   static constexpr KernelOp op = KernelOp::embedding_forward;
   Tensor out, tokens, wte, wpe;
   int64_t position0 = 0;
   Tensor positions;
+  int64_t vocab_begin = 0;
+  bool add_positions = true;
   DType dtype() const { return wte.dtype(); }
 };
 struct EmbeddingBackward {
   static constexpr KernelOp op = KernelOp::embedding_backward;
   Tensor dwte, dwpe, dout, tokens;
+  int64_t vocab_begin = 0;
+  bool add_positions = true;
   DType dtype() const { return dwte.dtype(); }
 };
 
@@ -159,12 +166,34 @@ struct SoftmaxXentForward {
   Tensor losses, stats, logits, targets;
   DType dtype() const { return logits.dtype(); }
 };
-// dlogits (+)= (softmax(logits) - onehot(target)) * dlosses[n]
+// dlogits (+)= (softmax(logits) - onehot(target)) * dlosses[n]; for a vocabulary shard, logits
+// are columns [vocab_begin, vocab_begin + V) and stats the whole vocabulary's.
 struct SoftmaxXentBackward {
   static constexpr KernelOp op = KernelOp::softmax_xent_backward;
   Tensor dlogits, logits, stats, targets, dlosses;
   bool accumulate = false;
+  int64_t vocab_begin = 0;
   DType dtype() const { return logits.dtype(); }
+};
+// The same loss when each shard holds logits [vocab_begin, vocab_begin + V) of every row (no rank
+// holds them all): the row maxima (max over the shards), then per row the sum of exp(x - max)
+// and the target's logit if this shard has it (both summed over the shards), then the losses
+// and the stats backward reads.
+struct XentRowMax {
+  static constexpr KernelOp op = KernelOp::xent_row_max;
+  Tensor max, logits;  // max (N)
+  DType dtype() const { return logits.dtype(); }
+};
+struct XentSumExp {
+  static constexpr KernelOp op = KernelOp::xent_sum_exp;
+  Tensor sums, logits, max, targets;  // sums (N,2): sum of exp(x - max), the target's logit or 0
+  int64_t vocab_begin = 0;
+  DType dtype() const { return logits.dtype(); }
+};
+struct XentFinish {
+  static constexpr KernelOp op = KernelOp::xent_finish;
+  Tensor losses, stats, max, sums, targets;
+  DType dtype() const { return losses.dtype(); }
 };
 
 // ---- precision ----

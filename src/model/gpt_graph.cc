@@ -51,7 +51,11 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
   if (range.first) {
     std::vector<ValueId> embed_inputs{g.tokens, param("wte.weight"), param("wpe.weight")};
     if (position != graph::kNoValue) embed_inputs.push_back(position);
-    x = graph.add_node(OpKind::embedding, "embed", embed_inputs)[0];
+    // Vocabulary-parallel: each shard looks up its rows of wte, shard 0 adds the positions.
+    Attributes embed = Attributes()
+                           .set("vocab_begin", shard.rank * (config.vocab_size / shard.size))
+                           .set("add_positions", shard.rank == 0 ? 1 : 0);
+    x = leave("embed.tp_reduce", graph.add_node(OpKind::embedding, "embed", embed_inputs, embed)[0]);
   }
   for (int64_t layer = range.first_layer; layer < config.n_layer && range.holds_layer(layer); ++layer) {
     std::string h = "h." + std::to_string(layer) + ".";
@@ -109,8 +113,18 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
     g.stage_output = hidden;
     return g;
   }
-  g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
-  g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
+  if (shard.size == 1) {
+    g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
+    g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
+    return g;
+  }
+  // Vocabulary-parallel: each shard computes its columns of the logits, and the loss needs only
+  // two all-reduces of per-row numbers: no rank holds all the logits.
+  const ValueId whole_hidden = g.graph.add_node(OpKind::tp_copy, "lm_head.tp_copy", {hidden})[0];
+  g.logits = add_lm_head(g, whole_hidden, g.parameters.at("wte.weight"));
+  const Attributes xent =
+      Attributes().set("vocab_parallel", 1).set("vocab_begin", shard.rank * (config.vocab_size / shard.size));
+  g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets}, xent)[0];
   return g;
 }
 

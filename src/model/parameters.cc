@@ -69,13 +69,14 @@ Split split_of(const std::string& name) {
   if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return {Split::columns, 3};
   if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return {Split::columns, 1};
   if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight")) return {Split::rows, 1};
+  if (name == "wte.weight") return {Split::rows, 1};  // the vocabulary
   return {};
 }
 
 }  // namespace
 
 bool is_partial_gradient(const std::string& name) {
-  return ends_with(name, "attn.c_proj.bias") || ends_with(name, "mlp.c_proj.bias");
+  return ends_with(name, "attn.c_proj.bias") || ends_with(name, "mlp.c_proj.bias") || name == "wpe.weight";
 }
 
 bool is_replicated(const std::string& name) { return split_of(name).kind == Split::whole; }
@@ -87,6 +88,10 @@ std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs,
     if (split.kind == Split::whole) continue;
     // A 1-D bias is one row of columns.
     const size_t dim = split.kind == Split::rows ? 0 : spec.shape.rank() - 1;
+    check(spec.name != "wte.weight" || spec.shape[0] % shard.size == 0,
+          "model.vocab_size ({}) is not a multiple of dist.tensor_parallel ({}): the vocabulary is split evenly "
+          "over the shards (pad it, as GPT-2's 50257 pads to 50304)",
+          spec.shape[0], shard.size);
     check(spec.shape[dim] % (split.sections * shard.size) == 0,
           "dist.tensor_parallel ({}) does not divide {}'s {} ({})", shard.size, spec.name,
           split.kind == Split::rows ? "rows" : "columns", spec.shape[dim] / split.sections);

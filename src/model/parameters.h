@@ -43,9 +43,10 @@ struct LayerRange {
 std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs, const LayerRange& range);
 
 // Tensor parallelism (Megatron-LM's): shard `rank` of `size` holds attention's qkv projection and
-// the MLP's first matrix split by columns (qkv by heads: its q, k and v sections each), and their
-// second matrices split by rows; everything else whole. The row-split layers' biases are whole on
-// every shard but added by shard 0 only, so their gradients must be summed over the shards.
+// the MLP's first matrix split by columns (qkv by heads: its q, k and v sections each), their
+// second matrices split by rows, and the token embedding split by vocabulary rows; layernorms and
+// the position embedding whole. The row-split layers' biases and the position embedding are
+// whole on every shard but added by shard 0 only, so their gradients are summed over the shards.
 struct TensorShard {
   int rank = 0, size = 1;
 };
@@ -53,7 +54,7 @@ std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs,
 // Where shard `shard`'s elements of the whole tensor `spec` lie in it: (offset, count) runs, in
 // the shard's order.
 std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorSpec& spec, const TensorShard& shard);
-// The row-split layers' biases: whole on every shard, with a gradient on shard 0 only.
+// The row-split layers' biases and wpe: whole on every shard, with a gradient on shard 0 only.
 bool is_partial_gradient(const std::string& name);
 // Tensors every shard holds whole (a gradient norm counts them once).
 bool is_replicated(const std::string& name);

@@ -1,7 +1,8 @@
 // Tensor parallelism end to end with the real `paraflow` binary (mpirun and TF_CONFIG tasks on
 // loopback, oversubscribed): 2 and 4 shards, 2 replicas x 2 shards with and without ZeRO-1, and
 // 2 shards x 2 stages train like one process on the same global batch; checkpoints resume across
-// layouts; shard counts that do not divide the heads are refused by name.
+// layouts; shard counts that do not divide the heads or the vocabulary are refused by name. The
+// vocabulary is split too: no rank holds all the logits.
 #include <gtest/gtest.h>
 
 #include "dist/training_job.h"
@@ -58,6 +59,9 @@ TEST_F(TensorParallel, ShardCountsThatDoNotDivideAreRefusedByName) {
                 "dist.tensor_parallel (3) must divide model.n_head (4)"),
             std::string::npos);
   EXPECT_NE(failure_message(mpirun(3) + train_command("x", shards(2))).find("3 ranks do not divide"),
+            std::string::npos);
+  EXPECT_NE(failure_message(mpirun(4) + train_command("x", shards(4, "--set model.vocab_size=258"))).find(
+                "model.vocab_size (258) is not a multiple of dist.tensor_parallel (4)"),
             std::string::npos);
 }
 

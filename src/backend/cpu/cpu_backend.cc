@@ -22,6 +22,9 @@ void register_cpu_kernels(KernelRegistry& registry) {
   registry.add(cpu, DType::f32, &cpu::attention_paged_forward);
   registry.add(cpu, DType::f32, &cpu::softmax_xent_forward);
   registry.add(cpu, DType::f32, &cpu::softmax_xent_backward);
+  registry.add(cpu, DType::f32, &cpu::xent_row_max);
+  registry.add(cpu, DType::f32, &cpu::xent_sum_exp);
+  registry.add(cpu, DType::f32, &cpu::xent_finish);
   registry.add(cpu, DType::f32, &cpu::sum_squares);
   registry.add(cpu, DType::f32, &cpu::scale);
   registry.add(cpu, DType::f32, &cpu::adamw_update);

@@ -81,6 +81,7 @@ void softmax_xent_backward(const SoftmaxXentBackward& args) {
   const int32_t* targets = pointer<int32_t>(args.targets);
   float* dlogits = pointer<float>(args.dlogits);
   const bool accumulate = args.accumulate;
+  const int64_t vocab_begin = args.vocab_begin;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const int32_t target = targets[n];
@@ -95,7 +96,53 @@ void softmax_xent_backward(const SoftmaxXentBackward& args) {
 #pragma omp simd
       for (int64_t i = 0; i < V; ++i) d[i] = fast_exp(x[i] - log_normalizer) * dloss;
     }
-    if (target >= 0) d[target] -= dloss;
+    const int64_t column = static_cast<int64_t>(target) - vocab_begin;
+    if (target >= 0 && column >= 0 && column < V) d[column] -= dloss;
+  }
+}
+
+void xent_row_max(const XentRowMax& args) {
+  const int64_t V = args.logits.shape()[args.logits.shape().rank() - 1], N = args.logits.numel() / V;
+  const float* logits = pointer<float>(args.logits);
+  float* max = pointer<float>(args.max);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    float max_value = -INFINITY;
+#pragma omp simd reduction(max : max_value)
+    for (int64_t i = 0; i < V; ++i) max_value = x[i] > max_value ? x[i] : max_value;
+    max[n] = max_value;
+  }
+}
+
+void xent_sum_exp(const XentSumExp& args) {
+  const int64_t V = args.logits.shape()[args.logits.shape().rank() - 1], N = args.logits.numel() / V;
+  const float *logits = pointer<float>(args.logits), *max = pointer<float>(args.max);
+  const int32_t* targets = pointer<int32_t>(args.targets);
+  float* sums = pointer<float>(args.sums);
+  const int64_t vocab_begin = args.vocab_begin;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < V; ++i) sum += fast_exp(x[i] - max[n]);
+    const int64_t column = static_cast<int64_t>(targets[n]) - vocab_begin;
+    sums[2 * n] = sum;
+    sums[2 * n + 1] = targets[n] >= 0 && column >= 0 && column < V ? x[column] : 0.0f;
+  }
+}
+
+void xent_finish(const XentFinish& args) {
+  const int64_t N = args.losses.numel();
+  const float *max = pointer<float>(args.max), *sums = pointer<float>(args.sums);
+  const int32_t* targets = pointer<int32_t>(args.targets);
+  float *losses = pointer<float>(args.losses), *stats = pointer<float>(args.stats);
+  for (int64_t n = 0; n < N; ++n) {
+    const float log_sum = std::log(sums[2 * n]);
+    stats[2 * n] = max[n];
+    stats[2 * n + 1] = max[n] + log_sum;
+    losses[n] = targets[n] < 0 ? 0.0f : log_sum - (sums[2 * n + 1] - max[n]);
   }
 }
 

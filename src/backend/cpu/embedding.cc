@@ -9,13 +9,18 @@ void embedding_forward(const EmbeddingForward& args) {
   const float *wte = pointer<float>(args.wte), *wpe = pointer<float>(args.wpe);
   float* out = pointer<float>(args.out);
   const int32_t* positions = args.positions.defined() ? args.positions.data<int32_t>() : nullptr;
+  const int64_t V = args.wte.shape()[0], vocab_begin = args.vocab_begin;
+  const bool add_positions = args.add_positions;
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    const float* token_row = wte + static_cast<int64_t>(tokens[bt]) * C;
+    const int64_t row = static_cast<int64_t>(tokens[bt]) - vocab_begin;
+    const bool mine = row >= 0 && row < V;
+    const float* token_row = wte + (mine ? row : 0) * C;
     const float* position_row = wpe + (positions ? positions[bt] : position0 + bt % T) * C;
     float* out_row = out + bt * C;
+    const float token_weight = mine ? 1.0f : 0.0f, position_weight = add_positions ? 1.0f : 0.0f;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) out_row[c] = token_row[c] + position_row[c];
+    for (int64_t c = 0; c < C; ++c) out_row[c] = token_weight * token_row[c] + position_weight * position_row[c];
   }
 }
 
@@ -23,7 +28,9 @@ void embedding_backward(const EmbeddingBackward& args) {
   const int64_t B = args.tokens.shape()[0], T = args.tokens.shape()[1], C = args.dwte.shape()[1];
   const int32_t* tokens = pointer<int32_t>(args.tokens);
   const float* dout = pointer<float>(args.dout);
-  float *dwte = pointer<float>(args.dwte), *dwpe = pointer<float>(args.dwpe);
+  float* dwte = pointer<float>(args.dwte);
+  float* dwpe = args.add_positions ? pointer<float>(args.dwpe) : nullptr;
+  const int64_t V = args.dwte.shape()[0], vocab_begin = args.vocab_begin;
   // Each thread owns a band of channels and walks every position in order: no races, and the
   // sum order does not depend on the thread count.
   constexpr int64_t kBand = 16;
@@ -32,11 +39,14 @@ void embedding_backward(const EmbeddingBackward& args) {
     int64_t c1 = c0 + kBand < C ? c0 + kBand : C;
     for (int64_t bt = 0; bt < B * T; ++bt) {
       const float* dout_row = dout + bt * C;
-      float* dwte_row = dwte + static_cast<int64_t>(tokens[bt]) * C;
-      float* dwpe_row = dwpe + (bt % T) * C;
-      for (int64_t c = c0; c < c1; ++c) {
-        dwte_row[c] += dout_row[c];
-        dwpe_row[c] += dout_row[c];
+      const int64_t row = static_cast<int64_t>(tokens[bt]) - vocab_begin;
+      if (row >= 0 && row < V) {
+        float* dwte_row = dwte + row * C;
+        for (int64_t c = c0; c < c1; ++c) dwte_row[c] += dout_row[c];
+      }
+      if (dwpe != nullptr) {
+        float* dwpe_row = dwpe + (bt % T) * C;
+        for (int64_t c = c0; c < c1; ++c) dwpe_row[c] += dout_row[c];
       }
     }
   }

@@ -43,6 +43,9 @@ void add_backward(const AddBackward& args);
 
 void softmax_xent_forward(const SoftmaxXentForward& args);
 void softmax_xent_backward(const SoftmaxXentBackward& args);
+void xent_row_max(const XentRowMax& args);
+void xent_sum_exp(const XentSumExp& args);
+void xent_finish(const XentFinish& args);
 
 void cast(const Cast& args);
 

@@ -1,6 +1,9 @@
 // embedding: out (B,T,C) = wte[tokens] + wpe[position].
 // inputs: tokens (B,T) i32, wte (V,C), wpe (P,C) [, positions i32 for cached decoding: (1), the
 // first position (row t at position0 + t), or (B*T), each row's own (a ragged batch)]
+// attributes (a vocabulary-parallel shard, whose outputs are summed over the shards):
+// vocab_begin, the token id of wte's first row (other tokens add nothing); add_positions 0 on
+// all shards but one.
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -23,8 +26,13 @@ class EmbeddingOp final : public OpDef {
     return {{"", Shape{tokens[0], tokens[1], wte[1]}, DType::f32, ValueRole::activation}};
   }
 
-  void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    EmbeddingForward args{.out = t.outputs[0], .tokens = t.inputs[0], .wte = t.inputs[1], .wpe = t.inputs[2]};
+  void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    EmbeddingForward args{.out = t.outputs[0],
+                          .tokens = t.inputs[0],
+                          .wte = t.inputs[1],
+                          .wpe = t.inputs[2],
+                          .vocab_begin = attributes.get("vocab_begin", 0),
+                          .add_positions = attributes.get("add_positions", 1) != 0};
     const int64_t table = t.inputs[2].shape()[0], rows = t.inputs[0].numel();
     if (t.inputs.size() == 4 && t.inputs[3].numel() == rows && rows > 1) {
       args.positions = t.inputs[3];
@@ -42,9 +50,13 @@ class EmbeddingOp final : public OpDef {
     backend.launch(args);
   }
 
-  void backward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
-    backend.launch(EmbeddingBackward{
-        .dwte = t.input_grads[1], .dwpe = t.input_grads[2], .dout = t.output_grads[0], .tokens = t.inputs[0]});
+  void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    backend.launch(EmbeddingBackward{.dwte = t.input_grads[1],
+                                     .dwpe = t.input_grads[2],
+                                     .dout = t.output_grads[0],
+                                     .tokens = t.inputs[0],
+                                     .vocab_begin = attributes.get("vocab_begin", 0),
+                                     .add_positions = attributes.get("add_positions", 1) != 0});
   }
 
   std::vector<KernelOp> kernels() const override {
