@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pipeline bubble and activation memory, measured against the model.
 
-Runs build/bench/train/pipeline_parallel_bench under mpirun (one rank per stage, one thread
+Runs build/bench/train/model_parallel_bench under mpirun (one rank per stage, one thread
 each) for p stages, m micro-batches and both schedules, and prints per run: the stages' mean
 idle share of the pipeline phase next to (p-1)/(m+p-1), and each schedule's resident-memory
 growth per stage (activations of the micro-batches in flight) next to `paraflow plan`'s
@@ -50,7 +50,7 @@ def main():
     parser.add_argument("--stages", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--micro-batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--binary", default=os.path.join(ROOT, "build/bench/train/pipeline_parallel_bench"))
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build/bench/train/model_parallel_bench"))
     args = parser.parse_args()
     cores = os.cpu_count()
     print(f"CPU: {cpu_model()}, {cores} cores; one thread per rank; model: {args.layers} blocks of 256, T 128, "

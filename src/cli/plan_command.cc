@@ -40,16 +40,16 @@ int64_t largest_fitting(int64_t low, int64_t high, int64_t step, const std::func
 void print_layout(const RunSetup& setup, const PlanOptions& options, int threads) {
   const train::TrainConfig& config = setup.train;
   const int stages = config.pipeline_parallel;
-  const dist::MeshShape mesh = dist::mesh_shape(options.ranks, 1, stages);
+  const dist::MeshShape mesh = dist::mesh_shape(options.ranks, config.tensor_parallel, stages);
   const int64_t per_step = stages > 1 ? config.micro_batches : config.grad_accumulation;
   check(config.batch_size % (mesh.data * per_step) == 0,
         "train.batch_size ({}) must be a multiple of data-parallel replicas ({}) x {} ({})", config.batch_size, mesh.data,
         stages > 1 ? "dist.micro_batches" : "train.grad_accumulation", per_step);
-  fmt::print("model: {:.2f}M parameters; {} rank(s): {} stage(s) x {} data-parallel replica(s); micro-batch {} x {}, "
-             "{} per step per replica; recompute: {}\n",
-             static_cast<double>(setup.model.parameter_count()) / 1e6, options.ranks, stages, mesh.data,
+  fmt::print("model: {:.2f}M parameters; {} rank(s): {} shard(s) x {} stage(s) x {} data-parallel replica(s); "
+             "micro-batch {} x {}, {} per step per replica; recompute: {}\n",
+             static_cast<double>(setup.model.parameter_count()) / 1e6, options.ranks, mesh.tensor, stages, mesh.data,
              config.batch_size / (mesh.data * per_step), config.sequence_length, per_step, config.recompute);
-  if (stages == 1) {
+  if (stages == 1 && mesh.tensor == 1) {
     train::MemoryReport report = train::estimate_training_memory(setup.model, config, options.ranks, threads);
     fmt::print("{}", report.to_text());
     fmt::print("allocated by a training step (activations, inputs, workspace): {:.1f} MiB\n",
@@ -68,7 +68,8 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
                  mib(r.gradients), mib(r.optimizer_state), r.in_flight, mib(r.activations + r.inputs + r.workspace),
                  mib(r.total()));
     }
-    fmt::print("(blocks a-b: [a, b); +h: the final layernorm and the head; activations include inputs and workspace)\n");
+    fmt::print("(blocks a-b: [a, b); +h: the final layernorm and the head; activations include inputs and workspace{})\n",
+               mesh.tensor > 1 ? "; per shard" : "");
   }
   const double peak = options.peak_tflops > 0 ? options.peak_tflops * 1e12 : train::measure_peak_flops(cpu_backend());
   const train::StepTimeModel time =
@@ -78,8 +79,9 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
   fmt::print("modelled step at {:.1f} TFLOP/s{} and {:.1f} GB/s between ranks: {:.3f} s, {:.0f} tokens/s\n",
              peak / 1e12, options.peak_tflops > 0 ? "" : " (this CPU's measured f32 GEMM peak)", options.bandwidth_gbs,
              total, static_cast<double>(config.batch_size * config.sequence_length) / total);
-  fmt::print("  compute {} | bubble {} | stage transfers {} | gradient all-reduce {}\n", share(time.compute),
-             share(time.bubble), share(time.pipeline_transfers), share(time.gradient_all_reduce));
+  fmt::print("  compute {} | bubble {} | stage transfers {} | tensor-parallel all-reduces {} | gradient all-reduce {}\n",
+             share(time.compute), share(time.bubble), share(time.pipeline_transfers), share(time.tensor_all_reduce),
+             share(time.gradient_all_reduce));
   if (stages > 1) {
     fmt::print("  bubble model (p-1)/(m+p-1) = {:.3f}\n", train::pipeline_bubble(stages, config.micro_batches));
   }
@@ -97,7 +99,8 @@ void run_plan(const PlanOptions& options) {
   if (options.budget_gib <= 0) return;
   const auto budget = static_cast<int64_t>(options.budget_gib * (1 << 30));
   const int stages = config.pipeline_parallel;
-  const int64_t unit = options.ranks / stages * (stages > 1 ? config.micro_batches : config.grad_accumulation);
+  const int64_t unit =
+      options.ranks / (stages * config.tensor_parallel) * (stages > 1 ? config.micro_batches : config.grad_accumulation);
   auto fits = [&](const train::TrainConfig& trial) {  // on every stage's ranks
     for (int stage = 0; stage < stages; ++stage) {
       if (train::estimate_training_memory(setup.model, trial, options.ranks, threads, stage).total() > budget) return false;

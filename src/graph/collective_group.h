@@ -15,6 +15,9 @@ class CollectiveGroup {
   // In place over the group: every member ends with the element-wise sum (max) of all members'.
   virtual void all_reduce_sum(const Tensor& tensor) = 0;
   virtual void all_reduce_max(const Tensor& tensor) = 0;
+  // Bytes handed to the all-reduces so far, and the seconds they took (for measurements).
+  virtual int64_t bytes_reduced() const = 0;
+  virtual double seconds_reducing() const = 0;
 };
 
 }  // namespace paraflow::graph

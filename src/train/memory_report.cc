@@ -31,14 +31,18 @@ std::string MemoryReport::to_text() const {
 MemoryReport estimate_training_memory(const model::GptConfig& model, const TrainConfig& config, int ranks,
                                       int threads, int stage) {
   const int stages = config.pipeline_parallel;
-  const int replicas = ranks / stages;
+  const int shards = config.tensor_parallel;
+  const int replicas = ranks / (stages * shards);
   const int64_t per_step = stages > 1 ? config.micro_batches : config.grad_accumulation;
   const int64_t micro_batch = config.batch_size / (replicas * per_step);
   const int64_t T = config.sequence_length, C = model.n_embd;
   const model::LayerRange range =
       stages > 1 ? partition_layers(model, stages, T, config.stage_layers).at(static_cast<size_t>(stage))
                  : model::LayerRange{};
-  model::GptGraph g = build_training_graph(model, micro_batch, T, config.recompute, config.precision, cpu_backend(), range);
+  // Shard 0: it also holds the biases the other shards skip.
+  const model::TensorShard shard{0, shards};
+  model::GptGraph g =
+      build_training_graph(model, micro_batch, T, config.recompute, config.precision, cpu_backend(), range, shard);
 
   // What the trainer binds: parameters, their gradients and the gradient of the graph's end (the
   // loss, or a stage's output); a stage also keeps what crosses to its neighbours.
@@ -62,7 +66,8 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   MemoryReport report;
   report.in_flight = stages > 1 ? pipeline_in_flight(config.pipeline_schedule, stages, stage, config.micro_batches) : 1;
   int64_t parameter_count = 0;
-  for (const model::TensorSpec& spec : model::stage_tensor_specs(model::gpt_tensor_specs(model), range)) {
+  for (const model::TensorSpec& spec :
+       model::shard_tensor_specs(model::stage_tensor_specs(model::gpt_tensor_specs(model), range), shard)) {
     parameter_count += spec.shape.numel();
   }
   const int64_t parameter_bytes = parameter_count * 4;

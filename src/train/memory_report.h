@@ -30,7 +30,7 @@ struct MemoryReport {
 
 // For one rank of `ranks` (each holds a micro-batch of batch_size / (ranks · grad_accumulation)),
 // or, with config.pipeline_parallel stages, for a rank of stage `stage` (micro-batches of
-// batch_size / (replicas · dist.micro_batches)).
+// batch_size / (replicas · dist.micro_batches)), and its first shard with config.tensor_parallel.
 MemoryReport estimate_training_memory(const model::GptConfig& model, const TrainConfig& config, int ranks,
                                       int threads, int stage = 0);
 

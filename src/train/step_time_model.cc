@@ -16,10 +16,24 @@ double stage_forward_flops_per_token(const model::GptConfig& model, const model:
   return blocks * per_block + head;
 }
 
+double tensor_parallel_bytes_per_step(const model::GptConfig& model, const TrainConfig& config, int ranks,
+                                      const model::LayerRange& range) {
+  const int t = config.tensor_parallel;
+  if (t == 1) return 0;
+  const int stages = config.pipeline_parallel;
+  const int64_t micro_batches = stages > 1 ? config.micro_batches : config.grad_accumulation;
+  const int64_t micro_batch = config.batch_size / (ranks / (stages * t) * micro_batches);
+  const int64_t end = range.end_layer < 0 ? model.n_layer : range.end_layer;
+  const double buffers = 4.0 * static_cast<double>(end - range.first_layer) + (range.first ? 1 : 0) + (range.last ? 1 : 0);
+  const double positions = static_cast<double>(micro_batch * config.sequence_length);
+  const double loss = range.last ? 3.0 * 4.0 * positions : 0.0;
+  return static_cast<double>(micro_batches) * (buffers * 4.0 * positions * static_cast<double>(model.n_embd) + loss);
+}
+
 StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& config, int ranks, double peak_flops,
                               double bandwidth_bytes_per_second) {
-  const int stages = config.pipeline_parallel;
-  const int replicas = ranks / stages;
+  const int stages = config.pipeline_parallel, shards = config.tensor_parallel;
+  const int replicas = ranks / (stages * shards);
   const int64_t micro_batches = stages > 1 ? config.micro_batches : config.grad_accumulation;
   const int64_t micro_batch = config.batch_size / (replicas * micro_batches);
   const int64_t T = config.sequence_length;
@@ -27,14 +41,16 @@ StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& 
   const std::vector<model::LayerRange> ranges =
       stages > 1 ? partition_layers(model, stages, T, config.stage_layers) : std::vector<model::LayerRange>{{}};
   double slowest = 0;  // seconds per micro-batch, forward and backward
-  double largest_stage_bytes = 0;
+  double largest_stage_bytes = 0, largest_tensor_bytes = 0;
   for (const model::LayerRange& range : ranges) {
-    slowest = std::max(slowest, 3.0 * stage_forward_flops_per_token(model, range, T) * tokens / peak_flops);
+    slowest = std::max(slowest, 3.0 * stage_forward_flops_per_token(model, range, T) * tokens / shards / peak_flops);
     double count = 0;
-    for (const model::TensorSpec& spec : model::stage_tensor_specs(model::gpt_tensor_specs(model), range)) {
+    for (const model::TensorSpec& spec : model::shard_tensor_specs(
+             model::stage_tensor_specs(model::gpt_tensor_specs(model), range), {0, shards})) {
       count += static_cast<double>(spec.shape.numel());
     }
     largest_stage_bytes = std::max(largest_stage_bytes, 4.0 * count);
+    largest_tensor_bytes = std::max(largest_tensor_bytes, tensor_parallel_bytes_per_step(model, config, ranks, range));
   }
   StepTimeModel time;
   time.compute = static_cast<double>(micro_batches) * slowest;
@@ -46,9 +62,12 @@ StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& 
     time.pipeline_transfers =
         2.0 * static_cast<double>(micro_batches + stages - 1) * boundary / bandwidth_bytes_per_second;
   }
+  time.tensor_all_reduce = 2.0 * (shards - 1) / shards * largest_tensor_bytes / bandwidth_bytes_per_second;
   const double ring = 2.0 * (replicas - 1) / replicas * largest_stage_bytes / bandwidth_bytes_per_second;
-  // One stage overlaps the all-reduce with backward (2/3 of the compute); a pipeline runs it after.
-  time.gradient_all_reduce = stages > 1 ? ring : std::max(0.0, ring - time.compute * 2.0 / 3.0);
+  // Without model parallelism the all-reduce overlaps backward (2/3 of the compute); a pipeline
+  // or sharded model runs it after.
+  time.gradient_all_reduce =
+      stages > 1 || shards > 1 ? ring : std::max(0.0, ring - time.compute * 2.0 / 3.0);
   return time;
 }
 

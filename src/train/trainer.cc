@@ -446,6 +446,8 @@ double Trainer::counted_squares(const Tensor& gradients) const {
 StepStats Trainer::step() {
   auto start = std::chrono::steady_clock::now();
   StepStats stats;
+  const int64_t tensor_bytes_before = tensor_group_ ? tensor_group_->bytes_reduced() : 0;
+  const double tensor_seconds_before = tensor_group_ ? tensor_group_->seconds_reducing() : 0;
   double local_loss = 0;
   if (pipelined()) {
     local_loss = pipeline_step();  // the last stage's; 0 on the others
@@ -456,6 +458,10 @@ StepStats Trainer::step() {
     }
   }
   stats.communication_wait = sync_->last_wait_seconds();
+  if (tensor_group_) {
+    stats.tensor_parallel_bytes = tensor_group_->bytes_reduced() - tensor_bytes_before;
+    stats.tensor_parallel_seconds = tensor_group_->seconds_reducing() - tensor_seconds_before;
+  }
   if (shard_.rank != 0) local_loss = 0;  // every shard computed the same loss
   stats.loss = job_sum(static_cast<float>(local_loss)) / static_cast<double>(replicas().size());
   stats.lr = config_.schedule.at(step_);

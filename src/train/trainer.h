@@ -68,6 +68,9 @@ struct StepStats {
   bool skipped = false;  // mixed_float16: the gradients overflowed and the update was skipped
   double communication_wait = 0;  // seconds backward's end waited for gradient all-reduces
   PipelineTiming pipeline;         // pipeline runs: this stage's compute and transfer seconds
+  // Tensor-parallel runs: bytes this rank handed to the shards' all-reduces, and their seconds.
+  int64_t tensor_parallel_bytes = 0;
+  double tensor_parallel_seconds = 0;
 };
 
 // One process of a (possibly) data- and pipeline-parallel run. With one stage, the
