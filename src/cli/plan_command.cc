@@ -21,7 +21,8 @@ struct PlanOptions {
   int threads = 0;
   double budget_gib = 0;
   double peak_tflops = 0;     // 0: measured on this machine's CPU
-  double bandwidth_gbs = 10;  // between ranks, GB/s
+  double bandwidth_gbs = 10;        // between ranks, GB/s
+  double tensor_bandwidth_gbs = 0;  // between a layer's shards (0: bandwidth_gbs)
 };
 
 // The largest value in [low, high] (a multiple of `step`) for which fits() holds, or 0.
@@ -72,13 +73,15 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
                mesh.tensor > 1 ? "; per shard" : "");
   }
   const double peak = options.peak_tflops > 0 ? options.peak_tflops * 1e12 : train::measure_peak_flops(cpu_backend());
+  const double tensor_gbs = options.tensor_bandwidth_gbs > 0 ? options.tensor_bandwidth_gbs : options.bandwidth_gbs;
   const train::StepTimeModel time =
-      train::model_step_time(setup.model, config, options.ranks, peak, options.bandwidth_gbs * 1e9);
+      train::model_step_time(setup.model, config, options.ranks, peak, options.bandwidth_gbs * 1e9, tensor_gbs * 1e9);
   const double total = time.total();
   auto share = [&](double part) { return fmt::format("{:.3f} s ({:.1f}%)", part, 100.0 * part / total); };
-  fmt::print("modelled step at {:.1f} TFLOP/s{} and {:.1f} GB/s between ranks: {:.3f} s, {:.0f} tokens/s\n",
+  fmt::print("modelled step at {:.1f} TFLOP/s{}, {:.1f} GB/s between ranks{}: {:.3f} s, {:.0f} tokens/s\n",
              peak / 1e12, options.peak_tflops > 0 ? "" : " (this CPU's measured f32 GEMM peak)", options.bandwidth_gbs,
-             total, static_cast<double>(config.batch_size * config.sequence_length) / total);
+             mesh.tensor > 1 ? fmt::format(" and {:.1f} GB/s between shards", tensor_gbs) : "", total,
+             static_cast<double>(config.batch_size * config.sequence_length) / total);
   fmt::print("  compute {} | bubble {} | stage transfers {} | tensor-parallel all-reduces {} | gradient all-reduce {}\n",
              share(time.compute), share(time.bubble), share(time.pipeline_transfers), share(time.tensor_all_reduce),
              share(time.gradient_all_reduce));
@@ -145,6 +148,9 @@ void add_plan_command(CLI::App& app) {
       ->check(in_range(above(0)));
   command->add_option("--bandwidth-gbs", options->bandwidth_gbs, "Link bandwidth between ranks, GB/s, for the model")
       ->capture_default_str()
+      ->check(in_range(above(0)));
+  command->add_option("--tensor-bandwidth-gbs", options->tensor_bandwidth_gbs,
+                      "Link bandwidth between a layer's shards (consecutive ranks: one node), GB/s; default --bandwidth-gbs")
       ->check(in_range(above(0)));
   command->callback([options] { run_plan(*options); });
 }

@@ -31,7 +31,7 @@ double tensor_parallel_bytes_per_step(const model::GptConfig& model, const Train
 }
 
 StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& config, int ranks, double peak_flops,
-                              double bandwidth_bytes_per_second) {
+                              double bandwidth_bytes_per_second, double tensor_bandwidth_bytes_per_second) {
   const int stages = config.pipeline_parallel, shards = config.tensor_parallel;
   const int replicas = ranks / (stages * shards);
   const int64_t micro_batches = stages > 1 ? config.micro_batches : config.grad_accumulation;
@@ -62,7 +62,7 @@ StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& 
     time.pipeline_transfers =
         2.0 * static_cast<double>(micro_batches + stages - 1) * boundary / bandwidth_bytes_per_second;
   }
-  time.tensor_all_reduce = 2.0 * (shards - 1) / shards * largest_tensor_bytes / bandwidth_bytes_per_second;
+  time.tensor_all_reduce = 2.0 * (shards - 1) / shards * largest_tensor_bytes / tensor_bandwidth_bytes_per_second;
   const double ring = 2.0 * (replicas - 1) / replicas * largest_stage_bytes / bandwidth_bytes_per_second;
   // Without model parallelism the all-reduce overlaps backward (2/3 of the compute); a pipeline
   // or sharded model runs it after.

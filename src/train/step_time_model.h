@@ -31,7 +31,8 @@ double stage_forward_flops_per_token(const model::GptConfig& model, const model:
 double tensor_parallel_bytes_per_step(const model::GptConfig& model, const TrainConfig& config, int ranks,
                                       const model::LayerRange& range);
 
+// `tensor_bandwidth` is the shards' links (they are consecutive ranks: one node's, NVLink's on GPUs).
 StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& config, int ranks, double peak_flops,
-                              double bandwidth_bytes_per_second);
+                              double bandwidth_bytes_per_second, double tensor_bandwidth_bytes_per_second);
 
 }  // namespace paraflow::train
