@@ -1,6 +1,7 @@
 // Pipeline parallelism end to end with the real `paraflow` binary (mpirun and TF_CONFIG tasks
 // on loopback, oversubscribed): every layout — 2 and 3 stages, GPipe and 1F1B, stages with the
-// embedding or the head alone, 2 replicas x 2 stages with and without ZeRO-1 — trains like one
+// embedding or the head alone, 2 replicas x 2 stages with and without ZeRO-1, gradient
+// checkpointing inside the stages — trains like one
 // process on the same global batch; checkpoints resume across layouts; a killed stage's job
 // resumes exactly; bad layouts are refused by name.
 #include <gtest/gtest.h>
@@ -36,6 +37,7 @@ TEST_F(PipelineParallel, EveryLayoutTrainsLikeOneProcess) {
       {"head_alone", mpirun(2) + train_command("head_alone", pipeline(2, "--set dist.stage_layers=3,0"))},
       {"dp2_pp2", mpirun(4) + train_command("dp2_pp2", pipeline(2, "--set dist.micro_batches=2"))},
       {"dp2_pp2_zero", mpirun(4) + train_command("dp2_pp2_zero", pipeline(2, "--set dist.micro_batches=2 --set dist.zero=1"))},
+      {"pp3_recompute", mpirun(3) + train_command("pp3_recompute", pipeline(3, "--set train.recompute=block"))},
   };
   for (const auto& [name, command] : layouts) {
     ASSERT_EQ(run(command), 0) << command;

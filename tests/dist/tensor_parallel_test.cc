@@ -1,6 +1,6 @@
 // Tensor parallelism end to end with the real `paraflow` binary (mpirun and TF_CONFIG tasks on
-// loopback, oversubscribed): 2 and 4 shards, 2 replicas x 2 shards with and without ZeRO-1, and
-// 2 shards x 2 stages train like one process on the same global batch; checkpoints resume across
+// loopback, oversubscribed): 2 and 4 shards (with gradient checkpointing too), 2 replicas x 2
+// shards with and without ZeRO-1, and 2 shards x 2 stages train like one process on the same global batch; checkpoints resume across
 // layouts; shard counts that do not divide the heads or the vocabulary are refused by name. The
 // vocabulary is split too: no rank holds all the logits.
 #include <gtest/gtest.h>
@@ -28,6 +28,7 @@ TEST_F(TensorParallel, EveryLayoutTrainsLikeOneProcess) {
       {"tp2", mpirun(2) + train_command("tp2", shards(2))},
       {"tp4", mpirun(4) + train_command("tp4", shards(4))},
       {"tp2_gloo", tf_config(2) + train_command("tp2_gloo", shards(2))},
+      {"tp2_recompute", mpirun(2) + train_command("tp2_recompute", shards(2, "--set train.recompute=block"))},
       {"dp2_tp2", mpirun(4) + train_command("dp2_tp2", shards(2))},
       {"dp2_tp2_zero", mpirun(4) + train_command("dp2_tp2_zero", shards(2, "--set dist.zero=1"))},
       {"tp2_pp2", mpirun(4) + train_command("tp2_pp2", shards(2, "--set dist.pipeline_parallel=2"))},
