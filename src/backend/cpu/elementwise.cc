@@ -51,6 +51,26 @@ template void add_backward<float>(const AddBackward&);
 template void add_backward<BFloat16>(const AddBackward&);
 template void add_backward<Float16>(const AddBackward&);
 
+namespace {
+
+// A row of V logits: its maximum, and the sum of exp(x - max) (the whole vocabulary's, or one
+// shard's part of it).
+float row_max(const float* x, int64_t V) {
+  float max_value = -INFINITY;
+#pragma omp simd reduction(max : max_value)
+  for (int64_t i = 0; i < V; ++i) max_value = x[i] > max_value ? x[i] : max_value;
+  return max_value;
+}
+
+float sum_exp(const float* x, int64_t V, float max_value) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < V; ++i) sum += fast_exp(x[i] - max_value);
+  return sum;
+}
+
+}  // namespace
+
 void softmax_xent_forward(const SoftmaxXentForward& args) {
   const int64_t V = args.logits.shape()[args.logits.shape().rank() - 1], N = args.logits.numel() / V;
   const float* logits = pointer<float>(args.logits);
@@ -59,13 +79,9 @@ void softmax_xent_forward(const SoftmaxXentForward& args) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
-    float max_value = -INFINITY;
-#pragma omp simd reduction(max : max_value)
-    for (int64_t i = 0; i < V; ++i) max_value = x[i] > max_value ? x[i] : max_value;
-    float sum = 0.0f;  // the row is still in cache: this second pass costs no memory traffic
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < V; ++i) sum += fast_exp(x[i] - max_value);
-    const float log_sum = std::log(sum);
+    const float max_value = row_max(x, V);
+    // The row is still in cache: this second pass costs no memory traffic.
+    const float log_sum = std::log(sum_exp(x, V, max_value));
     stats[2 * n] = max_value;
     stats[2 * n + 1] = max_value + log_sum;
     int32_t target = targets[n];
@@ -106,13 +122,7 @@ void xent_row_max(const XentRowMax& args) {
   const float* logits = pointer<float>(args.logits);
   float* max = pointer<float>(args.max);
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* x = logits + n * V;
-    float max_value = -INFINITY;
-#pragma omp simd reduction(max : max_value)
-    for (int64_t i = 0; i < V; ++i) max_value = x[i] > max_value ? x[i] : max_value;
-    max[n] = max_value;
-  }
+  for (int64_t n = 0; n < N; ++n) max[n] = row_max(logits + n * V, V);
 }
 
 void xent_sum_exp(const XentSumExp& args) {
@@ -124,11 +134,8 @@ void xent_sum_exp(const XentSumExp& args) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < V; ++i) sum += fast_exp(x[i] - max[n]);
     const int64_t column = static_cast<int64_t>(targets[n]) - vocab_begin;
-    sums[2 * n] = sum;
+    sums[2 * n] = sum_exp(x, V, max[n]);
     sums[2 * n + 1] = targets[n] >= 0 && column >= 0 && column < V ? x[column] : 0.0f;
   }
 }
