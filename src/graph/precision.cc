@@ -66,7 +66,7 @@ std::pair<ValueId, int32_t> add_cast(Graph& graph, ValueId value, const std::str
 }  // namespace
 
 PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
-                                     const Backend& backend) {
+                                     const Backend& backend, const std::set<ValueId>& stored_inputs) {
   PrecisionPlan plan;
   if (policy == PrecisionPolicy::float32) return plan;
   const DType half = storage_dtype(policy);
@@ -117,6 +117,7 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const
       graph.replace_input(reader.node, parameter, copy);
     }
   }
+  for (ValueId input : stored_inputs) store_half(input);
   std::vector<int32_t> forward_nodes;
   for (int32_t n : graph.schedule()) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];

@@ -12,12 +12,25 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
                                      const Backend& backend, const model::LayerRange& range,
                                      const model::TensorShard& shard) {
   model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence, range, shard);
-  // The logits and the loss stay in f32, and so does what pipeline stages pass on.
-  const graph::ValueId end = range.last ? g.losses : g.stage_output;
-  std::set<graph::ValueId> keep_f32{end};
-  if (range.last) keep_f32.insert(g.logits);
-  graph::PrecisionPlan plan = graph::apply_precision_policy(g.graph, precision, keep_f32, backend);
+  // The logits and the loss stay in f32.
+  std::set<graph::ValueId> keep_f32;
+  if (range.last) keep_f32 = {g.logits, g.losses};
+  // Tensor-parallel shards' partial products are summed in f32 and rounded to 16 bits once, as
+  // one process rounds the whole product.
+  for (const graph::Node& node : g.graph.nodes()) {
+    if (node.kind == graph::OpKind::tp_reduce) keep_f32.insert(node.inputs[0]);
+  }
+  std::set<graph::ValueId> stored_inputs;
+  if (!range.first) stored_inputs.insert(g.stage_input);
+  graph::PrecisionPlan plan = graph::apply_precision_policy(g.graph, precision, keep_f32, backend, stored_inputs);
   model::name_half_parameters(g, plan);
+  // What crosses between stages is f32: a stage stores its input like an activation and casts
+  // its 16-bit residual stream back at its end.
+  if (!range.last && g.graph.value(g.stage_output).dtype != DType::f32) {
+    g.stage_output = g.graph.add_node(graph::OpKind::cast, "stage_output.cast", {g.stage_output},
+                                      graph::Attributes().set("dtype", static_cast<int64_t>(DType::f32)))[0];
+  }
+  const graph::ValueId end = range.last ? g.losses : g.stage_output;
   std::vector<graph::ValueId> inputs_with_grads;
   if (!range.first) inputs_with_grads.push_back(g.stage_input);
   graph::add_backward_pass(g.graph, end, inputs_with_grads);

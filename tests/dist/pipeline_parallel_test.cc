@@ -55,6 +55,10 @@ TEST_F(PipelineParallel, CheckpointsResumeInAnyLayout) {
   ASSERT_EQ(run(mpirun(2) + train_command("pp2_then_one", half + pipeline(2))), 0);
   ASSERT_EQ(run(train_command("pp2_then_one")), 0);
   expect_same_training("pp2_then_one", "one_process");
+  // 2 stages, then 2 data-parallel ranks.
+  ASSERT_EQ(run(mpirun(2) + train_command("pp2_then_dp2", half + pipeline(2))), 0);
+  ASSERT_EQ(run(mpirun(2) + train_command("pp2_then_dp2")), 0);
+  expect_same_training("pp2_then_dp2", "one_process");
   // One process, then 3 stages.
   ASSERT_EQ(run(train_command("one_then_pp3", half)), 0);
   ASSERT_EQ(run(mpirun(3) + train_command("one_then_pp3", pipeline(3))), 0);

@@ -1,8 +1,9 @@
 // Tensor parallelism end to end with the real `paraflow` binary (mpirun and TF_CONFIG tasks on
 // loopback, oversubscribed): 2 and 4 shards (with gradient checkpointing too), 2 replicas x 2
-// shards with and without ZeRO-1, and 2 shards x 2 stages train like one process on the same global batch; checkpoints resume across
-// layouts; shard counts that do not divide the heads or the vocabulary are refused by name. The
-// vocabulary is split too: no rank holds all the logits.
+// shards with and without ZeRO-1, and 2 shards x 2 stages train like one process on the same
+// global batch; mixed_bfloat16 layouts stay as close to float32 as one process in bf16;
+// checkpoints resume across layouts; shard counts that do not divide the heads or the vocabulary
+// are refused by name. The vocabulary is split too: no rank holds all the logits.
 #include <gtest/gtest.h>
 
 #include "dist/training_job.h"
@@ -40,6 +41,29 @@ TEST_F(TensorParallel, EveryLayoutTrainsLikeOneProcess) {
     expect_same_training(name, "one_process");
   }
   EXPECT_TRUE(bitwise_equal("tp2_pp2", "tp2_pp2_gpipe"));
+}
+
+TEST_F(TensorParallel, MixedBfloat16LayoutsTrainLikeOneProcess) {
+  // 16-bit activations cross the stages' transfers as f32 (a stage stores what it receives in 16
+  // bits again, like any activation): 2 stages equal one process within float rounding.
+  const std::string bf16 = "--set train.precision=mixed_bfloat16 ";
+  ASSERT_EQ(run(train_command("one_process_f32")), 0);
+  ASSERT_EQ(run(train_command("one_process", bf16)), 0);
+  ASSERT_EQ(run(mpirun(2) + train_command("pp2", bf16 + "--set dist.pipeline_parallel=2")), 0);
+  expect_same_training("pp2", "one_process");
+  // Shards round their partial input gradients to bf16 before summing them, where one process
+  // rounds the whole sum once: more bf16 roundings of the same kind as mixed precision's own. So
+  // against float32, a sharded bf16 run must stay within twice one process's bf16 error.
+  const double bf16_error = testing::relative_error(weights("one_process"), weights("one_process_f32"));
+  for (const auto& [name, layout] : std::vector<std::pair<std::string, std::string>>{
+           {"tp2", mpirun(2) + train_command("tp2", bf16 + shards(2))},
+           {"tp2_pp2", mpirun(4) + train_command("tp2_pp2", bf16 + shards(2, "--set dist.pipeline_parallel=2"))}}) {
+    ASSERT_EQ(run(layout), 0) << layout;
+    const double error = testing::relative_error(weights(name), weights("one_process_f32"));
+    std::printf("  %-16s weights rel err vs float32 %.2e (one process in bf16: %.2e)\n", name.c_str(), error,
+                bf16_error);
+    EXPECT_LE(error, 2 * bf16_error) << name;
+  }
 }
 
 TEST_F(TensorParallel, CheckpointsResumeInAnyLayout) {
