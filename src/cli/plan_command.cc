@@ -42,14 +42,11 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
   const train::TrainConfig& config = setup.train;
   const int stages = config.pipeline_parallel;
   const dist::MeshShape mesh = dist::mesh_shape(options.ranks, config.tensor_parallel, stages);
-  const int64_t per_step = stages > 1 ? config.micro_batches : config.grad_accumulation;
-  check(config.batch_size % (mesh.data * per_step) == 0,
-        "train.batch_size ({}) must be a multiple of data-parallel replicas ({}) x {} ({})", config.batch_size, mesh.data,
-        stages > 1 ? "dist.micro_batches" : "train.grad_accumulation", per_step);
+  config.check_batch_split(options.ranks);
   fmt::print("model: {:.2f}M parameters; {} rank(s): {} shard(s) x {} stage(s) x {} data-parallel replica(s); "
              "micro-batch {} x {}, {} per step per replica; recompute: {}\n",
              static_cast<double>(setup.model.parameter_count()) / 1e6, options.ranks, mesh.tensor, stages, mesh.data,
-             config.batch_size / (mesh.data * per_step), config.sequence_length, per_step, config.recompute);
+             config.micro_batch(options.ranks), config.sequence_length, config.micro_batches_per_step(), config.recompute);
   if (stages == 1 && mesh.tensor == 1) {
     train::MemoryReport report = train::estimate_training_memory(setup.model, config, options.ranks, threads);
     fmt::print("{}", report.to_text());
@@ -102,8 +99,7 @@ void run_plan(const PlanOptions& options) {
   if (options.budget_gib <= 0) return;
   const auto budget = static_cast<int64_t>(options.budget_gib * (1 << 30));
   const int stages = config.pipeline_parallel;
-  const int64_t unit =
-      options.ranks / (stages * config.tensor_parallel) * (stages > 1 ? config.micro_batches : config.grad_accumulation);
+  const int64_t unit = config.replicas(options.ranks) * config.micro_batches_per_step();
   auto fits = [&](const train::TrainConfig& trial) {  // on every stage's ranks
     for (int stage = 0; stage < stages; ++stage) {
       if (train::estimate_training_memory(setup.model, trial, options.ranks, threads, stage).total() > budget) return false;

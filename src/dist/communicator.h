@@ -47,6 +47,9 @@ class Communicator {
   [[noreturn]] virtual void abort_job(int exit_status) = 0;
 };
 
+// `root`'s text on every rank (its length first, then its bytes).
+std::string broadcast_text(Communicator& communicator, const std::string& text, int root);
+
 std::unique_ptr<Communicator> make_local_communicator();
 
 // True when this process was started by mpirun (OpenMPI's environment is present).

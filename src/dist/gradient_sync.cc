@@ -247,13 +247,8 @@ float GradientSync::all_reduce_max(float value) {
 }
 
 std::string GradientSync::broadcast(const std::string& text, int root) {
-  std::string result = text;
-  submit([&] {
-    uint64_t size = result.size();
-    communicator_.broadcast(&size, sizeof size, root);
-    result.resize(size);
-    communicator_.broadcast(result.data(), size, root);
-  }).get();
+  std::string result;
+  submit([&] { result = broadcast_text(communicator_, text, root); }).get();
   return result;
 }
 

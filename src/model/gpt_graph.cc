@@ -25,7 +25,7 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
   graph::Graph& graph = g.graph;
   check(config.n_head % shard.size == 0, "dist.tensor_parallel ({}) must divide model.n_head ({})", shard.size,
         config.n_head);
-  for (const TensorSpec& spec : shard_tensor_specs(stage_tensor_specs(gpt_tensor_specs(config), range), shard)) {
+  for (const TensorSpec& spec : part_tensor_specs(gpt_tensor_specs(config), range, shard)) {
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
   }
   auto param = [&](const std::string& name) { return g.parameters.at(name); };

@@ -102,6 +102,17 @@ std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs,
   return sharded;
 }
 
+std::vector<TensorSpec> part_tensor_specs(const std::vector<TensorSpec>& whole, const LayerRange& range,
+                                          const TensorShard& shard) {
+  return shard_tensor_specs(stage_tensor_specs(whole, range), shard);
+}
+
+int64_t element_count(const std::vector<TensorSpec>& specs) {
+  int64_t count = 0;
+  for (const TensorSpec& spec : specs) count += spec.shape.numel();
+  return count;
+}
+
 std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorSpec& spec, const TensorShard& shard) {
   const Split split = split_of(spec.name);
   const int64_t numel = spec.shape.numel();

@@ -51,6 +51,10 @@ struct TensorShard {
   int rank = 0, size = 1;
 };
 std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs, const TensorShard& shard);
+// One rank's part of the model: the tensors of its stage, as its shard holds them.
+std::vector<TensorSpec> part_tensor_specs(const std::vector<TensorSpec>& whole, const LayerRange& range,
+                                          const TensorShard& shard);
+int64_t element_count(const std::vector<TensorSpec>& specs);
 // Where shard `shard`'s elements of the whole tensor `spec` lie in it: (offset, count) runs, in
 // the shard's order.
 std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorSpec& spec, const TensorShard& shard);

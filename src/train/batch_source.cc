@@ -13,9 +13,14 @@ double forward_batch(graph::Executor& executor, const model::GptGraph& graph, Ba
   backend.upload(host_tokens.raw(), tokens);
   backend.upload(host_targets.raw(), targets);
   executor.forward();
+  return mean_loss(executor, graph);
+}
+
+double mean_loss(graph::Executor& executor, const model::GptGraph& graph) {
+  const std::vector<float> losses = executor.backend().download<float>(executor.tensor(graph.losses));
   double sum = 0;
-  for (float loss : backend.download<float>(executor.tensor(graph.losses))) sum += loss;
-  return sum / static_cast<double>(targets.numel());
+  for (float loss : losses) sum += loss;
+  return sum / static_cast<double>(losses.size());
 }
 
 }  // namespace paraflow::train

@@ -37,8 +37,11 @@ struct BatchPosition {
   int64_t slice, slices;
 };
 
+// The mean of the graph's per-position losses after a forward pass (accumulated in double).
+double mean_loss(graph::Executor& executor, const model::GptGraph& graph);
+
 // Uploads the batch at `position` into the graph's tokens and targets, runs the forward pass
-// and returns the mean of its per-position losses (accumulated in double).
+// and returns mean_loss.
 double forward_batch(graph::Executor& executor, const model::GptGraph& graph, BatchSource& data,
                      const BatchPosition& position);
 

@@ -32,13 +32,10 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
                                       int threads, int stage) {
   const int stages = config.pipeline_parallel;
   const int shards = config.tensor_parallel;
-  const int replicas = ranks / (stages * shards);
-  const int64_t per_step = stages > 1 ? config.micro_batches : config.grad_accumulation;
-  const int64_t micro_batch = config.batch_size / (replicas * per_step);
+  const int replicas = config.replicas(ranks);
+  const int64_t micro_batch = config.micro_batch(ranks);
   const int64_t T = config.sequence_length, C = model.n_embd;
-  const model::LayerRange range =
-      stages > 1 ? partition_layers(model, stages, T, config.stage_layers).at(static_cast<size_t>(stage))
-                 : model::LayerRange{};
+  const model::LayerRange range = partition_layers(model, stages, T, config.stage_layers).at(static_cast<size_t>(stage));
   // Shard 0: it also holds the biases the other shards skip.
   const model::TensorShard shard{0, shards};
   model::GptGraph g =
@@ -65,11 +62,7 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
 
   MemoryReport report;
   report.in_flight = stages > 1 ? pipeline_in_flight(config.pipeline_schedule, stages, stage, config.micro_batches) : 1;
-  int64_t parameter_count = 0;
-  for (const model::TensorSpec& spec :
-       model::shard_tensor_specs(model::stage_tensor_specs(model::gpt_tensor_specs(model), range), shard)) {
-    parameter_count += spec.shape.numel();
-  }
+  const int64_t parameter_count = model::element_count(model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard));
   const int64_t parameter_bytes = parameter_count * 4;
   report.parameters = parameter_bytes;
   report.gradients = parameter_bytes * (config.grad_accumulation > 1 ? 2 : 1);

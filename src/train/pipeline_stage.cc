@@ -99,11 +99,7 @@ double PipelineStage::run(BatchSource& data, const BatchPosition& first_position
     position.slice += instruction.micro;
     if (first() || last()) load_batch(slot, data, position);
     executor.forward();
-    if (last()) {
-      double sum = 0;
-      for (float loss : backend_.download<float>(executor.tensor(graph_.losses))) sum += loss;
-      losses += sum / static_cast<double>(host_targets_.numel());
-    }
+    if (last()) losses += mean_loss(executor, graph_);
     timing_.compute += since(start);
   }
   // The phase ends when every stage is done (the step's all-reduces would wait for the last one

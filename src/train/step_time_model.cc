@@ -8,8 +8,7 @@ namespace paraflow::train {
 
 double stage_forward_flops_per_token(const model::GptConfig& model, const model::LayerRange& range, int64_t sequence) {
   const double C = static_cast<double>(model.n_embd);
-  const int64_t end = range.end_layer < 0 ? model.n_layer : range.end_layer;
-  const double blocks = static_cast<double>(end - range.first_layer);
+  const double blocks = static_cast<double>(range.end_layer - range.first_layer);
   // Per block: 12·C² weights (2 FLOPs each) and attention's two T-long products (2·T·C, causal).
   const double per_block = 2.0 * 12.0 * C * C + 2.0 * static_cast<double>(sequence) * C;
   const double head = range.last ? 2.0 * C * static_cast<double>(model.vocab_size) : 0.0;
@@ -20,11 +19,10 @@ double tensor_parallel_bytes_per_step(const model::GptConfig& model, const Train
                                       const model::LayerRange& range) {
   const int t = config.tensor_parallel;
   if (t == 1) return 0;
-  const int stages = config.pipeline_parallel;
-  const int64_t micro_batches = stages > 1 ? config.micro_batches : config.grad_accumulation;
-  const int64_t micro_batch = config.batch_size / (ranks / (stages * t) * micro_batches);
-  const int64_t end = range.end_layer < 0 ? model.n_layer : range.end_layer;
-  const double buffers = 4.0 * static_cast<double>(end - range.first_layer) + (range.first ? 1 : 0) + (range.last ? 1 : 0);
+  const int64_t micro_batches = config.micro_batches_per_step();
+  const int64_t micro_batch = config.micro_batch(ranks);
+  const double buffers =
+      4.0 * static_cast<double>(range.end_layer - range.first_layer) + (range.first ? 1 : 0) + (range.last ? 1 : 0);
   const double positions = static_cast<double>(micro_batch * config.sequence_length);
   const double loss = range.last ? 3.0 * 4.0 * positions : 0.0;
   return static_cast<double>(micro_batches) * (buffers * 4.0 * positions * static_cast<double>(model.n_embd) + loss);
@@ -33,23 +31,18 @@ double tensor_parallel_bytes_per_step(const model::GptConfig& model, const Train
 StepTimeModel model_step_time(const model::GptConfig& model, const TrainConfig& config, int ranks, double peak_flops,
                               double bandwidth_bytes_per_second, double tensor_bandwidth_bytes_per_second) {
   const int stages = config.pipeline_parallel, shards = config.tensor_parallel;
-  const int replicas = ranks / (stages * shards);
-  const int64_t micro_batches = stages > 1 ? config.micro_batches : config.grad_accumulation;
-  const int64_t micro_batch = config.batch_size / (replicas * micro_batches);
+  const int replicas = config.replicas(ranks);
+  const int64_t micro_batches = config.micro_batches_per_step();
+  const int64_t micro_batch = config.micro_batch(ranks);
   const int64_t T = config.sequence_length;
   const double tokens = static_cast<double>(micro_batch * T);
-  const std::vector<model::LayerRange> ranges =
-      stages > 1 ? partition_layers(model, stages, T, config.stage_layers) : std::vector<model::LayerRange>{{}};
+  const std::vector<model::LayerRange> ranges = partition_layers(model, stages, T, config.stage_layers);
   double slowest = 0;  // seconds per micro-batch, forward and backward
   double largest_stage_bytes = 0, largest_tensor_bytes = 0;
   for (const model::LayerRange& range : ranges) {
     slowest = std::max(slowest, 3.0 * stage_forward_flops_per_token(model, range, T) * tokens / shards / peak_flops);
-    double count = 0;
-    for (const model::TensorSpec& spec : model::shard_tensor_specs(
-             model::stage_tensor_specs(model::gpt_tensor_specs(model), range), {0, shards})) {
-      count += static_cast<double>(spec.shape.numel());
-    }
-    largest_stage_bytes = std::max(largest_stage_bytes, 4.0 * count);
+    const int64_t count = model::element_count(model::part_tensor_specs(model::gpt_tensor_specs(model), range, {0, shards}));
+    largest_stage_bytes = std::max(largest_stage_bytes, 4.0 * static_cast<double>(count));
     largest_tensor_bytes = std::max(largest_tensor_bytes, tensor_parallel_bytes_per_step(model, config, ranks, range));
   }
   StepTimeModel time;

@@ -19,8 +19,8 @@ struct StepTimeModel {
   double total() const { return compute + bubble + pipeline_transfers + tensor_all_reduce + gradient_all_reduce; }
 };
 
-// Forward FLOPs per token of a pipeline stage: its blocks' GEMMs and attention, and the head's
-// GEMM on the last stage.
+// Forward FLOPs per token of a pipeline stage (a range from partition_layers): its blocks' GEMMs
+// and attention, and the head's GEMM on the last stage.
 double stage_forward_flops_per_token(const model::GptConfig& model, const model::LayerRange& range, int64_t sequence);
 
 // Bytes a shard hands to a step's tensor-parallel all-reduces (a ring then moves 2(t-1)/t of

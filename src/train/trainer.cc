@@ -71,6 +71,13 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   return c;
 }
 
+void TrainConfig::check_batch_split(int ranks) const {
+  check(batch_size % (replicas(ranks) * micro_batches_per_step()) == 0,
+        "train.batch_size ({}) must be a multiple of data-parallel replicas ({}) x {} ({})", batch_size,
+        replicas(ranks), pipeline_parallel > 1 ? "dist.micro_batches" : "train.grad_accumulation",
+        micro_batches_per_step());
+}
+
 Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend,
                  dist::Communicator& communicator)
     : model_config_(model_config),
@@ -84,30 +91,25 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   check(stages == 1 || config_.grad_accumulation == 1,
         "train.grad_accumulation ({}) with dist.pipeline_parallel ({}): a pipeline accumulates over "
         "dist.micro_batches instead", config_.grad_accumulation, stages);
-  check(model_config_.n_head % config_.tensor_parallel == 0, "dist.tensor_parallel ({}) must divide model.n_head ({})",
-        config_.tensor_parallel, model_config_.n_head);
   if (stages > 1 || config_.tensor_parallel > 1) {
     mesh_ = std::make_unique<dist::MeshGroups>(dist::split_mesh(
         communicator_, dist::mesh_shape(communicator_.size(), config_.tensor_parallel, stages)));
-    range_ = partition_layers(model_config_, stages, config_.sequence_length,
-                              config_.stage_layers)[static_cast<size_t>(mesh_->me.stage)];
+    stage_ranges_ = partition_layers(model_config_, stages, config_.sequence_length, config_.stage_layers);
+    range_ = stage_ranges_[static_cast<size_t>(mesh_->me.stage)];
     shard_ = {mesh_->me.tensor, config_.tensor_parallel};
     if (tensor_parallel()) tensor_group_ = dist::as_collective_group(*mesh_->tensor);
   }
-  const int64_t slices = replicas().size() * micro_batches_per_step();
-  check(config_.batch_size % slices == 0,
-        "train.batch_size ({}) must be a multiple of data-parallel replicas ({}) x {} ({})", config_.batch_size,
-        replicas().size(), stages > 1 ? "dist.micro_batches" : "train.grad_accumulation", micro_batches_per_step());
-  micro_batch_ = config_.batch_size / slices;
+  config_.check_batch_split(communicator_.size());
+  micro_batch_ = config_.micro_batch(communicator_.size());
   check(config_.sequence_length <= model_config_.n_positions,
         "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
   check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
         data_.max_token(), model_config_.vocab_size);
-  parameters_ = model::ParameterSet(
-      model::shard_tensor_specs(model::stage_tensor_specs(whole_specs_, range_), shard_), backend_);
-  gradients_ = model::ParameterSet(parameters_.specs(), backend_);
+  // The graph first: it checks that the shards divide the heads.
   graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
                                 config_.precision, backend_, range_, shard_);
+  parameters_ = model::ParameterSet(model::part_tensor_specs(whole_specs_, range_, shard_), backend_);
+  gradients_ = model::ParameterSet(parameters_.specs(), backend_);
   half_parameters_ =
       model::make_half_parameters(graph_, parameters_, backend_, graph::storage_dtype(config_.precision));
   if (stages > 1) {
@@ -126,7 +128,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   if (partitioned() && mesh_->me.data == 0 && mesh_->me.tensor == 0) {
     fmt::print(stderr, "stage {} of {}, {} shard(s) x {} replica(s): blocks [{}, {}){}{}\n", mesh_->me.stage, stages,
                config_.tensor_parallel, replicas().size(), range_.first_layer,
-               range_.end_layer < 0 ? model_config_.n_layer : range_.end_layer, range_.first ? ", embeddings" : "",
+               range_.end_layer, range_.first ? ", embeddings" : "",
                range_.last ? ", head" : "");
   }
 
@@ -258,47 +260,36 @@ bool Trainer::initialize_or_resume() {
   return step_ > 0;
 }
 
-namespace {
-
-// Where the elements of a part (a stage's shard) lie in the whole model's flat buffer, in the
-// part's order (its own flat buffer is these runs back to back).
-std::vector<std::pair<int64_t, int64_t>> runs_in_whole(const std::vector<model::TensorSpec>& whole,
-                                                       const model::LayerRange& range,
-                                                       const model::TensorShard& shard) {
+std::vector<std::pair<int64_t, int64_t>> Trainer::runs_in_whole(int rank) const {
+  const dist::MeshCoordinates at = dist::mesh_coordinates(mesh_->shape, rank);
   std::map<std::string, int64_t> offset;
   int64_t total = 0;
-  for (const model::TensorSpec& spec : whole) {
+  for (const model::TensorSpec& spec : whole_specs_) {
     offset[spec.name] = total;
     total += spec.shape.numel();
   }
   std::vector<std::pair<int64_t, int64_t>> runs;
-  for (const model::TensorSpec& spec : model::stage_tensor_specs(whole, range)) {
-    for (const auto& [at, count] : model::shard_runs(spec, shard)) runs.push_back({offset.at(spec.name) + at, count});
+  for (const model::TensorSpec& spec : model::stage_tensor_specs(whole_specs_, stage_ranges_[static_cast<size_t>(at.stage)])) {
+    for (const auto& [within, count] : model::shard_runs(spec, {at.tensor, config_.tensor_parallel})) {
+      runs.push_back({offset.at(spec.name) + within, count});
+    }
   }
   return runs;
 }
-
-}  // namespace
 
 void Trainer::scatter_from_chief(const Tensor& whole, const Tensor& mine) {
   if (!partitioned()) {
     sync_->broadcast(mine.device_data<float>(), static_cast<size_t>(mine.numel()), 0);
     return;
   }
-  const std::vector<model::LayerRange> ranges =
-      partition_layers(model_config_, config_.pipeline_parallel, config_.sequence_length, config_.stage_layers);
   if (!is_chief()) {
     communicator_.recv(mine.device_address(), mine.nbytes(), 0);
     return;
   }
   const float* source = whole.device_data<float>();
   for (int rank = 0; rank < communicator_.size(); ++rank) {
-    const dist::MeshCoordinates at = dist::mesh_coordinates(mesh_->shape, rank);
     std::vector<float> part;
-    for (const auto& [offset, count] :
-         runs_in_whole(whole_specs_, ranges[static_cast<size_t>(at.stage)], {at.tensor, config_.tensor_parallel})) {
-      part.insert(part.end(), source + offset, source + offset + count);
-    }
+    for (const auto& [offset, count] : runs_in_whole(rank)) part.insert(part.end(), source + offset, source + offset + count);
     if (rank == 0) {
       std::copy(part.begin(), part.end(), mine.device_data<float>());
     } else {
@@ -308,18 +299,14 @@ void Trainer::scatter_from_chief(const Tensor& whole, const Tensor& mine) {
 }
 
 void Trainer::gather_to_chief(const Tensor& mine, const Tensor& whole) {
-  const std::vector<model::LayerRange> ranges =
-      partition_layers(model_config_, config_.pipeline_parallel, config_.sequence_length, config_.stage_layers);
   if (!is_chief()) {
     if (mesh_->me.data == 0) communicator_.send(mine.device_address(), mine.nbytes(), 0);
     return;
   }
   float* target = whole.device_data<float>();
   for (int rank = 0; rank < communicator_.size(); ++rank) {
-    const dist::MeshCoordinates from = dist::mesh_coordinates(mesh_->shape, rank);
-    if (from.data != 0) continue;  // replicas hold the same part
-    const auto runs =
-        runs_in_whole(whole_specs_, ranges[static_cast<size_t>(from.stage)], {from.tensor, config_.tensor_parallel});
+    if (dist::mesh_coordinates(mesh_->shape, rank).data != 0) continue;  // replicas hold the same part
+    const auto runs = runs_in_whole(rank);
     int64_t total = 0;
     for (const auto& run : runs) total += run.second;
     std::vector<float> part(static_cast<size_t>(total));
@@ -337,13 +324,7 @@ void Trainer::gather_to_chief(const Tensor& mine, const Tensor& whole) {
 }
 
 std::string Trainer::broadcast_text(const std::string& text) {
-  if (!partitioned()) return sync_->broadcast(text, 0);
-  uint64_t size = text.size();
-  communicator_.broadcast(&size, sizeof size, 0);
-  std::string result = text;
-  result.resize(size);
-  communicator_.broadcast(result.data(), size, 0);
-  return result;
+  return partitioned() ? dist::broadcast_text(communicator_, text, 0) : sync_->broadcast(text, 0);
 }
 
 float Trainer::job_sum(float value) {
@@ -374,7 +355,7 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
 float Trainer::loss_weight() const {
   // d(mean loss over the global batch)/d(loss at each position of one micro-batch)
   const int64_t positions = micro_batch_ * config_.sequence_length;
-  float weight = 1.0f / static_cast<float>(positions * replicas().size() * micro_batches_per_step());
+  float weight = 1.0f / static_cast<float>(positions * replicas().size() * config_.micro_batches_per_step());
   if (scales_loss()) weight *= static_cast<float>(loss_scaler_.scale);
   return weight;
 }
@@ -404,20 +385,20 @@ void Trainer::sum_tied_embedding_gradients() {
 
 void Trainer::sum_partial_gradients() {
   if (!tensor_parallel()) return;
-  std::vector<float> partial;
+  // Packed into one buffer: one all-reduce per step, not one per bias.
+  std::vector<const Tensor*> partial;
+  std::vector<float> packed;
   for (size_t i = 0; i < gradients_.specs().size(); ++i) {
     if (!model::is_partial_gradient(gradients_.specs()[i].name)) continue;
-    const float* g = gradients_.at(i).device_data<float>();
-    partial.insert(partial.end(), g, g + gradients_.at(i).numel());
+    partial.push_back(&gradients_.at(i));
+    packed.insert(packed.end(), partial.back()->device_data<float>(),
+                  partial.back()->device_data<float>() + partial.back()->numel());
   }
-  mesh_->tensor->all_reduce_sum(partial.data(), partial.size());
-  size_t at = 0;
-  for (size_t i = 0; i < gradients_.specs().size(); ++i) {
-    if (!model::is_partial_gradient(gradients_.specs()[i].name)) continue;
-    std::copy(partial.begin() + static_cast<int64_t>(at),
-              partial.begin() + static_cast<int64_t>(at + static_cast<size_t>(gradients_.at(i).numel())),
-              gradients_.at(i).device_data<float>());
-    at += static_cast<size_t>(gradients_.at(i).numel());
+  mesh_->tensor->all_reduce_sum(packed.data(), packed.size());
+  const float* at = packed.data();
+  for (const Tensor* gradient : partial) {
+    std::copy(at, at + gradient->numel(), gradient->device_data<float>());
+    at += gradient->numel();
   }
 }
 
@@ -498,7 +479,7 @@ void Trainer::refresh_half_parameters() {
 
 double Trainer::evaluate(int64_t batches) {
   // Every replica evaluates its slices of each validation batch; the mean goes through all-reduce.
-  const int64_t per_step = micro_batches_per_step();
+  const int64_t per_step = config_.micro_batches_per_step();
   const int64_t slices = replicas().size() * per_step;
   double total = 0;
   for (int64_t index = 0; index < batches; ++index) {
@@ -531,7 +512,7 @@ std::filesystem::path Trainer::save_checkpoint() {
   if (partitioned()) {
     Tensor whole_first, whole_second;
     if (is_chief()) {
-      whole_parameters_ = model::ParameterSet(whole_specs_, backend_);
+      if (whole_parameters_.specs().empty()) whole_parameters_ = model::ParameterSet(whole_specs_, backend_);
       whole_first = backend_.empty(whole_parameters_.flat().shape(), DType::f32);
       whole_second = backend_.empty(whole_parameters_.flat().shape(), DType::f32);
     }
@@ -599,7 +580,7 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       if (events) events->add_scalar("train/val_loss", validation, step_);
     }
     if (is_chief()) progress.update(step_, metrics);
-    // (A pipeline chief's peak includes its transient copy of the whole model at start: not comparable.)
+    // (A partitioned run's chief also held the whole model at start: its peak is not comparable.)
     if (is_chief() && !partitioned() && step_ == first_step + 2) {
       fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
                  static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));

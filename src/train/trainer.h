@@ -55,6 +55,14 @@ struct TrainConfig {
   bool force_resume = false;
 
   static TrainConfig from_config(const Config& config);  // keys train.*
+
+  // Micro-batches per step on each data-parallel replica: a pipeline's, or the accumulation's.
+  int64_t micro_batches_per_step() const { return pipeline_parallel > 1 ? micro_batches : grad_accumulation; }
+  // Data-parallel replicas of a job of `ranks`, and the sequences of each micro-batch.
+  int replicas(int ranks) const { return ranks / (tensor_parallel * pipeline_parallel); }
+  int64_t micro_batch(int ranks) const { return batch_size / (replicas(ranks) * micro_batches_per_step()); }
+  // Refuses, naming the keys, a batch that does not split into replicas x micro-batches.
+  void check_batch_split(int ranks) const;
 };
 
 // This process's peak resident memory so far.
@@ -122,7 +130,6 @@ class Trainer {
   bool tensor_parallel() const { return config_.tensor_parallel > 1; }
   // The ranks holding the same part of the model as this one: their gradients are averaged.
   dist::Communicator& replicas() const { return mesh_ ? *mesh_->data : communicator_; }
-  int64_t micro_batches_per_step() const { return pipelined() ? config_.micro_batches : config_.grad_accumulation; }
   // Sums over every rank of the job (for a pipeline, directly: the gradient thread is idle then).
   float job_sum(float value);
   float job_max(float value);
@@ -139,6 +146,9 @@ class Trainer {
   // The chief's whole-model tensor `whole` to every rank's part of it, `mine` (pipeline: each
   // rank's stage; else a broadcast).
   void scatter_from_chief(const Tensor& whole, const Tensor& mine);
+  // Where rank `rank`'s part (its stage's tensors as its shard holds them) lies in the whole
+  // model's flat buffer: (offset, count) runs, in the part's order.
+  std::vector<std::pair<int64_t, int64_t>> runs_in_whole(int rank) const;
   // Every part (stage x shard, from its first replica) into the chief's `whole`.
   void gather_to_chief(const Tensor& mine, const Tensor& whole);
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
@@ -161,6 +171,7 @@ class Trainer {
   model::GptGraph graph_;
   dist::Communicator& communicator_;
   std::unique_ptr<dist::MeshGroups> mesh_;  // partitioned runs: this rank's groups
+  std::vector<model::LayerRange> stage_ranges_;  // partitioned runs: every stage's blocks
   model::LayerRange range_;                 // this rank's part of the model: its stage's blocks
   model::TensorShard shard_;                // and its shard of them
   std::unique_ptr<graph::CollectiveGroup> tensor_group_;
@@ -172,7 +183,8 @@ class Trainer {
   model::ParameterSet half_parameters_;
   std::unique_ptr<graph::Executor> executor_;  // one stage
   std::unique_ptr<PipelineStage> pipeline_;     // pipeline runs
-  // Partitioned runs, on the chief: the whole model as of the last checkpoint, for the export.
+  // Partitioned runs, on the chief: the whole model as of the last checkpoint, for the export
+  // (allocated at the first checkpoint, then reused).
   model::ParameterSet whole_parameters_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;

@@ -53,7 +53,9 @@ TEST(GptGraph, ATensorParallelShardHoldsItsColumnsRowsAndVocabulary) {
   EXPECT_EQ(count_nodes(g, graph::OpKind::tp_reduce), 2 * 3 + 1);
   // Shard 1 adds no bias after a row-split matmul (shard 0 does).
   for (const graph::Node& node : g.graph.nodes()) {
-    if (node.name == "h.0.attn.c_proj") EXPECT_EQ(node.inputs.size(), 2u);
+    if (node.name == "h.0.attn.c_proj") {
+      EXPECT_EQ(node.inputs.size(), 2u);
+    }
   }
 }
 

@@ -702,7 +702,9 @@ TEST(ServeVersions, AModelConfigFileServesSeveralModelsWithLabels) {
     const testing::HttpReply reply = testing::http_request(
         port, "POST", "/v1/completions", json{{"model", model}, {"prompt", "the"}, {"max_tokens", 4}}.dump());
     EXPECT_EQ(reply.status, 200) << model << ": " << reply.body;
-    if (reply.status == 200) EXPECT_EQ(json::parse(reply.body)["model"], model);
+    if (reply.status == 200) {
+      EXPECT_EQ(json::parse(reply.body)["model"], model);
+    }
   }
   for (const auto& [model, status] : std::vector<std::pair<std::string, int>>{{"a:3", 404}, {"a:beta", 404}, {"c", 404}}) {
     const testing::HttpReply reply = testing::http_request(
