@@ -115,6 +115,17 @@ const ConfigSchema& run_config_schema() {
        .help = "blocks per pipeline stage, e.g. \"0,6,6\" (empty: balanced by FLOPs)"},
       {.key = "dist.timeout_seconds", .type = number, .default_value = "60", .range = above(0),
        .help = "how long a rank waits for an unreachable peer before failing"},
+      {.key = "dist.ps_mode", .type = text, .default_value = "sync", .choices = {"sync", "async"},
+       .help = "TF_CONFIG with ps tasks: sync averages every worker's slice per step; async applies each push"},
+      {.key = "dist.max_staleness", .type = integer, .default_value = "4", .range = at_least(0),
+       .help = "async ps mode: a push computed on parameters more than this many updates old is rejected"},
+      {.key = "dist.tls_cert", .type = text, .default_value = "",
+       .help = "ps mode: PEM certificate of every task (gRPC TLS); with dist.tls_key"},
+      {.key = "dist.tls_key", .type = text, .default_value = "", .help = "ps mode: PEM private key of dist.tls_cert"},
+      {.key = "dist.tls_ca", .type = text, .default_value = "",
+       .help = "ps mode: PEM CA that signed the certificates (empty: trust dist.tls_cert itself)"},
+      {.key = "dist.auth_token_file", .type = text, .default_value = "",
+       .help = "ps mode: a file holding a shared token every call must carry"},
   };
   return schema;
 }

@@ -46,6 +46,12 @@ RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::s
   setup.validation_path = config.get<std::string>("data.validation");
   setup.validation_fraction = config.get<double>("data.validation_fraction");
   setup.timeout = std::chrono::milliseconds(static_cast<int64_t>(1000 * config.get<double>("dist.timeout_seconds")));
+  setup.ps_synchronous = config.get<std::string>("dist.ps_mode") == "sync";
+  setup.max_staleness = config.get<int64_t>("dist.max_staleness");
+  setup.tls_cert = config.get<std::string>("dist.tls_cert");
+  setup.tls_key = config.get<std::string>("dist.tls_key");
+  setup.tls_ca = config.get<std::string>("dist.tls_ca");
+  setup.auth_token_file = config.get<std::string>("dist.auth_token_file");
   setup.threads = config.get<int>("train.threads");
   setup.train.tokenizer_dir = config.get<std::string>("data.tokenizer");
   // Every path is checked now, not after hours of training (the export copies the tokenizer).

@@ -26,6 +26,10 @@ struct RunSetup {
   std::vector<std::filesystem::path> train_files, validation_files;
   double validation_fraction = 0.05;
   std::chrono::milliseconds timeout{60000};
+  // Parameter-server mode (TF_CONFIG with ps tasks).
+  bool ps_synchronous = true;
+  int64_t max_staleness = 4;
+  std::string tls_cert, tls_key, tls_ca, auth_token_file;
   int threads = 0;  // 0: all cores
 
   // Validates every key (unknown keys, types, ranges) and that the data and tokenizer it names

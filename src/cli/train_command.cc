@@ -12,6 +12,9 @@
 #include "dist/cluster_spec.h"
 #include "dist/communicator.h"
 #include "cli/run_setup.h"
+#include "ps/coordinator.h"
+#include "ps/parameter_server.h"
+#include "ps/worker.h"
 #include "train/evaluator.h"
 #include "train/trainer.h"
 
@@ -65,6 +68,54 @@ void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Commu
   trainer.run(stop, peak);
 }
 
+// A TF_CONFIG with ps tasks: this task's part of parameter-server training (ParameterServerStrategy).
+void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec& cluster,
+                                  const std::atomic<bool>* stop) {
+  const train::TrainConfig& config = setup.train;
+  check(cluster.jobs.count("chief") != 0, "TF_CONFIG: parameter-server training needs a chief task (it coordinates "
+        "the workers and writes the checkpoints)");
+  check(cluster.jobs.count("worker") != 0, "TF_CONFIG: parameter-server training needs worker tasks");
+  check(config.tensor_parallel == 1 && config.pipeline_parallel == 1,
+        "dist.tensor_parallel and dist.pipeline_parallel do not combine with ps tasks");
+  check(config.grad_accumulation == 1, "train.grad_accumulation ({}) does not combine with ps tasks: raise "
+        "train.batch_size instead (each worker computes a slice of it)", config.grad_accumulation);
+  check(config.precision != graph::PrecisionPolicy::mixed_float16,
+        "train.precision mixed_float16 needs loss scaling, which ps mode lacks: use mixed_bfloat16");
+  const std::vector<model::TensorSpec> specs = model::gpt_tensor_specs(setup.model, config.decay_embeddings);
+  const std::vector<std::string>& ps_addresses = cluster.jobs.at("ps");
+  const std::vector<std::string>& worker_addresses = cluster.jobs.at("worker");
+  ps::Placement placement = ps::place_variables(specs, static_cast<int>(ps_addresses.size()));
+  ps::ChannelSecurity security =
+      ps::ChannelSecurity::from_files(setup.tls_cert, setup.tls_key, setup.tls_ca, setup.auth_token_file);
+  // The largest message: a whole shard's parameters and both moments (Load, Snapshot).
+  const int64_t max_message_bytes = 3 * model::element_count(specs) * static_cast<int64_t>(sizeof(float)) + (1 << 20);
+  const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
+  switch (cluster.role()) {
+    case dist::Role::ps: {
+      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend());
+      fmt::print(stderr, "{}: serving its shard of the variables ({})\n", task, security.describe());
+      server.serve(stop, setup.timeout);
+      return;
+    }
+    case dist::Role::worker: {
+      std::unique_ptr<train::BatchSource> data = setup.open_data();
+      ps::WorkerSettings settings{cluster.address(), ps_addresses, security, setup.timeout, max_message_bytes,
+                                  setup.ps_synchronous, static_cast<int>(worker_addresses.size())};
+      ps::WorkerTask worker(setup.model, config, *data, cpu_backend(), placement, std::move(settings));
+      fmt::print(stderr, "{}: waiting for steps from the chief ({})\n", task, security.describe());
+      worker.serve(stop, setup.timeout);
+      return;
+    }
+    default: {
+      DirectoryLock out_dir_lock(config.out_dir);
+      train::CheckpointManager(config.out_dir, config.keep_checkpoints).remove_stale_temporaries();
+      ps::ClusterSettings settings{ps_addresses,      worker_addresses,       security, setup.timeout,
+                                   max_message_bytes, setup.ps_synchronous, setup.max_staleness};
+      ps::Coordinator(setup.model, config, std::move(placement), std::move(settings)).run(stop);
+    }
+  }
+}
+
 void run_train(const TrainOptions& options) {
   // From the start: a SIGTERM while the data loads or the graph builds still ends with a
   // checkpoint and exit 0, instead of killing the process.
@@ -76,9 +127,8 @@ void run_train(const TrainOptions& options) {
   const train::TrainConfig& train_config = setup.train;
 
   std::optional<dist::ClusterSpec> cluster = dist::ClusterSpec::from_environment();
-  if (cluster && cluster->role() == dist::Role::ps) {
-    fail("TF_CONFIG task {}:{}: parameter-server training is not implemented yet; use chief/worker tasks",
-         cluster->task_type, cluster->task_index);
+  if (cluster && cluster->jobs.count("ps") && cluster->role() != dist::Role::evaluator) {
+    return train_with_parameter_servers(setup, *cluster, stop);
   }
   std::unique_ptr<train::BatchSource> source = setup.open_data();
   train::BatchSource& data = *source;

@@ -19,9 +19,11 @@ AdamW::AdamW(const AdamWConfig& config, const model::ParameterSet& parameters, B
   for (size_t i = 0; i < specs_.size(); ++i) offsets_.push_back(parameters.offset_of(i));
 }
 
-double AdamW::clip_factor(double norm) const {
-  return config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6) : 1.0;
+double clip_factor(double grad_clip, double norm) {
+  return grad_clip > 0 && norm > grad_clip ? grad_clip / (norm + 1e-6) : 1.0;
 }
+
+double AdamW::clip_factor(double norm) const { return train::clip_factor(config_.grad_clip, norm); }
 
 void AdamW::update(const Tensor& parameters, const Tensor& grads, const Tensor& half_copy, double lr,
                    float grad_scale) {

@@ -13,6 +13,10 @@ struct AdamWConfig {
   double grad_clip = 1.0;  // max global L2 norm; 0 disables clipping
 };
 
+// The factor that clips a gradient of global L2 norm `norm` to `grad_clip` (1 when under it, or
+// when grad_clip is 0).
+double clip_factor(double grad_clip, double norm);
+
 class AdamW {
  public:
   // The whole buffer.

@@ -156,28 +156,29 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
                    : std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
 }
 
-nlohmann::json Trainer::run_settings() const {
-  return {{"model", model_config_.to_hf_json()},
+nlohmann::json run_settings(const model::GptConfig& model_config, const TrainConfig& config) {
+  return {{"model", model_config.to_hf_json()},
           {"train",
-           {{"batch_size", config_.batch_size},
-            {"sequence_length", config_.sequence_length},
-            {"steps", config_.steps},
-            {"lr", config_.schedule.peak},
-            {"min_lr", config_.schedule.floor},
-            {"warmup_steps", config_.schedule.warmup},
-            {"beta1", config_.adamw.beta1},
-            {"beta2", config_.adamw.beta2},
-            {"eps", config_.adamw.eps},
-            {"weight_decay", config_.adamw.weight_decay},
-            {"grad_clip", config_.adamw.grad_clip},
-            {"decay_embeddings", config_.decay_embeddings},
-            {"precision", graph::precision_policy_name(config_.precision)},
-            {"seed", config_.seed}}}};
+           {{"batch_size", config.batch_size},
+            {"sequence_length", config.sequence_length},
+            {"steps", config.steps},
+            {"lr", config.schedule.peak},
+            {"min_lr", config.schedule.floor},
+            {"warmup_steps", config.schedule.warmup},
+            {"beta1", config.adamw.beta1},
+            {"beta2", config.adamw.beta2},
+            {"eps", config.adamw.eps},
+            {"weight_decay", config.adamw.weight_decay},
+            {"grad_clip", config.adamw.grad_clip},
+            {"decay_embeddings", config.decay_embeddings},
+            {"precision", graph::precision_policy_name(config.precision)},
+            {"seed", config.seed}}}};
 }
 
-void Trainer::check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state) const {
+void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state,
+                     const model::GptConfig& model_config, const TrainConfig& config) {
   if (!state.contains("run_settings")) return;  // written before settings were recorded
-  const nlohmann::json now = run_settings();
+  const nlohmann::json now = run_settings(model_config, config);
   std::string changes;
   for (const char* section : {"model", "train"}) {
     const nlohmann::json& before = state["run_settings"][section];
@@ -188,7 +189,7 @@ void Trainer::check_resumable(const std::filesystem::path& checkpoint, const nlo
     }
   }
   if (changes.empty()) return;
-  check(config_.force_resume,
+  check(config.force_resume,
         "{} was made with other settings ({}): use another train.out_dir for a new run, or --set "
         "train.resume=force to continue this one with the new settings",
         checkpoint.string(), changes);
@@ -215,7 +216,7 @@ bool Trainer::initialize_or_resume() {
   model::ParameterSet& loaded = partitioned() ? whole : parameters_;
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
-      check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint));
+      check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint), model_config_, config_);
       Tensor first_on_host = backend_.on_host(whole_first), second_on_host = backend_.on_host(whole_second);
       nlohmann::json state = CheckpointManager::load(*checkpoint, loaded, first_on_host, second_on_host);
       backend_.upload(first_on_host.raw(), whole_first);
@@ -526,7 +527,7 @@ std::filesystem::path Trainer::save_checkpoint() {
   if (!is_chief()) return {};
   first_moment = backend_.on_host(first_moment);
   second_moment = backend_.on_host(second_moment);
-  nlohmann::json state = {{"run_settings", run_settings()},
+  nlohmann::json state = {{"run_settings", run_settings(model_config_, config_)},
                           {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
                           {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
                                           {"skipped_steps", loss_scaler_.skipped_steps}}}};

@@ -65,6 +65,14 @@ struct TrainConfig {
   void check_batch_split(int ranks) const;
 };
 
+// The settings that change the maths of a run (model, optimizer, schedule, data order), recorded
+// in checkpoints and compared on resume.
+nlohmann::json run_settings(const model::GptConfig& model_config, const TrainConfig& config);
+// Refuses to resume `checkpoint` (its trainer state `state`) with other settings than these,
+// naming each change, unless config.force_resume.
+void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state,
+                     const model::GptConfig& model_config, const TrainConfig& config);
+
 // This process's peak resident memory so far.
 int64_t peak_rss_bytes();
 
@@ -159,10 +167,6 @@ class Trainer {
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
   model::ParameterSet& final_gradients() { return config_.grad_accumulation > 1 ? accumulated_ : gradients_; }
-  // The settings that change the maths of a run (model, optimizer, schedule, data order),
-  // recorded in checkpoints and compared on resume.
-  nlohmann::json run_settings() const;
-  void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state) const;
 
   model::GptConfig model_config_;
   TrainConfig config_;

@@ -1,0 +1,106 @@
+// How the tasks of a parameter-server job reach each other over gRPC: optional TLS (gRPC's own)
+// and an optional shared token sent as `authorization: Bearer <token>` with every call, so a
+// stranger on the network can neither pull the weights nor push gradients. Servers listen on
+// their TF_CONFIG address only, never on every interface.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <memory>
+#include <string>
+
+#include "base/error.h"
+
+namespace paraflow::ps {
+
+struct ChannelSecurity {
+  std::string certificate, private_key, root_certificates;  // PEM text; empty: no TLS
+  std::string token;                                         // empty: no token
+
+  // Reads the PEM files and the token file (any of them may be empty), naming the config key of
+  // a file that cannot be read or is empty. TLS needs a certificate and its key; clients trust
+  // `ca_file`, or the certificate itself when it is self-signed and no CA is given.
+  static ChannelSecurity from_files(const std::string& certificate_file, const std::string& key_file,
+                                    const std::string& ca_file, const std::string& token_file);
+  bool tls() const { return !certificate.empty(); }
+  std::string describe() const;
+
+  std::shared_ptr<grpc::ServerCredentials> server_credentials() const;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials() const;
+  // UNAUTHENTICATED unless the call carries the token (constant-time comparison).
+  grpc::Status authenticate(const grpc::ServerContext& context) const;
+  void authorize(grpc::ClientContext& context) const;
+};
+
+// A failed call to another task: the peer named, the gRPC status kept for the caller to decide
+// (a dead peer is UNAVAILABLE or DEADLINE_EXCEEDED).
+class PeerError : public Error {
+ public:
+  PeerError(const std::string& message, grpc::StatusCode code) : Error(message), code_(code) {}
+  grpc::StatusCode code() const { return code_; }
+  bool unreachable() const {
+    return code_ == grpc::StatusCode::UNAVAILABLE || code_ == grpc::StatusCode::DEADLINE_EXCEEDED;
+  }
+
+ private:
+  grpc::StatusCode code_;
+};
+
+// Set by a Shutdown call; a task's serve() waits on it.
+class ShutdownLatch {
+ public:
+  void request();
+  // Until request(). After *stop becomes true (SIGTERM: Kubernetes stops every pod of a job at
+  // once), for at most `grace` more, so the chief can still take its last snapshot.
+  void wait(const std::atomic<bool>* stop, std::chrono::milliseconds grace);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable requested_;
+  bool shutdown_ = false;
+};
+
+// Messages up to `max_message_bytes` each way (a shard's parameters and both moments fit).
+std::shared_ptr<grpc::Channel> open_channel(const std::string& address, const ChannelSecurity& security,
+                                            int64_t max_message_bytes);
+// Listens on `address` (host:port from TF_CONFIG); throws naming it when it cannot be bound.
+std::unique_ptr<grpc::Server> start_server(const std::string& address, const ChannelSecurity& security,
+                                           int64_t max_message_bytes, const std::vector<grpc::Service*>& services);
+
+// One unary call to `peer` (e.g. "ps 1 (127.0.0.1:2223)") within `deadline`; throws PeerError
+// naming the peer and the method.
+template <typename Stub, typename Request, typename Reply>
+Reply call_peer(const std::string& peer, const char* method, Stub& stub,
+                grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*), const Request& request,
+                std::chrono::milliseconds deadline, const ChannelSecurity& security) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + deadline);
+  security.authorize(context);
+  Reply reply;
+  const grpc::Status status = (stub.*rpc)(&context, request, &reply);
+  if (!status.ok()) {
+    throw PeerError(fmt::format("{}: {} failed: {} ({})", peer, method, status.error_message(),
+                                static_cast<int>(status.error_code())),
+                    status.error_code());
+  }
+  return reply;
+}
+
+// Runs `call(task)` for tasks 0..count-1 at once (one thread each: a call mostly waits on the
+// network) and returns the results in task order; rethrows the first task's failure.
+template <typename Call>
+auto for_each_task(size_t count, Call call) {
+  using Result = decltype(call(size_t{0}));
+  std::vector<std::future<Result>> pending;
+  for (size_t task = 0; task < count; ++task) pending.push_back(std::async(std::launch::async, call, task));
+  std::vector<Result> results;
+  for (auto& result : pending) results.push_back(result.get());
+  return results;
+}
+
+}  // namespace paraflow::ps

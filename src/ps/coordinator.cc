@@ -1,0 +1,359 @@
+#include "ps/coordinator.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <thread>
+
+#include "base/progress.h"
+#include "base/random.h"
+#include "data/events.h"
+#include "data/tokenizer.h"
+#include "model/model_files.h"
+#include "ps/parameter_server.grpc.pb.h"
+#include "ps/wire.h"
+#include "ps/worker_pool.h"
+#include "train/optimizer.h"
+
+namespace paraflow::ps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// What a step (or an asynchronous window of steps) reports for the progress line and summaries.
+struct StepMetrics {
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double pull_seconds = 0, compute_seconds = 0, push_seconds = 0;  // means over the step's calls
+  int64_t bytes = 0;                                               // pulled and pushed, per step
+  int64_t stale_pushes = 0;
+
+  void add_replies(const std::vector<StepReply>& replies, int64_t steps) {
+    for (const StepReply& reply : replies) {
+      loss += reply.loss();
+      pull_seconds += reply.pull_seconds();
+      compute_seconds += reply.compute_seconds();
+      push_seconds += reply.push_seconds();
+      bytes += reply.bytes_pulled() + reply.bytes_pushed();
+      stale_pushes += reply.stale_pushes();
+    }
+    const double calls = static_cast<double>(replies.size());
+    loss /= calls;
+    pull_seconds /= calls;
+    compute_seconds /= calls;
+    push_seconds /= calls;
+    bytes /= steps;
+  }
+};
+
+}  // namespace
+
+struct Coordinator::Impl {
+  model::GptConfig model_config;
+  train::TrainConfig config;
+  Placement placement;
+  ClusterSettings settings;
+  std::vector<std::string> ps_names;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> shards;
+  std::unique_ptr<WorkerPool> workers;
+  train::CheckpointManager checkpoints;
+  // The whole model as of the last load or checkpoint: what the chief loads and saves.
+  model::ParameterSet whole;
+  Tensor first_moment, second_moment;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  int64_t optimizer_steps = 0;
+  int64_t stale_pushes = 0;  // asynchronous, over the run (as of the last load)
+
+  Impl(model::GptConfig model_config_, train::TrainConfig config_, Placement placement_, ClusterSettings settings_)
+      : model_config(model_config_),
+        config(std::move(config_)),
+        placement(std::move(placement_)),
+        settings(std::move(settings_)),
+        checkpoints(config.out_dir, config.keep_checkpoints) {
+    Backend& backend = cpu_backend();
+    whole = model::ParameterSet(model::gpt_tensor_specs(model_config, config.decay_embeddings), backend);
+    first_moment = backend.empty(whole.flat().shape(), DType::f32);
+    second_moment = backend.empty(whole.flat().shape(), DType::f32);
+    for (size_t task = 0; task < settings.ps_addresses.size(); ++task) {
+      ps_names.push_back(fmt::format("ps {} ({})", task, settings.ps_addresses[task]));
+      shards.push_back(ParameterServer::NewStub(
+          open_channel(settings.ps_addresses[task], settings.security, settings.max_message_bytes)));
+    }
+    workers = std::make_unique<WorkerPool>(settings.worker_addresses, settings.security, settings.timeout,
+                                           settings.max_message_bytes);
+  }
+
+  template <typename Request, typename Reply>
+  Reply call(size_t task, const char* method,
+             grpc::Status (ParameterServer::Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*),
+             const Request& request) {
+    return call_peer(ps_names[task], method, *shards[task], rpc, request, settings.timeout, settings.security);
+  }
+
+  // Every ps task answering, or an error naming those that did not within the timeout.
+  void wait_for_shards() {
+    const auto deadline = Clock::now() + settings.timeout;
+    while (true) {
+      std::vector<std::string> silent;
+      for (size_t task = 0; task < shards.size(); ++task) {
+        try {
+          call_peer(ps_names[task], "Status", *shards[task], &ParameterServer::Stub::Status, StatusRequest(),
+                    std::chrono::milliseconds(1000), settings.security);
+        } catch (const PeerError& e) {
+          if (!e.unreachable()) throw;
+          silent.push_back(e.what());
+        }
+      }
+      if (silent.empty()) return;
+      check(Clock::now() < deadline, "ps tasks unreachable for {} ms (dist.timeout_seconds): {}",
+            settings.timeout.count(), fmt::join(silent, "; "));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // The latest valid checkpoint (or GPT-2's initialisation) into every ps task, under a new
+  // generation: whatever was in flight before is refused from now on.
+  void load_shards() {
+    stale_pushes = 0;
+    if (auto checkpoint = checkpoints.latest_valid()) {
+      nlohmann::json state = train::CheckpointManager::read_state(*checkpoint);
+      train::check_resumable(*checkpoint, state, model_config, config);
+      state = train::CheckpointManager::load(*checkpoint, whole, first_moment, second_moment);
+      step = state.at("step").get<int64_t>();
+      optimizer_steps = state.at("optimizer_steps").get<int64_t>();
+      if (state.contains("parameter_servers")) stale_pushes = state["parameter_servers"].value("stale_pushes", 0);
+      fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), step);
+    } else {
+      Rng rng(config.seed);
+      model::initialize_gpt(whole, model_config, rng);
+      cpu_backend().fill_zero(first_moment);
+      cpu_backend().fill_zero(second_moment);
+      step = optimizer_steps = 0;
+    }
+    const uint64_t previous = generation;
+    generation = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    if (generation == previous) ++generation;
+    for_each_task(shards.size(), [&](size_t task) {
+      LoadRequest request;
+      request.set_generation(generation);
+      for (const Piece& piece : placement.shards[task]) {
+        PieceSpec* wire = request.add_pieces();
+        wire->set_tensor(piece.tensor);
+        wire->set_offset(piece.offset);
+        wire->set_count(piece.count);
+        wire->set_weight_decay(piece.weight_decay);
+      }
+      OptimizerSettings* optimizer = request.mutable_optimizer();
+      optimizer->set_beta1(config.adamw.beta1);
+      optimizer->set_beta2(config.adamw.beta2);
+      optimizer->set_eps(config.adamw.eps);
+      optimizer->set_weight_decay(config.adamw.weight_decay);
+      request.set_synchronous(settings.synchronous);
+      request.set_slices(static_cast<int>(settings.worker_addresses.size()));
+      request.set_max_staleness(settings.max_staleness);
+      request.set_version(settings.synchronous ? step : optimizer_steps);
+      request.set_optimizer_steps(optimizer_steps);
+      request.set_parameters(gather_pieces(whole.flat().data<float>(), placement.shards[task]));
+      request.set_first_moment(gather_pieces(first_moment.data<float>(), placement.shards[task]));
+      request.set_second_moment(gather_pieces(second_moment.data<float>(), placement.shards[task]));
+      return call(task, "Load", &ParameterServer::Stub::Load, request);
+    });
+  }
+
+  void recover(const std::string& reason) {
+    fmt::print(stderr, "a ps task failed ({}): waiting for every ps task, then reloading them from the latest "
+               "checkpoint\n", reason);
+    wait_for_shards();
+    load_shards();
+  }
+
+  StepMetrics synchronous_step() {
+    const auto start = Clock::now();
+    StepMetrics metrics;
+    metrics.lr = config.schedule.at(step);
+    std::vector<StepRequest> slices;
+    const int count = static_cast<int>(settings.worker_addresses.size());
+    for (int slice = 0; slice < count; ++slice) slices.push_back(step_request(step, slice, count, metrics.lr));
+    metrics.add_replies(workers->run(slices), 1);
+    // The global norm of the summed gradients, over every shard, clips them all alike.
+    std::vector<double> squares = for_each_task(shards.size(), [&](size_t task) {
+      ReduceRequest request;
+      request.set_generation(generation);
+      request.set_version(step);
+      return call(task, "Reduce", &ParameterServer::Stub::Reduce, request).squares();
+    });
+    double total = 0;
+    for (double part : squares) total += part;
+    metrics.grad_norm = std::sqrt(total);
+    const float scale = static_cast<float>(train::clip_factor(config.adamw.grad_clip, metrics.grad_norm));
+    for_each_task(shards.size(), [&](size_t task) {
+      ApplyRequest request;
+      request.set_generation(generation);
+      request.set_version(step);
+      request.set_lr(metrics.lr);
+      request.set_grad_scale(scale);
+      return call(task, "Apply", &ParameterServer::Stub::Apply, request);
+    });
+    ++step;
+    ++optimizer_steps;
+    metrics.seconds = seconds_since(start);
+    return metrics;
+  }
+
+  // Steps [step, step + count), each a whole batch applied by its worker as it finishes.
+  StepMetrics asynchronous_steps(int64_t count) {
+    const auto start = Clock::now();
+    StepMetrics metrics;
+    std::vector<StepRequest> steps;
+    for (int64_t index = step; index < step + count; ++index) {
+      steps.push_back(step_request(index, 0, 1, config.schedule.at(index)));
+    }
+    metrics.lr = steps.back().lr();
+    metrics.add_replies(workers->run(steps), count);
+    stale_pushes += metrics.stale_pushes;
+    step += count;
+    metrics.seconds = seconds_since(start) / static_cast<double>(count);
+    return metrics;
+  }
+
+  StepRequest step_request(int64_t index, int slice, int slices, double lr) const {
+    StepRequest request;
+    request.set_generation(generation);
+    request.set_synchronous(settings.synchronous);
+    request.set_batch_index(index);
+    request.set_slice(slice);
+    request.set_slices(slices);
+    request.set_version(step);
+    request.set_lr(lr);
+    request.set_placement(placement.digest());
+    return request;
+  }
+
+  std::filesystem::path save_checkpoint() {
+    std::vector<SnapshotReply> snapshots = for_each_task(shards.size(), [&](size_t task) {
+      SnapshotRequest request;
+      request.set_generation(generation);
+      return call(task, "Snapshot", &ParameterServer::Stub::Snapshot, request);
+    });
+    int64_t updates = 0;
+    for (size_t task = 0; task < shards.size(); ++task) {
+      const std::vector<Piece>& pieces = placement.shards[task];
+      const std::string what = ps_names[task] + ": Snapshot";
+      scatter_pieces(snapshots[task].parameters(), pieces, whole.flat().data<float>(), what);
+      scatter_pieces(snapshots[task].first_moment(), pieces, first_moment.data<float>(), what);
+      scatter_pieces(snapshots[task].second_moment(), pieces, second_moment.data<float>(), what);
+      // Asynchronous shards may have applied different numbers of updates; AdamW's bias
+      // correction resumes from the most.
+      updates = std::max(updates, snapshots[task].optimizer_steps());
+    }
+    optimizer_steps = updates;
+    nlohmann::json state = {
+        {"run_settings", train::run_settings(model_config, config)},
+        {"data", {{"seed", config.seed}, {"next_batch", step}}},
+        {"parameter_servers",
+         {{"mode", settings.synchronous ? "sync" : "async"},
+          {"max_staleness", settings.max_staleness},
+          {"stale_pushes", stale_pushes},
+          {"placement", placement.to_json()}}}};
+    return checkpoints.save(step, model_config, whole, first_moment, second_moment, optimizer_steps, state);
+  }
+
+  void shut_down_cluster() {
+    workers->shut_down_workers();
+    for (size_t task = 0; task < shards.size(); ++task) {
+      try {
+        call_peer(ps_names[task], "Shutdown", *shards[task], &ParameterServer::Stub::Shutdown, ShutdownRequest(),
+                  std::chrono::milliseconds(2000), settings.security);
+      } catch (const PeerError&) {
+      }
+    }
+  }
+
+  void log(data::EventWriter& events, const StepMetrics& metrics) {
+    const double tokens = static_cast<double>(config.batch_size * config.sequence_length);
+    events.add_scalar("train/loss", metrics.loss, step);
+    events.add_scalar("train/lr", metrics.lr, step);
+    if (settings.synchronous) events.add_scalar("train/grad_norm", metrics.grad_norm, step);
+    events.add_scalar("train/tokens_per_second", tokens / metrics.seconds, step);
+    events.add_scalar("ps/pull_seconds", metrics.pull_seconds, step);
+    events.add_scalar("ps/compute_seconds", metrics.compute_seconds, step);
+    events.add_scalar("ps/push_seconds", metrics.push_seconds, step);
+    events.add_scalar("ps/bytes_per_step", static_cast<double>(metrics.bytes), step);
+    if (!settings.synchronous) events.add_scalar("ps/stale_pushes", static_cast<double>(stale_pushes), step);
+  }
+};
+
+Coordinator::Coordinator(model::GptConfig model_config, train::TrainConfig config, Placement placement,
+                         ClusterSettings settings)
+    : impl_(std::make_unique<Impl>(model_config, std::move(config), std::move(placement), std::move(settings))) {}
+
+Coordinator::~Coordinator() = default;
+
+void Coordinator::run(const std::atomic<bool>* stop) {
+  Impl& m = *impl_;
+  const train::TrainConfig& config = m.config;
+  fmt::print(stderr, "parameter servers: {} ps task(s), {} worker(s), {} mode{}; {}\nplacement {}:\n{}",
+             m.shards.size(), m.settings.worker_addresses.size(), m.settings.synchronous ? "synchronous" : "asynchronous",
+             m.settings.synchronous ? "" : fmt::format(" (max staleness {})", m.settings.max_staleness),
+             m.settings.security.describe(), m.placement.digest(), m.placement.describe());
+  if (config.eval_every > 0) fmt::print(stderr, "train.eval_every: the evaluator task evaluates in ps mode\n");
+  m.wait_for_shards();
+  m.load_shards();
+  const int64_t last_step = config.stop_at_step > 0 ? std::min(config.stop_at_step, config.steps) : config.steps;
+  Progress progress("step", config.steps, config.log_every);
+  data::EventWriter events(config.out_dir);
+  const double tokens_per_step = static_cast<double>(config.batch_size * config.sequence_length);
+  int recoveries = 0;  // in a row, without a step between them
+  auto recover = [&](const std::string& reason) {
+    check(++recoveries <= 5, "giving up after 5 recoveries in a row: {}", reason);
+    m.recover(reason);
+  };
+  std::filesystem::path checkpoint;
+  bool stopping = false;
+  while (checkpoint.empty()) {
+    try {
+      while (m.step < last_step && !(stopping = stop && stop->load())) {
+        StepMetrics metrics;
+        if (m.settings.synchronous) {
+          metrics = m.synchronous_step();
+        } else {
+          // A window of steps ends at the next log line, checkpoint or the end.
+          int64_t count = std::min(last_step - m.step, config.log_every - m.step % config.log_every);
+          if (config.checkpoint_every > 0) {
+            count = std::min(count, config.checkpoint_every - m.step % config.checkpoint_every);
+          }
+          metrics = m.asynchronous_steps(count);
+        }
+        recoveries = 0;
+        m.log(events, metrics);
+        std::string line = fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s | pull {:.3f}s compute {:.3f}s push "
+                                       "{:.3f}s | {:.1f} MB/step", metrics.loss, metrics.lr,
+                                       tokens_per_step / metrics.seconds, metrics.pull_seconds,
+                                       metrics.compute_seconds, metrics.push_seconds,
+                                       static_cast<double>(metrics.bytes) / 1e6);
+        if (!m.settings.synchronous) line += fmt::format(" | stale pushes {}", m.stale_pushes);
+        progress.update(m.step, line);
+        if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && m.step < config.steps) {
+          m.save_checkpoint();
+        }
+      }
+      checkpoint = m.save_checkpoint();
+    } catch (const ShardFailure& e) {
+      recover(e.what());
+    } catch (const PeerError& e) {  // a call of the chief's own to a ps task (reduce, apply, snapshot)
+      recover(e.what());
+    }
+  }
+  progress.finish();
+  if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", m.step);
+  const std::filesystem::path export_dir = config.out_dir / "export";
+  model::save_model_dir(export_dir, m.model_config, m.whole);
+  if (!config.tokenizer_dir.empty()) data::Tokenizer::load(config.tokenizer_dir).save(export_dir);
+  fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), export_dir.string());
+  m.shut_down_cluster();
+}
+
+}  // namespace paraflow::ps

@@ -1,0 +1,43 @@
+// The chief of a parameter-server job (TensorFlow's ClusterCoordinator): loads the ps tasks'
+// shards from the latest checkpoint (or a fresh initialisation), hands steps to whichever worker
+// is free, and checkpoints by taking every shard's snapshot. A worker that dies has its step run
+// by another; a ps task that fails makes the chief wait for it and reload every shard from the
+// latest checkpoint; a relaunched chief resumes from it. Summaries and exports are the chief's.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ps/channel.h"
+#include "ps/placement.h"
+#include "train/trainer.h"
+
+namespace paraflow::ps {
+
+struct ClusterSettings {
+  std::vector<std::string> ps_addresses, worker_addresses;
+  ChannelSecurity security;
+  std::chrono::milliseconds timeout{60000};  // per call, and for a peer to come back
+  int64_t max_message_bytes = 0;
+  bool synchronous = true;
+  int64_t max_staleness = 0;  // asynchronous
+};
+
+class Coordinator {
+ public:
+  Coordinator(model::GptConfig model_config, train::TrainConfig config, Placement placement, ClusterSettings settings);
+  ~Coordinator();
+
+  // Trains until train.steps (or stop_at_step) or until *stop, then checkpoints, exports and
+  // shuts the ps and worker tasks down.
+  void run(const std::atomic<bool>* stop);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace paraflow::ps

@@ -1,0 +1,292 @@
+#include "ps/parameter_server.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "model/parameters.h"
+#include "ps/parameter_server.grpc.pb.h"
+#include "ps/placement.h"
+#include "ps/wire.h"
+#include "train/optimizer.h"
+
+namespace paraflow::ps {
+
+namespace {
+
+grpc::Status refuse(grpc::StatusCode code, const std::string& message) { return grpc::Status(code, message); }
+
+// The shard as the chief last loaded it, and the step in progress.
+struct Shard {
+  uint64_t generation = 0;  // 0: nothing loaded yet
+  bool synchronous = true;
+  int slices = 1;
+  int64_t max_staleness = 0;
+  std::vector<Piece> pieces;
+  model::ParameterSet parameters, gradients;  // one spec per piece, in piece order
+  std::unique_ptr<train::AdamW> optimizer;
+  int64_t version = 0;
+  // Synchronous: each slice's gradients kept apart and summed in slice order, so the result does
+  // not depend on which worker pushed first; a repeated push of a slice replaces it (same values).
+  std::vector<std::vector<float>> slice_gradients;
+  std::vector<bool> received;
+  bool reduced = false;
+  double squares = 0;  // of the last reduced sum
+  std::set<int64_t> applied_closures;  // asynchronous
+  int64_t stale_pushes = 0;
+  int64_t bytes_received = 0, bytes_sent = 0;
+
+  int64_t elements() const { return parameters.numel(); }
+};
+
+class ParameterServerService final : public ParameterServer::Service {
+ public:
+  ParameterServerService(const ChannelSecurity& security, Backend& backend) : security_(security), backend_(backend) {}
+
+  grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
+    if (auto status = security_.authenticate(*context); !status.ok()) return status;
+    if (request->generation() == 0 || request->pieces().empty() || request->version() < 0 ||
+        request->optimizer_steps() < 0 || (request->synchronous() && request->slices() < 1) ||
+        request->max_staleness() < 0) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, "Load: generation, pieces, version, slices or "
+                    "max_staleness out of range");
+    }
+    auto shard = std::make_unique<Shard>();
+    std::vector<model::TensorSpec> specs;
+    for (const auto& piece : request->pieces()) {
+      if (piece.count() <= 0 || piece.offset() < 0) {
+        return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Load: piece '{}' has offset {} and count {}",
+                                                                      piece.tensor(), piece.offset(), piece.count()));
+      }
+      shard->pieces.push_back({piece.tensor(), piece.offset(), piece.count(), piece.weight_decay()});
+      specs.push_back({piece.tensor(), Shape{piece.count()}, model::Init::zeros, piece.weight_decay()});
+    }
+    shard->parameters = model::ParameterSet(specs, backend_);
+    shard->gradients = model::ParameterSet(specs, backend_);
+    const OptimizerSettings& settings = request->optimizer();
+    train::AdamWConfig adamw{settings.beta1(), settings.beta2(), settings.eps(), settings.weight_decay(), 0.0};
+    shard->optimizer = std::make_unique<train::AdamW>(adamw, shard->parameters, backend_);
+    try {
+      const int64_t n = shard->elements();
+      from_bytes(request->parameters(), shard->parameters.flat().data<float>(), n, "Load: parameters");
+      from_bytes(request->first_moment(), shard->optimizer->first_moment().data<float>(), n, "Load: first_moment");
+      from_bytes(request->second_moment(), shard->optimizer->second_moment().data<float>(), n, "Load: second_moment");
+    } catch (const Error& e) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+    }
+    shard->optimizer->set_steps_taken(request->optimizer_steps());
+    shard->generation = request->generation();
+    shard->synchronous = request->synchronous();
+    shard->slices = request->synchronous() ? request->slices() : 1;
+    shard->max_staleness = request->max_staleness();
+    shard->version = request->version();
+    shard->slice_gradients.resize(static_cast<size_t>(shard->slices));
+    shard->received.assign(static_cast<size_t>(shard->slices), false);
+    std::lock_guard<std::mutex> lock(mutex_);
+    shard->bytes_received = shard_ ? shard_->bytes_received : 0;
+    shard->bytes_sent = shard_ ? shard_->bytes_sent : 0;
+    shard->bytes_received += static_cast<int64_t>(request->ByteSizeLong());
+    shard_ = std::move(shard);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request, PullReply* reply) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto status = check_call(*context, request->generation(), "Pull"); !status.ok()) return status;
+    if (request->version() >= 0 && request->version() != shard_->version) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                    fmt::format("Pull: the step needs version {}, this shard is at {}", request->version(),
+                                shard_->version));
+    }
+    reply->set_version(shard_->version);
+    reply->set_parameters(to_bytes(shard_->parameters.flat().data<float>(), shard_->elements()));
+    shard_->bytes_sent += static_cast<int64_t>(reply->parameters().size());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Push(grpc::ServerContext* context, const PushRequest* request, PushReply* reply) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto status = check_call(*context, request->generation(), "Push"); !status.ok()) return status;
+    Shard& shard = *shard_;
+    const size_t expected = static_cast<size_t>(shard.elements()) * sizeof(float);
+    if (request->gradients().size() != expected) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: {} bytes of gradients where this "
+                    "shard's {} float32 values ({} bytes) belong", request->gradients().size(), shard.elements(),
+                    expected));
+    }
+    shard.bytes_received += static_cast<int64_t>(request->gradients().size());
+    reply->set_version(shard.version);
+    if (shard.synchronous) {
+      if (request->version() != shard.version || request->slice() < 0 || request->slice() >= shard.slices) {
+        return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                      fmt::format("Push: slice {} of step {}, but this shard takes slices 0..{} of step {}",
+                                  request->slice(), request->version(), shard.slices - 1, shard.version));
+      }
+      std::vector<float>& slot = shard.slice_gradients[static_cast<size_t>(request->slice())];
+      slot.resize(static_cast<size_t>(shard.elements()));
+      std::memcpy(slot.data(), request->gradients().data(), expected);
+      shard.received[static_cast<size_t>(request->slice())] = true;
+      reply->set_applied(true);
+      return grpc::Status::OK;
+    }
+    if (request->version() < 0 || request->version() > shard.version || !std::isfinite(request->lr()) ||
+        !std::isfinite(request->grad_scale())) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: version {} (this shard is at {}), lr {} "
+                    "or grad_scale {} out of range", request->version(), shard.version, request->lr(),
+                    request->grad_scale()));
+    }
+    if (shard.applied_closures.count(request->closure())) return grpc::Status::OK;  // a rescheduled step's repeat
+    if (shard.version - request->version() > shard.max_staleness) {
+      ++shard.stale_pushes;
+      reply->set_stale(true);
+      return grpc::Status::OK;
+    }
+    std::memcpy(shard.gradients.flat().data<float>(), request->gradients().data(), expected);
+    shard.optimizer->update(shard.parameters.flat(), shard.gradients.flat(), Tensor(), request->lr(),
+                            request->grad_scale());
+    shard.applied_closures.insert(request->closure());
+    reply->set_version(++shard.version);
+    reply->set_applied(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Reduce(grpc::ServerContext* context, const ReduceRequest* request, ReduceReply* reply) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto status = check_call(*context, request->generation(), "Reduce"); !status.ok()) return status;
+    Shard& shard = *shard_;
+    if (auto status = check_synchronous_step(shard, request->version(), "Reduce"); !status.ok()) return status;
+    if (!shard.reduced) {
+      std::vector<int> missing;
+      for (int slice = 0; slice < shard.slices; ++slice) {
+        if (!shard.received[static_cast<size_t>(slice)]) missing.push_back(slice);
+      }
+      if (!missing.empty()) {
+        return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                      fmt::format("Reduce: step {} lacks the gradients of slice(s) {}", shard.version,
+                                  fmt::join(missing, ", ")));
+      }
+      float* sum = shard.gradients.flat().data<float>();
+      const size_t n = static_cast<size_t>(shard.elements());
+      std::memcpy(sum, shard.slice_gradients[0].data(), n * sizeof(float));
+      for (size_t slice = 1; slice < shard.slice_gradients.size(); ++slice) {
+        const float* part = shard.slice_gradients[slice].data();
+        for (size_t i = 0; i < n; ++i) sum[i] += part[i];
+      }
+      double squares = 0;
+      backend_.launch(SumSquares{.x = shard.gradients.flat(), .result = &squares});
+      shard.squares = squares;
+      shard.reduced = true;
+    }
+    reply->set_squares(shard.squares);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Apply(grpc::ServerContext* context, const ApplyRequest* request, ApplyReply* reply) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto status = check_call(*context, request->generation(), "Apply"); !status.ok()) return status;
+    Shard& shard = *shard_;
+    if (shard.synchronous && request->version() + 1 == shard.version) {  // applied; the answer was lost
+      reply->set_version(shard.version);
+      return grpc::Status::OK;
+    }
+    if (auto status = check_synchronous_step(shard, request->version(), "Apply"); !status.ok()) return status;
+    if (!shard.reduced || !std::isfinite(request->lr()) || !std::isfinite(request->grad_scale())) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("Apply: step {} is not reduced, or lr {} / "
+                    "grad_scale {} is not finite", shard.version, request->lr(), request->grad_scale()));
+    }
+    shard.optimizer->update(shard.parameters.flat(), shard.gradients.flat(), Tensor(), request->lr(),
+                            request->grad_scale());
+    shard.received.assign(shard.received.size(), false);
+    shard.reduced = false;
+    reply->set_version(++shard.version);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Snapshot(grpc::ServerContext* context, const SnapshotRequest* request, SnapshotReply* reply) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto status = check_call(*context, request->generation(), "Snapshot"); !status.ok()) return status;
+    const Shard& shard = *shard_;
+    reply->set_version(shard.version);
+    reply->set_optimizer_steps(shard.optimizer->steps_taken());
+    reply->set_parameters(to_bytes(shard.parameters.flat().data<float>(), shard.elements()));
+    reply->set_first_moment(to_bytes(shard.optimizer->first_moment().data<float>(), shard.elements()));
+    reply->set_second_moment(to_bytes(shard.optimizer->second_moment().data<float>(), shard.elements()));
+    reply->set_stale_pushes(shard.stale_pushes);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply* reply) override {
+    if (auto status = security_.authenticate(*context); !status.ok()) return status;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shard_) {
+      reply->set_generation(shard_->generation);
+      reply->set_version(shard_->version);
+      reply->set_stale_pushes(shard_->stale_pushes);
+      reply->set_bytes_received(shard_->bytes_received);
+      reply->set_bytes_sent(shard_->bytes_sent);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Shutdown(grpc::ServerContext* context, const ShutdownRequest*, ShutdownReply*) override {
+    if (auto status = security_.authenticate(*context); !status.ok()) return status;
+    latch_.request();
+    return grpc::Status::OK;
+  }
+
+  ShutdownLatch& latch() { return latch_; }
+
+ private:
+  grpc::Status check_call(const grpc::ServerContext& context, uint64_t generation, const char* method) const {
+    if (auto status = security_.authenticate(context); !status.ok()) return status;
+    if (!shard_) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: this ps task holds nothing yet (it "
+                    "started or restarted; the chief must load it)", method));
+    }
+    if (generation != shard_->generation) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: generation {} is not this shard's ({}): "
+                    "the chief reloaded it", method, generation, shard_->generation));
+    }
+    return grpc::Status::OK;
+  }
+
+  static grpc::Status check_synchronous_step(const Shard& shard, int64_t version, const char* method) {
+    if (!shard.synchronous || version != shard.version) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: step {}, but this shard is {} at "
+                    "version {}", method, version, shard.synchronous ? "synchronous" : "asynchronous", shard.version));
+    }
+    return grpc::Status::OK;
+  }
+
+  const ChannelSecurity& security_;
+  Backend& backend_;
+  std::mutex mutex_;
+  std::unique_ptr<Shard> shard_;
+  ShutdownLatch latch_;
+};
+
+}  // namespace
+
+struct ParameterServerTask::Impl {
+  ChannelSecurity security;
+  std::unique_ptr<ParameterServerService> service;
+  std::unique_ptr<grpc::Server> server;
+};
+
+ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecurity security,
+                                         int64_t max_message_bytes, Backend& backend)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->security = std::move(security);
+  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend);
+  impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()});
+}
+
+ParameterServerTask::~ParameterServerTask() {
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+void ParameterServerTask::serve(const std::atomic<bool>* stop, std::chrono::milliseconds grace) { impl_->service->latch().wait(stop, grace); }
+
+}  // namespace paraflow::ps

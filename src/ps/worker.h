@@ -1,0 +1,43 @@
+// A worker task: serves the Worker gRPC service, running each step the chief hands it — pull the
+// parameters from every ps task, forward and backward on its slice of the step's batch, push
+// each ps task its part of the gradients. It holds no state between steps but the model's graph.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ps/channel.h"
+#include "ps/placement.h"
+#include "train/batch_source.h"
+#include "train/trainer.h"
+
+namespace paraflow::ps {
+
+struct WorkerSettings {
+  std::string address;                   // this task's, from TF_CONFIG
+  std::vector<std::string> ps_addresses;  // by ps task index
+  ChannelSecurity security;
+  std::chrono::milliseconds timeout{60000};  // for each call to a ps task
+  int64_t max_message_bytes = 0;
+  bool synchronous = true;
+  int slices = 1;  // synchronous: a step's batch is split into this many slices (one per worker task)
+};
+
+class WorkerTask {
+ public:
+  WorkerTask(const model::GptConfig& model_config, const train::TrainConfig& config, train::BatchSource& data,
+             Backend& backend, Placement placement, WorkerSettings settings);
+  ~WorkerTask();
+
+  // Returns after the chief's Shutdown, or `grace` after *stop becomes true (see ShutdownLatch).
+  void serve(const std::atomic<bool>* stop, std::chrono::milliseconds grace);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace paraflow::ps

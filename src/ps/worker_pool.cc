@@ -1,0 +1,174 @@
+#include "ps/worker_pool.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ps/parameter_server.grpc.pb.h"
+
+namespace paraflow::ps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+struct WorkerPool::Impl {
+  ChannelSecurity security;
+  std::chrono::milliseconds timeout;
+  std::vector<std::string> names;
+  std::vector<std::unique_ptr<Worker::Stub>> stubs;
+  std::vector<std::thread> threads;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool closing = false;
+  std::deque<size_t> queue;  // indices into steps
+  const std::vector<StepRequest>* steps = nullptr;
+  std::vector<std::optional<StepReply>> replies;
+  size_t done = 0;
+  int in_flight = 0;
+  uint64_t round = 0;  // run() calls so far: a late answer from an earlier one is dropped
+  std::vector<bool> down;
+  std::optional<std::string> shard_failure, fatal;
+  Clock::time_point last_progress = Clock::now();
+
+  void serve(size_t worker) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      if (down[worker]) {
+        // Poll it (outside the lock) until it answers again.
+        lock.unlock();
+        bool back = reachable(worker);
+        if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        lock.lock();
+        if (back) {
+          down[worker] = false;
+          fmt::print(stderr, "{} answers again: it takes steps\n", names[worker]);
+        }
+        if (closing) return;
+        continue;
+      }
+      changed.wait(lock, [&] { return closing || (!queue.empty() && !shard_failure && !fatal); });
+      if (closing) return;
+      const size_t index = queue.front();
+      queue.pop_front();
+      const StepRequest request = (*steps)[index];
+      const uint64_t my_round = round;
+      ++in_flight;
+      lock.unlock();
+      std::optional<StepReply> reply;
+      std::optional<PeerError> error;
+      try {
+        reply = call_peer(names[worker], "RunStep", *stubs[worker], &Worker::Stub::RunStep, request, timeout, security);
+      } catch (const PeerError& e) {
+        error = e;
+      }
+      lock.lock();
+      --in_flight;
+      if (my_round != round) {
+        changed.notify_all();
+        continue;
+      }
+      if (reply) {
+        replies[index] = std::move(*reply);
+        ++done;
+        last_progress = Clock::now();
+      } else if (error->unreachable()) {
+        down[worker] = true;
+        queue.push_front(index);
+        fmt::print(stderr, "{} is unreachable ({}): batch {} slice {} goes to another worker\n", names[worker],
+                   error->what(), request.batch_index(), request.slice());
+      } else if (error->code() == grpc::StatusCode::ABORTED || error->code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        if (!shard_failure) shard_failure = error->what();
+      } else if (!fatal) {
+        fatal = error->what();
+      }
+      changed.notify_all();
+    }
+  }
+
+  bool reachable(size_t worker) {
+    try {
+      call_peer(names[worker], "Status", *stubs[worker], &Worker::Stub::Status, StatusRequest(),
+                std::chrono::milliseconds(1000), security);
+      return true;
+    } catch (const PeerError&) {
+      return false;
+    }
+  }
+};
+
+WorkerPool::WorkerPool(const std::vector<std::string>& addresses, ChannelSecurity security,
+                       std::chrono::milliseconds timeout, int64_t max_message_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->security = std::move(security);
+  impl_->timeout = timeout;
+  impl_->down.assign(addresses.size(), false);
+  for (size_t worker = 0; worker < addresses.size(); ++worker) {
+    impl_->names.push_back(fmt::format("worker {} ({})", worker, addresses[worker]));
+    impl_->stubs.push_back(Worker::NewStub(open_channel(addresses[worker], impl_->security, max_message_bytes)));
+  }
+  for (size_t worker = 0; worker < addresses.size(); ++worker) {
+    impl_->threads.emplace_back([this, worker] { impl_->serve(worker); });
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->closing = true;
+  }
+  impl_->changed.notify_all();
+  for (std::thread& thread : impl_->threads) thread.join();
+}
+
+std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mutex);
+  m.steps = &steps;
+  ++m.round;
+  m.replies.assign(steps.size(), std::nullopt);
+  m.done = 0;
+  m.queue.clear();
+  for (size_t index = 0; index < steps.size(); ++index) m.queue.push_back(index);
+  m.shard_failure.reset();
+  m.fatal.reset();
+  m.last_progress = Clock::now();
+  m.changed.notify_all();
+  auto all_down = [&] { return std::count(m.down.begin(), m.down.end(), false) == 0; };
+  while (true) {
+    m.changed.wait_for(lock, std::chrono::milliseconds(200));
+    const bool failed = m.shard_failure || m.fatal;
+    if (failed && m.in_flight == 0) break;
+    if (!failed && m.done == steps.size()) break;
+    if (!failed && all_down() && Clock::now() - m.last_progress > m.timeout) {
+      m.fatal = fmt::format("no worker answered for {} ms: {}", m.timeout.count(), fmt::join(m.names, ", "));
+      break;
+    }
+  }
+  m.queue.clear();
+  m.steps = nullptr;
+  if (m.fatal) throw Error(*m.fatal);
+  if (m.shard_failure) throw ShardFailure(*m.shard_failure);
+  std::vector<StepReply> replies;
+  for (auto& reply : m.replies) replies.push_back(std::move(*reply));
+  return replies;
+}
+
+void WorkerPool::shut_down_workers() {
+  for (size_t worker = 0; worker < impl_->stubs.size(); ++worker) {
+    try {
+      call_peer(impl_->names[worker], "Shutdown", *impl_->stubs[worker], &Worker::Stub::Shutdown, ShutdownRequest(),
+                std::chrono::milliseconds(2000), impl_->security);
+    } catch (const PeerError&) {
+    }
+  }
+}
+
+}  // namespace paraflow::ps
