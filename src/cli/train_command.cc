@@ -100,7 +100,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
     case dist::Role::worker: {
       std::unique_ptr<train::BatchSource> data = setup.open_data();
       ps::WorkerSettings settings{cluster.address(), ps_addresses, security, setup.timeout, max_message_bytes,
-                                  setup.ps_synchronous, static_cast<int>(worker_addresses.size())};
+                                  setup.ps_synchronous,
+                                  setup.ps_synchronous ? static_cast<int>(worker_addresses.size()) : 1};
       ps::WorkerTask worker(setup.model, config, *data, cpu_backend(), placement, std::move(settings));
       fmt::print(stderr, "{}: waiting for steps from the chief ({})\n", task, security.describe());
       worker.serve(stop, setup.timeout);

@@ -53,14 +53,14 @@ class WorkerService final : public Worker::Service {
     if (auto status = settings_.security.authenticate(*context); !status.ok()) return status;
     std::lock_guard<std::mutex> lock(step_mutex_);
     if (request->placement() != placement_.digest()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           fmt::format("the chief places the variables as {}, this worker as {}: every task must run "
                                       "the same model config with the same ps tasks", request->placement(),
                                       placement_.digest()));
     }
     if (request->synchronous() != settings_.synchronous || request->slices() != settings_.slices ||
         request->slice() < 0 || request->slice() >= request->slices() || request->batch_index() < 0) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           fmt::format("RunStep: {} slice {} of {} of batch {}, but this worker runs {} steps in {} "
                                       "slices (dist.ps_mode)", request->synchronous() ? "synchronous" : "asynchronous",
                                       request->slice(), request->slices(), request->batch_index(),

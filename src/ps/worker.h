@@ -23,7 +23,7 @@ struct WorkerSettings {
   std::chrono::milliseconds timeout{60000};  // for each call to a ps task
   int64_t max_message_bytes = 0;
   bool synchronous = true;
-  int slices = 1;  // synchronous: a step's batch is split into this many slices (one per worker task)
+  int slices = 1;  // a step's batch is split into this many slices (synchronous: one per worker task)
 };
 
 class WorkerTask {
