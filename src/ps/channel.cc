@@ -109,7 +109,8 @@ std::shared_ptr<grpc::Channel> open_channel(const std::string& address, const Ch
 }
 
 std::unique_ptr<grpc::Server> start_server(const std::string& address, const ChannelSecurity& security,
-                                           int64_t max_message_bytes, const std::vector<grpc::Service*>& services) {
+                                           int64_t max_message_bytes, const std::vector<grpc::Service*>& services,
+                                           int* port) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(address, security.server_credentials(), &bound_port);
@@ -119,6 +120,7 @@ std::unique_ptr<grpc::Server> start_server(const std::string& address, const Cha
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   check(server != nullptr && bound_port != 0, "cannot listen on {} (the TF_CONFIG address of this task): in use, or "
         "not an address of this host?", address);
+  if (port) *port = bound_port;
   return server;
 }
 

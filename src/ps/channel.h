@@ -68,9 +68,11 @@ class ShutdownLatch {
 // Messages up to `max_message_bytes` each way (a shard's parameters and both moments fit).
 std::shared_ptr<grpc::Channel> open_channel(const std::string& address, const ChannelSecurity& security,
                                             int64_t max_message_bytes);
-// Listens on `address` (host:port from TF_CONFIG); throws naming it when it cannot be bound.
+// Listens on `address` (host:port from TF_CONFIG; port 0 picks a free one, returned in *port);
+// throws naming it when it cannot be bound.
 std::unique_ptr<grpc::Server> start_server(const std::string& address, const ChannelSecurity& security,
-                                           int64_t max_message_bytes, const std::vector<grpc::Service*>& services);
+                                           int64_t max_message_bytes, const std::vector<grpc::Service*>& services,
+                                           int* port = nullptr);
 
 // One unary call to `peer` (e.g. "ps 1 (127.0.0.1:2223)") within `deadline`; throws PeerError
 // naming the peer and the method.

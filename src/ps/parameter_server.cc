@@ -48,18 +48,31 @@ class ParameterServerService final : public ParameterServer::Service {
   grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
     if (request->generation() == 0 || request->pieces().empty() || request->version() < 0 ||
-        request->optimizer_steps() < 0 || (request->synchronous() && request->slices() < 1) ||
+        request->optimizer_steps() < 0 || (request->synchronous() && (request->slices() < 1 || request->slices() > 65536)) ||
         request->max_staleness() < 0) {
       return refuse(grpc::StatusCode::INVALID_ARGUMENT, "Load: generation, pieces, version, slices or "
                     "max_staleness out of range");
     }
-    auto shard = std::make_unique<Shard>();
-    std::vector<model::TensorSpec> specs;
+    // Sizes first, against the bytes that came: a forged count must not allocate anything.
+    int64_t total = 0;
     for (const auto& piece : request->pieces()) {
-      if (piece.count() <= 0 || piece.offset() < 0) {
+      if (piece.count() <= 0 || piece.offset() < 0 || piece.count() > request->parameters().size() / 4) {
         return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Load: piece '{}' has offset {} and count {}",
                                                                       piece.tensor(), piece.offset(), piece.count()));
       }
+      total += piece.count();
+    }
+    const size_t bytes = static_cast<size_t>(total) * sizeof(float);
+    if (request->parameters().size() != bytes || request->first_moment().size() != bytes ||
+        request->second_moment().size() != bytes) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                    fmt::format("Load: the pieces hold {} values ({} bytes) but parameters, first_moment and "
+                                "second_moment have {}, {} and {} bytes", total, bytes, request->parameters().size(),
+                                request->first_moment().size(), request->second_moment().size()));
+    }
+    auto shard = std::make_unique<Shard>();
+    std::vector<model::TensorSpec> specs;
+    for (const auto& piece : request->pieces()) {
       shard->pieces.push_back({piece.tensor(), piece.offset(), piece.count(), piece.weight_decay()});
       specs.push_back({piece.tensor(), Shape{piece.count()}, model::Init::zeros, piece.weight_decay()});
     }
@@ -68,14 +81,10 @@ class ParameterServerService final : public ParameterServer::Service {
     const OptimizerSettings& settings = request->optimizer();
     train::AdamWConfig adamw{settings.beta1(), settings.beta2(), settings.eps(), settings.weight_decay(), 0.0};
     shard->optimizer = std::make_unique<train::AdamW>(adamw, shard->parameters, backend_);
-    try {
-      const int64_t n = shard->elements();
-      from_bytes(request->parameters(), shard->parameters.flat().data<float>(), n, "Load: parameters");
-      from_bytes(request->first_moment(), shard->optimizer->first_moment().data<float>(), n, "Load: first_moment");
-      from_bytes(request->second_moment(), shard->optimizer->second_moment().data<float>(), n, "Load: second_moment");
-    } catch (const Error& e) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT, e.what());
-    }
+    const int64_t n = shard->elements();
+    from_bytes(request->parameters(), shard->parameters.flat().data<float>(), n, "Load: parameters");
+    from_bytes(request->first_moment(), shard->optimizer->first_moment().data<float>(), n, "Load: first_moment");
+    from_bytes(request->second_moment(), shard->optimizer->second_moment().data<float>(), n, "Load: second_moment");
     shard->optimizer->set_steps_taken(request->optimizer_steps());
     shard->generation = request->generation();
     shard->synchronous = request->synchronous();
@@ -273,6 +282,7 @@ struct ParameterServerTask::Impl {
   ChannelSecurity security;
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> server;
+  int port = 0;
 };
 
 ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecurity security,
@@ -280,12 +290,14 @@ ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecu
     : impl_(std::make_unique<Impl>()) {
   impl_->security = std::move(security);
   impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend);
-  impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()});
+  impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()}, &impl_->port);
 }
 
 ParameterServerTask::~ParameterServerTask() {
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
+
+int ParameterServerTask::port() const { return impl_->port; }
 
 void ParameterServerTask::serve(const std::atomic<bool>* stop, std::chrono::milliseconds grace) { impl_->service->latch().wait(stop, grace); }
 

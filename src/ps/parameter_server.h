@@ -15,13 +15,14 @@ namespace paraflow::ps {
 
 class ParameterServerTask {
  public:
-  // Listens on `address` at once (so the chief can reach it while the rest starts).
+  // Listens on `address` at once (port 0: a free one).
   ParameterServerTask(const std::string& address, ChannelSecurity security, int64_t max_message_bytes,
                       Backend& backend);
   ~ParameterServerTask();
 
   // Returns after the chief's Shutdown, or `grace` after *stop becomes true (see ShutdownLatch).
   void serve(const std::atomic<bool>* stop, std::chrono::milliseconds grace);
+  int port() const;
 
  private:
   struct Impl;

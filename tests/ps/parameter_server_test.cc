@@ -1,0 +1,420 @@
+// A ps task's gRPC service in this process, called through its stubs: the synchronous and
+// asynchronous updates against AdamW worked out in double precision, the refusals, oversized
+// and fuzzed messages, the token and TLS.
+#include <gtest/gtest.h>
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include <cmath>
+#include <random>
+
+#include "base/file_io.h"
+#include "ps/parameter_server.grpc.pb.h"
+#include "ps/parameter_server.h"
+#include "ps/wire.h"
+#include "reference_runner.h"
+
+namespace paraflow::ps {
+namespace {
+
+constexpr uint64_t kGeneration = 7;
+const std::vector<float> kParameters = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f};
+constexpr double kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8, kDecay = 0.1;
+
+// torch.optim.AdamW's step, in double: decay, then the bias-corrected Adam step.
+struct ReferenceAdamW {
+  std::vector<double> p, m, v;
+  int t = 0;
+  explicit ReferenceAdamW(const std::vector<float>& start) : p(start.begin(), start.end()), m(p.size()), v(p.size()) {}
+  void step(const std::vector<double>& g, double lr, const std::vector<bool>& decays) {
+    ++t;
+    for (size_t i = 0; i < p.size(); ++i) {
+      m[i] = kBeta1 * m[i] + (1 - kBeta1) * g[i];
+      v[i] = kBeta2 * v[i] + (1 - kBeta2) * g[i] * g[i];
+      const double m_hat = m[i] / (1 - std::pow(kBeta1, t)), v_hat = v[i] / (1 - std::pow(kBeta2, t));
+      p[i] = p[i] * (1 - lr * (decays[i] ? kDecay : 0)) - lr * m_hat / (std::sqrt(v_hat) + kEps);
+    }
+  }
+};
+// Piece "a" (3 values, decayed) and "b" (2, not decayed).
+const std::vector<bool> kDecays = {true, true, true, false, false};
+
+class ParameterServerTest : public ::testing::Test {
+ protected:
+  void start(const ChannelSecurity& security = {}, int64_t max_message_bytes = 1 << 20) {
+    server = std::make_unique<ParameterServerTask>("127.0.0.1:0", security, max_message_bytes, cpu_backend());
+    address = "127.0.0.1:" + std::to_string(server->port());
+    channel = open_channel(address, security, 64 << 20);
+    stub = ParameterServer::NewStub(channel);
+    caller = security;
+  }
+
+  template <typename Request, typename Reply>
+  grpc::Status call(grpc::Status (ParameterServer::Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*),
+                    const Request& request, Reply* reply) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    caller.authorize(context);
+    return (stub.get()->*rpc)(&context, request, reply);
+  }
+
+  static LoadRequest load_request(bool synchronous, int slices, int64_t max_staleness) {
+    LoadRequest request;
+    request.set_generation(kGeneration);
+    for (auto [name, offset, count, decay] : {std::tuple{"a", 0, 3, true}, std::tuple{"b", 3, 2, false}}) {
+      PieceSpec* piece = request.add_pieces();
+      piece->set_tensor(name);
+      piece->set_offset(offset);
+      piece->set_count(count);
+      piece->set_weight_decay(decay);
+    }
+    request.mutable_optimizer()->set_beta1(kBeta1);
+    request.mutable_optimizer()->set_beta2(kBeta2);
+    request.mutable_optimizer()->set_eps(kEps);
+    request.mutable_optimizer()->set_weight_decay(kDecay);
+    request.set_synchronous(synchronous);
+    request.set_slices(slices);
+    request.set_max_staleness(max_staleness);
+    const std::vector<float> zeros(kParameters.size(), 0.0f);
+    request.set_parameters(to_bytes(kParameters.data(), 5));
+    request.set_first_moment(to_bytes(zeros.data(), 5));
+    request.set_second_moment(to_bytes(zeros.data(), 5));
+    return request;
+  }
+
+  void load(bool synchronous, int slices = 1, int64_t max_staleness = 0) {
+    LoadReply reply;
+    ASSERT_TRUE(call(&ParameterServer::Stub::Load, load_request(synchronous, slices, max_staleness), &reply).ok());
+  }
+
+  PushRequest push_request(const std::vector<float>& gradients, int64_t version, int slice, int64_t closure = 0,
+                           double lr = 0, float grad_scale = 1) {
+    PushRequest request;
+    request.set_generation(kGeneration);
+    request.set_version(version);
+    request.set_slice(slice);
+    request.set_closure(closure);
+    request.set_lr(lr);
+    request.set_grad_scale(grad_scale);
+    request.set_gradients(to_bytes(gradients.data(), static_cast<int64_t>(gradients.size())));
+    return request;
+  }
+
+  std::vector<float> pull(int64_t version = -1) {
+    PullRequest request;
+    request.set_generation(kGeneration);
+    request.set_version(version);
+    PullReply reply;
+    EXPECT_TRUE(call(&ParameterServer::Stub::Pull, request, &reply).ok());
+    std::vector<float> values(kParameters.size());
+    from_bytes(reply.parameters(), values.data(), 5, "pull");
+    return values;
+  }
+
+  StatusReply status() {
+    StatusReply reply;
+    EXPECT_TRUE(call(&ParameterServer::Stub::Status, StatusRequest(), &reply).ok());
+    return reply;
+  }
+
+  static void expect_near(const std::vector<float>& actual, const std::vector<double>& expected) {
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-6 * (1 + std::abs(expected[i]))) << i;
+  }
+
+  std::unique_ptr<ParameterServerTask> server;
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<ParameterServer::Stub> stub;
+  ChannelSecurity caller;
+};
+
+const std::vector<float> kSlice0 = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f};
+const std::vector<float> kSlice1 = {0.05f, 0.1f, -0.1f, 0.2f, 0.3f};
+
+TEST_F(ParameterServerTest, SynchronousStepSumsTheSlicesAndAppliesAdamW) {
+  start();
+  load(true, 2);
+  PushReply pushed;
+  // Slices arrive in any order; slice 1 twice (a rescheduled step's repeat).
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice1, 0, 1), &pushed).ok());
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice1, 0, 1), &pushed).ok());
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0), &pushed).ok());
+  ReduceRequest reduce;
+  reduce.set_generation(kGeneration);
+  reduce.set_version(0);
+  ReduceReply reduced;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Reduce, reduce, &reduced).ok());
+  std::vector<double> sum(5);
+  double squares = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    sum[i] = double(kSlice0[i]) + double(kSlice1[i]);
+    squares += sum[i] * sum[i];
+  }
+  EXPECT_NEAR(reduced.squares(), squares, 1e-6 * squares);
+
+  ApplyRequest apply;
+  apply.set_generation(kGeneration);
+  apply.set_version(0);
+  apply.set_lr(0.01);
+  apply.set_grad_scale(0.5f);
+  ApplyReply applied;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Apply, apply, &applied).ok());
+  EXPECT_EQ(applied.version(), 1);
+  ReferenceAdamW reference(kParameters);
+  std::vector<double> scaled = sum;
+  for (double& g : scaled) g *= 0.5;
+  reference.step(scaled, 0.01, kDecays);
+  expect_near(pull(1), reference.p);
+
+  // The same Apply again (its answer lost): nothing changes.
+  ASSERT_TRUE(call(&ParameterServer::Stub::Apply, apply, &applied).ok());
+  EXPECT_EQ(status().version(), 1);
+  expect_near(pull(), reference.p);
+
+  // A second step, then the moments and step count in the snapshot.
+  for (int slice : {0, 1}) ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 1, slice), &pushed).ok());
+  reduce.set_version(1);
+  ASSERT_TRUE(call(&ParameterServer::Stub::Reduce, reduce, &reduced).ok());
+  apply.set_version(1);
+  apply.set_grad_scale(1.0f);
+  ASSERT_TRUE(call(&ParameterServer::Stub::Apply, apply, &applied).ok());
+  std::vector<double> twice(5);
+  for (size_t i = 0; i < 5; ++i) twice[i] = 2.0 * kSlice0[i];
+  reference.step(twice, 0.01, kDecays);
+  SnapshotRequest snapshot;
+  snapshot.set_generation(kGeneration);
+  SnapshotReply snapped;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot, &snapped).ok());
+  EXPECT_EQ(snapped.optimizer_steps(), 2);
+  std::vector<float> parameters(5), first(5);
+  from_bytes(snapped.parameters(), parameters.data(), 5, "snapshot");
+  from_bytes(snapped.first_moment(), first.data(), 5, "snapshot");
+  expect_near(parameters, reference.p);
+  expect_near(first, reference.m);
+}
+
+TEST_F(ParameterServerTest, SynchronousStepRefusesWhatDoesNotBelongToIt) {
+  start();
+  load(true, 2);
+  PushReply pushed;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0), &pushed).ok());
+  ReduceRequest reduce;
+  reduce.set_generation(kGeneration);
+  reduce.set_version(0);
+  ReduceReply reduced;
+  grpc::Status missing = call(&ParameterServer::Stub::Reduce, reduce, &reduced);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(missing.error_message().find("slice(s) 1"), std::string::npos) << missing.error_message();
+
+  EXPECT_EQ(call(&ParameterServer::Stub::Push, push_request(kSlice0, 1, 0), &pushed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION) << "a push for a later step";
+  EXPECT_EQ(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 2), &pushed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION) << "slice 2 of 2";
+  grpc::Status short_push = call(&ParameterServer::Stub::Push, push_request({1.0f, 2.0f}, 0, 1), &pushed);
+  EXPECT_EQ(short_push.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(short_push.error_message().find("8 bytes"), std::string::npos) << short_push.error_message();
+  PushRequest other_generation = push_request(kSlice0, 0, 1);
+  other_generation.set_generation(kGeneration + 1);
+  grpc::Status stale = call(&ParameterServer::Stub::Push, other_generation, &pushed);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(stale.error_message().find("generation"), std::string::npos) << stale.error_message();
+  PullRequest old_version;
+  old_version.set_generation(kGeneration);
+  old_version.set_version(3);
+  PullReply pulled;
+  EXPECT_EQ(call(&ParameterServer::Stub::Pull, old_version, &pulled).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ParameterServerTest, AsynchronousPushesApplyOnArrivalOnceEachWithinTheStaleness) {
+  start();
+  load(false, 1, /*max_staleness=*/1);
+  PushReply pushed;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0, /*closure=*/0, 0.01, 0.5f), &pushed).ok());
+  EXPECT_TRUE(pushed.applied());
+  EXPECT_EQ(pushed.version(), 1);
+  ReferenceAdamW reference(kParameters);
+  std::vector<double> g0(5), g1(5);
+  for (size_t i = 0; i < 5; ++i) {
+    g0[i] = 0.5 * kSlice0[i];
+    g1[i] = kSlice1[i];
+  }
+  reference.step(g0, 0.01, kDecays);
+  // The same closure again (its worker died after pushing): ignored.
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0, 0, 0.01, 0.5f), &pushed).ok());
+  EXPECT_FALSE(pushed.applied());
+  // Computed on version 0, arriving at version 1: one update stale, allowed.
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice1, 0, 0, 1, 0.02, 1.0f), &pushed).ok());
+  EXPECT_TRUE(pushed.applied());
+  reference.step(g1, 0.02, kDecays);
+  expect_near(pull(), reference.p);
+  // Computed on version 0, arriving at version 2: too stale, rejected and counted.
+  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice1, 0, 0, 2, 0.02, 1.0f), &pushed).ok());
+  EXPECT_FALSE(pushed.applied());
+  EXPECT_TRUE(pushed.stale());
+  EXPECT_EQ(status().stale_pushes(), 1);
+  EXPECT_EQ(status().version(), 2);
+  expect_near(pull(), reference.p);
+  PushRequest from_the_future = push_request(kSlice1, 5, 0, 3, 0.02, 1.0f);
+  EXPECT_EQ(call(&ParameterServer::Stub::Push, from_the_future, &pushed).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ParameterServerTest, RefusesCallsBeforeLoadAndMalformedLoads) {
+  start();
+  PullRequest pull_request;
+  pull_request.set_generation(kGeneration);
+  pull_request.set_version(-1);
+  PullReply pulled;
+  grpc::Status empty = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  EXPECT_EQ(empty.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(empty.error_message().find("holds nothing"), std::string::npos) << empty.error_message();
+  EXPECT_EQ(status().generation(), 0u);
+
+  LoadReply loaded;
+  LoadRequest no_pieces = load_request(true, 1, 0);
+  no_pieces.clear_pieces();
+  EXPECT_EQ(call(&ParameterServer::Stub::Load, no_pieces, &loaded).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  LoadRequest short_moment = load_request(true, 1, 0);
+  short_moment.mutable_second_moment()->resize(12);
+  grpc::Status sizes = call(&ParameterServer::Stub::Load, short_moment, &loaded);
+  EXPECT_EQ(sizes.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(sizes.error_message().find("12 bytes"), std::string::npos) << sizes.error_message();
+  LoadRequest forged_count = load_request(true, 1, 0);
+  forged_count.mutable_pieces(0)->set_count(int64_t{1} << 40);  // must not allocate 4 TiB
+  EXPECT_EQ(call(&ParameterServer::Stub::Load, forged_count, &loaded).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  LoadRequest many_slices = load_request(true, 1 << 30, 0);
+  EXPECT_EQ(call(&ParameterServer::Stub::Load, many_slices, &loaded).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status().generation(), 0u) << "nothing was loaded";
+}
+
+TEST_F(ParameterServerTest, OversizedMessagesGetAnErrorAndTheServerKeepsServing) {
+  start({}, /*max_message_bytes=*/1 << 20);
+  load(true, 1);
+  PushReply pushed;
+  const std::vector<float> huge(1 << 19, 1.0f);  // 2 MiB
+  EXPECT_EQ(call(&ParameterServer::Stub::Push, push_request(huge, 0, 0), &pushed).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(status().version(), 0);
+  EXPECT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0), &pushed).ok());
+}
+
+// Sends `bytes` as the raw request of `method`, as a client with another idea of the protocol would.
+grpc::Status raw_call(const std::shared_ptr<grpc::Channel>& channel, const std::string& method, const std::string& bytes) {
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::CompletionQueue queue;
+  auto call = generic.PrepareUnaryCall(&context, method, request, &queue);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  queue.Next(&tag, &ok);
+  return status;
+}
+
+TEST_F(ParameterServerTest, FuzzedMessagesGetErrorsNeverACrash) {
+  start();
+  load(true, 2);
+  std::mt19937_64 rng(1234);
+  const std::vector<std::pair<std::string, std::string>> valid = {
+      {"Load", load_request(true, 2, 0).SerializeAsString()},
+      {"Push", push_request(kSlice0, 0, 1).SerializeAsString()},
+      {"Pull", [] { PullRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()},
+      {"Reduce", [] { ReduceRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()},
+      {"Apply", [] { ApplyRequest r; r.set_generation(kGeneration); r.set_lr(0.1); return r.SerializeAsString(); }()},
+      {"Snapshot", [] { SnapshotRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()}};
+  int refused = 0, calls = 0;
+  for (int round = 0; round < 150; ++round) {
+    for (const auto& [method, message] : valid) {
+      // Random bytes, and the valid message with a few bytes changed or cut short.
+      std::string noise(rng() % 64, '\0');
+      for (char& c : noise) c = static_cast<char>(rng());
+      std::string mutated = message;
+      for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0 && !mutated.empty(); --flips) {
+        mutated[rng() % mutated.size()] = static_cast<char>(rng());
+      }
+      if (rng() % 4 == 0) mutated.resize(rng() % (mutated.size() + 1));
+      for (const std::string& bytes : {noise, mutated}) {
+        grpc::Status result = raw_call(channel, "/paraflow.ps.ParameterServer/" + method, bytes);
+        ++calls;
+        if (!result.ok()) ++refused;
+        EXPECT_NE(result.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": the server went away";
+      }
+    }
+  }
+  std::printf("  %d fuzzed calls, %d refused\n", calls, refused);
+  EXPECT_GT(refused, calls / 2);
+  // Still serving, and a clean load and step still work.
+  load(true, 1);
+  PushReply pushed;
+  EXPECT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0), &pushed).ok());
+}
+
+TEST_F(ParameterServerTest, TokenIsRequiredWhenSet) {
+  ChannelSecurity security;
+  security.token = "s3cret-token";
+  start(security);
+  caller.token.clear();
+  StatusReply reply;
+  EXPECT_EQ(call(&ParameterServer::Stub::Status, StatusRequest(), &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  caller.token = "s3cret-tokem";
+  LoadReply loaded;
+  EXPECT_EQ(call(&ParameterServer::Stub::Load, load_request(true, 1, 0), &loaded).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  caller.token = "s3cret-token";
+  EXPECT_TRUE(call(&ParameterServer::Stub::Load, load_request(true, 1, 0), &loaded).ok());
+}
+
+TEST_F(ParameterServerTest, TlsServesTlsClientsOnly) {
+  testing::TempDir dir;
+  auto make_certificate = [&](const std::string& name) {
+    const std::string command = fmt::format(
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=paraflow -addext subjectAltName=IP:127.0.0.1 "
+        "-keyout {0}/{1}.key -out {0}/{1}.pem > /dev/null 2>&1", dir.path().string(), name);
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  };
+  make_certificate("server");
+  make_certificate("stranger");
+  const std::string base = dir.path().string();
+  ChannelSecurity security = ChannelSecurity::from_files(base + "/server.pem", base + "/server.key", "", "");
+  start(security);
+  StatusReply reply;
+  EXPECT_TRUE(call(&ParameterServer::Stub::Status, StatusRequest(), &reply).ok()) << "a client trusting the certificate";
+
+  stub = ParameterServer::NewStub(open_channel(address, ChannelSecurity(), 1 << 20));
+  EXPECT_EQ(call(&ParameterServer::Stub::Status, StatusRequest(), &reply).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "a plaintext client";
+  ChannelSecurity stranger = ChannelSecurity::from_files(base + "/stranger.pem", base + "/stranger.key", "", "");
+  stub = ParameterServer::NewStub(open_channel(address, stranger, 1 << 20));
+  EXPECT_EQ(call(&ParameterServer::Stub::Status, StatusRequest(), &reply).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "a client trusting another certificate";
+
+  EXPECT_THROW(ChannelSecurity::from_files(base + "/server.pem", "", "", ""), InputError);
+  try {
+    ChannelSecurity::from_files("", "", "", base + "/missing-token");
+    FAIL() << "a missing token file";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.auth_token_file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PeerCallTest, AnUnreachablePeerFailsWithinTheDeadlineNamingIt) {
+  auto stub = ParameterServer::NewStub(open_channel("127.0.0.1:1", ChannelSecurity(), 1 << 20));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    call_peer("ps 3 (127.0.0.1:1)", "Status", *stub, &ParameterServer::Stub::Status, StatusRequest(),
+              std::chrono::milliseconds(500), ChannelSecurity());
+    FAIL() << "nothing listens on port 1";
+  } catch (const PeerError& e) {
+    EXPECT_TRUE(e.unreachable());
+    EXPECT_NE(std::string(e.what()).find("ps 3 (127.0.0.1:1): Status failed"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace paraflow::ps
