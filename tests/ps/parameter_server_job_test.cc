@@ -1,0 +1,252 @@
+// Parameter-server jobs of real processes on loopback: ps tasks, workers and a chief started from
+// TF_CONFIG like Kubernetes pods, compared with one process training on the same global batch,
+// and put through killed workers, ps tasks and chiefs, signals, TLS and tokens.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/training_job.h"
+
+namespace paraflow {
+namespace {
+
+class ParameterServerJob : public testing::TrainingJob {
+ protected:
+  void SetUp() override {
+    // Long enough (200 steps, a checkpoint every 20) for a task to be killed mid-run.
+    write_config("{vocab_size: 256, n_positions: 32, n_embd: 32, n_layer: 2, n_head: 2}",
+                 "{batch_size: 6, sequence_length: 32, steps: 200, lr: 1.0e-3, log_every: 100, "
+                 "checkpoint_every: 20}");
+  }
+
+  static std::string launch(int ps, int workers) {
+    return fmt::format("{} {} {} ", (testing::source_dir() / "tests/ps/launch_ps_job.sh").string(), ps, workers);
+  }
+
+  // The "cluster" part of a TF_CONFIG with a chief, `workers` and `ps` tasks on free loopback ports.
+  static std::string make_cluster(int ps, int workers) {
+    std::vector<int> ports;
+    std::vector<int> sockets;
+    for (int i = 0; i < ps + workers + 1; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t length = sizeof(address);
+      bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+      ports.push_back(ntohs(address.sin_port));
+      sockets.push_back(fd);
+    }
+    for (int fd : sockets) close(fd);
+    auto list = [&](int first, int count) {
+      std::vector<std::string> addresses;
+      for (int i = 0; i < count; ++i) addresses.push_back(fmt::format("\"127.0.0.1:{}\"", ports[first + i]));
+      return fmt::format("[{}]", fmt::join(addresses, ","));
+    };
+    return fmt::format(R"("cluster":{{"chief":{},"worker":{},"ps":{}}})", list(0, 1), list(1, workers),
+                       list(1 + workers, ps));
+  }
+
+  // Starts one task of `cluster` training into `out`; its output goes to log(out, type, index).
+  pid_t start_task(const std::string& cluster, const std::string& type, int index, const std::string& out,
+                   const std::string& extra = "") {
+    return start(fmt::format("(TF_CONFIG='{{{},\"task\":{{\"type\":\"{}\",\"index\":{}}}}}' {} >> {} 2>&1)", cluster,
+                             type, index, train_command(out, extra), log_path(out, type, index).string()));
+  }
+  std::filesystem::path log_path(const std::string& out, const std::string& type, int index) const {
+    return dir.path() / fmt::format("{}-{}{}.log", out, type, index);
+  }
+  std::string log(const std::string& out, const std::string& type, int index) const {
+    return read_file(log_path(out, type, index));
+  }
+  // Every task of a 1-ps, 2-worker job; returns their pids: ps, worker 0, worker 1, chief.
+  std::vector<pid_t> start_job(const std::string& cluster, const std::string& out) {
+    return {start_task(cluster, "ps", 0, out), start_task(cluster, "worker", 0, out),
+            start_task(cluster, "worker", 1, out), start_task(cluster, "chief", 0, out)};
+  }
+  static int exit_status(pid_t task) {
+    int status = 0;
+    waitpid(task, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  static void kill_task(pid_t task, int signal = SIGKILL) { kill(-task, signal); }
+
+  // An uninterrupted 1-ps, 2-worker run into "whole", for the fault tests to equal bit for bit.
+  void run_uninterrupted() { ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0); }
+};
+
+// Synchronous mode sums every worker's slice on the ps tasks before one AdamW update: the same
+// training as one process on the whole batch (the slices' gradients summed in another order).
+TEST_F(ParameterServerJob, SynchronousModeEqualsOneProcessOnTheSameBatch) {
+  const std::string short_run = "--set train.steps=12 --set train.checkpoint_every=0 ";
+  ASSERT_EQ(run(train_command("one", short_run)), 0);
+  ASSERT_EQ(run(launch(2, 2) + train_command("ps2x2", short_run)), 0);
+  ASSERT_EQ(run(launch(1, 3) + train_command("ps1x3", short_run)), 0);
+  ASSERT_EQ(run(launch(3, 1) + train_command("ps3x1", short_run)), 0);
+  expect_same_training("ps2x2", "one");
+  expect_same_training("ps1x3", "one");
+  expect_same_training("ps3x1", "one");
+  // The placement is recorded in the checkpoint: the embedding's rows split over the 3 ps tasks.
+  nlohmann::json state = nlohmann::json::parse(read_file(dir.path() / "ps3x1/ckpt-000000012/state.json"));
+  const nlohmann::json& placement = state["parameter_servers"]["placement"];
+  ASSERT_EQ(placement.size(), 3u);
+  for (int task = 0; task < 3; ++task) {
+    EXPECT_EQ(placement[task][0][0], fmt::format("wte.weight[{}:{}]", 256 * task / 3, 256 * (task + 1) / 3));
+  }
+}
+
+// Asynchronous mode applies each worker's push on arrival; a push computed on parameters more than
+// dist.max_staleness updates old is rejected and counted. Training still converges.
+TEST_F(ParameterServerJob, AsynchronousModeConvergesAndRejectsStalePushes) {
+  const std::string settings = "--set dist.ps_mode=async --set train.log_every=20 ";
+  ASSERT_EQ(run(train_command("sync", "--set train.log_every=20")), 0);
+  ASSERT_EQ(run(launch(1, 2) + train_command("async", settings + "--set dist.max_staleness=4")), 0);
+  ASSERT_EQ(run(launch(1, 2) + train_command("strict", settings + "--set dist.max_staleness=0")), 0);
+  const std::map<int64_t, double> sync = scalars("sync", "train/loss"), async = scalars("async", "train/loss");
+  ASSERT_FALSE(async.empty());
+  const double sync_final = sync.rbegin()->second, async_final = async.rbegin()->second;
+  std::printf("  final loss: sync %.4f, async %.4f; first async window %.4f\n", sync_final, async_final,
+              async.begin()->second);
+  EXPECT_LT(async_final, 0.8 * async.begin()->second) << "asynchronous training must learn";
+  EXPECT_LT(std::abs(async_final - sync_final), 0.1 * sync_final);
+  auto stale_pushes = [&](const std::string& out) {
+    return nlohmann::json::parse(read_file(dir.path() / out / "ckpt-000000200/state.json"))["parameter_servers"]
+        .value("stale_pushes", -1);
+  };
+  std::printf("  stale pushes: max_staleness 4: %d, max_staleness 0: %d\n", stale_pushes("async"), stale_pushes("strict"));
+  EXPECT_GT(stale_pushes("strict"), 0) << "two workers at once must overlap some of their steps";
+  EXPECT_GE(stale_pushes("async"), 0);
+}
+
+// A worker killed mid-run: its step goes to the other worker, and since synchronous pushes are
+// kept per slice, no update is applied twice: the result is bit for bit the uninterrupted run's.
+TEST_F(ParameterServerJob, KilledWorkerStepsRunElsewhereAndTheResultIsUnchanged) {
+  run_uninterrupted();
+  const std::string cluster = make_cluster(1, 2);
+  std::vector<pid_t> tasks = start_job(cluster, "killed_worker");
+  ASSERT_TRUE(wait_for(dir.path() / "killed_worker/ckpt-000000020"));
+  kill_task(tasks[2]);
+  exit_status(tasks[2]);
+  EXPECT_EQ(exit_status(tasks[3]), 0) << log("killed_worker", "chief", 0);
+  EXPECT_EQ(exit_status(tasks[0]), 0);
+  EXPECT_EQ(exit_status(tasks[1]), 0);
+  EXPECT_NE(log("killed_worker", "chief", 0).find("worker 1 (127.0.0.1:"), std::string::npos)
+      << log("killed_worker", "chief", 0);
+  EXPECT_TRUE(bitwise_equal("killed_worker", "whole"));
+}
+
+// A ps task killed and restarted (as Kubernetes restarts a pod): the chief notices, waits for it,
+// reloads every shard from the latest checkpoint and finishes — again bit for bit the same.
+TEST_F(ParameterServerJob, KilledPsTaskIsReloadedFromTheLatestCheckpoint) {
+  run_uninterrupted();
+  const std::string cluster = make_cluster(1, 2);
+  std::vector<pid_t> tasks = start_job(cluster, "killed_ps");
+  ASSERT_TRUE(wait_for(dir.path() / "killed_ps/ckpt-000000020"));
+  kill_task(tasks[0]);
+  exit_status(tasks[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  pid_t restarted = start_task(cluster, "ps", 0, "killed_ps");
+  EXPECT_EQ(exit_status(tasks[3]), 0) << log("killed_ps", "chief", 0);
+  EXPECT_EQ(exit_status(restarted), 0);
+  EXPECT_EQ(exit_status(tasks[1]), 0);
+  EXPECT_EQ(exit_status(tasks[2]), 0);
+  const std::string chief = log("killed_ps", "chief", 0);
+  EXPECT_NE(chief.find("a ps task failed"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("resumed from"), std::string::npos) << chief;
+  EXPECT_TRUE(bitwise_equal("killed_ps", "whole"));
+}
+
+// The chief killed and relaunched: it reloads the ps tasks from its latest checkpoint; the
+// workers and ps tasks never stopped.
+TEST_F(ParameterServerJob, RelaunchedChiefResumesFromItsLatestCheckpoint) {
+  run_uninterrupted();
+  const std::string cluster = make_cluster(1, 2);
+  std::vector<pid_t> tasks = start_job(cluster, "killed_chief");
+  ASSERT_TRUE(wait_for(dir.path() / "killed_chief/ckpt-000000020"));
+  kill_task(tasks[3]);
+  exit_status(tasks[3]);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "killed_chief/export"));
+  pid_t relaunched = start_task(cluster, "chief", 0, "killed_chief");
+  EXPECT_EQ(exit_status(relaunched), 0) << log("killed_chief", "chief", 0);
+  for (int task = 0; task < 3; ++task) EXPECT_EQ(exit_status(tasks[static_cast<size_t>(task)]), 0);
+  EXPECT_NE(log("killed_chief", "chief", 0).find("resumed from"), std::string::npos);
+  EXPECT_TRUE(bitwise_equal("killed_chief", "whole"));
+}
+
+// SIGTERM to every task at once (a preempted job): the ps tasks and workers stay until the chief
+// has taken its last snapshot, and everything exits 0 with a checkpoint.
+TEST_F(ParameterServerJob, SigtermToEveryTaskEndsWithACheckpoint) {
+  const std::string cluster = make_cluster(1, 2);
+  std::vector<pid_t> tasks = start_job(cluster, "preempted");
+  ASSERT_TRUE(wait_for(dir.path() / "preempted/ckpt-000000020"));
+  // To the paraflow processes (the pattern is anchored at the binary), not their shells.
+  std::system(fmt::format("pkill -TERM -f '^{} train.*{}/preempted'", binary(), dir.path().string()).c_str());
+  for (pid_t task : tasks) EXPECT_EQ(exit_status(task), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "preempted/export/model.safetensors"));
+  train_checkpoint_exists_after(dir.path() / "preempted", 21);
+  EXPECT_NE(log("preempted", "chief", 0).find("stop requested"), std::string::npos);
+}
+
+// A ps task that never comes up: the chief fails within its timeout, naming the task.
+TEST_F(ParameterServerJob, UnreachablePsTaskFailsInBoundedTimeNamingIt) {
+  const std::string cluster = make_cluster(1, 1);
+  pid_t worker = start_task(cluster, "worker", 0, "no_ps");
+  const auto start = std::chrono::steady_clock::now();
+  pid_t chief = start_task(cluster, "chief", 0, "no_ps", "--set dist.timeout_seconds=2");
+  EXPECT_NE(exit_status(chief), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  kill_task(worker);
+  exit_status(worker);
+  const std::string chief_log = log("no_ps", "chief", 0);
+  const std::string ps_address = nlohmann::json::parse("{" + cluster + "}")["cluster"]["ps"][0];
+  EXPECT_NE(chief_log.find("ps 0 (" + ps_address + ")"), std::string::npos) << chief_log;
+  EXPECT_NE(chief_log.find("unreachable for 2000 ms"), std::string::npos) << chief_log;
+}
+
+// TLS and a token: a job with both trains; a worker with another token is refused by name.
+TEST_F(ParameterServerJob, TlsAndTokenProtectEveryTask) {
+  const std::string base = dir.path().string();
+  ASSERT_EQ(std::system(fmt::format("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=paraflow -addext "
+                                    "subjectAltName=IP:127.0.0.1 -keyout {0}/key.pem -out {0}/cert.pem > /dev/null 2>&1",
+                                    base).c_str()), 0);
+  write_file_atomic(dir.path() / "token", "correct horse battery staple\n");
+  write_file_atomic(dir.path() / "other-token", "something else\n");
+  const std::string secure = fmt::format("--set train.steps=12 --set dist.tls_cert={0}/cert.pem --set "
+                                         "dist.tls_key={0}/key.pem --set dist.auth_token_file={0}/token ", base);
+  ASSERT_EQ(run(launch(1, 2) + train_command("secure", secure)), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "secure/export/model.safetensors"));
+
+  const std::string cluster = make_cluster(1, 1);
+  pid_t ps = start_task(cluster, "ps", 0, "intruder", secure);
+  pid_t worker = start_task(cluster, "worker", 0, "intruder",
+                            secure + fmt::format("--set dist.auth_token_file={}/other-token", base));
+  pid_t chief = start_task(cluster, "chief", 0, "intruder", secure);
+  EXPECT_NE(exit_status(chief), 0);
+  kill_task(ps);
+  kill_task(worker);
+  exit_status(ps);
+  exit_status(worker);
+  const std::string chief_log = log("intruder", "chief", 0);
+  EXPECT_NE(chief_log.find("worker 0 (127.0.0.1:"), std::string::npos) << chief_log;
+  EXPECT_NE(chief_log.find("missing or wrong token"), std::string::npos) << chief_log;
+}
+
+TEST_F(ParameterServerJob, BadClustersAndSettingsAreRefusedByName) {
+  const std::string no_chief = R"("cluster":{"worker":["127.0.0.1:1"],"ps":["127.0.0.1:2"]})";
+  std::string message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"ps\",\"index\":0}}}}' {}",
+                                                    no_chief, train_command("bad")));
+  EXPECT_NE(message.find("needs a chief task"), std::string::npos) << message;
+  const std::string cluster = make_cluster(1, 1);
+  message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"chief\",\"index\":0}}}}' {}", cluster,
+                                        train_command("bad", "--set dist.pipeline_parallel=2")));
+  EXPECT_NE(message.find("dist.pipeline_parallel"), std::string::npos) << message;
+  message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"worker\",\"index\":0}}}}' {}", cluster,
+                                        train_command("bad", "--set dist.ps_mode=eventually")));
+  EXPECT_NE(message.find("dist.ps_mode"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace paraflow
