@@ -44,6 +44,21 @@ TEST(ClusterSpec, WorkerZeroIsChiefWithoutAChiefJob) {
   EXPECT_EQ(second.training_rank(), 1);
 }
 
+// What Kubeflow's training operator writes into a TFJob's PS pod (deploy/kubernetes/train-ps.yaml):
+// lowercase job names, the pods' service names, and an "environment" key TensorFlow ignores.
+TEST(ClusterSpec, ReadsTheTfJobOperatorsTfConfig) {
+  ClusterSpec spec = ClusterSpec::parse(
+      R"({"cluster":{"chief":["paraflow-gpt-small-ps-chief-0.default.svc:2222"],)"
+      R"("evaluator":["paraflow-gpt-small-ps-evaluator-0.default.svc:2222"],)"
+      R"("ps":["paraflow-gpt-small-ps-ps-0.default.svc:2222","paraflow-gpt-small-ps-ps-1.default.svc:2222"],)"
+      R"("worker":["paraflow-gpt-small-ps-worker-0.default.svc:2222"]},)"
+      R"("task":{"type":"ps","index":1},"environment":"cloud"})");
+  EXPECT_EQ(spec.role(), Role::ps);
+  EXPECT_EQ(spec.address(), "paraflow-gpt-small-ps-ps-1.default.svc:2222");
+  EXPECT_EQ(spec.jobs.at("ps").size(), 2u);
+  EXPECT_FALSE(spec.in_training_group());
+}
+
 TEST(ClusterSpec, MalformedConfigsQuoteTheOffendingPart) {
   expect_error("{not json", "TF_CONFIG {not json: invalid JSON at byte");
   expect_error(R"({"task": {"type": "worker"}})", "needs a \"cluster\"");
