@@ -723,6 +723,8 @@ std::span<const int32_t> InputPipeline::rank_slice(const std::vector<int32_t>& b
   return std::span<const int32_t>(batch).subspan(static_cast<size_t>(rank) * rows * L, rows * L);
 }
 
+int64_t InputPipeline::next_index() const { return impl_->consumer_state.next_batch; }
+
 json InputPipeline::state() const { return state_to_json(impl_->consumer_state, impl_->fingerprint); }
 
 void InputPipeline::restore(const json& state) {

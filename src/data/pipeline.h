@@ -97,6 +97,9 @@ class InputPipeline {
   // must be 0): [rank·B/N, (rank+1)·B/N) rows of sequence_length + 1 tokens.
   std::span<const int32_t> rank_slice(const std::vector<int32_t>& batch, int rank, int num_ranks) const;
 
+  // The index of the batch global_batch() reads next (after restore(), the state's).
+  int64_t next_index() const;
+
   // The iterator state after the last batch returned (before any: the initial state).
   nlohmann::json state() const;
   // Continues from a state() of a pipeline with the same shards and order options.

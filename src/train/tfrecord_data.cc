@@ -10,8 +10,11 @@ namespace paraflow::train {
 TfRecordData::TfRecordData(std::vector<std::filesystem::path> train_files,
                            std::vector<std::filesystem::path> validation_files, const data::PipelineOptions& options,
                            std::string origin)
-    : validation_files_(std::move(validation_files)), options_(options), origin_(std::move(origin)) {
-  train_ = std::make_unique<data::InputPipeline>(std::move(train_files), options_);
+    : train_files_(std::move(train_files)),
+      validation_files_(std::move(validation_files)),
+      options_(options),
+      origin_(std::move(origin)) {
+  train_ = std::make_unique<data::InputPipeline>(train_files_, options_);
 }
 
 std::unique_ptr<TfRecordData> TfRecordData::from_prepared_dir(const std::filesystem::path& dir,
@@ -41,6 +44,8 @@ void TfRecordData::batch(int64_t index, uint64_t, bool validation, int64_t slice
     rows = &validation_->global_batch(index);
     last_validation_index_ = index;
   } else {
+    if (index + 1 < train_->next_index()) train_ = std::make_unique<data::InputPipeline>(train_files_, options_);
+    while (train_->next_index() < index) train_->global_batch(train_->next_index());
     rows = &train_->global_batch(index);
   }
   int32_t* x = tokens.data<int32_t>();

@@ -3,7 +3,9 @@
 // that TensorFlow or anything else wrote (a directory or glob per split, any int64 feature,
 // compression detected from each file). The train split streams through one
 // data::InputPipeline whose iterator state goes into checkpoints; each evaluation reads the
-// first batches of the validation split afresh.
+// first batches of the validation split afresh. Train batches may be asked in any order (the
+// workers of a parameter-server job are handed steps as they come free): a later batch is reached
+// by reading past the ones between, an earlier one by reading again from the first.
 #pragma once
 
 #include <filesystem>
@@ -34,7 +36,7 @@ class TfRecordData final : public BatchSource {
   double wait_seconds() const override { return train_->stats().wait_seconds; }
 
  private:
-  std::vector<std::filesystem::path> validation_files_;
+  std::vector<std::filesystem::path> train_files_, validation_files_;
   data::PipelineOptions options_;
   std::string origin_;  // what the user named, for messages
   std::unique_ptr<data::InputPipeline> train_, validation_;
