@@ -303,7 +303,8 @@ void Coordinator::run(const std::atomic<bool>* stop) {
   m.wait_for_shards();
   m.load_shards();
   const int64_t last_step = config.stop_at_step > 0 ? std::min(config.stop_at_step, config.steps) : config.steps;
-  Progress progress("step", config.steps, config.log_every);
+  const size_t workers = m.settings.worker_addresses.size();
+  Progress progress("step", config.steps, m.settings.synchronous ? config.log_every : 1);
   data::EventWriter events(config.out_dir);
   const double tokens_per_step = static_cast<double>(config.batch_size * config.sequence_length);
   int recoveries = 0;  // in a row, without a step between them
@@ -316,12 +317,13 @@ void Coordinator::run(const std::atomic<bool>* stop) {
   while (checkpoint.empty()) {
     try {
       while (m.step < last_step && !(stopping = stop && stop->load())) {
+        const int64_t before = m.step;
         StepMetrics metrics;
         if (m.settings.synchronous) {
           metrics = m.synchronous_step();
         } else {
-          // A window of steps ends at the next log line, checkpoint or the end.
-          int64_t count = std::min(last_step - m.step, config.log_every - m.step % config.log_every);
+          // Windows of 8 steps per worker keep every worker busy; one ends early at a checkpoint.
+          int64_t count = std::min<int64_t>(last_step - m.step, 8 * static_cast<int64_t>(workers));
           if (config.checkpoint_every > 0) {
             count = std::min(count, config.checkpoint_every - m.step % config.checkpoint_every);
           }
@@ -335,7 +337,10 @@ void Coordinator::run(const std::atomic<bool>* stop) {
                                        metrics.compute_seconds, metrics.push_seconds,
                                        static_cast<double>(metrics.bytes) / 1e6);
         if (!m.settings.synchronous) line += fmt::format(" | stale pushes {}", m.stale_pushes);
-        progress.update(m.step, line);
+        // (Asynchronous windows need not end on a multiple of train.log_every.)
+        if (m.settings.synchronous || m.step / config.log_every != before / config.log_every || m.step == last_step) {
+          progress.update(m.step, line);
+        }
         if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && m.step < config.steps) {
           m.save_checkpoint();
         }
