@@ -4,8 +4,8 @@
 Part 1 (throughput): the quickstart model (configs/quickstart.yaml, its TFRecord data) trained
 for --steps steps by 1 ps x 2 workers and 2 ps x 4 workers on loopback (tests/ps/launch_ps_job.sh),
 synchronous and asynchronous, and by `mpirun -np <workers>` data parallelism: tokens/s over
-the steps after the first five (from the times the chief prints its step lines), bytes each step
-moves between workers and ps tasks, and the seconds a worker's step spends pulling, computing and
+the steps after the first five (from the times the chief prints its step lines), the bytes a step
+moves over the network (all workers' pulls and pushes; a ring all-reduce's sends from every rank), and the seconds a worker's step spends pulling, computing and
 pushing. One thread per process; with more processes than cores they share the cores (the table
 says so).
 
@@ -13,7 +13,7 @@ Part 2 (convergence): 1 ps x 2 workers, --convergence-steps steps synchronous an
 (dist.max_staleness 4) on the same examples; each export evaluated on the validation split
 (`paraflow eval`), and the ratio of the losses printed.
 
-  python3 bench/dist/parameter_servers.py [--steps 40] [--convergence-steps 400]
+  python3 bench/dist/parameter_servers.py [--steps 40] [--convergence-steps 800] [--parts throughput convergence]
 Needs the quickstart's data (runs/quickstart-data, runs/quickstart-tokenizer): scripts/quickstart.sh
 makes them.
 """
@@ -29,6 +29,8 @@ PARAFLOW = os.path.join(ROOT, "build/src/cli/paraflow")
 LAUNCH = os.path.join(ROOT, "tests/ps/launch_ps_job.sh")
 CONFIG = os.path.join(ROOT, "configs/quickstart.yaml")
 OUT = os.path.join(ROOT, "runs/bench-ps")
+# The quickstart model's parameters: wte + wpe + 4 blocks of 12C^2 + 13C + the final layernorm.
+PARAMETERS = 4096 * 192 + 128 * 192 + 4 * (12 * 192 * 192 + 13 * 192) + 2 * 192
 STEP = re.compile(r"^step (\d+)/\d+ \| loss ([\d.]+)")
 PHASES = re.compile(r"pull ([\d.]+)s compute ([\d.]+)s push ([\d.]+)s \| ([\d.]+) MB/step")
 
@@ -78,7 +80,9 @@ def evaluate(export):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--convergence-steps", type=int, default=400)
+    parser.add_argument("--convergence-steps", type=int, default=800)  # the quickstart's length
+    parser.add_argument("--parts", nargs="+", default=["throughput", "convergence"],
+                        choices=["throughput", "convergence"])
     args = parser.parse_args()
     if not os.path.isdir(os.path.join(ROOT, "runs/quickstart-data")):
         sys.exit("no runs/quickstart-data: run scripts/quickstart.sh first")
@@ -87,13 +91,21 @@ def main():
     cores = os.cpu_count()
     print(f"CPU: {cpu_model()}, {cores} cores; one thread per process; quickstart model (4 layers, 192 wide, "
           f"vocab 4096), batch 16 x 128 tokens; {args.steps} steps, tokens/s after step 5")
+    if "throughput" in args.parts:
+        throughput(args, tokens_per_step, as_root, cores)
+    if "convergence" in args.parts:
+        convergence(args, tokens_per_step)
+
+
+def throughput(args, tokens_per_step, as_root, cores):
     print(f"{'layout':<24} {'processes':>9} {'tokens/s':>9} {'x all-reduce':>12} {'MB/step':>8} "
           f"{'pull s':>7} {'compute s':>9} {'push s':>7} {'final loss':>10}")
     for ps_tasks, workers in ((1, 2), (2, 4)):
         _, lines = train(["mpirun", *as_root, "--oversubscribe", "-np", str(workers), "-x", "OMP_NUM_THREADS=1"],
                          f"allreduce{workers}", args.steps, [])
         baseline = tokens_per_second(lines, tokens_per_step)
-        ring_mb = 2 * (workers - 1) / workers * 4 * 2.61e6 / 1e6  # the ring's bytes per rank and step
+        # A ring all-reduce sends 2(n-1)/n of the gradients' bytes from every rank, each step.
+        ring_mb = workers * 2 * (workers - 1) / workers * 4 * PARAMETERS / 1e6
         note = " (oversubscribed)" if workers > cores else ""
         print(f"{f'all-reduce x{workers}':<24} {workers:>9} {baseline:>9.0f} {1.0:>12.2f} {ring_mb:>8.1f} "
               f"{'':>7} {'':>9} {'':>7} {lines[-1][2]:>10.4f}{note}", flush=True)
@@ -109,6 +121,8 @@ def main():
                   f"{speed / baseline:>12.2f} {mean[3]:>8.1f} {mean[0]:>7.3f} {mean[1]:>9.3f} {mean[2]:>7.3f} "
                   f"{lines[-1][2]:>10.4f}{note}", flush=True)
 
+
+def convergence(args, tokens_per_step):
     print(f"\nconvergence: 1 ps x 2 workers, {args.convergence_steps} steps of 16 sequences each, validation loss of "
           f"the export (16 batches)")
     losses = {}

@@ -159,6 +159,7 @@ class WorkerService final : public Worker::Service {
 struct WorkerTask::Impl {
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<grpc::Server> server;
+  int port = 0;
 };
 
 WorkerTask::WorkerTask(const model::GptConfig& model_config, const train::TrainConfig& config,
@@ -169,10 +170,12 @@ WorkerTask::WorkerTask(const model::GptConfig& model_config, const train::TrainC
   const int64_t max_message_bytes = settings.max_message_bytes;
   impl_->service = std::make_unique<WorkerService>(model_config, config, data, backend, std::move(placement),
                                                    std::move(settings));
-  impl_->server = start_server(address, security, max_message_bytes, {impl_->service.get()});
+  impl_->server = start_server(address, security, max_message_bytes, {impl_->service.get()}, &impl_->port);
 }
 
 WorkerTask::~WorkerTask() { impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1)); }
+
+int WorkerTask::port() const { return impl_->port; }
 
 void WorkerTask::serve(const std::atomic<bool>* stop, std::chrono::milliseconds grace) { impl_->service->latch().wait(stop, grace); }
 

@@ -34,6 +34,7 @@ class WorkerTask {
 
   // Returns after the chief's Shutdown, or `grace` after *stop becomes true (see ShutdownLatch).
   void serve(const std::atomic<bool>* stop, std::chrono::milliseconds grace);
+  int port() const;  // the one it listens on (settings.address may ask for port 0: a free one)
 
  private:
   struct Impl;

@@ -206,6 +206,21 @@ TEST_F(ParameterServerJob, UnreachablePsTaskFailsInBoundedTimeNamingIt) {
   EXPECT_NE(chief_log.find("unreachable for 2000 ms"), std::string::npos) << chief_log;
 }
 
+// No worker ever answers: the chief fails within its timeout, naming the workers.
+TEST_F(ParameterServerJob, NoReachableWorkerFailsInBoundedTimeNamingThem) {
+  const std::string cluster = make_cluster(1, 2);
+  pid_t ps = start_task(cluster, "ps", 0, "no_workers");
+  const auto start = std::chrono::steady_clock::now();
+  pid_t chief = start_task(cluster, "chief", 0, "no_workers", "--set dist.timeout_seconds=2");
+  EXPECT_NE(exit_status(chief), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  kill_task(ps);
+  exit_status(ps);
+  const std::string chief_log = log("no_workers", "chief", 0);
+  EXPECT_NE(chief_log.find("no worker answered for 2000 ms: worker 0 (127.0.0.1:"), std::string::npos) << chief_log;
+  EXPECT_NE(chief_log.find("worker 1 (127.0.0.1:"), std::string::npos) << chief_log;
+}
+
 // TLS and a token: a job with both trains; a worker with another token is refused by name.
 TEST_F(ParameterServerJob, TlsAndTokenProtectEveryTask) {
   const std::string base = dir.path().string();

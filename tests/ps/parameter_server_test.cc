@@ -6,12 +6,15 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "base/file_io.h"
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/parameter_server.h"
 #include "ps/wire.h"
+#include "ps/worker.h"
+#include "train/token_source.h"
 #include "reference_runner.h"
 
 namespace paraflow::ps {
@@ -400,6 +403,55 @@ TEST_F(ParameterServerTest, TlsServesTlsClientsOnly) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("dist.auth_token_file"), std::string::npos) << e.what();
   }
+}
+
+// A worker's RunStep fed random and mutated requests: refusals (another placement, mode or
+// slice), a failed pull from the empty ps task, never a crash.
+TEST(WorkerServiceTest, FuzzedStepsGetErrorsNeverACrash) {
+  model::GptConfig model_config;
+  model_config.n_layer = 1;
+  model_config.n_head = 2;
+  model_config.n_embd = 8;
+  model_config.vocab_size = 16;
+  model_config.n_positions = 8;
+  train::TrainConfig config;
+  config.batch_size = 2;
+  config.sequence_length = 4;
+  std::vector<int32_t> tokens(400);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 % 16);
+  train::TokenSource data = train::TokenSource::from_tokens(tokens, 0.1);
+  ParameterServerTask ps("127.0.0.1:0", ChannelSecurity(), 1 << 20, cpu_backend());
+  const Placement placement = place_variables(model::gpt_tensor_specs(model_config), 1);
+  WorkerSettings settings{"127.0.0.1:0", {"127.0.0.1:" + std::to_string(ps.port())}, ChannelSecurity(),
+                          std::chrono::milliseconds(2000), 1 << 20, true, 2};
+  WorkerTask worker(model_config, config, data, cpu_backend(), placement, settings);
+  auto channel = open_channel("127.0.0.1:" + std::to_string(worker.port()), ChannelSecurity(), 1 << 20);
+  StepRequest valid;
+  valid.set_generation(kGeneration);
+  valid.set_synchronous(true);
+  valid.set_batch_index(3);
+  valid.set_slice(1);
+  valid.set_slices(2);
+  valid.set_placement(placement.digest());
+  const std::string message = valid.SerializeAsString();
+  std::mt19937_64 rng(99);
+  std::map<grpc::StatusCode, int> codes;
+  for (int round = 0; round < 300; ++round) {
+    std::string mutated = message;
+    for (int flips = 1 + static_cast<int>(rng() % 3); flips > 0; --flips) mutated[rng() % mutated.size()] = static_cast<char>(rng());
+    std::string noise(rng() % 48, '\0');
+    for (char& c : noise) c = static_cast<char>(rng());
+    for (const std::string& bytes : {mutated, noise}) {
+      grpc::Status result = raw_call(channel, "/paraflow.ps.Worker/RunStep", bytes);
+      EXPECT_FALSE(result.ok()) << "no step can succeed: the ps task holds nothing";
+      EXPECT_NE(result.error_code(), grpc::StatusCode::UNAVAILABLE) << "the worker went away";
+      ++codes[result.error_code()];
+    }
+  }
+  grpc::Status unloaded = raw_call(channel, "/paraflow.ps.Worker/RunStep", message);
+  EXPECT_EQ(unloaded.error_code(), grpc::StatusCode::ABORTED) << unloaded.error_message();
+  EXPECT_NE(unloaded.error_message().find("holds nothing"), std::string::npos) << unloaded.error_message();
+  EXPECT_GT(codes[grpc::StatusCode::INVALID_ARGUMENT], 0);
 }
 
 TEST(PeerCallTest, AnUnreachablePeerFailsWithinTheDeadlineNamingIt) {
