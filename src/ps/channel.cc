@@ -101,10 +101,11 @@ std::shared_ptr<grpc::Channel> open_channel(const std::string& address, const Ch
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(message_limit(max_message_bytes));
   arguments.SetMaxSendMessageSize(message_limit(max_message_bytes));
-  // Reconnect quickly to a peer that comes back (a restarted ps or worker).
+  // Try again soon for a peer that comes back (a restarted ps or worker). gRPC's minimum backoff
+  // is also each attempt's connect timeout: left at its default (20 s), or a busy peer's
+  // handshake would never finish in time.
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   return grpc::CreateCustomChannel(address, security.channel_credentials(), arguments);
 }
 

@@ -93,13 +93,17 @@ struct Coordinator::Impl {
     return call_peer(ps_names[task], method, *shards[task], rpc, request, settings.timeout, settings.security);
   }
 
-  // Every ps task answering, or an error naming those that did not within the timeout.
+  // Every ps task answering, or an error naming those that did not within the timeout. Each try
+  // opens a new channel: an old one to a task that died keeps answering with its last failure
+  // for as long as gRPC's reconnect backoff lasts (measured: up to 19 s).
   void wait_for_shards() {
     const auto deadline = Clock::now() + settings.timeout;
     while (true) {
       std::vector<std::string> silent;
       for (size_t task = 0; task < shards.size(); ++task) {
         try {
+          shards[task] = ParameterServer::NewStub(
+              open_channel(settings.ps_addresses[task], settings.security, settings.max_message_bytes));
           call_peer(ps_names[task], "Status", *shards[task], &ParameterServer::Stub::Status, StatusRequest(),
                     std::chrono::milliseconds(1000), settings.security);
         } catch (const PeerError& e) {

@@ -44,9 +44,8 @@ class WorkerService final : public Worker::Service {
     executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
     for (size_t task = 0; task < settings_.ps_addresses.size(); ++task) {
       ps_names_.push_back(fmt::format("ps {} ({})", task, settings_.ps_addresses[task]));
-      stubs_.push_back(ParameterServer::NewStub(
-          open_channel(settings_.ps_addresses[task], settings_.security, settings_.max_message_bytes)));
     }
+    open_channels();
   }
 
   grpc::Status RunStep(grpc::ServerContext* context, const StepRequest* request, StepReply* reply) override {
@@ -69,7 +68,10 @@ class WorkerService final : public Worker::Service {
     try {
       run_step(*request, *reply);
     } catch (const PeerError& e) {
-      return grpc::Status(grpc::StatusCode::ABORTED, e.what());  // a ps failed: the chief recovers
+      // A ps task died: new channels for the next step (an old one would keep failing for as long
+      // as gRPC's reconnect backoff lasts, after the task is back).
+      if (e.unreachable()) open_channels();
+      return grpc::Status(grpc::StatusCode::ABORTED, e.what());  // the chief recovers
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::INTERNAL, fmt::format("worker {}: {}", settings_.address, e.what()));
     }
@@ -89,6 +91,13 @@ class WorkerService final : public Worker::Service {
   ShutdownLatch& latch() { return latch_; }
 
  private:
+  void open_channels() {
+    stubs_.clear();
+    for (const std::string& address : settings_.ps_addresses) {
+      stubs_.push_back(ParameterServer::NewStub(open_channel(address, settings_.security, settings_.max_message_bytes)));
+    }
+  }
+
   void run_step(const StepRequest& request, StepReply& reply) {
     const size_t tasks = stubs_.size();
     auto start = std::chrono::steady_clock::now();

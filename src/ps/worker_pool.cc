@@ -21,7 +21,8 @@ using Clock = std::chrono::steady_clock;
 struct WorkerPool::Impl {
   ChannelSecurity security;
   std::chrono::milliseconds timeout;
-  std::vector<std::string> names;
+  std::vector<std::string> names, addresses;
+  int64_t max_message_bytes = 0;
   std::vector<std::unique_ptr<Worker::Stub>> stubs;
   std::vector<std::thread> threads;
 
@@ -37,6 +38,17 @@ struct WorkerPool::Impl {
   std::vector<bool> down;
   std::optional<std::string> shard_failure, fatal;
   Clock::time_point last_progress = Clock::now();
+
+  void stop_threads() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      closing = true;
+    }
+    changed.notify_all();
+    for (std::thread& thread : threads) {
+      if (thread.joinable()) thread.join();
+    }
+  }
 
   void serve(size_t worker) {
     std::unique_lock<std::mutex> lock(mutex);
@@ -93,10 +105,15 @@ struct WorkerPool::Impl {
     }
   }
 
+  // Through a new channel, kept when it answers: an old one to a worker that died keeps failing
+  // for as long as gRPC's reconnect backoff lasts, after the worker is back. Only the worker's
+  // own thread calls it (and uses stubs[worker]), without the lock.
   bool reachable(size_t worker) {
+    auto stub = Worker::NewStub(open_channel(addresses[worker], security, max_message_bytes));
     try {
-      call_peer(names[worker], "Status", *stubs[worker], &Worker::Stub::Status, StatusRequest(),
+      call_peer(names[worker], "Status", *stub, &Worker::Stub::Status, StatusRequest(),
                 std::chrono::milliseconds(1000), security);
+      stubs[worker] = std::move(stub);
       return true;
     } catch (const PeerError&) {
       return false;
@@ -110,6 +127,8 @@ WorkerPool::WorkerPool(const std::vector<std::string>& addresses, ChannelSecurit
   impl_->security = std::move(security);
   impl_->timeout = timeout;
   impl_->down.assign(addresses.size(), false);
+  impl_->addresses = addresses;
+  impl_->max_message_bytes = max_message_bytes;
   for (size_t worker = 0; worker < addresses.size(); ++worker) {
     impl_->names.push_back(fmt::format("worker {} ({})", worker, addresses[worker]));
     impl_->stubs.push_back(Worker::NewStub(open_channel(addresses[worker], impl_->security, max_message_bytes)));
@@ -119,14 +138,7 @@ WorkerPool::WorkerPool(const std::vector<std::string>& addresses, ChannelSecurit
   }
 }
 
-WorkerPool::~WorkerPool() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->closing = true;
-  }
-  impl_->changed.notify_all();
-  for (std::thread& thread : impl_->threads) thread.join();
-}
+WorkerPool::~WorkerPool() { impl_->stop_threads(); }
 
 std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
   Impl& m = *impl_;
@@ -162,6 +174,7 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
 }
 
 void WorkerPool::shut_down_workers() {
+  impl_->stop_threads();  // the stubs are the main thread's from here on
   for (size_t worker = 0; worker < impl_->stubs.size(); ++worker) {
     try {
       call_peer(impl_->names[worker], "Shutdown", *impl_->stubs[worker], &Worker::Stub::Shutdown, ShutdownRequest(),

@@ -31,7 +31,8 @@ class WorkerPool {
   // and Error when a worker refuses a step, or no worker answers within the timeout.
   std::vector<StepReply> run(const std::vector<StepRequest>& steps);
 
-  // Asks every worker to exit (those that do not answer are left alone).
+  // Asks every worker to exit (those that do not answer are left alone); run() may not be called
+  // after it.
   void shut_down_workers();
 
  private:

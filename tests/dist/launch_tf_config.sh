@@ -5,17 +5,8 @@
 set -uo pipefail
 n=$1
 shift
-# Below the kernel's ephemeral range (32768 and up by default), so that no outgoing connection of
-# another test holds one of our ports; and nothing may be listening on them.
-read -r ephemeral_low _ < /proc/sys/net/ipv4/ip_local_port_range
-for attempt in $(seq 1 50); do
-  base=$((10000 + RANDOM % (ephemeral_low - 10000 - n)))
-  taken=0
-  for ((i = 0; i < n; i++)); do
-    (exec 3<>/dev/tcp/127.0.0.1/$((base + i))) 2>/dev/null && taken=1
-  done
-  ((taken == 0)) && break
-done
+source "$(dirname "${BASH_SOURCE[0]}")/free_ports.sh"
+pick_free_ports "$n"
 workers=""
 for ((i = 1; i < n; i++)); do workers+="${workers:+,}\"127.0.0.1:$((base + i))\""; done
 cluster="\"cluster\":{\"chief\":[\"127.0.0.1:$base\"]${workers:+,\"worker\":[$workers]}}"

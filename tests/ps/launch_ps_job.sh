@@ -7,16 +7,8 @@ ps_tasks=$1
 workers=$2
 shift 2
 n=$((ps_tasks + workers + 1))
-# Below the kernel's ephemeral range, so that no outgoing connection holds one of our ports.
-read -r ephemeral_low _ < /proc/sys/net/ipv4/ip_local_port_range
-for attempt in $(seq 1 50); do
-  base=$((10000 + RANDOM % (ephemeral_low - 10000 - n)))
-  taken=0
-  for ((i = 0; i < n; i++)); do
-    (exec 3<>/dev/tcp/127.0.0.1/$((base + i))) 2>/dev/null && taken=1
-  done
-  ((taken == 0)) && break
-done
+source "$(dirname "${BASH_SOURCE[0]}")/../dist/free_ports.sh"
+pick_free_ports "$n"
 list() {  # list FIRST COUNT: "127.0.0.1:p", ...
   local out=""
   for ((i = 0; i < $2; i++)); do out+="${out:+,}\"127.0.0.1:$(($1 + i))\""; done

@@ -74,8 +74,29 @@ class ParameterServerJob : public testing::TrainingJob {
   }
   static void kill_task(pid_t task, int signal = SIGKILL) { kill(-task, signal); }
 
-  // An uninterrupted 1-ps, 2-worker run into "whole", for the fault tests to equal bit for bit.
-  void run_uninterrupted() { ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0); }
+  // Runs an uninterrupted 1-ps, 2-worker job into "whole", then the same job into `out`, whose
+  // task `victim` (0: the ps task, 1 and 2: the workers, 3: the chief) is SIGKILLed once
+  // checkpoint 20 exists and, when `relaunch`, started again. Every task left must exit 0, and
+  // the export must equal the uninterrupted run's bit for bit.
+  void kill_mid_run(const std::string& out, size_t victim, bool relaunch) {
+    ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0);
+    const std::string cluster = make_cluster(1, 2);
+    std::vector<pid_t> tasks = start_job(cluster, out);
+    ASSERT_TRUE(wait_for(dir.path() / out / "ckpt-000000020"));
+    kill_task(tasks[victim]);
+    exit_status(tasks[victim]);
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / out / "export")) << "killed before the end";
+    if (relaunch) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const char* types[] = {"ps", "worker", "worker", "chief"};
+      tasks[victim] = start_task(cluster, types[victim], victim == 2 ? 1 : 0, out);
+    }
+    EXPECT_EQ(exit_status(tasks[3]), 0) << log(out, "chief", 0);
+    for (size_t task = 0; task < 3; ++task) {
+      if (task != victim || relaunch) EXPECT_EQ(exit_status(tasks[task]), 0) << "task " << task;
+    }
+    EXPECT_TRUE(bitwise_equal(out, "whole"));
+  }
 };
 
 // Synchronous mode sums every worker's slice on the ps tasks before one AdamW update: the same
@@ -124,56 +145,25 @@ TEST_F(ParameterServerJob, AsynchronousModeConvergesAndRejectsStalePushes) {
 // A worker killed mid-run: its step goes to the other worker, and since synchronous pushes are
 // kept per slice, no update is applied twice: the result is bit for bit the uninterrupted run's.
 TEST_F(ParameterServerJob, KilledWorkerStepsRunElsewhereAndTheResultIsUnchanged) {
-  run_uninterrupted();
-  const std::string cluster = make_cluster(1, 2);
-  std::vector<pid_t> tasks = start_job(cluster, "killed_worker");
-  ASSERT_TRUE(wait_for(dir.path() / "killed_worker/ckpt-000000020"));
-  kill_task(tasks[2]);
-  exit_status(tasks[2]);
-  EXPECT_EQ(exit_status(tasks[3]), 0) << log("killed_worker", "chief", 0);
-  EXPECT_EQ(exit_status(tasks[0]), 0);
-  EXPECT_EQ(exit_status(tasks[1]), 0);
+  kill_mid_run("killed_worker", 2, false);
   EXPECT_NE(log("killed_worker", "chief", 0).find("worker 1 (127.0.0.1:"), std::string::npos)
       << log("killed_worker", "chief", 0);
-  EXPECT_TRUE(bitwise_equal("killed_worker", "whole"));
 }
 
 // A ps task killed and restarted (as Kubernetes restarts a pod): the chief notices, waits for it,
 // reloads every shard from the latest checkpoint and finishes — again bit for bit the same.
 TEST_F(ParameterServerJob, KilledPsTaskIsReloadedFromTheLatestCheckpoint) {
-  run_uninterrupted();
-  const std::string cluster = make_cluster(1, 2);
-  std::vector<pid_t> tasks = start_job(cluster, "killed_ps");
-  ASSERT_TRUE(wait_for(dir.path() / "killed_ps/ckpt-000000020"));
-  kill_task(tasks[0]);
-  exit_status(tasks[0]);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  pid_t restarted = start_task(cluster, "ps", 0, "killed_ps");
-  EXPECT_EQ(exit_status(tasks[3]), 0) << log("killed_ps", "chief", 0);
-  EXPECT_EQ(exit_status(restarted), 0);
-  EXPECT_EQ(exit_status(tasks[1]), 0);
-  EXPECT_EQ(exit_status(tasks[2]), 0);
+  kill_mid_run("killed_ps", 0, true);
   const std::string chief = log("killed_ps", "chief", 0);
   EXPECT_NE(chief.find("a ps task failed"), std::string::npos) << chief;
   EXPECT_NE(chief.find("resumed from"), std::string::npos) << chief;
-  EXPECT_TRUE(bitwise_equal("killed_ps", "whole"));
 }
 
 // The chief killed and relaunched: it reloads the ps tasks from its latest checkpoint; the
 // workers and ps tasks never stopped.
 TEST_F(ParameterServerJob, RelaunchedChiefResumesFromItsLatestCheckpoint) {
-  run_uninterrupted();
-  const std::string cluster = make_cluster(1, 2);
-  std::vector<pid_t> tasks = start_job(cluster, "killed_chief");
-  ASSERT_TRUE(wait_for(dir.path() / "killed_chief/ckpt-000000020"));
-  kill_task(tasks[3]);
-  exit_status(tasks[3]);
-  EXPECT_FALSE(std::filesystem::exists(dir.path() / "killed_chief/export"));
-  pid_t relaunched = start_task(cluster, "chief", 0, "killed_chief");
-  EXPECT_EQ(exit_status(relaunched), 0) << log("killed_chief", "chief", 0);
-  for (int task = 0; task < 3; ++task) EXPECT_EQ(exit_status(tasks[static_cast<size_t>(task)]), 0);
+  kill_mid_run("killed_chief", 3, true);
   EXPECT_NE(log("killed_chief", "chief", 0).find("resumed from"), std::string::npos);
-  EXPECT_TRUE(bitwise_equal("killed_chief", "whole"));
 }
 
 // SIGTERM to every task at once (a preempted job): the ps tasks and workers stay until the chief
