@@ -104,7 +104,9 @@ class ParameterServerJob : public testing::TrainingJob {
 TEST_F(ParameterServerJob, SynchronousModeEqualsOneProcessOnTheSameBatch) {
   const std::string short_run = "--set train.steps=12 --set train.checkpoint_every=0 ";
   ASSERT_EQ(run(train_command("one", short_run)), 0);
-  ASSERT_EQ(run(launch(2, 2) + train_command("ps2x2", short_run)), 0);
+  // With an evaluator task too, which follows the chief's checkpoints as in any TF_CONFIG job.
+  ASSERT_EQ(run("EVALUATOR=1 " + launch(2, 2) + train_command("ps2x2", short_run)), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "ps2x2/eval/evaluated.json"));
   ASSERT_EQ(run(launch(1, 3) + train_command("ps1x3", short_run)), 0);
   ASSERT_EQ(run(launch(3, 1) + train_command("ps3x1", short_run)), 0);
   expect_same_training("ps2x2", "one");
