@@ -56,7 +56,7 @@ class ParameterServerService final : public ParameterServer::Service {
     // Sizes first, against the bytes that came: a forged count must not allocate anything.
     int64_t total = 0;
     for (const auto& piece : request->pieces()) {
-      if (piece.count() <= 0 || piece.offset() < 0 || piece.count() > request->parameters().size() / 4) {
+      if (piece.count() <= 0 || piece.offset() < 0 || piece.count() > static_cast<int64_t>(request->parameters().size() / sizeof(float))) {
         return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Load: piece '{}' has offset {} and count {}",
                                                                       piece.tensor(), piece.offset(), piece.count()));
       }

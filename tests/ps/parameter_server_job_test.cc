@@ -93,7 +93,9 @@ class ParameterServerJob : public testing::TrainingJob {
     }
     EXPECT_EQ(exit_status(tasks[3]), 0) << log(out, "chief", 0);
     for (size_t task = 0; task < 3; ++task) {
-      if (task != victim || relaunch) EXPECT_EQ(exit_status(tasks[task]), 0) << "task " << task;
+      if (task != victim || relaunch) {
+        EXPECT_EQ(exit_status(tasks[task]), 0) << "task " << task;
+      }
     }
     EXPECT_TRUE(bitwise_equal(out, "whole"));
   }
