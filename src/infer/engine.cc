@@ -89,7 +89,9 @@ struct Engine::Impl {
   EngineOptions options;
   int64_t max_blocks_per_sequence;
   KvBlockPool pool;
-  model::ParameterSet half_parameters;
+  // What decoding reads: the bf16 weights (with `parameters` for the rest), or every parameter
+  // in f32; either way the linear layers' weights [out, in].
+  model::ParameterSet decoding_parameters;
   model::GptGraph decoder_graph, head_graph;
   std::unique_ptr<graph::Executor> decoder, head;
   std::vector<std::pair<Tensor, Tensor>> pools;  // per layer (keys, values)
@@ -168,18 +170,19 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
         backend.name(), dtype_name(options.weights));
 
   decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size);
-  std::set<std::string> transposed;
-  if (options.weights == DType::bf16) transposed = model::use_half_weights_for_decoding(decoder_graph, backend);
+  // The weights' copy for decoding, as the generator makes it (model::*_for_decoding).
+  const bool half = options.weights == DType::bf16;
+  const std::set<std::string> transposed = half ? model::use_half_weights_for_decoding(decoder_graph, backend)
+                                                : model::transpose_weights_for_decoding(decoder_graph);
   head_graph = model::build_gpt_serving_head(config, options.max_num_seqs,
                                              decoder_graph.graph.value(decoder_graph.hidden).dtype);
-  if (options.weights == DType::bf16) {
-    model::use_half_weights_for_decoding(head_graph, backend);
-    half_parameters = parameters.converted_copy(backend, DType::bf16, transposed);
-  }
+  if (half) model::use_half_weights_for_decoding(head_graph, backend);
+  decoding_parameters = parameters.converted_copy(backend, options.weights, transposed);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);
-  model::bind_parameters(*decoder, decoder_graph, parameters, nullptr, &half_parameters);
-  model::bind_parameters(*head, head_graph, parameters, nullptr, &half_parameters);
+  const model::ParameterSet& bound = half ? parameters : decoding_parameters;
+  model::bind_parameters(*decoder, decoder_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
+  model::bind_parameters(*head, head_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
   const Shape pool_shape{pool.total(), config.n_head, options.block_size, config.n_embd / config.n_head};
   for (const auto& [keys, values] : decoder_graph.caches) {
     pools.emplace_back(backend.empty(pool_shape, DType::f32), backend.empty(pool_shape, DType::f32));

@@ -20,8 +20,8 @@ Generator::Generator(const model::GptConfig& config, const model::ParameterSet& 
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     caches_.emplace_back(backend.empty(cache, DType::f32), backend.empty(cache, DType::f32));
   }
-  // The decode graph now, and with it the bf16 weight copy: load work, not the first prompt's.
-  if (weights == DType::bf16) step_for(1);
+  // The decode graph now, and with it the weights' copy: load work, not the first prompt's.
+  step_for(1);
 }
 
 Generator::Step& Generator::step_for(int64_t new_tokens) {
@@ -31,15 +31,19 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
   auto slot = steps_.emplace(new_tokens, Step{}).first;
   model::GptGraph& g = slot->second.graph;
   g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
-  if (weights_ == DType::bf16) {
-    const std::set<std::string> transposed = model::use_half_weights_for_decoding(g, backend_);
-    if (half_parameters_.specs().empty()) {
-      half_parameters_ = parameters_.converted_copy(backend_, DType::bf16, transposed);
-    }
+  const std::set<std::string> transposed = weights_ == DType::bf16
+                                                ? model::use_half_weights_for_decoding(g, backend_)
+                                                : model::transpose_weights_for_decoding(g);
+  if (decoding_parameters_.specs().empty()) {
+    decoding_parameters_ = parameters_.converted_copy(backend_, weights_, transposed);
   }
   slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
   slot->second.executor->set_profiling(profiling_);
-  model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &half_parameters_);
+  if (weights_ == DType::bf16) {
+    model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &decoding_parameters_);
+  } else {
+    model::bind_parameters(*slot->second.executor, g, decoding_parameters_, nullptr);
+  }
   for (size_t layer = 0; layer < caches_.size(); ++layer) {
     slot->second.executor->bind(slot->second.graph.caches[layer].first, caches_[layer].first);
     slot->second.executor->bind(slot->second.graph.caches[layer].second, caches_[layer].second);

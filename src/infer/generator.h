@@ -29,8 +29,9 @@ struct Generation {
 
 class Generator {
  public:
-  // `weights` f32, or bf16 where the backend multiplies bf16 (a copy of `parameters` made once;
-  // activations are then stored in bf16 too, the logits and KV cache stay f32).
+  // `weights` f32, or bf16 where the backend multiplies bf16. Either way a copy of `parameters` is
+  // made once, with the linear layers' weights [out, in] for decoding: in bf16 (activations are
+  // then stored in bf16 too; the logits and KV cache stay f32), or in f32.
   Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend,
             DType weights = DType::f32);
 
@@ -60,7 +61,9 @@ class Generator {
   const model::ParameterSet& parameters_;
   Backend& backend_;
   DType weights_;
-  model::ParameterSet half_parameters_;  // the bf16 weights, when weights_ is bf16
+  // The copy decoding reads: the bf16 weights when weights_ is bf16 (with parameters_ for the
+  // rest), else every parameter in f32.
+  model::ParameterSet decoding_parameters_;
   std::vector<float> logits_;
   bool profiling_ = false;
   std::vector<std::pair<Tensor, Tensor>> caches_;

@@ -187,6 +187,18 @@ std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backen
   return transposed;
 }
 
+std::set<std::string> transpose_weights_for_decoding(GptGraph& g) {
+  std::vector<graph::ValueId> weights;
+  for (const auto& [name, id] : g.parameters) weights.push_back(id);
+  std::set<std::string> transposed;
+  for (graph::ValueId id : graph::transpose_matmul_weights(g.graph, weights)) {
+    for (const auto& [name, value] : g.parameters) {
+      if (value == id) transposed.insert(name);
+    }
+  }
+  return transposed;
+}
+
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {
   for (const auto& [parameter, copy] : plan.half_parameters) {
     for (const auto& [name, id] : g.parameters) {

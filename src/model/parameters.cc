@@ -155,7 +155,8 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
 }
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const std::set<std::string>& transposed) const {
-  check(dtype == DType::bf16 || dtype == DType::f16, "converted_copy: {} is not a 16-bit type", dtype_name(dtype));
+  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32, "converted_copy: {} is not f32, bf16 or f16",
+        dtype_name(dtype));
   std::vector<TensorSpec> specs = specs_;
   for (TensorSpec& spec : specs) {
     if (transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
@@ -165,14 +166,21 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const s
   copy.write_on_host([&](ParameterSet& host) {
     for (size_t i = 0; i < specs_.size(); ++i) {
       const float* from = source.at(i).data<float>();
-      uint16_t* to = host.at(i).data<uint16_t>();
+      const bool f32 = dtype == DType::f32;
+      float* to_f32 = f32 ? host.at(i).data<float>() : nullptr;
+      uint16_t* to = f32 ? nullptr : host.at(i).data<uint16_t>();
       const Shape& shape = specs_[i].shape;  // the source's
       const bool transpose = transposed.count(specs_[i].name) > 0;
       const int64_t rows = shape[0], columns = shape.numel() / rows;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < columns; ++c) {
           const float value = from[r * columns + c];
-          to[transpose ? c * rows + r : r * columns + c] = dtype == DType::bf16 ? f32_to_bf16(value) : f32_to_f16(value);
+          const int64_t at = transpose ? c * rows + r : r * columns + c;
+          if (f32) {
+            to_f32[at] = value;
+          } else {
+            to[at] = dtype == DType::bf16 ? f32_to_bf16(value) : f32_to_f16(value);
+          }
         }
       }
     }

@@ -77,7 +77,7 @@ class ParameterSet {
 
   // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
   void assign_converted(const ParameterSet& source);
-  // A copy in `dtype` (bf16 or f16) on `backend`, with the named 2-D tensors stored transposed
+  // A copy in `dtype` (f32, bf16 or f16) on `backend`, with the named 2-D tensors stored transposed
   // (converted on the host once: for weights that decoding reads in another layout).
   ParameterSet converted_copy(Backend& backend, DType dtype, const std::set<std::string>& transposed) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.

@@ -45,11 +45,6 @@ class BlockingSink : public infer::RequestSink {
 
 class PredictBatcherTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Rng rng(3);
-    model::initialize_gpt(parameters, config, rng);
-  }
-
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int64_t tokens) {
     infer::Generator generator(config, parameters, cpu_backend());
     infer::Sampler sampler({.temperature = 0});
@@ -85,8 +80,16 @@ class PredictBatcherTest : public ::testing::Test {
     return true;
   }
 
+  static model::ParameterSet random_parameters(const model::GptConfig& config) {
+    model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+    Rng rng(3);
+    model::initialize_gpt(parameters, config, rng);
+    return parameters;
+  }
+
   model::GptConfig config = testing::gpt_config(61, 40, 32, 2, 2);
-  model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
+  // Initialised before the engine, which copies the weights it decodes with.
+  model::ParameterSet parameters = random_parameters(config);
   infer::Engine engine{config, parameters, cpu_backend(), infer::EngineOptions{.kv_cache_gb = 0.01}};
 };
 
