@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <memory>
 #include <optional>
 
@@ -74,7 +76,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   const train::TrainConfig& config = setup.train;
   check(cluster.jobs.count("chief") != 0, "TF_CONFIG: parameter-server training needs a chief task (it coordinates "
         "the workers and writes the checkpoints)");
-  check(cluster.jobs.count("worker") != 0, "TF_CONFIG: parameter-server training needs worker tasks");
+  check(cluster.jobs.count("worker") != 0 && !cluster.jobs.at("worker").empty(),
+        "TF_CONFIG: parameter-server training needs worker tasks");
   check(config.tensor_parallel == 1 && config.pipeline_parallel == 1,
         "dist.tensor_parallel and dist.pipeline_parallel do not combine with ps tasks");
   check(config.grad_accumulation == 1, "train.grad_accumulation ({}) does not combine with ps tasks: raise "
@@ -87,8 +90,16 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   ps::Placement placement = ps::place_variables(specs, static_cast<int>(ps_addresses.size()));
   ps::ChannelSecurity security =
       ps::ChannelSecurity::from_files(setup.tls_cert, setup.tls_key, setup.tls_ca, setup.auth_token_file);
-  // The largest message: a whole shard's parameters and both moments (Load, Snapshot).
-  const int64_t max_message_bytes = 3 * model::element_count(specs) * static_cast<int64_t>(sizeof(float)) + (1 << 20);
+  // The largest message: a shard's parameters and both moments (Load, Snapshot), in one protobuf
+  // message, which cannot exceed 2 GiB.
+  int64_t largest_shard = 0;
+  for (size_t task = 0; task < ps_addresses.size(); ++task) {
+    largest_shard = std::max(largest_shard, placement.shard_elements(task));
+  }
+  const int64_t max_message_bytes = 3 * largest_shard * static_cast<int64_t>(sizeof(float)) + (1 << 20);
+  check(max_message_bytes <= INT32_MAX, "a ps shard of {:.0f}M parameters does not fit gRPC's 2 GiB messages with its "
+        "two moments: use more ps tasks (about {} for this model)", static_cast<double>(largest_shard) / 1e6,
+        ps_addresses.size() * static_cast<size_t>(max_message_bytes / INT32_MAX + 1));
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
   switch (cluster.role()) {
     case dist::Role::ps: {

@@ -312,9 +312,16 @@ void Coordinator::run(const std::atomic<bool>* stop) {
   data::EventWriter events(config.out_dir);
   const double tokens_per_step = static_cast<double>(config.batch_size * config.sequence_length);
   int recoveries = 0;  // in a row, without a step between them
-  auto recover = [&](const std::string& reason) {
-    check(++recoveries <= 5, "giving up after 5 recoveries in a row: {}", reason);
-    m.recover(reason);
+  auto recover = [&](std::string reason) {
+    while (true) {  // a ps task may fail again while the others are reloaded
+      check(++recoveries <= 5, "giving up after 5 recoveries in a row: {}", reason);
+      try {
+        m.recover(reason);
+        return;
+      } catch (const PeerError& e) {
+        reason = e.what();
+      }
+    }
   };
   std::filesystem::path checkpoint;
   bool stopping = false;

@@ -156,6 +156,9 @@ class ParameterServerService final : public ParameterServer::Service {
     shard.optimizer->update(shard.parameters.flat(), shard.gradients.flat(), Tensor(), request->lr(),
                             request->grad_scale());
     shard.applied_closures.insert(request->closure());
+    // A step is repeated only within the chief's window of steps: old ids need not be kept.
+    shard.applied_closures.erase(shard.applied_closures.begin(),
+                                 shard.applied_closures.lower_bound(request->closure() - (1 << 16)));
     reply->set_version(++shard.version);
     reply->set_applied(true);
     return grpc::Status::OK;
@@ -196,7 +199,7 @@ class ParameterServerService final : public ParameterServer::Service {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto status = check_call(*context, request->generation(), "Apply"); !status.ok()) return status;
     Shard& shard = *shard_;
-    if (shard.synchronous && request->version() + 1 == shard.version) {  // applied; the answer was lost
+    if (shard.synchronous && request->version() == shard.version - 1) {  // applied; the answer was lost
       reply->set_version(shard.version);
       return grpc::Status::OK;
     }

@@ -32,12 +32,18 @@ struct WorkerPool::Impl {
   std::deque<size_t> queue;  // indices into steps
   const std::vector<StepRequest>* steps = nullptr;
   std::vector<std::optional<StepReply>> replies;
+  std::vector<int> timed_out;  // by step: how often it ran past its deadline
   size_t done = 0;
   int in_flight = 0;
   uint64_t round = 0;  // run() calls so far: a late answer from an earlier one is dropped
   std::vector<bool> down;
   std::optional<std::string> shard_failure, fatal;
   Clock::time_point last_progress = Clock::now();
+
+  // A step pulls, computes and pushes, each of the worker's calls to a ps task bounded by the
+  // timeout: the step's own deadline leaves room for all three, so a hung ps task is reported by
+  // the worker (and the chief recovers) before the chief gives up on the worker.
+  std::chrono::milliseconds step_deadline() const { return 3 * timeout; }
 
   void stop_threads() {
     {
@@ -77,7 +83,8 @@ struct WorkerPool::Impl {
       std::optional<StepReply> reply;
       std::optional<PeerError> error;
       try {
-        reply = call_peer(names[worker], "RunStep", *stubs[worker], &Worker::Stub::RunStep, request, timeout, security);
+        reply = call_peer(names[worker], "RunStep", *stubs[worker], &Worker::Stub::RunStep, request, step_deadline(),
+                          security);
       } catch (const PeerError& e) {
         error = e;
       }
@@ -91,11 +98,23 @@ struct WorkerPool::Impl {
         replies[index] = std::move(*reply);
         ++done;
         last_progress = Clock::now();
-      } else if (error->unreachable()) {
+      } else if (error->code() == grpc::StatusCode::UNAVAILABLE) {  // the worker is gone
         down[worker] = true;
         queue.push_front(index);
         fmt::print(stderr, "{} is unreachable ({}): batch {} slice {} goes to another worker\n", names[worker],
                    error->what(), request.batch_index(), request.slice());
+      } else if (error->code() == grpc::StatusCode::DEADLINE_EXCEEDED && !timed_out[index]++) {
+        // Hung, or cut off: once, the step goes to another worker and this one is polled.
+        down[worker] = true;
+        queue.push_front(index);
+        fmt::print(stderr, "{} did not finish batch {} slice {} within {} ms: it goes to another worker\n",
+                   names[worker], request.batch_index(), request.slice(), step_deadline().count());
+      } else if (error->code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        if (!fatal) {
+          fatal = fmt::format("batch {} slice {} ran past {} ms on two workers (the last: {}): a step takes longer "
+                              "than 3 x dist.timeout_seconds, or its workers hang", request.batch_index(),
+                              request.slice(), step_deadline().count(), names[worker]);
+        }
       } else if (error->code() == grpc::StatusCode::ABORTED || error->code() == grpc::StatusCode::FAILED_PRECONDITION) {
         if (!shard_failure) shard_failure = error->what();
       } else if (!fatal) {
@@ -146,6 +165,7 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
   m.steps = &steps;
   ++m.round;
   m.replies.assign(steps.size(), std::nullopt);
+  m.timed_out.assign(steps.size(), 0);
   m.done = 0;
   m.queue.clear();
   for (size_t index = 0; index < steps.size(); ++index) m.queue.push_back(index);

@@ -63,9 +63,9 @@ class ParameterServerJob : public testing::TrainingJob {
     return read_file(log_path(out, type, index));
   }
   // Every task of a 1-ps, 2-worker job; returns their pids: ps, worker 0, worker 1, chief.
-  std::vector<pid_t> start_job(const std::string& cluster, const std::string& out) {
-    return {start_task(cluster, "ps", 0, out), start_task(cluster, "worker", 0, out),
-            start_task(cluster, "worker", 1, out), start_task(cluster, "chief", 0, out)};
+  std::vector<pid_t> start_job(const std::string& cluster, const std::string& out, const std::string& extra = "") {
+    return {start_task(cluster, "ps", 0, out, extra), start_task(cluster, "worker", 0, out, extra),
+            start_task(cluster, "worker", 1, out, extra), start_task(cluster, "chief", 0, out, extra)};
   }
   static int exit_status(pid_t task) {
     int status = 0;
@@ -170,6 +170,24 @@ TEST_F(ParameterServerJob, RelaunchedChiefResumesFromItsLatestCheckpoint) {
   EXPECT_NE(log("killed_chief", "chief", 0).find("resumed from"), std::string::npos);
 }
 
+// A worker that hangs (SIGSTOP) mid-run: its step runs past the deadline (3 x
+// dist.timeout_seconds), goes to the other worker, and the result is again the uninterrupted one.
+TEST_F(ParameterServerJob, HungWorkerStepRunsElsewhereAfterItsDeadline) {
+  ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0);
+  const std::string cluster = make_cluster(1, 2);
+  std::vector<pid_t> tasks = start_job(cluster, "hung_worker", "--set dist.timeout_seconds=1");
+  ASSERT_TRUE(wait_for(dir.path() / "hung_worker/ckpt-000000020"));
+  kill_task(tasks[2], SIGSTOP);
+  EXPECT_EQ(exit_status(tasks[3]), 0) << log("hung_worker", "chief", 0);
+  kill_task(tasks[2]);
+  exit_status(tasks[2]);
+  EXPECT_EQ(exit_status(tasks[0]), 0);
+  EXPECT_EQ(exit_status(tasks[1]), 0);
+  const std::string chief = log("hung_worker", "chief", 0);
+  EXPECT_NE(chief.find("did not finish batch"), std::string::npos) << chief;
+  EXPECT_TRUE(bitwise_equal("hung_worker", "whole"));
+}
+
 // SIGTERM to every task at once (a preempted job): the ps tasks and workers stay until the chief
 // has taken its last snapshot, and everything exits 0 with a checkpoint.
 TEST_F(ParameterServerJob, SigtermToEveryTaskEndsWithACheckpoint) {
@@ -248,6 +266,10 @@ TEST_F(ParameterServerJob, BadClustersAndSettingsAreRefusedByName) {
   std::string message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"ps\",\"index\":0}}}}' {}",
                                                     no_chief, train_command("bad")));
   EXPECT_NE(message.find("needs a chief task"), std::string::npos) << message;
+  const std::string no_workers = R"("cluster":{"chief":["127.0.0.1:1"],"worker":[],"ps":["127.0.0.1:2"]})";
+  message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"chief\",\"index\":0}}}}' {}",
+                                        no_workers, train_command("bad")));
+  EXPECT_NE(message.find("needs worker tasks"), std::string::npos) << message;
   const std::string cluster = make_cluster(1, 1);
   message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"chief\",\"index\":0}}}}' {}", cluster,
                                         train_command("bad", "--set dist.pipeline_parallel=2")));
