@@ -171,33 +171,33 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
   return g;
 }
 
-std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
-  std::set<graph::ValueId> keep_f32;
-  if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
-  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, keep_f32,
-                                                        backend));
-  std::vector<graph::ValueId> copies;
-  for (const auto& [name, id] : g.half_parameters) copies.push_back(id);
-  std::set<std::string> transposed;
-  for (graph::ValueId id : graph::transpose_matmul_weights(g.graph, copies)) {
-    for (const auto& [name, copy] : g.half_parameters) {
-      if (copy == id) transposed.insert(name);
-    }
-  }
-  return transposed;
-}
+namespace {
 
-std::set<std::string> transpose_weights_for_decoding(GptGraph& g) {
-  std::vector<graph::ValueId> weights;
-  for (const auto& [name, id] : g.parameters) weights.push_back(id);
+// Stores those of `values` (name -> value) that only in_out matmuls read as [out, in]; returns
+// their names.
+std::set<std::string> transpose_for_decoding(graph::Graph& graph, const std::map<std::string, graph::ValueId>& values) {
+  std::vector<graph::ValueId> ids;
+  for (const auto& [name, id] : values) ids.push_back(id);
   std::set<std::string> transposed;
-  for (graph::ValueId id : graph::transpose_matmul_weights(g.graph, weights)) {
-    for (const auto& [name, value] : g.parameters) {
+  for (graph::ValueId id : graph::transpose_matmul_weights(graph, ids)) {
+    for (const auto& [name, value] : values) {
       if (value == id) transposed.insert(name);
     }
   }
   return transposed;
 }
+
+}  // namespace
+
+std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
+  std::set<graph::ValueId> keep_f32;
+  if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
+  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, keep_f32,
+                                                        backend));
+  return transpose_for_decoding(g.graph, g.half_parameters);
+}
+
+std::set<std::string> transpose_weights_for_decoding(GptGraph& g) { return transpose_for_decoding(g.graph, g.parameters); }
 
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {
   for (const auto& [parameter, copy] : plan.half_parameters) {
