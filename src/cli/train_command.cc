@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -92,10 +91,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       ps::ChannelSecurity::from_files(setup.tls_cert, setup.tls_key, setup.tls_ca, setup.auth_token_file);
   // The largest message: a shard's parameters and both moments (Load, Snapshot), in one protobuf
   // message, which cannot exceed 2 GiB.
-  int64_t largest_shard = 0;
-  for (size_t task = 0; task < ps_addresses.size(); ++task) {
-    largest_shard = std::max(largest_shard, placement.shard_elements(task));
-  }
+  const int64_t largest_shard = placement.largest_shard_elements();
   const int64_t max_message_bytes = 3 * largest_shard * static_cast<int64_t>(sizeof(float)) + (1 << 20);
   check(max_message_bytes <= INT32_MAX, "a ps shard of {:.0f}M parameters does not fit gRPC's 2 GiB messages with its "
         "two moments: use more ps tasks (about {} for this model)", static_cast<double>(largest_shard) / 1e6,

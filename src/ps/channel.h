@@ -74,6 +74,11 @@ std::unique_ptr<grpc::Server> start_server(const std::string& address, const Cha
                                            int64_t max_message_bytes, const std::vector<grpc::Service*>& services,
                                            int* port = nullptr);
 
+// How messages name task `index` of `job` at `address`: "ps 1 (127.0.0.1:2223)".
+inline std::string peer_name(const char* job, size_t index, const std::string& address) {
+  return fmt::format("{} {} ({})", job, index, address);
+}
+
 // One unary call to `peer` (e.g. "ps 1 (127.0.0.1:2223)") within `deadline`; throws PeerError
 // naming the peer and the method.
 template <typename Stub, typename Request, typename Reply>

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/progress.h"
 #include "base/random.h"
 #include "data/events.h"
@@ -20,8 +21,6 @@ namespace paraflow::ps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // What a step (or an asynchronous window of steps) reports for the progress line and summaries.
 struct StepMetrics {
@@ -54,6 +53,7 @@ struct Coordinator::Impl {
   model::GptConfig model_config;
   train::TrainConfig config;
   Placement placement;
+  std::string placement_digest;  // sent with every step
   ClusterSettings settings;
   std::vector<std::string> ps_names;
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards;
@@ -71,6 +71,7 @@ struct Coordinator::Impl {
       : model_config(model_config_),
         config(std::move(config_)),
         placement(std::move(placement_)),
+        placement_digest(placement.digest()),
         settings(std::move(settings_)),
         checkpoints(config.out_dir, config.keep_checkpoints) {
     Backend& backend = cpu_backend();
@@ -78,7 +79,7 @@ struct Coordinator::Impl {
     first_moment = backend.empty(whole.flat().shape(), DType::f32);
     second_moment = backend.empty(whole.flat().shape(), DType::f32);
     for (size_t task = 0; task < settings.ps_addresses.size(); ++task) {
-      ps_names.push_back(fmt::format("ps {} ({})", task, settings.ps_addresses[task]));
+      ps_names.push_back(peer_name("ps", task, settings.ps_addresses[task]));
       shards.push_back(ParameterServer::NewStub(
           open_channel(settings.ps_addresses[task], settings.security, settings.max_message_bytes)));
     }
@@ -232,7 +233,7 @@ struct Coordinator::Impl {
     request.set_slices(slices);
     request.set_version(step);
     request.set_lr(lr);
-    request.set_placement(placement.digest());
+    request.set_placement(placement_digest);
     return request;
   }
 
@@ -302,7 +303,7 @@ void Coordinator::run(const std::atomic<bool>* stop) {
   fmt::print(stderr, "parameter servers: {} ps task(s), {} worker(s), {} mode{}; {}\nplacement {}:\n{}",
              m.shards.size(), m.settings.worker_addresses.size(), m.settings.synchronous ? "synchronous" : "asynchronous",
              m.settings.synchronous ? "" : fmt::format(" (max staleness {})", m.settings.max_staleness),
-             m.settings.security.describe(), m.placement.digest(), m.placement.describe());
+             m.settings.security.describe(), m.placement_digest, m.placement.describe());
   if (config.eval_every > 0) fmt::print(stderr, "train.eval_every: the evaluator task evaluates in ps mode\n");
   m.wait_for_shards();
   m.load_shards();

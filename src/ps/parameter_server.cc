@@ -8,7 +8,6 @@
 
 #include "model/parameters.h"
 #include "ps/parameter_server.grpc.pb.h"
-#include "ps/placement.h"
 #include "ps/wire.h"
 #include "train/optimizer.h"
 
@@ -24,7 +23,6 @@ struct Shard {
   bool synchronous = true;
   int slices = 1;
   int64_t max_staleness = 0;
-  std::vector<Piece> pieces;
   model::ParameterSet parameters, gradients;  // one spec per piece, in piece order
   std::unique_ptr<train::AdamW> optimizer;
   int64_t version = 0;
@@ -73,7 +71,6 @@ class ParameterServerService final : public ParameterServer::Service {
     auto shard = std::make_unique<Shard>();
     std::vector<model::TensorSpec> specs;
     for (const auto& piece : request->pieces()) {
-      shard->pieces.push_back({piece.tensor(), piece.offset(), piece.count(), piece.weight_decay()});
       specs.push_back({piece.tensor(), Shape{piece.count()}, model::Init::zeros, piece.weight_decay()});
     }
     shard->parameters = model::ParameterSet(specs, backend_);

@@ -15,6 +15,12 @@ int64_t Placement::shard_elements(size_t task) const {
   return total;
 }
 
+int64_t Placement::largest_shard_elements() const {
+  int64_t largest = 0;
+  for (size_t task = 0; task < shards.size(); ++task) largest = std::max(largest, shard_elements(task));
+  return largest;
+}
+
 nlohmann::json Placement::to_json() const {
   nlohmann::json tasks = nlohmann::json::array();
   for (const std::vector<Piece>& shard : shards) {

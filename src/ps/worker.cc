@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "base/clock.h"
 #include "graph/executor.h"
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/wire.h"
@@ -15,16 +16,12 @@ namespace paraflow::ps {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 class WorkerService final : public Worker::Service {
  public:
   WorkerService(const model::GptConfig& model_config, const train::TrainConfig& config, train::BatchSource& data,
                 Backend& backend, Placement placement, WorkerSettings settings)
       : config_(config), data_(data), backend_(backend), placement_(std::move(placement)),
-        settings_(std::move(settings)) {
+        placement_digest_(placement_.digest()), settings_(std::move(settings)) {
     check(config_.batch_size % settings_.slices == 0,
           "train.batch_size ({}) must be a multiple of the worker tasks ({}) in synchronous parameter-server mode",
           config_.batch_size, settings_.slices);
@@ -43,7 +40,7 @@ class WorkerService final : public Worker::Service {
     backend_.upload(std::vector<float>(static_cast<size_t>(loss_grad_.numel()), weight).data(), loss_grad_);
     executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
     for (size_t task = 0; task < settings_.ps_addresses.size(); ++task) {
-      ps_names_.push_back(fmt::format("ps {} ({})", task, settings_.ps_addresses[task]));
+      ps_names_.push_back(peer_name("ps", task, settings_.ps_addresses[task]));
     }
     open_channels();
   }
@@ -51,11 +48,11 @@ class WorkerService final : public Worker::Service {
   grpc::Status RunStep(grpc::ServerContext* context, const StepRequest* request, StepReply* reply) override {
     if (auto status = settings_.security.authenticate(*context); !status.ok()) return status;
     std::lock_guard<std::mutex> lock(step_mutex_);
-    if (request->placement() != placement_.digest()) {
+    if (request->placement() != placement_digest_) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           fmt::format("the chief places the variables as {}, this worker as {}: every task must run "
                                       "the same model config with the same ps tasks", request->placement(),
-                                      placement_.digest()));
+                                      placement_digest_));
     }
     if (request->synchronous() != settings_.synchronous || request->slices() != settings_.slices ||
         request->slice() < 0 || request->slice() >= request->slices() || request->batch_index() < 0) {
@@ -152,6 +149,7 @@ class WorkerService final : public Worker::Service {
   train::BatchSource& data_;
   Backend& backend_;
   Placement placement_;
+  const std::string placement_digest_;
   WorkerSettings settings_;
   model::GptGraph graph_;
   model::ParameterSet parameters_, gradients_, half_parameters_;

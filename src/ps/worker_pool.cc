@@ -149,7 +149,7 @@ WorkerPool::WorkerPool(const std::vector<std::string>& addresses, ChannelSecurit
   impl_->addresses = addresses;
   impl_->max_message_bytes = max_message_bytes;
   for (size_t worker = 0; worker < addresses.size(); ++worker) {
-    impl_->names.push_back(fmt::format("worker {} ({})", worker, addresses[worker]));
+    impl_->names.push_back(peer_name("worker", worker, addresses[worker]));
     impl_->stubs.push_back(Worker::NewStub(open_channel(addresses[worker], impl_->security, max_message_bytes)));
   }
   for (size_t worker = 0; worker < addresses.size(); ++worker) {

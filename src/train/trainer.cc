@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 
+#include "base/clock.h"
 #include "base/progress.h"
 #include "base/random.h"
 #include "data/events.h"
@@ -17,14 +18,6 @@
 #include "model/model_files.h"
 
 namespace paraflow::train {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 TrainConfig TrainConfig::from_config(const Config& config) {
   // Types, ranges and defaults are the config schema's; what is checked here relates two keys.
