@@ -50,6 +50,7 @@ RendezvousServer::RendezvousServer(int port) : impl_(std::make_unique<Impl>()) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort("0.0.0.0:" + std::to_string(port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not shared
   builder.RegisterService(&impl_->service);
   impl_->server = builder.BuildAndStart();
   check(impl_->server != nullptr && bound_port == port, "rendezvous: cannot listen on port {} (in use?)", port);

@@ -117,6 +117,9 @@ std::unique_ptr<grpc::Server> start_server(const std::string& address, const Cha
   builder.AddListeningPort(address, security.server_credentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(message_limit(max_message_bytes));
   builder.SetMaxSendMessageSize(message_limit(max_message_bytes));
+  // gRPC shares a port with SO_REUSEPORT by default: a second copy of a task would silently take
+  // half the connections. A port in use is an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   check(server != nullptr && bound_port != 0, "cannot listen on {} (the TF_CONFIG address of this task): in use, or "

@@ -261,6 +261,24 @@ TEST_F(ParameterServerJob, TlsAndTokenProtectEveryTask) {
   EXPECT_NE(chief_log.find("missing or wrong token"), std::string::npos) << chief_log;
 }
 
+// A second copy of a task on the same address is refused, not given half the connections.
+TEST_F(ParameterServerJob, SecondCopyOfATaskIsRefused) {
+  const std::string cluster = make_cluster(1, 1);
+  pid_t ps = start_task(cluster, "ps", 0, "twice");
+  const std::string address = nlohmann::json::parse("{" + cluster + "}")["cluster"]["ps"][0];
+  ASSERT_TRUE(wait_for(log_path("twice", "ps", 0)));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (log("twice", "ps", 0).find("serving") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string message =
+      failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"ps\",\"index\":0}}}}' {}", cluster,
+                                  train_command("twice")));
+  EXPECT_NE(message.find("cannot listen on " + address), std::string::npos) << message;
+  kill_task(ps);
+  exit_status(ps);
+}
+
 TEST_F(ParameterServerJob, BadClustersAndSettingsAreRefusedByName) {
   const std::string no_chief = R"("cluster":{"worker":["127.0.0.1:1"],"ps":["127.0.0.1:2"]})";
   std::string message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"ps\",\"index\":0}}}}' {}",
