@@ -42,22 +42,26 @@ int main(int argc, char** argv) {
   CLI::App app{"row-invariant matmul vs oneDNN at decoding batch sizes"};
   int64_t in = 768, out = 3072, seconds_per_case = 1;
   std::vector<int64_t> rows{1, 4, 8, 16, 32, 64};
+  std::string dtype_name = "bfloat16";
+  app.add_option("--dtype", dtype_name, "Weights and inputs: bfloat16 or float32 (oneDNN's sgemm the reference)")
+      ->check(CLI::IsMember({"bfloat16", "float32"}));
   app.add_option("--in", in, "Input features");
   app.add_option("--out", out, "Output features");
   app.add_option("--rows", rows, "Row counts")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   Backend& backend = cpu_backend();
-  if (!backend.supports(KernelOp::matmul_forward, DType::bf16)) {
-    fmt::print("this CPU has no bf16 matmul kernels\n");
-    return 1;
+  const DType dtype = dtype_name == "float32" ? DType::f32 : DType::bf16;
+  fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} {} weights [out, in]\n", cpu_model(), cpu::onednn_isa_name(), in, out,
+             dtype_name);
+  if (dtype == DType::bf16 && !backend.supports(KernelOp::matmul_backward, DType::bf16)) {
+    fmt::print("no native bf16 GEMMs on this CPU: both columns run the row-invariant kernel\n");
   }
-  fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} bf16 weights [out, in]\n", cpu_model(), cpu::onednn_isa_name(), in, out);
   fmt::print("{:>6} {:>30} {:>30} {:>8}\n", "rows", "row_invariant GMAC/s wall/cpu", "onednn GMAC/s wall/cpu",
              "ratio");
-  Tensor weight = Tensor::zeros(Shape{out, in}, DType::bf16);
+  Tensor weight = Tensor::zeros(Shape{out, in}, dtype);
   Tensor bias = Tensor::zeros(Shape{out}, DType::f32);
   for (int64_t n : rows) {
-    Tensor x = Tensor::zeros(Shape{n, in}, DType::bf16), y = Tensor::zeros(Shape{n, out}, DType::f32);
+    Tensor x = Tensor::zeros(Shape{n, in}, dtype), y = Tensor::zeros(Shape{n, out}, DType::f32);
     auto rate = [&](bool row_invariant) {
       MatmulForward args{.out = y, .inp = x, .weight = weight, .bias = bias, .layout = WeightLayout::out_in,
                          .row_invariant = row_invariant};

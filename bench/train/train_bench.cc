@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   cpu::set_gemm_engine(chosen);
   // The bf16 GEMM peak too, where the backend has bf16 GEMMs: mixed_bfloat16's MFU is against it.
   const DType gemms = train::gemm_dtype(graph::parse_precision_policy(precision), backend);
-  const double bf16_peak = backend.supports(KernelOp::matmul_forward, DType::bf16)
+  const double bf16_peak = train::gemm_dtype(graph::PrecisionPolicy::mixed_bfloat16, backend) == DType::bf16
                                ? train::measure_peak_flops(backend, 2048, DType::bf16)
                                : 0.0;
   if (communicator->rank() == 0 && bf16_peak > 0) fmt::print("bf16_gemm_gflops_onednn {:.1f}\n", bf16_peak / 1e9);

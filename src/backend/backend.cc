@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <string_view>
 
 namespace paraflow {
 
@@ -12,6 +13,8 @@ const char* kernel_op_name(KernelOp op) {
 #undef PARAFLOW_KERNEL_CASE
   return "?";
 }
+
+bool is_backward_kernel(KernelOp op) { return std::string_view(kernel_op_name(op)).ends_with("_backward"); }
 
 namespace {
 

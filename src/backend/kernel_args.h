@@ -28,6 +28,8 @@ enum class KernelOp : uint8_t { PARAFLOW_KERNELS(PARAFLOW_KERNEL_ENUMERATOR) };
 #undef PARAFLOW_KERNEL_ENUMERATOR
 
 const char* kernel_op_name(KernelOp op);
+// A gradient's kernel (named *_backward): only training launches it.
+bool is_backward_kernel(KernelOp op);
 
 // How a matmul's weight is laid out. Linear layers store [in, out] (Hugging Face's Conv1D);
 // the tied language-model head reuses the embedding table, which is [out, in].

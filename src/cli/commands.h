@@ -43,7 +43,7 @@ inline CLI::Validator in_range(const Range& range) {
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
-  return backend.supports(KernelOp::matmul_forward, DType::bf16) ? DType::bf16 : DType::f32;
+  return backend.supports(KernelOp::matmul_backward, DType::bf16) ? DType::bf16 : DType::f32;
 }
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.

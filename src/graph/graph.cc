@@ -112,8 +112,9 @@ ValueId Graph::find(const std::string& name) const {
   return found == by_name_.end() ? kNoValue : found->second;
 }
 
-bool OpDef::runs_in(const Backend& backend, DType dtype) const {
+bool OpDef::runs_in(const Backend& backend, DType dtype, bool with_backward) const {
   for (KernelOp kernel : kernels()) {
+    if (!with_backward && is_backward_kernel(kernel)) continue;
     if (!backend.supports(kernel, dtype)) return false;
   }
   return true;

@@ -35,9 +35,10 @@ class OpDef {
   virtual std::vector<OutputSpec> infer(const std::vector<const Value*>& inputs, const Attributes& attributes) const = 0;
   virtual void forward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
   virtual void backward(Backend& backend, const NodeTensors& tensors, const Attributes& attributes) const = 0;
-  // The kernels forward and backward launch: a backend runs the op in a dtype when it has them all.
+  // The kernels forward and backward launch: a backend runs the op in a dtype when it has them all
+  // (the forward ones, when nothing will run backward).
   virtual std::vector<KernelOp> kernels() const = 0;
-  bool runs_in(const Backend& backend, DType dtype) const;
+  bool runs_in(const Backend& backend, DType dtype, bool with_backward = true) const;
   // Small inputs read on the host (a position): the executor keeps them in host memory, as
   // TensorFlow's HostMemory() does, whatever device runs the op.
   virtual bool host_memory_input(size_t index) const { (void)index; return false; }

@@ -39,7 +39,7 @@ struct Reader {
   bool accepts_half;  // at every position it reads the value from
 };
 
-std::vector<Reader> readers_of(const Graph& graph, ValueId value, DType half, const Backend& backend) {
+std::vector<Reader> readers_of(const Graph& graph, ValueId value, DType half, GraphUse use, const Backend& backend) {
   std::vector<Reader> readers;
   for (int32_t n : graph.schedule()) {
     const Node& node = graph.nodes()[static_cast<size_t>(n)];
@@ -48,7 +48,7 @@ std::vector<Reader> readers_of(const Graph& graph, ValueId value, DType half, co
       if (node.inputs[i] != value) continue;
       reads = true;
       const OpDef& def = op_def(node.kind);
-      accepts = accepts && def.accepts_half_input(i) && def.runs_in(backend, half);
+      accepts = accepts && def.accepts_half_input(i) && def.runs_in(backend, half, use == GraphUse::training);
     }
     if (reads) readers.push_back({n, accepts});
   }
@@ -65,7 +65,7 @@ std::pair<ValueId, int32_t> add_cast(Graph& graph, ValueId value, const std::str
 
 }  // namespace
 
-PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
+PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, GraphUse use, const std::set<ValueId>& keep_f32,
                                      const Backend& backend, const std::set<ValueId>& stored_inputs) {
   PrecisionPlan plan;
   if (policy == PrecisionPolicy::float32) return plan;
@@ -74,7 +74,7 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const
   // read that, the others an f32 copy cast back from it. Cast nodes carry the value's name, so a
   // transformer block's casts fall inside the block's recompute region.
   auto store_half = [&](ValueId value) {
-    std::vector<Reader> readers = readers_of(graph, value, half, backend);
+    std::vector<Reader> readers = readers_of(graph, value, half, use, backend);
     if (readers.empty()) return;
     const std::string name = graph.value(value).name;
     ValueId stored = value;
@@ -105,7 +105,7 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const
   for (size_t v = 0; v < value_count; ++v) {
     const auto parameter = static_cast<ValueId>(v);
     if (graph.value(parameter).role != ValueRole::parameter) continue;
-    std::vector<Reader> readers = readers_of(graph, parameter, half, backend);
+    std::vector<Reader> readers = readers_of(graph, parameter, half, use, backend);
     ValueId copy = kNoValue;
     for (const Reader& reader : readers) {
       if (!reader.accepts_half) continue;
@@ -132,7 +132,8 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const
     bool reads_half = false;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       reads_half = reads_half ||
-                   (def.accepts_half_input(i) && def.runs_in(backend, half) && graph.value(node.inputs[i]).dtype == half);
+                   (def.accepts_half_input(i) && def.runs_in(backend, half, use == GraphUse::training) &&
+                    graph.value(node.inputs[i]).dtype == half);
     }
     if (reads_half && !keep_f32.count(out)) {
       for (size_t o = 0; o < node.outputs.size(); ++o) {

@@ -31,12 +31,17 @@ struct PrecisionPlan {
   std::vector<std::pair<ValueId, ValueId>> half_parameters;
 };
 
+// What the graph will run: its forward pass only (decoding), or forward and then backward.
+enum class GraphUse { inference, training };
+
 // Run on the forward graph, before autodiff. Values in `keep_f32` are left alone. An op reads a
-// 16-bit value directly where it accepts one and `backend` has its kernels in that type; other
-// readers of an activation get an f32 copy, other readers of a parameter the f32 parameter.
-// `stored_inputs` are f32 inputs treated like activations (a pipeline stage's residual stream
-// received from the previous stage), so that ops mixing them with activations see one type.
-PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, const std::set<ValueId>& keep_f32,
-                                     const Backend& backend, const std::set<ValueId>& stored_inputs = {});
+// 16-bit value directly where it accepts one and `backend` has its kernels in that type (the
+// forward kernels only, for inference); other readers of an activation get an f32 copy, other
+// readers of a parameter the f32 parameter. `stored_inputs` are f32 inputs treated like
+// activations (a pipeline stage's residual stream received from the previous stage), so that ops
+// mixing them with activations see one type.
+PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, GraphUse use,
+                                     const std::set<ValueId>& keep_f32, const Backend& backend,
+                                     const std::set<ValueId>& stored_inputs = {});
 
 }  // namespace paraflow::graph

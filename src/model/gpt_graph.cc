@@ -192,8 +192,8 @@ std::set<std::string> transpose_for_decoding(graph::Graph& graph, const std::map
 std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
   std::set<graph::ValueId> keep_f32;
   if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
-  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16, keep_f32,
-                                                        backend));
+  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16,
+                                                        graph::GraphUse::inference, keep_f32, backend));
   return transpose_for_decoding(g.graph, g.half_parameters);
 }
 

@@ -14,6 +14,7 @@
 #include "data/events.h"
 #include "data/tokenizer.h"
 #include "dist/collective_group.h"
+#include "graph/op.h"
 #include "train/training_graph.h"
 #include "model/model_files.h"
 
@@ -606,7 +607,7 @@ dist::Communicator& local_communicator() {
 
 DType gemm_dtype(graph::PrecisionPolicy policy, const Backend& backend) {
   const DType storage = graph::storage_dtype(policy);
-  return backend.supports(KernelOp::matmul_forward, storage) ? storage : DType::f32;
+  return graph::op_def(graph::OpKind::matmul).runs_in(backend, storage) ? storage : DType::f32;
 }
 
 double measure_peak_flops(Backend& backend, int64_t n, DType dtype) {

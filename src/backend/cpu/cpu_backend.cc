@@ -40,10 +40,12 @@ void register_cpu_kernels(KernelRegistry& registry) {
   add_storage_kernels(DType::f32, float{});
   add_storage_kernels(DType::bf16, cpu::BFloat16{});
   add_storage_kernels(DType::f16, cpu::Float16{});
-  // bf16 GEMMs only where the CPU multiplies bf16 natively: elsewhere oneDNN would emulate them
-  // more slowly than f32, and the precision policy falls back to f32 copies (supports() is false).
+  // The bf16 matmul's forward everywhere: decoding reads bf16 weights, half the bytes, and widens
+  // them in registers where the CPU has no bf16 arithmetic. Training's bf16 GEMMs only where the
+  // CPU multiplies bf16 natively: elsewhere oneDNN would emulate them more slowly than f32, and
+  // the precision policy falls back to f32 copies (the backward kernel is missing).
+  registry.add(cpu, DType::bf16, &cpu::matmul_forward_bf16);
   if (cpu::has_native_bf16()) {
-    registry.add(cpu, DType::bf16, &cpu::matmul_forward_bf16);
     registry.add(cpu, DType::bf16, &cpu::matmul_backward_bf16);
     registry.add(cpu, DType::bf16, &cpu::attention_forward_bf16);
     registry.add(cpu, DType::bf16, &cpu::attention_backward_bf16);

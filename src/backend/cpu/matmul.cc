@@ -252,6 +252,82 @@ bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const Matmu
   return false;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// The f32 counterpart of bf16_dot_rows, for CPUs without AVX512_BF16 and for f32 weights: f32
+// input rows times [out, in] weight rows, f32 or bf16 (widened in registers, so bf16 weights
+// move half the bytes). R input rows by K weight rows per pass, R x K independent 8-lane
+// accumulators; each output sums its 8-column chunks in order and then its lanes in a fixed
+// order, whatever R and K: the batch does not change a row's result.
+inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 load8(const BFloat16* w) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+inline float horizontal_sum(__m256 v) {
+  const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 halves = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
+  return _mm_cvtss_f32(_mm_add_ss(halves, _mm_movehdup_ps(halves)));
+}
+
+template <int R, int K, typename W>
+inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, bool prefetch) {
+  __m256 acc[R][K];
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) acc[r][k] = _mm256_setzero_ps();
+  }
+  auto chunk = [&](const float* xc, int64_t x_ld, const W* wc, int64_t w_ld) __attribute__((always_inline)) {
+    __m256 wv[K];
+    for (int k = 0; k < K; ++k) wv[k] = load8(wc + k * w_ld);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(xc + r * x_ld);
+      for (int k = 0; k < K; ++k) acc[r][k] = _mm256_fmadd_ps(xv, wv[k], acc[r][k]);
+    }
+  };
+  const int64_t full = C / 8 * 8;
+  for (int64_t c = 0; c < full; c += 8) {
+    // The next K rows' same columns, ahead of their turn (the hardware prefetcher does not follow
+    // K interleaved row streams).
+    if (prefetch) {
+      for (int k = K; k < 2 * K; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
+    }
+    chunk(x + c, C, w + c, C);
+  }
+  if (full < C) {  // the last columns, zero-padded to one more chunk
+    float x_tail[R][8] = {};
+    W w_tail[K][8] = {};
+    for (int64_t c = full; c < C; ++c) {
+      for (int r = 0; r < R; ++r) x_tail[r][c - full] = x[r * C + c];
+      for (int k = 0; k < K; ++k) w_tail[k][c - full] = w[k * C + c];
+    }
+    chunk(&x_tail[0][0], 8, &w_tail[0][0], 8);
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = horizontal_sum(acc[r][k]);
+  }
+}
+
+// Weight rows [begin, end) of an [out, in] weight: four at a time, the input rows three by three.
+template <typename W>
+void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
+                  int64_t end) {
+  constexpr int kRows = 3, kWeightRows = 4;  // 12 accumulators and 4 weight vectors: the 16 ymm registers
+  auto rows = [&]<int K>(int64_t o) {
+    const W* w = weight + o * d.C;
+    auto block = [&]<int R>(int64_t n) {
+      f32_dot_block<R, K>(sums + n * width + (o - begin), width, x + n * d.C, w, d.C, n == 0);
+    };
+    int64_t n = 0;
+    for (; n + kRows <= d.N; n += kRows) block.template operator()<kRows>(n);
+    if (d.N - n == 2) block.template operator()<2>(n);
+    if (d.N - n == 1) block.template operator()<1>(n);
+  };
+  int64_t o = begin;
+  for (; o + kWeightRows <= end; o += kWeightRows) rows.template operator()<kWeightRows>(o);
+  for (; o < end; ++o) rows.template operator()<1>(o);
+}
+#endif
+
 template <typename X, typename W, typename Out, typename Pre>
 void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
@@ -302,7 +378,12 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
-    } else if (!bf16_dot_rows_apply(sums.data(), inp, weight, d, begin, end, amx ? &*amx : nullptr)) {
+    } else if (bf16_dot_rows_apply(sums.data(), inp, weight, d, begin, end, amx ? &*amx : nullptr)) {
+#if defined(__AVX2__) && defined(__FMA__)
+    } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16>) {
+      f32_dot_rows(sums.data(), width, x.data(), weight, d, begin, end);
+#endif
+    } else {
       for (int64_t o = begin; o < end; ++o) {
         const W* row = weight + o * d.C;
         for (int64_t n = 0; n < d.N; ++n) {
@@ -380,11 +461,14 @@ void matmul_backward(const MatmulBackward& args) {
   }
 }
 
-// bf16 operands (inp, weight); out f32 or bf16, and pre (with GELU) of out's type.
+// bf16 operands (inp, weight); out f32 or bf16, and pre (with GELU) of out's type. Without
+// native bf16 arithmetic every product takes the row-streaming kernel, which widens bf16 in
+// registers (oneDNN would emulate its bf16 GEMM more slowly).
 void matmul_forward_bf16(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
-  if (d.N <= kSmallRows || args.row_invariant) {
+  static const bool native_bf16 = has_native_bf16();
+  if (d.N <= kSmallRows || args.row_invariant || !native_bf16) {
     const auto *x = pointer<BFloat16>(args.inp), *w = pointer<BFloat16>(args.weight);
     if (args.out.dtype() == DType::bf16) {
       small_rows_matmul(pointer<BFloat16>(args.out), pointer<BFloat16>(args.pre), x, w, pointer<float>(args.bias), d,
