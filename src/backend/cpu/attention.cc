@@ -199,9 +199,42 @@ void attention_backward_bf16(const AttentionBackward& args) {
   }
 }
 
-}  // namespace paraflow::cpu
+// Decoding's attention: one query row per (token, head) against its cached keys and values.
+// The generator's contiguous cache and the engine's paged one share these steps, so that the two
+// give a sequence the same bits.
+namespace {
 
-namespace paraflow::cpu {
+inline float score(const float* q, const float* key, int64_t hs, float scale) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t d = 0; d < hs; ++d) dot += q[d] * key[d];
+  return dot * scale;
+}
+
+// scores[j] = exp(scores[j] - max_value) for j < count; returns their sum.
+inline float exponentiate(float* scores, int64_t count, float max_value) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < count; ++j) {
+    scores[j] = fast_exp(scores[j] - max_value);
+    sum += scores[j];
+  }
+  return sum;
+}
+
+inline void add_weighted(float* y, float weight, const float* value, int64_t hs) {
+#pragma omp simd
+  for (int64_t d = 0; d < hs; ++d) y[d] += weight * value[d];
+}
+
+// This thread's scores, at least `count` of them: kept across calls (no allocation per token).
+float* decode_scores(int64_t count) {
+  thread_local std::vector<float> scores;
+  if (scores.size() < static_cast<size_t>(count)) scores.resize(static_cast<size_t>(count));
+  return scores.data();
+}
+
+}  // namespace
 
 void attention_cached_forward(const AttentionCachedForward& args) {
   const int64_t B = args.qkv.shape()[0], Tn = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
@@ -212,7 +245,7 @@ void attention_cached_forward(const AttentionCachedForward& args) {
   const int64_t hs = C / NH;
 #pragma omp parallel
   {
-    std::vector<float> scores(static_cast<size_t>(past + Tn));
+    float* scores = decode_scores(past + Tn);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       int64_t b = bh / NH, h = bh % NH;
@@ -228,29 +261,17 @@ void attention_cached_forward(const AttentionCachedForward& args) {
         const int64_t visible = past + t + 1;
         float max_value = -INFINITY;
         for (int64_t j = 0; j < visible; ++j) {
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t i = 0; i < hs; ++i) dot += q[i] * keys[j * hs + i];
-          scores[j] = dot * scale;
+          scores[j] = score(q, keys + j * hs, hs, scale);
           max_value = scores[j] > max_value ? scores[j] : max_value;
         }
-        float sum = 0.0f;
-        for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max_value));
+        const float sum = exponentiate(scores, visible, max_value);
         float* y = out + (b * Tn + t) * C + h * hs;
         std::fill(y, y + hs, 0.0f);
-        for (int64_t j = 0; j < visible; ++j) {
-          float p = scores[j] / sum;
-#pragma omp simd
-          for (int64_t i = 0; i < hs; ++i) y[i] += p * values[j * hs + i];
-        }
+        for (int64_t j = 0; j < visible; ++j) add_weighted(y, scores[j] / sum, values + j * hs, hs);
       }
     }
   }
 }
-
-}  // namespace paraflow::cpu
-
-namespace paraflow::cpu {
 
 void attention_paged_forward(const AttentionPagedForward& args) {
   const int64_t N = args.qkv.shape()[0], C = args.qkv.shape()[2] / 3, NH = args.n_head, hs = C / NH;
@@ -275,7 +296,7 @@ void attention_paged_forward(const AttentionPagedForward& args) {
   }
 #pragma omp parallel
   {
-    std::vector<float> scores(static_cast<size_t>(max_blocks * block_size));
+    float* scores = decode_scores(max_blocks * block_size);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t ih = 0; ih < N * NH; ++ih) {
       const int64_t i = ih / NH, h = ih % NH;
@@ -288,28 +309,18 @@ void attention_paged_forward(const AttentionPagedForward& args) {
         const float* keys = k_pool + (table[first / block_size] * NH + h) * block_size * hs;
         const int64_t count = std::min(block_size, visible - first);
         for (int64_t slot = 0; slot < count; ++slot) {
-          const float* key = keys + slot * hs;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t d = 0; d < hs; ++d) dot += q[d] * key[d];
-          const float score = dot * args.scale;
-          scores[first + slot] = score;
-          max_value = score > max_value ? score : max_value;
+          const float value = score(q, keys + slot * hs, hs, args.scale);
+          scores[first + slot] = value;
+          max_value = value > max_value ? value : max_value;
         }
       }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max_value));
+      const float sum = exponentiate(scores, visible, max_value);
       float* y = out + i * C + h * hs;
       std::fill(y, y + hs, 0.0f);
       for (int64_t first = 0; first < visible; first += block_size) {
         const float* values = v_pool + (table[first / block_size] * NH + h) * block_size * hs;
         const int64_t count = std::min(block_size, visible - first);
-        for (int64_t slot = 0; slot < count; ++slot) {
-          const float p = scores[first + slot] / sum;
-          const float* value = values + slot * hs;
-#pragma omp simd
-          for (int64_t d = 0; d < hs; ++d) y[d] += p * value[d];
-        }
+        for (int64_t slot = 0; slot < count; ++slot) add_weighted(y, scores[first + slot] / sum, values + slot * hs, hs);
       }
     }
   }

@@ -285,14 +285,17 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
     }
   };
   const int64_t full = C / 8 * 8;
-  for (int64_t c = 0; c < full; c += 8) {
-    // The next K rows' same columns, ahead of their turn (the hardware prefetcher does not follow
-    // K interleaved row streams).
-    if (prefetch) {
+  int64_t c = 0;
+  if (prefetch) {
+    // The next K rows' same cache line, ahead of their turn (the hardware prefetcher does not
+    // follow K interleaved row streams): one prefetch per line, not per chunk.
+    constexpr int64_t kLine = 64 / sizeof(W);
+    for (; c + kLine <= full; c += kLine) {
       for (int k = K; k < 2 * K; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
+      for (int64_t part = 0; part < kLine; part += 8) chunk(x + c + part, C, w + c + part, C);
     }
-    chunk(x + c, C, w + c, C);
   }
+  for (; c < full; c += 8) chunk(x + c, C, w + c, C);
   if (full < C) {  // the last columns, zero-padded to one more chunk
     float x_tail[R][8] = {};
     W w_tail[K][8] = {};
@@ -328,14 +331,28 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
 }
 #endif
 
+// A per-thread buffer that only grows, one per use (the tag): kept across calls, so that decoding
+// allocates nothing per token and the backward pass nothing per step.
+template <typename Use, typename T>
+T* thread_scratch(int64_t count) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+struct InputRows;        // small_rows_matmul's f32 input rows (the calling thread's)
+struct OutputSums;       // small_rows_matmul's sums (each thread's share)
+struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
+
 template <typename X, typename W, typename Out, typename Pre>
 void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
   // The few input rows in f32, converted once rather than once per weight row; the bf16 dot
   // products (and AMX tiles) read the bf16 rows themselves.
   const bool reads_f32_rows = !d.transposed || !has_bf16_dot_rows<X, W>();
-  std::vector<float> x(reads_f32_rows ? static_cast<size_t>(d.N * d.C) : 0);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = to_float(inp[i]);
+  float* x = reads_f32_rows ? thread_scratch<InputRows, float>(d.N * d.C) : nullptr;
+  if (reads_f32_rows) {
+    for (int64_t i = 0; i < d.N * d.C; ++i) x[i] = to_float(inp[i]);
+  }
   // bf16 rows times an [out, in] bf16 weight run on AMX tiles where the CPU has them (same
   // invariance, several times the speed at a few dozen rows); the rows are repacked once here.
   std::optional<AmxRows> amx;
@@ -353,16 +370,17 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
     const int64_t begin = std::min(d.OC, blocks * id / threads * 16);
     const int64_t end = std::min(d.OC, blocks * (id + 1) / threads * 16);
     const int64_t width = end - begin;
-    std::vector<float> sums(static_cast<size_t>(d.N * width), 0.0f);
+    float* sums = thread_scratch<OutputSums, float>(d.N * width);
     if (!d.transposed) {
+      std::fill(sums, sums + d.N * width, 0.0f);
       // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.
       int64_t c = 0;
       for (; c + 4 <= d.C; c += 4) {
         const W *w0 = weight + c * d.OC, *w1 = w0 + d.OC, *w2 = w1 + d.OC, *w3 = w2 + d.OC;
         for (int64_t n = 0; n < d.N; ++n) {
-          const float* xn = x.data() + n * d.C + c;
+          const float* xn = x + n * d.C + c;
           const float x0 = xn[0], x1 = xn[1], x2 = xn[2], x3 = xn[3];
-          float* acc = sums.data() + n * width - begin;
+          float* acc = sums + n * width - begin;
 #pragma omp simd
           for (int64_t o = begin; o < end; ++o) {
             acc[o] += x0 * to_float(w0[o]) + x1 * to_float(w1[o]) + x2 * to_float(w2[o]) + x3 * to_float(w3[o]);
@@ -372,31 +390,31 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
       for (; c < d.C; ++c) {
         const W* row = weight + c * d.OC;
         for (int64_t n = 0; n < d.N; ++n) {
-          const float xc = x[static_cast<size_t>(n * d.C + c)];
-          float* acc = sums.data() + n * width - begin;
+          const float xc = x[n * d.C + c];
+          float* acc = sums + n * width - begin;
 #pragma omp simd
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
-    } else if (bf16_dot_rows_apply(sums.data(), inp, weight, d, begin, end, amx ? &*amx : nullptr)) {
+    } else if (bf16_dot_rows_apply(sums, inp, weight, d, begin, end, amx ? &*amx : nullptr)) {
 #if defined(__AVX2__) && defined(__FMA__)
     } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16>) {
-      f32_dot_rows(sums.data(), width, x.data(), weight, d, begin, end);
+      f32_dot_rows(sums, width, x, weight, d, begin, end);
 #endif
     } else {
       for (int64_t o = begin; o < end; ++o) {
         const W* row = weight + o * d.C;
         for (int64_t n = 0; n < d.N; ++n) {
-          const float* xn = x.data() + n * d.C;
+          const float* xn = x + n * d.C;
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t c = 0; c < d.C; ++c) dot += xn[c] * to_float(row[c]);
-          sums[static_cast<size_t>(n * width + (o - begin))] = dot;
+          sums[n * width + (o - begin)] = dot;
         }
       }
     }
     for (int64_t n = 0; n < d.N; ++n) {
-      const float* acc = sums.data() + n * width - begin;
+      const float* acc = sums + n * width - begin;
       for (int64_t o = begin; o < end; ++o) {
         float value = acc[o] + (bias != nullptr ? bias[o] : 0.0f);
         if (gelu) {
@@ -409,13 +427,6 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
   }
 }
 
-// A per-thread buffer of bf16 values that only grows: the backward pass's GEMM operand when the
-// output gradient is not already bf16 (kept across calls, so no allocation per step).
-uint16_t* bf16_scratch(int64_t count) {
-  thread_local std::vector<uint16_t> buffer;
-  if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
-  return buffer.data();
-}
 
 }  // namespace
 
@@ -506,7 +517,7 @@ void matmul_backward_bf16(const MatmulBackward& args) {
                       static_cast<const float*>(nullptr), d.N, d.OC);
     }
   } else {
-    auto* scratch = reinterpret_cast<BFloat16*>(bf16_scratch(d.N * d.OC));
+    auto* scratch = thread_scratch<GradientOperand, BFloat16>(d.N * d.OC);
     if (bf16_dout) {
       output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<BFloat16>(args.pre), d.N,
                       d.OC);
