@@ -39,7 +39,8 @@ inline CLI::Validator in_range(const Range& range) {
 }
 
 // --dtype of generate and serve: bfloat16 on request, or by default where the backend has bf16
-// GEMMs; else float32.
+// GEMMs (native bf16 arithmetic: its training kernel is the sign; the decoding forward runs on
+// any CPU, widening bf16 where it must); else float32.
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
