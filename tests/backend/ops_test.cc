@@ -176,11 +176,16 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
                                      .gelu = true, .row_invariant = true});
       return get(out);
     };
-    const Vec batched = run(0, N);
-    for (int64_t row : {int64_t{0}, int64_t{5}, N - 1}) {
+    // Blocks of every size the kernels take rows in: the batch of 37 (blocks of 3 or 4, then the
+    // rest), a pair, and rows alone.
+    const Vec batched = run(0, N), pair = run(5, 2);
+    for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
       const Vec alone = run(row, 1);
       for (int64_t o = 0; o < OC; ++o) {
         ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
+        if (row == 5 || row == 6) {
+          ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
+        }
       }
     }
     Vec reference_out;
@@ -409,7 +414,8 @@ TEST_P(OpsTest, MatmulWithBf16Operands) {
     EXPECT_LE(error, bound) << what;
   };
   const int64_t C = d.C, OC = 3 * d.C + 1;
-  for (int64_t N : {d.B * d.T, int64_t{3}})
+  // 150 rows: three passes of the streaming kernel where the CPU has no bf16 arithmetic.
+  for (int64_t N : {d.B * d.T, int64_t{3}, int64_t{150}})
   for (bool lm_head : {false, true}) {
     SCOPED_TRACE(::testing::Message() << "rows=" << N << (lm_head ? " lm_head" : " linear with GELU"));
     const DType out_dtype = lm_head ? DType::f32 : DType::bf16;

@@ -481,12 +481,23 @@ void matmul_forward_bf16(const MatmulForward& args) {
   static const bool native_bf16 = has_native_bf16();
   if (d.N <= kSmallRows || args.row_invariant || !native_bf16) {
     const auto *x = pointer<BFloat16>(args.inp), *w = pointer<BFloat16>(args.weight);
-    if (args.out.dtype() == DType::bf16) {
-      small_rows_matmul(pointer<BFloat16>(args.out), pointer<BFloat16>(args.pre), x, w, pointer<float>(args.bias), d,
-                        args.gelu);
-    } else {
-      small_rows_matmul(pointer<float>(args.out), pointer<float>(args.pre), x, w, pointer<float>(args.bias), d,
-                        args.gelu);
+    // A long prompt without native bf16 goes through in passes of at most kRowsPerPass rows, so
+    // that the per-thread sums the kernel keeps stay small (a 1024-token prefill's lm_head would
+    // otherwise hold 200 MB of them for the life of the process).
+    constexpr int64_t kRowsPerPass = 64;
+    const int64_t rows_per_pass = args.row_invariant || d.N <= kSmallRows ? d.N : kRowsPerPass;
+    for (int64_t first = 0; first < d.N; first += rows_per_pass) {
+      MatmulDims part = d;
+      part.N = std::min(rows_per_pass, d.N - first);
+      if (args.out.dtype() == DType::bf16) {
+        small_rows_matmul(pointer<BFloat16>(args.out) + first * d.OC,
+                          args.gelu ? pointer<BFloat16>(args.pre) + first * d.OC : nullptr, x + first * d.C, w,
+                          pointer<float>(args.bias), part, args.gelu);
+      } else {
+        small_rows_matmul(pointer<float>(args.out) + first * d.OC,
+                          args.gelu ? pointer<float>(args.pre) + first * d.OC : nullptr, x + first * d.C, w,
+                          pointer<float>(args.bias), part, args.gelu);
+      }
     }
     return;
   }
