@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "graph/op.h"
 
 namespace paraflow::cli {
 
@@ -39,12 +40,12 @@ inline CLI::Validator in_range(const Range& range) {
 }
 
 // --dtype of generate and serve: bfloat16 on request, or by default where the backend has bf16
-// GEMMs (native bf16 arithmetic: its training kernel is the sign; the decoding forward runs on
-// any CPU, widening bf16 where it must); else float32.
+// GEMMs, the same test as training's (the bf16 decoding forward alone runs on any CPU); else
+// float32.
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
-  return backend.supports(KernelOp::matmul_backward, DType::bf16) ? DType::bf16 : DType::f32;
+  return graph::op_def(graph::OpKind::matmul).runs_in(backend, DType::bf16) ? DType::bf16 : DType::f32;
 }
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.

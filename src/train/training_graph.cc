@@ -22,8 +22,8 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
   }
   std::set<graph::ValueId> stored_inputs;
   if (!range.first) stored_inputs.insert(g.stage_input);
-  graph::PrecisionPlan plan = graph::apply_precision_policy(g.graph, precision, graph::GraphUse::training, keep_f32, backend,
-                                                                stored_inputs);
+  graph::PrecisionPlan plan =
+      graph::apply_precision_policy(g.graph, precision, graph::GraphUse::training, keep_f32, backend, stored_inputs);
   model::name_half_parameters(g, plan);
   // What crosses between stages is f32: a stage stores its input like an activation and casts
   // its 16-bit residual stream back at its end.

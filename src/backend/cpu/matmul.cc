@@ -299,9 +299,9 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
   if (full < C) {  // the last columns, zero-padded to one more chunk
     float x_tail[R][8] = {};
     W w_tail[K][8] = {};
-    for (int64_t c = full; c < C; ++c) {
-      for (int r = 0; r < R; ++r) x_tail[r][c - full] = x[r * C + c];
-      for (int k = 0; k < K; ++k) w_tail[k][c - full] = w[k * C + c];
+    for (int64_t column = full; column < C; ++column) {
+      for (int r = 0; r < R; ++r) x_tail[r][column - full] = x[r * C + column];
+      for (int k = 0; k < K; ++k) w_tail[k][column - full] = w[k * C + column];
     }
     chunk(&x_tail[0][0], 8, &w_tail[0][0], 8);
   }
@@ -427,7 +427,6 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
   }
 }
 
-
 }  // namespace
 
 void matmul_forward(const MatmulForward& args) {
@@ -485,7 +484,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
     // that the per-thread sums the kernel keeps stay small (a 1024-token prefill's lm_head would
     // otherwise hold 200 MB of them for the life of the process).
     constexpr int64_t kRowsPerPass = 64;
-    const int64_t rows_per_pass = args.row_invariant || d.N <= kSmallRows ? d.N : kRowsPerPass;
+    const int64_t rows_per_pass = (args.row_invariant || d.N <= kSmallRows) ? d.N : kRowsPerPass;
     for (int64_t first = 0; first < d.N; first += rows_per_pass) {
       MatmulDims part = d;
       part.N = std::min(rows_per_pass, d.N - first);
