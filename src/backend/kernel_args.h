@@ -103,18 +103,20 @@ struct MatmulBackward {
 };
 
 // ---- causal multi-head self-attention ----
-// qkv (B,T,3C) holds q,k,v for n_head heads of C/n_head; out (B,T,C); probs (B,NH,T,T) saved.
-// probs = softmax(scale * q·k^T) over the causal keys; GPT-2's scale is 1/sqrt(C/NH).
+// qkv (B,T,3C) holds q,k,v for n_head heads of C/n_head; out (B,T,C); logsumexp (B,NH,T) saved.
+// out = softmax(scale * q·k^T) · v over the causal keys; GPT-2's scale is 1/sqrt(C/NH).
+// logsumexp holds each row's log(sum(exp(scores))), from which backward recomputes the
+// probabilities (no (B,NH,T,T) tensor).
 struct AttentionForward {
   static constexpr KernelOp op = KernelOp::attention_forward;
-  Tensor out, probs, qkv;
+  Tensor out, logsumexp, qkv;
   int64_t n_head = 1;
   float scale = 1.0f;
   DType dtype() const { return qkv.dtype(); }
 };
 struct AttentionBackward {
   static constexpr KernelOp op = KernelOp::attention_backward;
-  Tensor dqkv, dout, qkv, probs;
+  Tensor dqkv, dout, qkv, logsumexp;
   int64_t n_head = 1;
   float scale = 1.0f;
   bool accumulate_dqkv = false;

@@ -19,7 +19,7 @@ enum class ValueRole : uint8_t {
   parameter,   // trained weights, bound by the caller
   state,       // persistent buffers bound by the caller (a KV cache)
   activation,  // produced by a forward node
-  saved,       // produced by a forward node only for its backward (layernorm stats, softmax probs)
+  saved,       // produced by a forward node only for its backward (layernorm stats, attention log-sum-exps)
   gradient,    // produced by a backward node
 };
 

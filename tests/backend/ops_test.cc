@@ -207,15 +207,15 @@ TEST_P(OpsTest, Attention) {
     Vec qkv = random_vector(rng, d.B * d.T * 3 * d.C), dout = random_vector(rng, d.B * d.T * d.C);
     const bool accumulate = NH == 1;
     Vec dqkv_start = accumulate ? random_vector(rng, d.B * d.T * 3 * d.C) : Vec(d.B * d.T * 3 * d.C, 0.0);
-    Tensor out = zeros({d.B, d.T, d.C}), probs = zeros({d.B, NH, d.T, d.T});
+    Tensor out = zeros({d.B, d.T, d.C}), logsumexp = zeros({d.B, NH, d.T});
     Tensor dqkv = accumulate ? put(dqkv_start, {d.B, d.T, 3 * d.C}) : garbage({d.B, d.T, 3 * d.C});
     Tensor qkv_t = put(qkv, {d.B, d.T, 3 * d.C});
     backend().launch(AttentionForward{
-        .out = out, .probs = probs, .qkv = qkv_t, .n_head = NH, .scale = static_cast<float>(scale)});
+        .out = out, .logsumexp = logsumexp, .qkv = qkv_t, .n_head = NH, .scale = static_cast<float>(scale)});
     backend().launch(AttentionBackward{.dqkv = dqkv,
                                        .dout = put(dout, {d.B, d.T, d.C}),
                                        .qkv = qkv_t,
-                                       .probs = probs,
+                                       .logsumexp = logsumexp,
                                        .n_head = NH,
                                        .scale = static_cast<float>(scale),
                                        .accumulate_dqkv = accumulate});
@@ -234,14 +234,14 @@ TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
     Vec qkv = random_vector(rng, B * T * 3 * C), dout = random_vector(rng, B * T * C);
     Vec dqkv_start = accumulate ? random_vector(rng, B * T * 3 * C) : Vec(B * T * 3 * C, 0.0);
     Tensor qkv_t = put(qkv, {B, T, 3 * C});
-    Tensor out = zeros({B, T, C}), probs = garbage({B, NH, T, T});
+    Tensor out = zeros({B, T, C}), logsumexp = garbage({B, NH, T});
     Tensor dqkv = accumulate ? put(dqkv_start, {B, T, 3 * C}) : garbage({B, T, 3 * C});
     const auto scale = static_cast<float>(gpt2_scale(C, NH));
-    backend().launch(AttentionForward{.out = out, .probs = probs, .qkv = qkv_t, .n_head = NH, .scale = scale});
+    backend().launch(AttentionForward{.out = out, .logsumexp = logsumexp, .qkv = qkv_t, .n_head = NH, .scale = scale});
     backend().launch(AttentionBackward{.dqkv = dqkv,
                                        .dout = put(dout, {B, T, C}),
                                        .qkv = qkv_t,
-                                       .probs = probs,
+                                       .logsumexp = logsumexp,
                                        .n_head = NH,
                                        .scale = scale,
                                        .accumulate_dqkv = accumulate});
@@ -268,13 +268,13 @@ TEST_P(OpsTest, AttentionInBf16) {
     Tensor dout = to_bf16(random_vector(rng, B * T * C), {B, T, C});
     Tensor dqkv = accumulate ? to_bf16(random_vector(rng, B * T * 3 * C), {B, T, 3 * C}) : zeros({B, T, 3 * C}, DType::bf16);
     Vec ref_dqkv = accumulate ? values(dqkv) : Vec(B * T * 3 * C, 0.0);
-    Tensor out = zeros({B, T, C}, DType::bf16), probs = zeros({B, NH, T, T});
+    Tensor out = zeros({B, T, C}, DType::bf16), logsumexp = zeros({B, NH, T});
     const auto scale = static_cast<float>(gpt2_scale(C, NH));
-    backend().launch(AttentionForward{.out = out, .probs = probs, .qkv = qkv, .n_head = NH, .scale = scale});
+    backend().launch(AttentionForward{.out = out, .logsumexp = logsumexp, .qkv = qkv, .n_head = NH, .scale = scale});
     backend().launch(AttentionBackward{.dqkv = dqkv,
                                        .dout = dout,
                                        .qkv = qkv,
-                                       .probs = probs,
+                                       .logsumexp = logsumexp,
                                        .n_head = NH,
                                        .scale = scale,
                                        .accumulate_dqkv = accumulate});

@@ -14,22 +14,30 @@ namespace paraflow::cpu {
 // slices are first converted into per-thread f32 buffers (row stride hs), and the results
 // converted back. Causal blocking: rows are taken in blocks of kBlock, and a block only
 // multiplies against the keys it can see (columns up to its last row), which skips ~3/8 of the
-// T x T work at T = 4 blocks.
+// T x T work at T = 4 blocks. No T x T matrix is kept: a row block's probabilities live in a
+// (kBlock, T) scratch buffer, the forward pass saves each row's log-sum-exp of the scores, and
+// the backward pass recomputes the block's probabilities from it (one more q·k^T GEMM; at
+// T = 1024 the probabilities were 40% of a GPT-2 124M's activation memory).
 
 namespace {
 
 constexpr int64_t kBlock = 64;
 
+// The scores of rows [r0, r1) against keys [0, r1) into `scores` (row stride T).
+void block_scores(float* scores, const float* q, const float* k, int64_t ld, int64_t r0, int64_t r1, int64_t T,
+                  int64_t hs, float scale) {
+  sgemm(false, true, r1 - r0, r1, hs, scale, q + r0 * ld, ld, k, ld, 0.0f, scores, T);
+}
+
 // One head's q, k, v (T, hs) with row stride ld, its output with row stride out_ld, and its
-// probabilities p (T, T).
-void attend_head(float* out, int64_t out_ld, float* p, const float* q, const float* k, const float* v, int64_t ld,
-                 int64_t T, int64_t hs, float scale) {
+// rows' log-sum-exp of the scores (T); `p` a (kBlock, T) scratch buffer.
+void attend_head(float* out, int64_t out_ld, float* logsumexp, float* p, const float* q, const float* k,
+                 const float* v, int64_t ld, int64_t T, int64_t hs, float scale) {
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-    // scores[r0:r1, 0:visible] = scale * q · k^T
-    sgemm(false, true, rows, visible, hs, scale, q + r0 * ld, ld, k, ld, 0.0f, p + r0 * T, T);
+    block_scores(p, q, k, ld, r0, r1, T, hs, scale);
     for (int64_t t = r0; t < r1; ++t) {
-      float* row = p + t * T;
+      float* row = p + (t - r0) * T;
       float max_value = -INFINITY;
 #pragma omp simd reduction(max : max_value)
       for (int64_t j = 0; j <= t; ++j) max_value = row[j] > max_value ? row[j] : max_value;
@@ -39,34 +47,43 @@ void attend_head(float* out, int64_t out_ld, float* p, const float* q, const flo
         row[j] = fast_exp(row[j] - max_value);
         sum += row[j];
       }
+      logsumexp[t] = max_value + std::log(sum);
       float inverse = 1.0f / sum;
 #pragma omp simd
       for (int64_t j = 0; j <= t; ++j) row[j] *= inverse;
-      std::fill(row + t + 1, row + T, 0.0f);
+      std::fill(row + t + 1, row + visible, 0.0f);
     }
     // out[r0:r1] = probs[r0:r1, 0:visible] · v[0:visible]
-    sgemm(false, false, rows, hs, visible, 1.0f, p + r0 * T, T, v, ld, 0.0f, out + r0 * out_ld, out_ld);
+    sgemm(false, false, rows, hs, visible, 1.0f, p, T, v, ld, 0.0f, out + r0 * out_ld, out_ld);
   }
 }
 
 // The gradients of one head: dq, dk, dv with row stride dld, assigned (beta 0) or accumulated
-// (beta 1); dy with row stride dy_ld; ds a (kBlock, T) scratch buffer.
+// (beta 1); dy with row stride dy_ld; p and ds (kBlock, T) scratch buffers.
 void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const float* dy, int64_t dy_ld, const float* q,
-                          const float* k, const float* v, int64_t ld, const float* p, float* ds, int64_t T, int64_t hs,
-                          float scale, float beta) {
+                          const float* k, const float* v, int64_t ld, const float* logsumexp, float* p, float* ds,
+                          int64_t T, int64_t hs, float scale, float beta) {
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-    const float* p_block = p + r0 * T;
+    // The block's probabilities again: exp(score - log-sum-exp), zero past the diagonal.
+    block_scores(p, q, k, ld, r0, r1, T, hs, scale);
+    for (int64_t t = r0; t < r1; ++t) {
+      float* row = p + (t - r0) * T;
+      const float offset = logsumexp[t];
+#pragma omp simd
+      for (int64_t j = 0; j <= t; ++j) row[j] = fast_exp(row[j] - offset);
+      std::fill(row + t + 1, row + visible, 0.0f);
+    }
     const float* dy_block = dy + r0 * dy_ld;
     // dprobs = dout · v^T over the visible keys
     sgemm(false, true, rows, visible, hs, 1.0f, dy_block, dy_ld, v, ld, 0.0f, ds, T);
     // dv[0:visible] += probs^T · dout: keys [0, r0) were written by earlier blocks; keys
     // [r0, r1) are written first here, so they take the caller's accumulate/assign choice.
-    if (r0 > 0) sgemm(true, false, r0, hs, rows, 1.0f, p_block, T, dy_block, dy_ld, 1.0f, dv, dld);
-    sgemm(true, false, rows, hs, rows, 1.0f, p_block + r0, T, dy_block, dy_ld, beta, dv + r0 * dld, dld);
+    if (r0 > 0) sgemm(true, false, r0, hs, rows, 1.0f, p, T, dy_block, dy_ld, 1.0f, dv, dld);
+    sgemm(true, false, rows, hs, rows, 1.0f, p + r0, T, dy_block, dy_ld, beta, dv + r0 * dld, dld);
     // softmax backward, in place: dscores = probs * (dprobs - sum(probs * dprobs))
     for (int64_t t = r0; t < r1; ++t) {
-      const float* prow = p + t * T;
+      const float* prow = p + (t - r0) * T;
       float* drow = ds + (t - r0) * T;
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -123,64 +140,71 @@ void store_rows(BFloat16* to, const float* from, int64_t rows, int64_t count, in
 void attention_forward(const AttentionForward& args) {
   const AttentionDims d = dims_of(args);
   const float* qkv = pointer<float>(args.qkv);
-  float *out = pointer<float>(args.out), *probs = pointer<float>(args.probs);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-    const int64_t b = bh / d.NH, h = bh % d.NH;
-    const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
-    attend_head(out + b * d.T * d.C + h * d.hs, d.C, probs + bh * d.T * d.T, q, q + d.C, q + 2 * d.C, 3 * d.C, d.T,
-                d.hs, args.scale);
+  float *out = pointer<float>(args.out), *logsumexp = pointer<float>(args.logsumexp);
+#pragma omp parallel
+  {
+    std::vector<float> probs(static_cast<size_t>(kBlock * d.T));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+      const int64_t b = bh / d.NH, h = bh % d.NH;
+      const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
+      attend_head(out + b * d.T * d.C + h * d.hs, d.C, logsumexp + bh * d.T, probs.data(), q, q + d.C, q + 2 * d.C,
+                  3 * d.C, d.T, d.hs, args.scale);
+    }
   }
 }
 
 void attention_backward(const AttentionBackward& args) {
   const AttentionDims d = dims_of(args);
-  const float *qkv = pointer<float>(args.qkv), *probs = pointer<float>(args.probs), *dout = pointer<float>(args.dout);
+  const float *qkv = pointer<float>(args.qkv), *logsumexp = pointer<float>(args.logsumexp);
+  const float* dout = pointer<float>(args.dout);
   float* dqkv = pointer<float>(args.dqkv);
   const float beta = args.accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
 #pragma omp parallel
   {
-    std::vector<float> dscores(static_cast<size_t>(kBlock * d.T));
+    std::vector<float> probs(static_cast<size_t>(kBlock * d.T)), dscores(static_cast<size_t>(kBlock * d.T));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
       const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
       float* dq = dqkv + b * d.T * 3 * d.C + h * d.hs;
       attend_head_backward(dq, dq + d.C, dq + 2 * d.C, 3 * d.C, dout + b * d.T * d.C + h * d.hs, d.C, q, q + d.C,
-                           q + 2 * d.C, 3 * d.C, probs + bh * d.T * d.T, dscores.data(), d.T, d.hs, args.scale, beta);
+                           q + 2 * d.C, 3 * d.C, logsumexp + bh * d.T, probs.data(), dscores.data(), d.T, d.hs,
+                           args.scale, beta);
     }
   }
 }
 
-// qkv and out bf16 (the 16-bit activations of mixed_bfloat16); probs f32.
+// qkv and out bf16 (the 16-bit activations of mixed_bfloat16); logsumexp f32.
 void attention_forward_bf16(const AttentionForward& args) {
   const AttentionDims d = dims_of(args);
   const auto* qkv = pointer<BFloat16>(args.qkv);
   auto* out = pointer<BFloat16>(args.out);
-  float* probs = pointer<float>(args.probs);
+  float* logsumexp = pointer<float>(args.logsumexp);
 #pragma omp parallel
   {
+    std::vector<float> probs(static_cast<size_t>(kBlock * d.T));
     std::vector<float> staged(static_cast<size_t>(4 * d.T * d.hs));  // q, k, v, out of one head
     float *q = staged.data(), *k = q + d.T * d.hs, *v = k + d.T * d.hs, *y = v + d.T * d.hs;
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
       load_head(q, k, v, qkv + b * d.T * 3 * d.C + h * d.hs, d);
-      attend_head(y, d.hs, probs + bh * d.T * d.T, q, k, v, d.hs, d.T, d.hs, args.scale);
+      attend_head(y, d.hs, logsumexp + bh * d.T, probs.data(), q, k, v, d.hs, d.T, d.hs, args.scale);
       store_rows(out + b * d.T * d.C + h * d.hs, y, d.T, d.hs, d.C, false);
     }
   }
 }
 
-// qkv, dout and dqkv bf16; probs f32.
+// qkv, dout and dqkv bf16; logsumexp f32.
 void attention_backward_bf16(const AttentionBackward& args) {
   const AttentionDims d = dims_of(args);
   const auto *qkv = pointer<BFloat16>(args.qkv), *dout = pointer<BFloat16>(args.dout);
   auto* dqkv = pointer<BFloat16>(args.dqkv);
-  const float* probs = pointer<float>(args.probs);
+  const float* logsumexp = pointer<float>(args.logsumexp);
 #pragma omp parallel
   {
-    std::vector<float> dscores(static_cast<size_t>(kBlock * d.T));
+    std::vector<float> probs(static_cast<size_t>(kBlock * d.T)), dscores(static_cast<size_t>(kBlock * d.T));
     std::vector<float> staged(static_cast<size_t>(7 * d.T * d.hs));  // q, k, v, dy, dq, dk, dv
     float *q = staged.data(), *k = q + d.T * d.hs, *v = k + d.T * d.hs, *dy = v + d.T * d.hs;
     float *dq = dy + d.T * d.hs, *dk = dq + d.T * d.hs, *dv = dk + d.T * d.hs;
@@ -189,8 +213,8 @@ void attention_backward_bf16(const AttentionBackward& args) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
       load_head(q, k, v, qkv + b * d.T * 3 * d.C + h * d.hs, d);
       load_rows(dy, dout + b * d.T * d.C + h * d.hs, d.T, d.hs, d.C);
-      attend_head_backward(dq, dk, dv, d.hs, dy, d.hs, q, k, v, d.hs, probs + bh * d.T * d.T, dscores.data(), d.T,
-                           d.hs, args.scale, 0.0f);
+      attend_head_backward(dq, dk, dv, d.hs, dy, d.hs, q, k, v, d.hs, logsumexp + bh * d.T, probs.data(),
+                           dscores.data(), d.T, d.hs, args.scale, 0.0f);
       BFloat16* dhead = dqkv + b * d.T * 3 * d.C + h * d.hs;
       store_rows(dhead, dq, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
       store_rows(dhead + d.C, dk, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);

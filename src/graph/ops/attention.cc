@@ -1,6 +1,7 @@
 // attention: causal multi-head self-attention over a fused qkv projection.
 // inputs: qkv (B,T,3C); attributes: n_head, scale (float: scores are scale * q·k^T)
-// outputs: out (B,T,C); saved probs (B,NH,T,T)
+// outputs: out (B,T,C); saved logsumexp (B,NH,T): each row's log-sum-exp of its scores, from
+// which backward recomputes the probabilities
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -18,12 +19,12 @@ class AttentionOp final : public OpDef {
     int64_t C = qkv[2] / 3;
     expect_shape(NH > 0 && C % NH == 0, "attention", fmt::format("C must be a multiple of n_head={}", NH), qkv);
     return {{"", Shape{qkv[0], qkv[1], C}, DType::f32, ValueRole::activation},
-            {".probs", Shape{qkv[0], NH, qkv[1], qkv[1]}, DType::f32, ValueRole::saved}};
+            {".logsumexp", Shape{qkv[0], NH, qkv[1]}, DType::f32, ValueRole::saved}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     backend.launch(AttentionForward{.out = t.outputs[0],
-                                    .probs = t.outputs[1],
+                                    .logsumexp = t.outputs[1],
                                     .qkv = t.inputs[0],
                                     .n_head = attributes.get("n_head"),
                                     .scale = static_cast<float>(attributes.get_float("scale"))});
@@ -33,7 +34,7 @@ class AttentionOp final : public OpDef {
     backend.launch(AttentionBackward{.dqkv = t.input_grads[0],
                                      .dout = t.output_grads[0],
                                      .qkv = t.inputs[0],
-                                     .probs = t.outputs[1],
+                                     .logsumexp = t.outputs[1],
                                      .n_head = attributes.get("n_head"),
                                      .scale = static_cast<float>(attributes.get_float("scale")),
                                      .accumulate_dqkv = t.accumulate[0]});
@@ -44,7 +45,7 @@ class AttentionOp final : public OpDef {
   }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
   bool accepts_half_input(size_t) const override { return true; }  // where the backend has the kernels
-  bool backward_reads_output(size_t index) const override { return index == 1; }  // probs
+  bool backward_reads_output(size_t index) const override { return index == 1; }  // logsumexp
 };
 
 }  // namespace
