@@ -74,6 +74,22 @@ inline void gradient_row(float* sums, const In* d, Out* g, const Pre* p, int64_t
   }
 }
 
+// One row of a product's sums, finished: bias added, then (with GELU) the pre-activation kept and
+// GELU applied; options fixed at compile time, as in gradient_row, so that the loop vectorises.
+template <bool Gelu, bool Bias, typename Out, typename Pre>
+inline void finish_row(Out* out, Pre* pre, const float* sums, const float* bias, int64_t count) {
+#pragma omp simd
+  for (int64_t o = 0; o < count; ++o) {
+    float value = sums[o];
+    if constexpr (Bias) value += bias[o];
+    if constexpr (Gelu) {
+      pre[o] = from_float<Pre>(value);
+      value = 0.5f * value * (1.0f + fast_tanh(kGeluScale * (value + kGeluCubic * value * value * value)));
+    }
+    out[o] = from_float<Out>(value);
+  }
+}
+
 // One pass over the output gradient dout (N,OC): g = dout · gelu'(pre) (or dout without GELU,
 // pre null) is written to `grad` (may alias dout; null: not written) and summed into dbias (may
 // be null). Each thread sums a fixed block of rows into its own partials (contiguous reads),
@@ -414,14 +430,16 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
       }
     }
     for (int64_t n = 0; n < d.N; ++n) {
-      const float* acc = sums + n * width - begin;
-      for (int64_t o = begin; o < end; ++o) {
-        float value = acc[o] + (bias != nullptr ? bias[o] : 0.0f);
-        if (gelu) {
-          pre[n * d.OC + o] = from_float<Pre>(value);
-          value = 0.5f * value * (1.0f + fast_tanh(kGeluScale * (value + kGeluCubic * value * value * value)));
-        }
-        out[n * d.OC + o] = from_float<Out>(value);
+      const float* acc = sums + n * width;
+      Out* out_row = out + n * d.OC + begin;
+      Pre* pre_row = gelu ? pre + n * d.OC + begin : nullptr;
+      const float* bias_part = bias != nullptr ? bias + begin : nullptr;
+      if (gelu) {
+        if (bias_part != nullptr) finish_row<true, true>(out_row, pre_row, acc, bias_part, width);
+        else finish_row<true, false>(out_row, pre_row, acc, bias_part, width);
+      } else {
+        if (bias_part != nullptr) finish_row<false, true>(out_row, pre_row, acc, bias_part, width);
+        else finish_row<false, false>(out_row, pre_row, acc, bias_part, width);
       }
     }
   }
