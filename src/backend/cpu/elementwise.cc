@@ -1,4 +1,5 @@
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/kernels.h"
@@ -181,6 +182,7 @@ void scale(const Scale& args) {
 
 namespace {
 
+// Copy: the type of the 16-bit weight copy the step also writes, or void for none.
 template <typename Copy>
 void adamw_update_as(const AdamWUpdate& args, Copy* copy) {
   const AdamWParams& params = args.params;
@@ -200,7 +202,7 @@ void adamw_update_as(const AdamWUpdate& args, Copy* copy) {
     v[i] = params.beta2 * v[i] + (1.0f - params.beta2) * g * g;
     float denominator = std::sqrt(v[i]) / correction2_sqrt + params.eps;
     param[i] = param[i] * decay - step_size * m[i] / denominator;
-    if (copy != nullptr) copy[i] = from_float<Copy>(param[i]);
+    if constexpr (!std::is_void_v<Copy>) copy[i] = from_float<Copy>(param[i]);
   }
 }
 
@@ -210,7 +212,7 @@ void adamw_update(const AdamWUpdate& args) {
   switch (args.param_copy.defined() ? args.param_copy.dtype() : DType::f32) {
     case DType::bf16: adamw_update_as(args, pointer<BFloat16>(args.param_copy)); break;
     case DType::f16: adamw_update_as(args, pointer<Float16>(args.param_copy)); break;
-    default: adamw_update_as<float>(args, nullptr);
+    default: adamw_update_as<void>(args, nullptr);
   }
 }
 
