@@ -22,8 +22,9 @@ void add_recompute(Graph& graph, const std::vector<std::vector<int32_t>>& region
 void add_recompute_everywhere(Graph& graph, const std::vector<std::vector<int32_t>>& regions);
 
 // Regions for a policy: "none"; "block" (forward nodes named "<prefix><i>." per index i, e.g.
-// "h.0."); "attention" (each attention node alone); or a comma-separated list of op kinds
-// ("attention,layernorm": each node of those kinds alone). InputError for an unknown policy.
+// "h.0."); "attention" (each attention node alone; it keeps only its rows' log-sum-exps, so this
+// drops little); or a comma-separated list of op kinds ("attention,layernorm": each node of those
+// kinds alone). InputError for an unknown policy.
 std::vector<std::vector<int32_t>> recompute_regions(const Graph& graph, const std::string& policy,
                                                     const std::string& block_prefix = "h.");
 
