@@ -65,33 +65,31 @@ void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const fl
                           int64_t T, int64_t hs, float scale, float beta) {
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-    // The block's probabilities again: exp(score - log-sum-exp), zero past the diagonal.
-    block_scores(p, q, k, ld, r0, r1, T, hs, scale);
-    for (int64_t t = r0; t < r1; ++t) {
-      float* row = p + (t - r0) * T;
-      const float offset = logsumexp[t];
-#pragma omp simd
-      for (int64_t j = 0; j <= t; ++j) row[j] = fast_exp(row[j] - offset);
-      std::fill(row + t + 1, row + visible, 0.0f);
-    }
     const float* dy_block = dy + r0 * dy_ld;
     // dprobs = dout · v^T over the visible keys
     sgemm(false, true, rows, visible, hs, 1.0f, dy_block, dy_ld, v, ld, 0.0f, ds, T);
+    // The block's probabilities again, exp(score - log-sum-exp), and in the same pass the softmax
+    // backward's sum(probs * dprobs); then dscores = probs * (dprobs - that sum), in place.
+    block_scores(p, q, k, ld, r0, r1, T, hs, scale);
+    for (int64_t t = r0; t < r1; ++t) {
+      float* prow = p + (t - r0) * T;
+      float* drow = ds + (t - r0) * T;
+      const float offset = logsumexp[t];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j <= t; ++j) {
+        prow[j] = fast_exp(prow[j] - offset);
+        dot += prow[j] * drow[j];
+      }
+#pragma omp simd
+      for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
+      std::fill(prow + t + 1, prow + visible, 0.0f);
+      std::fill(drow + t + 1, drow + visible, 0.0f);
+    }
     // dv[0:visible] += probs^T · dout: keys [0, r0) were written by earlier blocks; keys
     // [r0, r1) are written first here, so they take the caller's accumulate/assign choice.
     if (r0 > 0) sgemm(true, false, r0, hs, rows, 1.0f, p, T, dy_block, dy_ld, 1.0f, dv, dld);
     sgemm(true, false, rows, hs, rows, 1.0f, p + r0, T, dy_block, dy_ld, beta, dv + r0 * dld, dld);
-    // softmax backward, in place: dscores = probs * (dprobs - sum(probs * dprobs))
-    for (int64_t t = r0; t < r1; ++t) {
-      const float* prow = p + (t - r0) * T;
-      float* drow = ds + (t - r0) * T;
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j <= t; ++j) dot += prow[j] * drow[j];
-#pragma omp simd
-      for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
-      std::fill(drow + t + 1, drow + visible, 0.0f);
-    }
     // dq[r0:r1] = scale * dscores · k (its only writer) ; dk[0:visible] += scale * dscores^T · q
     sgemm(false, false, rows, hs, visible, scale, ds, T, k, ld, beta, dq + r0 * dld, dld);
     if (r0 > 0) sgemm(true, false, r0, hs, rows, scale, ds, T, q + r0 * ld, ld, 1.0f, dk, dld);
