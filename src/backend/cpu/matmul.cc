@@ -503,19 +503,17 @@ void matmul_forward_bf16(const MatmulForward& args) {
     // otherwise hold 200 MB of them for the life of the process).
     constexpr int64_t kRowsPerPass = 64;
     const int64_t rows_per_pass = (args.row_invariant || d.N <= kSmallRows) ? d.N : kRowsPerPass;
-    for (int64_t first = 0; first < d.N; first += rows_per_pass) {
-      MatmulDims part = d;
-      part.N = std::min(rows_per_pass, d.N - first);
-      if (args.out.dtype() == DType::bf16) {
-        small_rows_matmul(pointer<BFloat16>(args.out) + first * d.OC,
-                          args.gelu ? pointer<BFloat16>(args.pre) + first * d.OC : nullptr, x + first * d.C, w,
-                          pointer<float>(args.bias), part, args.gelu);
-      } else {
-        small_rows_matmul(pointer<float>(args.out) + first * d.OC,
-                          args.gelu ? pointer<float>(args.pre) + first * d.OC : nullptr, x + first * d.C, w,
+    auto passes = [&]<typename Out>() {
+      Out *out = pointer<Out>(args.out), *pre = args.gelu ? pointer<Out>(args.pre) : nullptr;
+      for (int64_t first = 0; first < d.N; first += rows_per_pass) {
+        MatmulDims part = d;
+        part.N = std::min(rows_per_pass, d.N - first);
+        small_rows_matmul(out + first * d.OC, pre != nullptr ? pre + first * d.OC : nullptr, x + first * d.C, w,
                           pointer<float>(args.bias), part, args.gelu);
       }
-    }
+    };
+    if (args.out.dtype() == DType::bf16) passes.template operator()<BFloat16>();
+    else passes.template operator()<float>();
     return;
   }
   const Tensor& target = args.gelu ? args.pre : args.out;
