@@ -86,6 +86,13 @@ class Backend {
   bool supports(KernelOp op, DType dtype) const {
     return kernel_registry().find({op, device().kind, dtype}) != nullptr;
   }
+  // Whether matmul_forward reads `dtype` weights stored out_in_interleaved, and gains from it: for
+  // matmuls marked row-invariant, or (row_invariant false) at every row count. Decoding's layout
+  // pass asks; a backend that never reads that layout keeps this default.
+  virtual bool prefers_interleaved_weights(DType dtype, bool row_invariant) const {
+    (void)dtype, (void)row_invariant;
+    return false;
+  }
   template <typename Args>
   void launch(const Args& args) {
     (*kernel(Args::op, args.dtype()))(&args);

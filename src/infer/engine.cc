@@ -172,12 +172,18 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size);
   // The weights' copy for decoding, as the generator makes it (model::*_for_decoding).
   const bool half = options.weights == DType::bf16;
-  const std::set<std::string> transposed = half ? model::use_half_weights_for_decoding(decoder_graph, backend)
-                                                : model::transpose_weights_for_decoding(decoder_graph);
+  model::StoredLayouts layouts = half ? model::use_half_weights_for_decoding(decoder_graph, backend)
+                                      : model::use_f32_weights_for_decoding(decoder_graph, backend);
   head_graph = model::build_gpt_serving_head(config, options.max_num_seqs,
                                              decoder_graph.graph.value(decoder_graph.hidden).dtype);
-  if (half) model::use_half_weights_for_decoding(head_graph, backend);
-  decoding_parameters = parameters.converted_copy(backend, options.weights, transposed);
+  if (half) {
+    // The head's bf16 wte is its own copy (the decoder's embedding reads the f32 table), so it
+    // takes the head's layout. In f32 both graphs read one wte, which keeps the embedding's.
+    const model::StoredLayouts head_layouts = model::use_half_weights_for_decoding(head_graph, backend);
+    layouts.transposed.insert(head_layouts.transposed.begin(), head_layouts.transposed.end());
+    layouts.interleaved.insert(head_layouts.interleaved.begin(), head_layouts.interleaved.end());
+  }
+  decoding_parameters = parameters.converted_copy(backend, options.weights, layouts);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);
   const model::ParameterSet& bound = half ? parameters : decoding_parameters;

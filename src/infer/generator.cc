@@ -31,11 +31,11 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
   auto slot = steps_.emplace(new_tokens, Step{}).first;
   model::GptGraph& g = slot->second.graph;
   g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
-  const std::set<std::string> transposed = weights_ == DType::bf16
-                                                ? model::use_half_weights_for_decoding(g, backend_)
-                                                : model::transpose_weights_for_decoding(g);
+  // Every step's graph reads its weights in the same layouts (none depends on the token count).
+  const model::StoredLayouts layouts = weights_ == DType::bf16 ? model::use_half_weights_for_decoding(g, backend_)
+                                                               : model::use_f32_weights_for_decoding(g, backend_);
   if (decoding_parameters_.specs().empty()) {
-    decoding_parameters_ = parameters_.converted_copy(backend_, weights_, transposed);
+    decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts);
   }
   slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
   slot->second.executor->set_profiling(profiling_);

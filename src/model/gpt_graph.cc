@@ -173,31 +173,40 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 
 namespace {
 
-// Stores those of `values` (name -> value) that only in_out matmuls read as [out, in]; returns
-// their names.
-std::set<std::string> transpose_for_decoding(graph::Graph& graph, const std::map<std::string, graph::ValueId>& values) {
+// Stores those of `values` (name -> value) that only in_out matmuls read as [out, in], then
+// interleaves those of the [out, in] weights the backend prefers so; returns their names.
+StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::string, graph::ValueId>& values,
+                                   const Backend& backend) {
   std::vector<graph::ValueId> ids;
   for (const auto& [name, id] : values) ids.push_back(id);
-  std::set<std::string> transposed;
-  for (graph::ValueId id : graph::transpose_matmul_weights(graph, ids)) {
-    for (const auto& [name, value] : values) {
-      if (value == id) transposed.insert(name);
+  auto names = [&](const std::vector<graph::ValueId>& changed) {
+    std::set<std::string> result;
+    for (graph::ValueId id : changed) {
+      for (const auto& [name, value] : values) {
+        if (value == id) result.insert(name);
+      }
     }
-  }
-  return transposed;
+    return result;
+  };
+  StoredLayouts layouts;
+  layouts.transposed = names(graph::transpose_matmul_weights(graph, ids));
+  layouts.interleaved = names(graph::interleave_matmul_weights(graph, ids, backend));
+  return layouts;
 }
 
 }  // namespace
 
-std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
+StoredLayouts use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
   std::set<graph::ValueId> keep_f32;
   if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
   name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16,
                                                         graph::GraphUse::inference, keep_f32, backend));
-  return transpose_for_decoding(g.graph, g.half_parameters);
+  return lay_out_for_decoding(g.graph, g.half_parameters, backend);
 }
 
-std::set<std::string> transpose_weights_for_decoding(GptGraph& g) { return transpose_for_decoding(g.graph, g.parameters); }
+StoredLayouts use_f32_weights_for_decoding(GptGraph& g, const Backend& backend) {
+  return lay_out_for_decoding(g.graph, g.parameters, backend);
+}
 
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {
   for (const auto& [parameter, copy] : plan.half_parameters) {

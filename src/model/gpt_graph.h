@@ -46,15 +46,17 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
 GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden = DType::f32);
 
 // bf16 weights for a forward-only graph: applies mixed_bfloat16 (logits kept f32; the serving
-// decoder's hidden output becomes bf16) and stores the linear layers' 16-bit weights [out, in] for the few-rows decoding
-// kernel. Returns the names of the transposed weights, for ParameterSet::converted_copy.
-std::set<std::string> use_half_weights_for_decoding(GptGraph& g, Backend& backend);
+// decoder's hidden output becomes bf16) and stores the linear layers' 16-bit weights [out, in]
+// for the few-rows decoding kernel, and those weights (the head's too) interleaved where
+// `backend` prefers it. Returns the layouts, for ParameterSet::converted_copy.
+StoredLayouts use_half_weights_for_decoding(GptGraph& g, Backend& backend);
 // float32 weights for a forward-only graph: the linear layers' weights themselves stored
 // [out, in], read as one contiguous row per output by the few-rows decoding kernel (0.83 -> 0.90
 // of the read bandwidth on a GPT-2 124M shape; the [in, out] layout splits each weight row
-// between the threads). Returns their names: bind a copy of the parameters made with them
-// (ParameterSet::converted_copy to f32).
-std::set<std::string> transpose_weights_for_decoding(GptGraph& g);
+// between the threads), and interleaved where `backend` prefers it. Returns the layouts: bind a
+// copy of the parameters made with them (ParameterSet::converted_copy to f32). A weight another
+// op also reads (wte, the embedding's) keeps its layout.
+StoredLayouts use_f32_weights_for_decoding(GptGraph& g, const Backend& backend);
 
 // Records a precision policy's 16-bit parameter copies in g.half_parameters.
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);

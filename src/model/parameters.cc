@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backend/kernel_args.h"
 #include "base/error.h"
 
 namespace paraflow::model {
@@ -154,12 +155,16 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
   backend_->launch(Cast{.src = source.flat_, .dst = flat_});
 }
 
-ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const std::set<std::string>& transposed) const {
+ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts) const {
   check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32, "converted_copy: {} is not f32, bf16 or f16",
         dtype_name(dtype));
   std::vector<TensorSpec> specs = specs_;
   for (TensorSpec& spec : specs) {
-    if (transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
+    if (layouts.transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
+    check(!layouts.interleaved.count(spec.name) ||
+              (spec.shape.rank() == 2 && spec.shape[1] % kInterleavedColumns == 0),
+          "converted_copy: {} {} cannot be stored interleaved (2-D, columns a multiple of {})", spec.name,
+          spec.shape.to_string(), kInterleavedColumns);
   }
   const ParameterSet source = on_host();
   ParameterSet copy(std::move(specs), backend, dtype);
@@ -170,12 +175,16 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const s
       float* to_f32 = f32 ? host.at(i).data<float>() : nullptr;
       uint16_t* to = f32 ? nullptr : host.at(i).data<uint16_t>();
       const Shape& shape = specs_[i].shape;  // the source's
-      const bool transpose = transposed.count(specs_[i].name) > 0;
+      const bool transpose = layouts.transposed.count(specs_[i].name) > 0;
+      const bool interleave = layouts.interleaved.count(specs_[i].name) > 0;
       const int64_t rows = shape[0], columns = shape.numel() / rows;
+      const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < columns; ++c) {
           const float value = from[r * columns + c];
-          const int64_t at = transpose ? c * rows + r : r * columns + c;
+          const int64_t row = transpose ? c : r, column = transpose ? r : c;
+          const int64_t at = interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
+                                        : row * stored_columns + column;
           if (f32) {
             to_f32[at] = value;
           } else {

@@ -63,6 +63,13 @@ bool is_partial_gradient(const std::string& name);
 // Tensors every shard holds whole (a gradient norm counts them once).
 bool is_replicated(const std::string& name);
 
+// Names of 2-D tensors that decoding stores in another layout than the checkpoint's [rows,
+// columns]: transposed ([columns, rows]), then, if also interleaved, out_in_interleaved
+// (interleaved_offset in backend/kernel_args.h).
+struct StoredLayouts {
+  std::set<std::string> transposed, interleaved;
+};
+
 class ParameterSet {
  public:
   ParameterSet() = default;
@@ -77,9 +84,9 @@ class ParameterSet {
 
   // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
   void assign_converted(const ParameterSet& source);
-  // A copy in `dtype` (f32, bf16 or f16) on `backend`, with the named 2-D tensors stored transposed
-  // (converted on the host once: for weights that decoding reads in another layout).
-  ParameterSet converted_copy(Backend& backend, DType dtype, const std::set<std::string>& transposed) const;
+  // A copy in `dtype` (f32, bf16 or f16) on `backend`, with the named 2-D tensors stored in the
+  // given layouts (converted on the host once: for weights that decoding reads in another layout).
+  ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
   // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards).

@@ -149,49 +149,73 @@ TEST_P(OpsTest, Matmul) {
   }
 }
 
+// The weight's values stored in `layout` (from its [OC, C] form for the out_in layouts, [C, OC]
+// for in_out).
+Vec stored_in(const Vec& w, WeightLayout layout, int64_t OC, int64_t C) {
+  if (layout != WeightLayout::out_in_interleaved) return w;
+  Vec stored(w.size());
+  for (int64_t o = 0; o < OC; ++o) {
+    for (int64_t c = 0; c < C; ++c) stored[static_cast<size_t>(interleaved_offset(o, c, OC, C))] = w[static_cast<size_t>(o * C + c)];
+  }
+  return stored;
+}
+
 // Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
 // computed alone (and the reference within the usual bound), in f32 and, where the backend has
-// it, with bf16 operands — the weights in both layouts, with bias and GELU; 96 input features
-// take the AMX tiles where the CPU has them (65 the vdpbf16ps kernel), 91 outputs leave a tail.
+// it, with bf16 operands — the weights in each layout, with bias and GELU; 96 input features
+// take the AMX tiles where the CPU has them (65 the vdpbf16ps kernel), 91 outputs leave a tail
+// (three rows after the last group of four, out_in_interleaved). Where the backend reads the
+// interleaved layout, its outputs equal out_in's bit for bit, row-invariant or not.
 TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
   const int64_t N = 37, OC = 3 * d.C + 1;
   std::vector<DType> dtypes{DType::f32};
   if (backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
   for (int64_t C : {int64_t{65}, int64_t{96}})
-  for (DType dtype : dtypes)
-  for (bool transposed : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " transposed=" << transposed);
+  for (DType dtype : dtypes) {
+    // One set of operands for every layout (w read as [C, OC] by in_out, [OC, C] by the others).
     Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), b = random_vector(rng, OC);
-    const Shape w_shape = transposed ? Shape{OC, C} : Shape{C, OC};
-    Tensor w_t = dtype == DType::bf16 ? to_bf16(w, w_shape) : put(w, w_shape);
     if (dtype == DType::bf16) {  // the reference multiplies the operands the kernel sees
-      w = values(w_t);
-      x = values(to_bf16(x, {N, C}));
+      w = values(to_bf16(w, {C * OC}));
+      x = values(to_bf16(x, {N * C}));
     }
-    auto run = [&](int64_t first, int64_t rows) {
-      Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
-      Tensor x_t = dtype == DType::bf16 ? to_bf16(part, {rows, C}) : put(part, {rows, C});
-      Tensor out = zeros({rows, OC}), pre = zeros({rows, OC});
-      backend().launch(MatmulForward{.out = out, .pre = pre, .inp = x_t, .weight = w_t, .bias = put(b, {OC}),
-                                     .layout = transposed ? WeightLayout::out_in : WeightLayout::in_out,
-                                     .gelu = true, .row_invariant = true});
-      return get(out);
-    };
-    // Blocks of every size the kernels take rows in: the batch of 37 (blocks of 3 or 4, then the
-    // rest), a pair, and rows alone.
-    const Vec batched = run(0, N), pair = run(5, 2);
-    for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
-      const Vec alone = run(row, 1);
-      for (int64_t o = 0; o < OC; ++o) {
-        ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
-        if (row == 5 || row == 6) {
-          ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
+    Vec out_in_batched;
+    for (WeightLayout layout : {WeightLayout::in_out, WeightLayout::out_in, WeightLayout::out_in_interleaved}) {
+      const bool interleaved = layout == WeightLayout::out_in_interleaved;
+      if (interleaved && (C % kInterleavedColumns != 0 || !backend().prefers_interleaved_weights(dtype, true))) continue;
+      const bool transposed = layout != WeightLayout::in_out;
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " layout=" << static_cast<int>(layout));
+      const Shape w_shape = transposed ? Shape{OC, C} : Shape{C, OC};
+      const Vec stored = stored_in(w, layout, OC, C);
+      Tensor w_t = dtype == DType::bf16 ? to_bf16(stored, w_shape) : put(stored, w_shape);
+      auto run = [&](int64_t first, int64_t rows, bool row_invariant = true) {
+        Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
+        Tensor x_t = dtype == DType::bf16 ? to_bf16(part, {rows, C}) : put(part, {rows, C});
+        Tensor out = zeros({rows, OC}), pre = zeros({rows, OC});
+        backend().launch(MatmulForward{.out = out, .pre = pre, .inp = x_t, .weight = w_t, .bias = put(b, {OC}),
+                                       .layout = layout, .gelu = true, .row_invariant = row_invariant});
+        return get(out);
+      };
+      // Blocks of every size the kernels take rows in: the batch of 37 (blocks of 3 or 4, then the
+      // rest), a pair, and rows alone.
+      const Vec batched = run(0, N), pair = run(5, 2);
+      for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
+        const Vec alone = run(row, 1);
+        for (int64_t o = 0; o < OC; ++o) {
+          ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
+          if (row == 5 || row == 6) {
+            ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
+          }
         }
       }
+      Vec reference_out;
+      reference::matmul_forward(reference_out, x, w, &b, N, C, OC, transposed, true);
+      EXPECT_CLOSE(batched, reference_out, C, "row-invariant matmul out");
+      if (layout == WeightLayout::out_in) out_in_batched = batched;
+      if (interleaved) {
+        EXPECT_EQ(batched, out_in_batched) << "interleaved against out_in";
+        EXPECT_EQ(run(0, N, false), out_in_batched) << "interleaved, not marked row-invariant, against out_in";
+      }
     }
-    Vec reference_out;
-    reference::matmul_forward(reference_out, x, w, &b, N, C, OC, transposed, true);
-    EXPECT_CLOSE(batched, reference_out, C, "row-invariant matmul out");
   }
 }
 

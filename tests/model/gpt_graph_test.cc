@@ -1,9 +1,13 @@
 // The shapes of the partitioned training graphs: a pipeline stage's boundary values, and a
 // tensor-parallel shard's split weights, its tp_copy / tp_reduce pairs and its slice of the
-// vocabulary (no rank holds all the logits).
+// vocabulary (no rank holds all the logits). Then the decoding graphs' weight layouts, and the
+// parameter copy stored in them.
 #include "model/gpt_graph.h"
 
 #include <gtest/gtest.h>
+
+#include <set>
+#include <string>
 
 namespace paraflow::model {
 namespace {
@@ -70,6 +74,57 @@ TEST(GptGraph, AShardsElementsAreRunsOfTheWholeTensor) {
   // c_proj [4, 2], shard 1 of 2: rows 2 and 3.
   const TensorSpec projection{"h.0.attn.c_proj.weight", Shape{4, 2}, Init::normal, true};
   EXPECT_EQ(shard_runs(projection, TensorShard{1, 2}), (std::vector<std::pair<int64_t, int64_t>>{{4, 4}}));
+}
+
+// Serving's f32 decoder: every linear weight stored [out, in], and interleaved where the CPU's
+// row-invariant kernel prefers it; wte, which the embedding reads, stays as it is. The copy puts
+// each element where the layouts say.
+TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
+  const GptConfig config = small_config();
+  GptGraph g = build_gpt_serving_decoder(config, 8, 4, 16);
+  const StoredLayouts layouts = use_f32_weights_for_decoding(g, cpu_backend());
+  std::set<std::string> linear;
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    for (const char* name : {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}) {
+      linear.insert(fmt::format("h.{}.{}.weight", layer, name));
+    }
+  }
+  EXPECT_EQ(layouts.transposed, linear);
+  const bool prefers = cpu_backend().prefers_interleaved_weights(DType::f32, true);
+  EXPECT_EQ(layouts.interleaved, prefers ? linear : std::set<std::string>{});
+
+  ParameterSet parameters(gpt_tensor_specs(config), cpu_backend());
+  float* values = parameters.flat().data<float>();
+  for (int64_t i = 0; i < parameters.numel(); ++i) values[i] = static_cast<float>(i % 1000) - 500.0f;
+  const ParameterSet copy = parameters.converted_copy(cpu_backend(), DType::f32, layouts);
+  const Tensor &source = parameters.get("h.1.mlp.c_fc.weight"), &stored = copy.get("h.1.mlp.c_fc.weight");
+  const int64_t C = config.n_embd, OC = 4 * config.n_embd;
+  ASSERT_EQ(stored.shape(), (Shape{OC, C}));
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t o = 0; o < OC; ++o) {
+      const int64_t at = prefers ? interleaved_offset(o, c, OC, C) : o * C + c;
+      ASSERT_EQ(stored.data<float>()[at], source.data<float>()[c * OC + o]) << "column " << c << " output " << o;
+    }
+  }
+  EXPECT_EQ(copy.get("wte.weight").shape(), (Shape{config.vocab_size, C}));
+}
+
+// The generator's f32 graph keeps [out, in] rows (its prompts take the GEMM library, which reads
+// them); its bf16 graph interleaves the 16-bit copies, the head's too, where the CPU's bf16
+// matmul streams rows at every row count.
+TEST(GptGraph, GeneratorWeightsInterleaveOnlyWhereEveryProductStreamsRows) {
+  const GptConfig config = small_config();
+  GptGraph f32 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
+  EXPECT_TRUE(use_f32_weights_for_decoding(f32, cpu_backend()).interleaved.empty());
+
+  GptGraph bf16 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
+  const StoredLayouts layouts = use_half_weights_for_decoding(bf16, cpu_backend());
+  if (cpu_backend().prefers_interleaved_weights(DType::bf16, false)) {
+    EXPECT_EQ(layouts.interleaved.size(), 4 * config.n_layer + 1);
+    EXPECT_EQ(layouts.interleaved.count("wte.weight"), 1);
+  } else {
+    EXPECT_TRUE(layouts.interleaved.empty());
+  }
 }
 
 }  // namespace

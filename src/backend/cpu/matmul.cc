@@ -16,6 +16,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
+#include "base/error.h"
 
 namespace paraflow::cpu {
 
@@ -26,14 +27,20 @@ constexpr float kGeluCubic = 0.044715f;
 
 struct MatmulDims {
   int64_t N, C, OC;
-  bool transposed;  // weight [OC,C] (out_in) rather than [C,OC]
+  bool transposed;   // weight [OC,C] (out_in or out_in_interleaved) rather than [C,OC]
+  bool interleaved;  // out_in_interleaved: only the row-streaming kernel reads it
   int64_t weight_ld() const { return transposed ? C : OC; }
 };
 
 template <typename Args>
 MatmulDims dims_of(const Args& args, const Tensor& output) {
   const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1];
-  return {args.inp.numel() / C, C, output.shape()[output.shape().rank() - 1], args.layout == WeightLayout::out_in};
+  const MatmulDims d{args.inp.numel() / C, C, output.shape()[output.shape().rank() - 1],
+                     args.layout != WeightLayout::in_out, args.layout == WeightLayout::out_in_interleaved};
+  check(!d.interleaved || d.C % kInterleavedColumns == 0,
+        "matmul: an out_in_interleaved weight needs input features in multiples of {} (got {})", kInterleavedColumns,
+        d.C);
+  return d;
 }
 
 // out[n, o] = gelu(pre[n, o]) (tanh form), optionally adding the bias to pre first.
@@ -253,6 +260,7 @@ bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const Matmu
                          const AmxRows* amx) {
 #ifdef __AVX512BF16__
   if constexpr (has_bf16_dot_rows<X, W>()) {
+    if (d.interleaved) return false;  // the f32 kernel reads that layout
     const int64_t width = end - begin;
     int64_t aligned_end = begin;
     if (amx != nullptr) {
@@ -269,6 +277,7 @@ bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const Matmu
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kReadsInterleavedWeights = true;  // f32_dot_rows below
 // The f32 counterpart of bf16_dot_rows, for CPUs without AVX512_BF16 and for f32 weights: f32
 // input rows times [out, in] weight rows, f32 or bf16 (widened in registers, so bf16 weights
 // move half the bytes). R input rows by K weight rows per pass, R x K independent 8-lane
@@ -286,7 +295,9 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(halves, _mm_movehdup_ps(halves)));
 }
 
-template <int R, int K, typename W>
+// Interleaved: the K weight rows are one group of an out_in_interleaved weight (w its start),
+// read as one stream with no prefetch needed; C is then a multiple of 8.
+template <int R, int K, bool Interleaved, typename W>
 inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, bool prefetch) {
   __m256 acc[R][K];
   for (int r = 0; r < R; ++r) {
@@ -300,6 +311,14 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
       for (int k = 0; k < K; ++k) acc[r][k] = _mm256_fmadd_ps(xv, wv[k], acc[r][k]);
     }
   };
+  if constexpr (Interleaved) {
+    static_assert(K == kInterleavedRows && kInterleavedColumns == 8);
+    for (int64_t c = 0; c < C; c += 8) chunk(x + c, C, w + c * K, 8);
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = horizontal_sum(acc[r][k]);
+    }
+    return;
+  }
   const int64_t full = C / 8 * 8;
   int64_t c = 0;
   if (prefetch) {
@@ -326,15 +345,18 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
   }
 }
 
-// Weight rows [begin, end) of an [out, in] weight: four at a time, the input rows three by three.
+// Weight rows [begin, end) of an [out, in] weight (begin a multiple of 4): four at a time, the
+// input rows three by three. Each group of four is, out_in_interleaved, one contiguous stream; the
+// rows after the last group are stored as in out_in either way.
 template <typename W>
 void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
                   int64_t end) {
   constexpr int kRows = 3, kWeightRows = 4;  // 12 accumulators and 4 weight vectors: the 16 ymm registers
-  auto rows = [&]<int K>(int64_t o) {
+  static_assert(kWeightRows == kInterleavedRows);
+  auto rows = [&]<int K, bool Interleaved>(int64_t o) {
     const W* w = weight + o * d.C;
     auto block = [&]<int R>(int64_t n) {
-      f32_dot_block<R, K>(sums + n * width + (o - begin), width, x + n * d.C, w, d.C, n == 0);
+      f32_dot_block<R, K, Interleaved>(sums + n * width + (o - begin), width, x + n * d.C, w, d.C, n == 0);
     };
     int64_t n = 0;
     for (; n + kRows <= d.N; n += kRows) block.template operator()<kRows>(n);
@@ -342,9 +364,14 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
     if (d.N - n == 1) block.template operator()<1>(n);
   };
   int64_t o = begin;
-  for (; o + kWeightRows <= end; o += kWeightRows) rows.template operator()<kWeightRows>(o);
-  for (; o < end; ++o) rows.template operator()<1>(o);
+  for (; o + kWeightRows <= end; o += kWeightRows) {
+    if (d.interleaved) rows.template operator()<kWeightRows, true>(o);
+    else rows.template operator()<kWeightRows, false>(o);
+  }
+  for (; o < end; ++o) rows.template operator()<1, false>(o);
 }
+#else
+constexpr bool kReadsInterleavedWeights = false;
 #endif
 
 // A per-thread buffer that only grows, one per use (the tag): kept across calls, so that decoding
@@ -362,6 +389,8 @@ struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is 
 template <typename X, typename W, typename Out, typename Pre>
 void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
+  check(!d.interleaved || kReadsInterleavedWeights,
+        "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
   // The few input rows in f32, converted once rather than once per weight row; the bf16 dot
   // products (and AMX tiles) read the bf16 rows themselves.
   const bool reads_f32_rows = !d.transposed || !has_bf16_dot_rows<X, W>();
@@ -451,7 +480,7 @@ void matmul_forward(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   const float* bias = pointer<float>(args.bias);
-  if (d.N <= kSmallRows || args.row_invariant) {
+  if (d.N <= kSmallRows || args.row_invariant || d.interleaved) {
     small_rows_matmul(pointer<float>(args.out), pointer<float>(args.pre), inp, weight, bias, d, args.gelu);
     return;
   }
@@ -467,6 +496,7 @@ void matmul_forward(const MatmulForward& args) {
 
 void matmul_backward(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
+  check(!d.interleaved, "matmul backward: out_in_interleaved weights are for decoding (forward only)");
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   float* dout = pointer<float>(args.dout);
   // dout becomes the pre-activation gradient in place (with GELU); the bias gradient is summed in
@@ -496,7 +526,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   static const bool native_bf16 = has_native_bf16();
-  if (d.N <= kSmallRows || args.row_invariant || !native_bf16) {
+  if (d.N <= kSmallRows || args.row_invariant || d.interleaved || !native_bf16) {
     const auto *x = pointer<BFloat16>(args.inp), *w = pointer<BFloat16>(args.weight);
     // A long prompt without native bf16 goes through in passes of at most kRowsPerPass rows, so
     // that the per-thread sums the kernel keeps stay small (a 1024-token prefill's lm_head would
@@ -531,6 +561,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
 // inp and of the weight's bf16 copy).
 void matmul_backward_bf16(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
+  check(!d.interleaved, "matmul backward: out_in_interleaved weights are for decoding (forward only)");
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   // The GEMMs' operand: dout itself when it is bf16 and nothing applies to it, else a bf16 copy
   // made in the pass that applies the GELU's derivative and sums the bias gradient.

@@ -1,5 +1,5 @@
 // matmul: out (...,OC) = x (...,C) · W [+ bias], optionally GELU(tanh) fused.
-// inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in) [, bias (OC)]
+// inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in and out_in_interleaved) [, bias (OC)]
 // attributes: layout (WeightLayout as int), gelu (0/1), row_invariant (0/1: MatmulForward's)
 // outputs: out; with gelu also the saved pre-activation
 #include "graph/ops/ops.h"
@@ -30,6 +30,9 @@ class MatmulOp final : public OpDef {
     MatmulDims d = dims_of(x, w, attributes);
     int64_t weight_in = d.layout == WeightLayout::in_out ? w[0] : w[1];
     expect_shape(weight_in == d.C, "matmul", fmt::format("weight's input dimension must equal x's last ({})", d.C), w);
+    expect_shape(d.layout != WeightLayout::out_in_interleaved || d.C % kInterleavedColumns == 0, "matmul",
+                 fmt::format("an out_in_interleaved weight needs input features in multiples of {}", kInterleavedColumns),
+                 w);
     if (in.size() == 3) expect_shape(in[2]->shape == Shape{d.OC}, "matmul", "bias must be (OC)", in[2]->shape);
     std::vector<int64_t> out_dims = x.dims();
     out_dims.back() = d.OC;
