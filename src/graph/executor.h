@@ -45,7 +45,8 @@ class Executor {
   // The group tensor-parallel ops (tp_copy, tp_reduce) reduce over; set before the first run.
   void set_collective_group(CollectiveGroup* group) { group_ = group; }
 
-  // Per-op wall time, summed by "<op kind> forward|backward", when profiling is on. Backends
+  // Per-op wall time, summed by "<op kind> forward|backward" ("<node name> ..." for a node with
+  // the attribute profile_apart), when profiling is on. Backends
   // are synchronised around each node, so the times are exact but the run is a little slower.
   void set_profiling(bool enabled) { profiling_ = enabled; }
   const std::map<std::string, double>& profile() const { return profile_; }

@@ -86,10 +86,11 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, Atte
   return graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
 }
 
-// Tied head: logits = hidden · wte^T, reading the embedding table in its [V, C] layout.
+// Tied head: logits = hidden · wte^T, reading the embedding table in its [V, C] layout; profiled
+// apart from the other matmuls (the largest of them, and the one decoding needs most).
 ValueId add_lm_head(GptGraph& g, ValueId hidden, ValueId wte, Attributes attributes = {}) {
   return g.graph.add_node(OpKind::matmul, "lm_head", {hidden, wte},
-                          attributes.set("layout", static_cast<int64_t>(WeightLayout::out_in)))[0];
+                          attributes.set("layout", static_cast<int64_t>(WeightLayout::out_in)).set("profile_apart", 1))[0];
 }
 
 // Serving's matmuls: a request's tokens must not depend on the batch it shares.

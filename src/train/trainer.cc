@@ -134,7 +134,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     slices_of_grads.push_back({grads, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
   }
   dist::GradientSyncConfig sync_config = config_.sync;
-  sync_config.zero = zero();
+  sync_config.zero = shards_optimizer_state();
   // A pipeline stage's gradients are complete only after its last micro-batch's backward, and
   // MPI calls from the gradient thread must not overlap the stage transfers or the tensor-parallel
   // all-reduces of the main thread.
@@ -145,7 +145,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   if (executor_) executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
   // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
   loss_scaler_.scale = config_.initial_loss_scale;
-  optimizer_ = zero()
+  optimizer_ = shards_optimizer_state()
                    ? std::make_unique<AdamW>(config_.adamw, parameters_, backend_, sync_->shard_begin(), sync_->shard_end())
                    : std::make_unique<AdamW>(config_.adamw, parameters_, backend_);
 }
@@ -197,8 +197,8 @@ bool Trainer::initialize_or_resume() {
   std::string data_state = "{}";
   // The chief reads the whole state; everyone receives its part (and keeps its shard of the moments).
   const auto P = parameters_.numel();
-  Tensor first_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->first_moment();
-  Tensor second_moment = zero() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->second_moment();
+  Tensor first_moment = shards_optimizer_state() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->first_moment();
+  Tensor second_moment = shards_optimizer_state() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->second_moment();
   // A pipeline's chief holds the whole model only while it hands the parts out.
   model::ParameterSet whole;
   Tensor whole_first = first_moment, whole_second = second_moment;
@@ -236,7 +236,7 @@ bool Trainer::initialize_or_resume() {
   scatter_from_chief(loaded.flat(), parameters_.flat());
   scatter_from_chief(whole_first, first_moment);
   scatter_from_chief(whole_second, second_moment);
-  if (zero()) {
+  if (shards_optimizer_state()) {
     const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
     backend_.copy(first_moment.slice_flat(begin, count), optimizer_->first_moment().slice_flat(0, count));
     backend_.copy(second_moment.slice_flat(begin, count), optimizer_->second_moment().slice_flat(0, count));
@@ -446,8 +446,8 @@ StepStats Trainer::step() {
   const Tensor& grads = final_gradients().flat();
   double squares = counted_squares(grads);
   if (partitioned()) {
-    squares = job_sum(static_cast<float>(squares)) / (zero() ? 1.0 : static_cast<double>(replicas().size()));
-  } else if (zero()) {
+    squares = job_sum(static_cast<float>(squares)) / (shards_optimizer_state() ? 1.0 : static_cast<double>(replicas().size()));
+  } else if (shards_optimizer_state()) {
     squares = sync_->all_reduce_sum(static_cast<float>(squares));
   }
   const double unscale = scales_loss() ? 1.0 / loss_scaler_.scale : 1.0;
@@ -457,7 +457,7 @@ StepStats Trainer::step() {
   if (apply) {
     optimizer_->update(parameters_.flat(), grads, half_parameters_.flat(), stats.lr,
                        static_cast<float>(optimizer_->clip_factor(stats.grad_norm) * unscale));
-    if (zero()) {
+    if (shards_optimizer_state()) {
       sync_->all_gather_shards(parameters_.flat().device_data<float>());
       refresh_half_parameters();  // the optimizer wrote this rank's shard of them only
     }
@@ -493,7 +493,7 @@ double Trainer::evaluate(int64_t batches) {
 
 std::filesystem::path Trainer::save_checkpoint() {
   Tensor first_moment = optimizer_->first_moment(), second_moment = optimizer_->second_moment();
-  if (zero()) {  // every rank contributes its shard of the moments
+  if (shards_optimizer_state()) {  // every rank contributes its shard of the moments
     const auto P = parameters_.numel();
     const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
     first_moment = backend_.empty(Shape{P}, DType::f32);

@@ -162,7 +162,8 @@ class Trainer {
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
   void refresh_half_parameters();
   bool is_chief() const { return communicator_.rank() == 0; }
-  bool zero() const { return config_.sync.zero && replicas().size() > 1; }
+  // ZeRO stage 1 in effect: each replica keeps and updates one shard of the optimizer state.
+  bool shards_optimizer_state() const { return config_.sync.zero && replicas().size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
