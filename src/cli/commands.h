@@ -48,6 +48,16 @@ inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   return graph::op_def(graph::OpKind::matmul).runs_in(backend, DType::bf16) ? DType::bf16 : DType::f32;
 }
 
+// --kv-cache-dtype of generate and serve: float32 or bfloat16 on request; auto follows the weights
+// (bf16 weights make keys and values that are bf16 values already, which a bf16 cache holds exactly).
+inline DType kv_cache_dtype(const std::string& choice, DType weights) {
+  if (choice == "float32") return DType::f32;
+  if (choice == "bfloat16") return DType::bf16;
+  return weights;
+}
+
+inline const char* dtype_word(DType dtype) { return dtype == DType::bf16 ? "bfloat16" : "float32"; }
+
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.
 inline int exit_status(const std::exception& error) { return dynamic_cast<const InputError*>(&error) ? 1 : 2; }
 

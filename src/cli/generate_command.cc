@@ -23,6 +23,7 @@ struct GenerateOptions {
   infer::SamplingConfig sampling;
   std::vector<std::string> stops;
   std::string dtype = "auto";  // weights: float32, bfloat16, or auto (bfloat16 where the CPU multiplies it)
+  std::string kv_cache_dtype = "auto";  // float32, bfloat16, or auto (as the weights)
 };
 
 // Prints a completion as the engine streams it: stop strings end it (trimmed), text that could
@@ -84,13 +85,14 @@ class PrintingSink : public infer::RequestSink {
 };
 
 // The serving engine with room for one sequence of the model's whole context.
-infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights) {
-  const double bytes = 2.0 * static_cast<double>(config.n_layer * config.n_embd) * 4 *
-                       static_cast<double>(config.n_positions + 16);
+infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights, DType kv_cache) {
+  const double bytes = 2.0 * static_cast<double>(config.n_layer * config.n_embd) *
+                       static_cast<double>(dtype_size(kv_cache)) * static_cast<double>(config.n_positions + 16);
   return infer::EngineOptions{.kv_cache_gb = bytes / (1024.0 * 1024 * 1024),
                               .max_num_seqs = 1,
                               .max_batched_tokens = std::min<int64_t>(config.n_positions, 512),
-                              .weights = weights};
+                              .weights = weights,
+                              .kv_cache_dtype = kv_cache};
 }
 
 void run_generate(const GenerateOptions& options) {
@@ -98,7 +100,8 @@ void run_generate(const GenerateOptions& options) {
   model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
   infer::TextCodec codec(options.model_dir);
   const DType weights = weights_dtype(options.dtype, backend);
-  infer::Engine engine(model.config, model.parameters, backend, one_sequence(model.config, weights));
+  const DType kv_cache = kv_cache_dtype(options.kv_cache_dtype, weights);
+  infer::Engine engine(model.config, model.parameters, backend, one_sequence(model.config, weights, kv_cache));
 
   std::vector<int32_t> prompt = codec.encode(options.prompt);
   const auto room = model.config.n_positions - static_cast<int64_t>(prompt.size());
@@ -121,8 +124,8 @@ void run_generate(const GenerateOptions& options) {
              generated, seconds, static_cast<double>(generated) / seconds, infer::finish_reason_name(outcome.reason));
   // The decode rate apart from the prompt's pass: what llama-bench's tg figure measures.
   if (generated > 1) {
-    fmt::print(stderr, "[{} weights; prefill + first token {:.1f} ms; decode {:.1f} tokens/s]\n",
-               weights == DType::bf16 ? "bfloat16" : "float32", 1000 * sink->seconds_to_first_token(),
+    fmt::print(stderr, "[{} weights, {} KV cache; prefill + first token {:.1f} ms; decode {:.1f} tokens/s]\n",
+               dtype_word(weights), dtype_word(kv_cache), 1000 * sink->seconds_to_first_token(),
                static_cast<double>(generated - 1) / sink->seconds_since_first_token());
   }
 }
@@ -150,6 +153,9 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--stop", options->stops, "Stop when the completion ends with this text (repeatable)");
   command->add_option("--dtype", options->dtype,
                       "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 GEMMs (AMX, AVX512_BF16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->callback([options] { run_generate(*options); });

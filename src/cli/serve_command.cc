@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string served_model_name;  // default: the model dir's name
   std::string api_key;
   std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";
   infer::EngineOptions engine;
   serve::HttpLimits http;
   double read_timeout_seconds = 30;
@@ -79,6 +80,7 @@ void run_serve(ServeOptions options) {
   const std::atomic<bool>* stop = stop_requests();
   Backend& backend = cpu_backend();
   options.engine.weights = weights_dtype(options.dtype, backend);
+  options.engine.kv_cache_dtype = kv_cache_dtype(options.kv_cache_dtype, options.engine.weights);
   std::optional<serve::BatchingOptions> batching;
   if (!options.batching_parameters_file.empty() && !options.enable_batching) {
     throw InputError("--batching_parameters_file is read only with --enable_batching");
@@ -122,7 +124,8 @@ void run_serve(ServeOptions options) {
   while (!stop->load()) {
     if (!announced && registry.ready()) {
       announced = true;
-      say(fmt::format("ready on {} ({} weights)", address, options.engine.weights == DType::bf16 ? "bfloat16" : "float32"));
+      say(fmt::format("ready on {} ({} weights, {} KV cache)", address, dtype_word(options.engine.weights),
+                      dtype_word(options.engine.kv_cache_dtype)));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -194,6 +197,10 @@ void add_serve_command(CLI::App& app) {
       ->check(in_range(at_least(0)));
   command->add_option("--dtype", options->dtype,
                       "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 GEMMs (AMX, AVX512_BF16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  command->add_option("--kv-cache-dtype", options->kv_cache_dtype,
+                      "Keys and values in float32 or bfloat16 (twice the blocks in --kv-cache-gb); auto: as --dtype")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->add_option("--grace-seconds", options->grace_seconds,

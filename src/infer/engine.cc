@@ -122,7 +122,8 @@ struct Engine::Impl {
 namespace {
 
 int64_t pool_blocks(const model::GptConfig& config, const EngineOptions& options) {
-  const double bytes_per_block = 2.0 * static_cast<double>(config.n_layer * config.n_embd * options.block_size) * 4;
+  const double bytes_per_block = 2.0 * static_cast<double>(config.n_layer * config.n_embd * options.block_size) *
+                                 static_cast<double>(dtype_size(options.kv_cache_dtype));
   return static_cast<int64_t>(options.kv_cache_gb * 1024 * 1024 * 1024 / bytes_per_block);
 }
 
@@ -169,7 +170,10 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
         "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(options.weights),
         backend.name(), dtype_name(options.weights));
 
-  decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size);
+  check(options.kv_cache_dtype == DType::f32 || options.kv_cache_dtype == DType::bf16,
+        "kv_cache_dtype must be float32 or bfloat16 (got {})", dtype_name(options.kv_cache_dtype));
+  decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size,
+                                                   options.kv_cache_dtype);
   // The weights' copy for decoding, as the generator makes it (model::*_for_decoding).
   const bool half = options.weights == DType::bf16;
   model::StoredLayouts layouts = half ? model::use_half_weights_for_decoding(decoder_graph, backend)
@@ -191,7 +195,7 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   model::bind_parameters(*head, head_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
   const Shape pool_shape{pool.total(), config.n_head, options.block_size, config.n_embd / config.n_head};
   for (const auto& [keys, values] : decoder_graph.caches) {
-    pools.emplace_back(backend.empty(pool_shape, DType::f32), backend.empty(pool_shape, DType::f32));
+    pools.emplace_back(backend.empty(pool_shape, options.kv_cache_dtype), backend.empty(pool_shape, options.kv_cache_dtype));
     decoder->bind(keys, pools.back().first);
     decoder->bind(values, pools.back().second);
   }

@@ -26,6 +26,9 @@ struct EngineOptions {
   int64_t max_batched_tokens = 256; // tokens per step: decode tokens plus prefill chunks
   int64_t max_waiting = 1024;       // queued requests beyond this are refused (QueueFull)
   DType weights = DType::f32;       // f32, or bf16 where the backend multiplies bf16
+  // Keys and values: f32, or bf16 (half the bytes, twice the blocks; exact for bf16 weights,
+  // whose keys and values are bf16 values already).
+  DType kv_cache_dtype = DType::f32;
   int threads = 0;                  // OpenMP threads for the engine thread's compute; 0: OpenMP's default
 };
 

@@ -145,7 +145,7 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
 }
 
 GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks,
-                                   int64_t block_size) {
+                                   int64_t block_size, DType kv_dtype) {
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{max_tokens, 1}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("positions", Shape{max_tokens}, DType::i32, ValueRole::input);
@@ -153,8 +153,8 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
   g.block_tables = g.graph.add_value("block_tables", Shape{max_tokens, max_blocks}, DType::i32, ValueRole::input);
   const Shape pool{kv_blocks, config.n_head, block_size, config.n_embd / config.n_head};
   g.hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
-    ValueId keys = g.graph.add_value(h + "attn.k_pool", pool, DType::f32, ValueRole::state);
-    ValueId values = g.graph.add_value(h + "attn.v_pool", pool, DType::f32, ValueRole::state);
+    ValueId keys = g.graph.add_value(h + "attn.k_pool", pool, kv_dtype, ValueRole::state);
+    ValueId values = g.graph.add_value(h + "attn.v_pool", pool, kv_dtype, ValueRole::state);
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_paged, h + "attn.core", {qkv, keys, values, g.position, g.block_tables},
                             core)[0];

@@ -39,10 +39,12 @@ struct GptGraph {
 // Serving's ragged batch, as two graphs so that only the rows that need logits pay for the
 // vocabulary projection. The decoder runs up to `max_tokens` tokens of many sequences at once,
 // each at its own position (g.position, (N) i32) with its sequence's block table, over per-layer
-// KV block pools of `kv_blocks` blocks of `block_size` positions (state), and outputs g.hidden.
+// KV block pools of `kv_blocks` blocks of `block_size` positions (state, in `kv_dtype`: f32 or
+// bf16), and outputs g.hidden.
 // The head maps up to `max_rows` hidden rows (of the decoder's hidden dtype) to f32 logits. Run
 // fewer rows with Executor::set_rows.
-GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks, int64_t block_size);
+GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks, int64_t block_size,
+                                   DType kv_dtype = DType::f32);
 GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden = DType::f32);
 
 // bf16 weights for a forward-only graph: applies mixed_bfloat16 (logits kept f32; the serving

@@ -252,6 +252,63 @@ TEST_P(OpsTest, Attention) {
   }
 }
 
+// Serving's attention over a paged KV cache, in two steps (a prefill of each sequence's first
+// tokens, then the rest, reading the first step's keys and values from the pools), two sequences
+// in one ragged batch, their blocks scattered over the pool: each token's output against causal
+// attention over its own sequence. With bf16 pools the reference reads the keys and values
+// rounded to bf16.
+TEST_P(OpsTest, PagedAttentionOfARaggedBatch) {
+  const int64_t C = d.C, NH = d.NH, hs = C / NH, block_size = 4, blocks = 10, max_blocks = 4;
+  const std::vector<int64_t> lengths{13, 7}, first_step{9, 4};
+  const std::vector<std::vector<int32_t>> tables{{2, 5, 0, 7}, {9, 1, 0, 0}};
+  const double scale = gpt2_scale(C, NH);
+  for (DType pool_dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(pool_dtype));
+    std::vector<Vec> sequences;  // each (T, 3C)
+    for (int64_t T : lengths) sequences.push_back(random_vector(rng, T * 3 * C));
+    Tensor k_pool = zeros({blocks, NH, block_size, hs}, pool_dtype), v_pool = zeros({blocks, NH, block_size, hs}, pool_dtype);
+    for (int step = 0; step < 2; ++step) {
+      Vec qkv;
+      std::vector<int32_t> positions, block_tables;
+      std::vector<std::pair<size_t, int64_t>> rows;  // (sequence, position) of each token
+      for (size_t s = 0; s < lengths.size(); ++s) {
+        const int64_t begin = step == 0 ? 0 : first_step[s], end = step == 0 ? first_step[s] : lengths[s];
+        for (int64_t t = begin; t < end; ++t) {
+          qkv.insert(qkv.end(), sequences[s].begin() + t * 3 * C, sequences[s].begin() + (t + 1) * 3 * C);
+          positions.push_back(static_cast<int32_t>(t));
+          block_tables.insert(block_tables.end(), tables[s].begin(), tables[s].end());
+          rows.emplace_back(s, t);
+        }
+      }
+      const auto N = static_cast<int64_t>(rows.size());
+      Tensor positions_t = Tensor::zeros({N}, DType::i32), tables_t = Tensor::zeros({N, max_blocks}, DType::i32);
+      std::copy(positions.begin(), positions.end(), positions_t.data<int32_t>());  // host memory, as the op declares
+      std::copy(block_tables.begin(), block_tables.end(), tables_t.data<int32_t>());
+      Tensor out = zeros({N, 1, C});
+      backend().launch(AttentionPagedForward{.out = out, .qkv = put(qkv, {N, 1, 3 * C}), .k_pool = k_pool,
+                                             .v_pool = v_pool, .positions = positions_t, .block_tables = tables_t,
+                                             .n_head = NH, .scale = static_cast<float>(scale)});
+      Vec expected;
+      for (const auto& [s, t] : rows) {
+        Vec keys_rounded = sequences[s];
+        if (pool_dtype == DType::bf16) {  // k and v as the pool holds them; q as given
+          for (int64_t row = 0; row < lengths[s]; ++row) {
+            const auto kv = keys_rounded.begin() + row * 3 * C + C;
+            const Vec rounded = values(to_bf16(Vec(kv, kv + 2 * C), {2 * C}));
+            std::copy(rounded.begin(), rounded.end(), kv);
+          }
+        }
+        for (int64_t c = 0; c < C; ++c) keys_rounded[static_cast<size_t>(t * 3 * C + c)] = sequences[s][static_cast<size_t>(t * 3 * C + c)];
+        Vec reference_out;
+        reference::attention_forward(reference_out, keys_rounded, 1, lengths[s], C, NH, scale);
+        expected.insert(expected.end(), reference_out.begin() + t * C, reference_out.begin() + (t + 1) * C);
+      }
+      const char* what = step == 0 ? "paged attention, prefill" : "paged attention, the rest";
+      EXPECT_CLOSE(get(out), expected, hs + lengths[0], what);
+    }
+  }
+}
+
 TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
   // T = 150 spans three of the CPU kernel's 64-row blocks (the last one partial).
   const int64_t B = 2, T = 150, C = 24, NH = 2;

@@ -168,6 +168,45 @@ TEST_F(EngineTest, Bf16OutputsBatchedWithThirtyOneOthersEqualTheirOutputsAlone) 
   EXPECT_EQ(run(true), alone);  // and batched with every prompt's blocks cached
 }
 
+// bf16 weights make keys and values that are bf16 values already: a bf16 KV cache holds them
+// exactly, so every token and log-probability equals the f32 cache's, batched, while a block
+// takes half the bytes (twice the blocks in the same memory).
+TEST_F(EngineTest, Bf16KvCacheHoldsTheKeysOfBf16WeightsExactlyInTwiceTheBlocks) {
+  Rng rng(testing::test_seed());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(random_prompt(rng, 1 + static_cast<int64_t>(rng.below(30))));
+  auto run = [&](DType kv_cache) {
+    Engine engine(config, trainer->parameters(), cpu_backend(),
+                  EngineOptions{.kv_cache_gb = 0.02, .max_num_seqs = 8, .max_batched_tokens = 48,
+                                .weights = DType::bf16, .kv_cache_dtype = kv_cache});
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (const auto& prompt : prompts) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      engine.submit(Request{.prompt = prompt, .max_tokens = 12, .sampling = {.temperature = 0}, .top_logprobs = 3},
+                    sinks.back());
+    }
+    for (auto& sink : sinks) sink->wait();
+    return std::pair{sinks, engine.stats().blocks_total};
+  };
+  const auto [f32_sinks, f32_blocks] = run(DType::f32);
+  const auto [bf16_sinks, bf16_blocks] = run(DType::bf16);
+  EXPECT_GE(bf16_blocks, 2 * f32_blocks);
+  EXPECT_LE(bf16_blocks, 2 * f32_blocks + 1);  // each count rounded down from the same bytes
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto &expected = f32_sinks[i]->events, &events = bf16_sinks[i]->events;
+    ASSERT_EQ(events.size(), expected.size()) << "request " << i;
+    for (size_t t = 0; t < events.size(); ++t) {
+      EXPECT_EQ(events[t].token, expected[t].token) << "request " << i << " token " << t;
+      EXPECT_EQ(events[t].logprob, expected[t].logprob) << "request " << i << " token " << t;
+      ASSERT_EQ(events[t].top.size(), expected[t].top.size());
+      for (size_t k = 0; k < events[t].top.size(); ++k) {
+        EXPECT_EQ(events[t].top[k].token, expected[t].top[k].token);
+        EXPECT_EQ(events[t].top[k].logprob, expected[t].top[k].logprob);
+      }
+    }
+  }
+}
+
 // The same with model widths that are multiples of 32: where the CPU has AMX, the serving
 // matmuls run on its tiles (cpu/amx_dot), which must keep every row's arithmetic its own.
 // Random weights: near-ties abound, so any row-to-row leak would show.

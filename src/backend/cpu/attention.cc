@@ -226,10 +226,12 @@ void attention_backward_bf16(const AttentionBackward& args) {
 // give a sequence the same bits.
 namespace {
 
-inline float score(const float* q, const float* key, int64_t hs, float scale) {
+// Keys and values are f32 or (the engine's bf16 KV cache) bf16, widened as they are read.
+template <typename KV>
+inline float score(const float* q, const KV* key, int64_t hs, float scale) {
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-  for (int64_t d = 0; d < hs; ++d) dot += q[d] * key[d];
+  for (int64_t d = 0; d < hs; ++d) dot += q[d] * to_float(key[d]);
   return dot * scale;
 }
 
@@ -244,9 +246,10 @@ inline float exponentiate(float* scores, int64_t count, float max_value) {
   return sum;
 }
 
-inline void add_weighted(float* y, float weight, const float* value, int64_t hs) {
+template <typename KV>
+inline void add_weighted(float* y, float weight, const KV* value, int64_t hs) {
 #pragma omp simd
-  for (int64_t d = 0; d < hs; ++d) y[d] += weight * value[d];
+  for (int64_t d = 0; d < hs; ++d) y[d] += weight * to_float(value[d]);
 }
 
 // This thread's scores, at least `count` of them: kept across calls (no allocation per token).
@@ -295,13 +298,18 @@ void attention_cached_forward(const AttentionCachedForward& args) {
   }
 }
 
-void attention_paged_forward(const AttentionPagedForward& args) {
+namespace {
+
+// The pools' element type KV: f32, or bf16 (keys and values rounded as they are written).
+template <typename KV>
+void attention_paged(const AttentionPagedForward& args) {
   const int64_t N = args.qkv.shape()[0], C = args.qkv.shape()[2] / 3, NH = args.n_head, hs = C / NH;
   const int64_t block_size = args.k_pool.shape()[2], max_blocks = args.block_tables.shape()[1];
   const int32_t* positions = args.positions.data<int32_t>();
   const int32_t* tables = args.block_tables.data<int32_t>();
   const float* qkv = pointer<float>(args.qkv);
-  float *out = pointer<float>(args.out), *k_pool = pointer<float>(args.k_pool), *v_pool = pointer<float>(args.v_pool);
+  float* out = pointer<float>(args.out);
+  KV *k_pool = pointer<KV>(args.k_pool), *v_pool = pointer<KV>(args.v_pool);
   // Row (block, h, slot) of a pool: where position p of token i's sequence keeps head h.
   auto pool_row = [&](int64_t i, int64_t h, int64_t p) {
     const int64_t block = tables[i * max_blocks + p / block_size];
@@ -313,8 +321,10 @@ void attention_paged_forward(const AttentionPagedForward& args) {
     const int64_t i = ih / NH, h = ih % NH;
     const float* row = qkv + i * 3 * C + h * hs;
     const int64_t at = pool_row(i, h, positions[i]);
-    std::copy(row + C, row + C + hs, k_pool + at);
-    std::copy(row + 2 * C, row + 2 * C + hs, v_pool + at);
+    for (int64_t d = 0; d < hs; ++d) {
+      k_pool[at + d] = from_float<KV>(row[C + d]);
+      v_pool[at + d] = from_float<KV>(row[2 * C + d]);
+    }
   }
 #pragma omp parallel
   {
@@ -328,7 +338,7 @@ void attention_paged_forward(const AttentionPagedForward& args) {
       // Block by block: keys and values of one block and head are contiguous rows.
       float max_value = -INFINITY;
       for (int64_t first = 0; first < visible; first += block_size) {
-        const float* keys = k_pool + (table[first / block_size] * NH + h) * block_size * hs;
+        const KV* keys = k_pool + (table[first / block_size] * NH + h) * block_size * hs;
         const int64_t count = std::min(block_size, visible - first);
         for (int64_t slot = 0; slot < count; ++slot) {
           const float value = score(q, keys + slot * hs, hs, args.scale);
@@ -340,11 +350,21 @@ void attention_paged_forward(const AttentionPagedForward& args) {
       float* y = out + i * C + h * hs;
       std::fill(y, y + hs, 0.0f);
       for (int64_t first = 0; first < visible; first += block_size) {
-        const float* values = v_pool + (table[first / block_size] * NH + h) * block_size * hs;
+        const KV* values = v_pool + (table[first / block_size] * NH + h) * block_size * hs;
         const int64_t count = std::min(block_size, visible - first);
         for (int64_t slot = 0; slot < count; ++slot) add_weighted(y, scores[first + slot] / sum, values + slot * hs, hs);
       }
     }
+  }
+}
+
+}  // namespace
+
+void attention_paged_forward(const AttentionPagedForward& args) {
+  if (args.k_pool.dtype() == DType::bf16) {
+    attention_paged<BFloat16>(args);
+  } else {
+    attention_paged<float>(args);
   }
 }
 

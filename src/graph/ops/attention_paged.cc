@@ -1,6 +1,7 @@
 // attention_paged: causal attention of a ragged batch (tokens of many sequences, each at its own
 // position) over a paged KV cache, as vLLM's PagedAttention. Serving's one graph for any batch.
-// inputs: qkv (N,1,3C); k_pool, v_pool (blocks, NH, block_size, hs) state; positions (N) i32;
+// inputs: qkv (N,1,3C); k_pool, v_pool (blocks, NH, block_size, hs) state, both f32 or both bf16
+// (keys and values rounded to bf16 as they are written); positions (N) i32;
 // block_tables (N, max_blocks) i32 (token i's sequence's blocks). attributes: n_head, scale.
 // outputs: out (N,1,C). Inference only: it has no backward.
 #include "graph/ops/ops.h"
@@ -20,6 +21,9 @@ class AttentionPagedOp final : public OpDef {
     const int64_t C = qkv[2] / 3;
     expect_shape(C % NH == 0 && pool.rank() == 4 && pool[1] == NH && pool[3] == C / NH && in[2]->shape == pool,
                  "attention_paged", "KV pools must be (blocks,NH,block_size,hs)", pool);
+    check((in[1]->dtype == DType::f32 || in[1]->dtype == DType::bf16) && in[2]->dtype == in[1]->dtype,
+          "attention_paged: KV pools must both be f32 or both bf16 (got {} and {})", dtype_name(in[1]->dtype),
+          dtype_name(in[2]->dtype));
     expect_shape(positions == Shape{qkv[0]} && in[3]->dtype == DType::i32, "attention_paged",
                  "positions must be (N) i32", positions);
     expect_shape(tables.rank() == 2 && tables[0] == qkv[0] && in[4]->dtype == DType::i32, "attention_paged",
