@@ -86,9 +86,9 @@ class Backend {
   bool supports(KernelOp op, DType dtype) const {
     return kernel_registry().find({op, device().kind, dtype}) != nullptr;
   }
-  // Whether matmul_forward reads `dtype` weights stored out_in_interleaved, and gains from it: for
-  // matmuls marked row-invariant, or (row_invariant false) at every row count. Decoding's layout
-  // pass asks; a backend that never reads that layout keeps this default.
+  // Whether decoding should store `dtype` weights out_in_interleaved: true where matmul_forward
+  // reads that layout and it is faster, for matmuls marked row-invariant or (row_invariant false)
+  // at every row count. Decoding's layout pass asks; a backend that never reads it keeps false.
   virtual bool prefers_interleaved_weights(DType dtype, bool row_invariant) const {
     (void)dtype, (void)row_invariant;
     return false;

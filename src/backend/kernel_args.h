@@ -152,7 +152,8 @@ struct AttentionCachedForward {
 };
 
 // ---- attention of a ragged batch over a paged KV cache (serving) ----
-// qkv (N,1,3C); out (N,1,C); k_pool, v_pool (blocks, NH, block_size, hs); positions (N) and
+// qkv (N,1,3C); out (N,1,C); k_pool, v_pool (blocks, NH, block_size, hs), both f32 or both bf16
+// (keys and values rounded to bf16 as they are stored, widened as they are read); positions (N) and
 // block_tables (N, max_blocks) i32 in host memory. Token i stores its key and value at position
 // p = positions[i] of its sequence (block block_tables[i][p / block_size], slot p % block_size),
 // then attends to positions 0..p, keys stored by earlier tokens of the same batch included.

@@ -90,7 +90,8 @@ struct Engine::Impl {
   int64_t max_blocks_per_sequence;
   KvBlockPool pool;
   // What decoding reads: the bf16 weights (with `parameters` for the rest), or every parameter
-  // in f32; either way the linear layers' weights [out, in].
+  // in f32; either way the linear layers' weights [out, in], interleaved where the backend
+  // prefers it (model::StoredLayouts).
   model::ParameterSet decoding_parameters;
   model::GptGraph decoder_graph, head_graph;
   std::unique_ptr<graph::Executor> decoder, head;

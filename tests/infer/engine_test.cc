@@ -247,6 +247,37 @@ TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
   }
 }
 
+// Widths that are multiples of 8: in f32 the serving engine stores every linear weight
+// out_in_interleaved where the CPU's kernel prefers it, while the generator keeps plain [out, in]
+// rows; prompts of at most four tokens take the same row kernel in both, so batched serving must
+// give the generator's tokens exactly (random weights: near-ties abound).
+TEST(EngineWideModel, Float32InterleavedServingEqualsTheGeneratorsRows) {
+  const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  Rng rng(testing::test_seed());
+  model::initialize_gpt(parameters, config, rng);
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> prompt(1 + rng.below(4));
+    for (auto& token : prompt) token = static_cast<int32_t>(rng.below(97));
+    infer::Generator generator(config, parameters, cpu_backend(), DType::f32);
+    infer::Sampler greedy({.temperature = 0});
+    expected.push_back(generator.generate(prompt, 16, greedy).tokens);
+    prompts.push_back(std::move(prompt));
+  }
+  Engine engine(config, parameters, cpu_backend(),
+                EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 12, .max_batched_tokens = 64});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const auto& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(Request{.prompt = prompt, .max_tokens = 16, .sampling = {.temperature = 0}}, sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sinks[i]->wait();
+    EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
+  }
+}
+
 TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {
   Rng rng(testing::test_seed());
   std::vector<std::vector<int32_t>> prompts, expected;

@@ -393,7 +393,7 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
         "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
   // The few input rows in f32, converted once rather than once per weight row; the bf16 dot
   // products (and AMX tiles) read the bf16 rows themselves.
-  const bool reads_f32_rows = !d.transposed || !has_bf16_dot_rows<X, W>();
+  const bool reads_f32_rows = !d.transposed || d.interleaved || !has_bf16_dot_rows<X, W>();
   float* x = reads_f32_rows ? thread_scratch<InputRows, float>(d.N * d.C) : nullptr;
   if (reads_f32_rows) {
     for (int64_t i = 0; i < d.N * d.C; ++i) x[i] = to_float(inp[i]);
@@ -402,7 +402,7 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
   // invariance, several times the speed at a few dozen rows); the rows are repacked once here.
   std::optional<AmxRows> amx;
   if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>) {
-    if (d.transposed && d.C % 32 == 0 && amx_dot_available()) {
+    if (d.transposed && !d.interleaved && d.C % 32 == 0 && amx_dot_available()) {
       amx = pack_amx_rows(reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     }
   }
