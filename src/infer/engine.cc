@@ -185,6 +185,10 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
     // The head's bf16 wte is its own copy (the decoder's embedding reads the f32 table), so it
     // takes the head's layout. In f32 both graphs read one wte, which keeps the embedding's.
     const model::StoredLayouts head_layouts = model::use_half_weights_for_decoding(head_graph, backend);
+    for (const std::string& name : head_layouts.interleaved) {
+      check(!decoder_graph.half_parameters.count(name) || layouts.interleaved.count(name),
+            "engine: {} would be interleaved for the head but read in rows by the decoder", name);
+    }
     layouts.transposed.insert(head_layouts.transposed.begin(), head_layouts.transposed.end());
     layouts.interleaved.insert(head_layouts.interleaved.begin(), head_layouts.interleaved.end());
   }
