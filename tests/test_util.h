@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/kernel_args.h"
 #include "base/random.h"
 #include "tensor/tensor.h"
 
@@ -22,6 +23,18 @@ inline uint64_t test_seed() {
     return value;
   }();
   return seed;
+}
+
+// An [rows, columns] weight's values (row-major) arranged out_in_interleaved.
+template <typename T>
+std::vector<T> interleaved(const std::vector<T>& plain, int64_t rows, int64_t columns) {
+  std::vector<T> stored(plain.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < columns; ++c) {
+      stored[static_cast<size_t>(interleaved_offset(r, c, rows, columns))] = plain[static_cast<size_t>(r * columns + c)];
+    }
+  }
+  return stored;
 }
 
 inline std::vector<double> random_vector(Rng& rng, int64_t n, double scale = 1.0) {

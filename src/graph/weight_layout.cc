@@ -6,8 +6,9 @@ namespace paraflow::graph {
 
 namespace {
 
-// Changes the layout of each weight every reader of which `may_change` (node, input index)
-// accepts, with `change` applied to the weight's value once; returns the weights changed.
+// Gives `layout` to each weight read only as the weight input of forward matmuls that
+// `may_change` (node) accepts, applying `change` to the weight's value once; returns the weights
+// changed.
 template <typename MayChange, typename Change>
 std::vector<ValueId> change_matmul_layouts(Graph& graph, const std::vector<ValueId>& weights, WeightLayout layout,
                                            MayChange may_change, Change change) {

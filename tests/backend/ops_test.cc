@@ -149,17 +149,6 @@ TEST_P(OpsTest, Matmul) {
   }
 }
 
-// The weight's values stored in `layout` (from its [OC, C] form for the out_in layouts, [C, OC]
-// for in_out).
-Vec stored_in(const Vec& w, WeightLayout layout, int64_t OC, int64_t C) {
-  if (layout != WeightLayout::out_in_interleaved) return w;
-  Vec stored(w.size());
-  for (int64_t o = 0; o < OC; ++o) {
-    for (int64_t c = 0; c < C; ++c) stored[static_cast<size_t>(interleaved_offset(o, c, OC, C))] = w[static_cast<size_t>(o * C + c)];
-  }
-  return stored;
-}
-
 // Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
 // computed alone (and the reference within the usual bound), in f32 and, where the backend has
 // it, with bf16 operands — the weights in each layout, with bias and GELU; 96 input features
@@ -188,7 +177,7 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
       const bool transposed = layout != WeightLayout::in_out;
       SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " layout=" << static_cast<int>(layout));
       const Shape w_shape = transposed ? Shape{OC, C} : Shape{C, OC};
-      const Vec stored = stored_in(w, layout, OC, C);
+      const Vec stored = interleaved ? testing::interleaved(w, OC, C) : w;
       Tensor w_t = dtype == DType::bf16 ? to_bf16(stored, w_shape) : put(stored, w_shape);
       auto run = [&](int64_t first, int64_t rows, bool row_invariant = true) {
         Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);

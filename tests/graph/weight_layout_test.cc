@@ -99,11 +99,7 @@ TEST(WeightLayout, InterleavesOnlyWeightsEveryReaderOfWhichTheBackendPrefersSo) 
   EXPECT_EQ(changed, std::vector<ValueId>{w});
   EXPECT_EQ(g.value(w).shape, (Shape{OC, C}));
   EXPECT_EQ(g.nodes()[0].attributes.get("layout"), static_cast<int64_t>(WeightLayout::out_in_interleaved));
-  std::vector<float> interleaved(ws.size());
-  for (int64_t o = 0; o < OC; ++o) {
-    for (int64_t c = 0; c < C; ++c) interleaved[static_cast<size_t>(interleaved_offset(o, c, OC, C))] = ws[static_cast<size_t>(o * C + c)];
-  }
-  EXPECT_EQ(run(interleaved), before);
+  EXPECT_EQ(run(testing::interleaved(ws, OC, C)), before);
 }
 
 // Hand-placed: an [OC = 6, C = 16] weight holds one group of four rows, two chunks of 8 columns

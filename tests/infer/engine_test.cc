@@ -43,6 +43,22 @@ class RecordingSink : public infer::RequestSink {
   int64_t stop_after_;
 };
 
+// Greedy continuations of `prompts`, submitted together to `engine`.
+std::vector<std::vector<int32_t>> greedy_together(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                                  int64_t max_tokens) {
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const auto& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(Request{.prompt = prompt, .max_tokens = max_tokens, .sampling = {.temperature = 0}}, sinks.back());
+  }
+  std::vector<std::vector<int32_t>> outputs;
+  for (auto& sink : sinks) {
+    sink->wait();
+    outputs.push_back(sink->tokens());
+  }
+  return outputs;
+}
+
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class EngineTest : public ::testing::Test {
@@ -236,15 +252,8 @@ TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
     }
   }
   Engine engine(config, parameters, cpu_backend(), options);
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const auto& prompt : prompts) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    engine.submit(Request{.prompt = prompt, .max_tokens = 16, .sampling = {.temperature = 0}}, sinks.back());
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    sinks[i]->wait();
-    EXPECT_EQ(sinks[i]->tokens(), alone[i]) << "request " << i;
-  }
+  const std::vector<std::vector<int32_t>> batched = greedy_together(engine, prompts, 16);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << "request " << i;
 }
 
 // Widths that are multiples of 8: in f32 the serving engine stores every linear weight
@@ -267,15 +276,8 @@ TEST(EngineWideModel, Float32InterleavedServingEqualsTheGeneratorsRows) {
   }
   Engine engine(config, parameters, cpu_backend(),
                 EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 12, .max_batched_tokens = 64});
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const auto& prompt : prompts) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    engine.submit(Request{.prompt = prompt, .max_tokens = 16, .sampling = {.temperature = 0}}, sinks.back());
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    sinks[i]->wait();
-    EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
-  }
+  const std::vector<std::vector<int32_t>> served = greedy_together(engine, prompts, 16);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(served[i], expected[i]) << "request " << i;
 }
 
 TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {

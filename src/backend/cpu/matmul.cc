@@ -314,31 +314,28 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
   if constexpr (Interleaved) {
     static_assert(K == kInterleavedRows && kInterleavedColumns == 8);
     for (int64_t c = 0; c < C; c += 8) chunk(x + c, C, w + c * K, 8);
-    for (int r = 0; r < R; ++r) {
-      for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = horizontal_sum(acc[r][k]);
+  } else {
+    const int64_t full = C / 8 * 8;
+    int64_t c = 0;
+    if (prefetch) {
+      // The next K rows' same cache line, ahead of their turn (the hardware prefetcher does not
+      // follow K interleaved row streams): one prefetch per line, not per chunk.
+      constexpr int64_t kLine = 64 / sizeof(W);
+      for (; c + kLine <= full; c += kLine) {
+        for (int k = K; k < 2 * K; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
+        for (int64_t part = 0; part < kLine; part += 8) chunk(x + c + part, C, w + c + part, C);
+      }
     }
-    return;
-  }
-  const int64_t full = C / 8 * 8;
-  int64_t c = 0;
-  if (prefetch) {
-    // The next K rows' same cache line, ahead of their turn (the hardware prefetcher does not
-    // follow K interleaved row streams): one prefetch per line, not per chunk.
-    constexpr int64_t kLine = 64 / sizeof(W);
-    for (; c + kLine <= full; c += kLine) {
-      for (int k = K; k < 2 * K; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
-      for (int64_t part = 0; part < kLine; part += 8) chunk(x + c + part, C, w + c + part, C);
+    for (; c < full; c += 8) chunk(x + c, C, w + c, C);
+    if (full < C) {  // the last columns, zero-padded to one more chunk
+      float x_tail[R][8] = {};
+      W w_tail[K][8] = {};
+      for (int64_t column = full; column < C; ++column) {
+        for (int r = 0; r < R; ++r) x_tail[r][column - full] = x[r * C + column];
+        for (int k = 0; k < K; ++k) w_tail[k][column - full] = w[k * C + column];
+      }
+      chunk(&x_tail[0][0], 8, &w_tail[0][0], 8);
     }
-  }
-  for (; c < full; c += 8) chunk(x + c, C, w + c, C);
-  if (full < C) {  // the last columns, zero-padded to one more chunk
-    float x_tail[R][8] = {};
-    W w_tail[K][8] = {};
-    for (int64_t column = full; column < C; ++column) {
-      for (int r = 0; r < R; ++r) x_tail[r][column - full] = x[r * C + column];
-      for (int k = 0; k < K; ++k) w_tail[k][column - full] = w[k * C + column];
-    }
-    chunk(&x_tail[0][0], 8, &w_tail[0][0], 8);
   }
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = horizontal_sum(acc[r][k]);
