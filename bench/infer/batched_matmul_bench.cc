@@ -1,9 +1,10 @@
 // The serving engine's matmul at decoding batch sizes: the row-invariant kernel (each row's
-// arithmetic independent of the batch; serving's determinism) against oneDNN's GEMM (AMX or
-// AVX512 as oneDNN picks; its blocking, and so its rounding, changes with the rows) on one weight
-// matrix, bf16 operands, f32 out. Prints per row count the GMAC/s of both and their ratio, per
-// second of wall time and per second of this process's CPU time (the steadier figure on a
-// machine shared with other work).
+// arithmetic independent of the batch; serving's determinism), on [out, in] rows and, where the
+// backend prefers it (as serving then stores its weights), out_in_interleaved, against oneDNN's
+// GEMM (AMX or AVX512 as oneDNN picks; its blocking, and so its rounding, changes with the rows)
+// on one weight matrix, f32 out. Prints per row count the GMAC/s of each and the ratio of the
+// layout serving uses to oneDNN, per second of wall time and per second of this process's CPU
+// time (the steadier figure on a machine shared with other work).
 //   OMP_NUM_THREADS=2 build/bench/infer/batched_matmul_bench [--in 768] [--out 3072] [--rows 1,4,8,16,32,64]
 #include <fmt/format.h>
 
@@ -56,14 +57,16 @@ int main(int argc, char** argv) {
   if (dtype == DType::bf16 && !backend.supports(KernelOp::matmul_backward, DType::bf16)) {
     fmt::print("no native bf16 GEMMs on this CPU: both columns run the row-invariant kernel\n");
   }
-  fmt::print("{:>6} {:>30} {:>30} {:>8}\n", "rows", "row_invariant GMAC/s wall/cpu", "onednn GMAC/s wall/cpu",
-             "ratio");
+  const bool interleaved = backend.prefers_interleaved_weights(dtype);
+  fmt::print("GMAC/s per second of wall / cpu time{}\n{:>6} {:>22} {:>22} {:>22} {:>8}\n",
+             interleaved ? "" : " (this backend reads no interleaved weights)", "rows", "row_invariant rows",
+             "row_invariant inter.", "onednn", "ratio");
   Tensor weight = Tensor::zeros(Shape{out, in}, dtype);
   Tensor bias = Tensor::zeros(Shape{out}, DType::f32);
   for (int64_t n : rows) {
     Tensor x = Tensor::zeros(Shape{n, in}, dtype), y = Tensor::zeros(Shape{n, out}, DType::f32);
-    auto rate = [&](bool row_invariant) {
-      MatmulForward args{.out = y, .inp = x, .weight = weight, .bias = bias, .layout = WeightLayout::out_in,
+    auto rate = [&](WeightLayout layout, bool row_invariant) {
+      MatmulForward args{.out = y, .inp = x, .weight = weight, .bias = bias, .layout = layout,
                          .row_invariant = row_invariant};
       backend.launch(args);
       int64_t calls = 0;
@@ -78,8 +81,10 @@ int main(int argc, char** argv) {
       const double gmac = static_cast<double>(calls * n * in * out) / 1e9;
       return Rate{gmac / elapsed, gmac / (cpu_seconds() - cpu_start)};
     };
-    const Rate invariant = rate(true), library = rate(false);
-    fmt::print("{:>6} {:>20.1f} / {:>7.1f} {:>20.1f} / {:>7.1f} {:>8.2f}\n", n, invariant.wall, invariant.cpu,
-               library.wall, library.cpu, invariant.cpu / library.cpu);
+    const Rate rows_rate = rate(WeightLayout::out_in, true), library = rate(WeightLayout::out_in, false);
+    const Rate panels = interleaved ? rate(WeightLayout::out_in_interleaved, true) : Rate{0, 0};
+    const Rate& serving = interleaved ? panels : rows_rate;
+    fmt::print("{:>6} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>8.2f}\n", n, rows_rate.wall,
+               rows_rate.cpu, panels.wall, panels.cpu, library.wall, library.cpu, serving.cpu / library.cpu);
   }
 }

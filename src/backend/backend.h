@@ -87,10 +87,10 @@ class Backend {
     return kernel_registry().find({op, device().kind, dtype}) != nullptr;
   }
   // Whether decoding should store `dtype` weights out_in_interleaved: true where matmul_forward
-  // reads that layout and it is faster, for matmuls marked row-invariant or (row_invariant false)
-  // at every row count. Decoding's layout pass asks; a backend that never reads it keeps false.
-  virtual bool prefers_interleaved_weights(DType dtype, bool row_invariant) const {
-    (void)dtype, (void)row_invariant;
+  // reads that layout and it is faster at every row count. Decoding's layout pass asks; a backend
+  // that never reads it keeps false.
+  virtual bool prefers_interleaved_weights(DType dtype) const {
+    (void)dtype;
     return false;
   }
   template <typename Args>

@@ -38,17 +38,17 @@ bool is_backward_kernel(KernelOp op);
 enum class WeightLayout : uint8_t { in_out, out_in, out_in_interleaved };
 
 // out_in_interleaved: the [rows, columns] weight's rows in groups of kInterleavedRows, each group
-// stored chunk by chunk, a chunk being kInterleavedColumns columns of each of its rows in turn;
-// rows after the last whole group stay as in out_in. A kernel that reads a group's rows together
-// then reads one contiguous stream, which the hardware prefetcher follows, where four row streams
-// defeat it (bf16 decoding of a GPT-2 124M shape on an AVX2 EPYC: 0.71 -> 0.86 of the read
-// bandwidth, bench/RESULTS.md). `columns` must be a multiple of kInterleavedColumns.
-constexpr int64_t kInterleavedRows = 4, kInterleavedColumns = 8;
+// stored column by column (the group's 16 values of column 0, then of column 1, ...); rows after
+// the last whole group stay as in out_in. A group is a panel of the [in, out] matrix: the kernel
+// multiplies a few input rows by it as outer products, a broadcast input value times 16 weights,
+// summing each output over the columns in order, and reads each panel as one contiguous stream.
+// That needs about a third of the loads of dot products of [out, in] rows (GPT-2 124M's
+// 768 x 3072 matmul at 32 rows on an AVX2 EPYC: about 2x, bench/RESULTS.md).
+constexpr int64_t kInterleavedRows = 16;
 // Where element (row, column) of an out_in_interleaved weight lies.
 inline int64_t interleaved_offset(int64_t row, int64_t column, int64_t rows, int64_t columns) {
   if (row >= rows / kInterleavedRows * kInterleavedRows) return row * columns + column;
-  return row / kInterleavedRows * kInterleavedRows * columns + column / kInterleavedColumns * kInterleavedRows *
-         kInterleavedColumns + row % kInterleavedRows * kInterleavedColumns + column % kInterleavedColumns;
+  return row / kInterleavedRows * kInterleavedRows * columns + column * kInterleavedRows + row % kInterleavedRows;
 }
 
 // ---- token + position embedding ----

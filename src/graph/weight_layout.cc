@@ -46,17 +46,11 @@ std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<Va
 
 std::vector<ValueId> interleave_matmul_weights(Graph& graph, const std::vector<ValueId>& weights,
                                                const Backend& backend) {
-  std::vector<ValueId> candidates;
-  for (ValueId weight : weights) {
-    const Shape& shape = graph.value(weight).shape;
-    if (shape.rank() == 2 && shape[1] % kInterleavedColumns == 0) candidates.push_back(weight);
-  }
   return change_matmul_layouts(
-      graph, candidates, WeightLayout::out_in_interleaved,
+      graph, weights, WeightLayout::out_in_interleaved,
       [&](const Node& node) {
         const Value& weight = graph.value(node.inputs[1]);
-        return has_layout(node, WeightLayout::out_in) &&
-               backend.prefers_interleaved_weights(weight.dtype, node.attributes.get("row_invariant", 0) != 0);
+        return has_layout(node, WeightLayout::out_in) && backend.prefers_interleaved_weights(weight.dtype);
       },
       [](Value&) {});
 }

@@ -1,7 +1,7 @@
 // Layout passes for decoding: at batch 1 each token reads every weight once, and the few-rows
 // matmul kernel reads an [out, in] weight as one contiguous row per output (a dot product, where
-// AVX512_BF16 multiplies bf16 pairs directly), or, where the backend prefers it, its rows four at
-// a time from one interleaved stream. These passes change the given weights' layouts in graphs
+// AVX512_BF16 multiplies bf16 pairs directly), or, where the backend prefers it, sixteen rows at
+// a time from one interleaved stream (outer products). These passes change the given weights' layouts in graphs
 // that only run forward; the caller binds copies stored that way.
 #pragma once
 
@@ -16,9 +16,9 @@ namespace paraflow::graph {
 // with layout out_in. Returns those it changed.
 std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<ValueId>& weights);
 
-// Each of `weights` read only as the weight of forward out_in matmuls, with input features in
-// multiples of kInterleavedColumns, is read out_in_interleaved where `backend` prefers that for
-// every one of those matmuls (Backend::prefers_interleaved_weights). Returns those it changed.
+// Each of `weights` read only as the weight of forward out_in matmuls is read
+// out_in_interleaved where `backend` prefers that for its dtype
+// (Backend::prefers_interleaved_weights). Returns those it changed.
 std::vector<ValueId> interleave_matmul_weights(Graph& graph, const std::vector<ValueId>& weights,
                                                const Backend& backend);
 

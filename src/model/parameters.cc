@@ -161,10 +161,8 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
   std::vector<TensorSpec> specs = specs_;
   for (TensorSpec& spec : specs) {
     if (layouts.transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
-    check(!layouts.interleaved.count(spec.name) ||
-              (spec.shape.rank() == 2 && spec.shape[1] % kInterleavedColumns == 0),
-          "converted_copy: {} {} cannot be stored interleaved (2-D, columns a multiple of {})", spec.name,
-          spec.shape.to_string(), kInterleavedColumns);
+    check(!layouts.interleaved.count(spec.name) || spec.shape.rank() == 2,
+          "converted_copy: {} {} cannot be stored interleaved (not 2-D)", spec.name, spec.shape.to_string());
   }
   const ParameterSet source = on_host();
   ParameterSet copy(std::move(specs), backend, dtype);

@@ -32,8 +32,8 @@ class OpaqueBackend final : public Backend {
   void fill_zero(const Tensor& tensor) override { std::memset(tensor.device_address(), 0, tensor.nbytes()); }
   void synchronize() override {}
   // The CPU's kernels, so the CPU's weight layouts.
-  bool prefers_interleaved_weights(DType dtype, bool row_invariant) const override {
-    return cpu_backend().prefers_interleaved_weights(dtype, row_invariant);
+  bool prefers_interleaved_weights(DType dtype) const override {
+    return cpu_backend().prefers_interleaved_weights(dtype);
   }
 };
 

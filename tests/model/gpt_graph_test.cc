@@ -90,7 +90,7 @@ TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
     }
   }
   EXPECT_EQ(layouts.transposed, linear);
-  const bool prefers = cpu_backend().prefers_interleaved_weights(DType::f32, true);
+  const bool prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
   EXPECT_EQ(layouts.interleaved, prefers ? linear : std::set<std::string>{});
 
   ParameterSet parameters(gpt_tensor_specs(config), cpu_backend());
@@ -109,17 +109,20 @@ TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
   EXPECT_EQ(copy.get("wte.weight").shape(), (Shape{config.vocab_size, C}));
 }
 
-// The generator's f32 graph keeps [out, in] rows (its prompts take the GEMM library, which reads
-// them); its bf16 graph interleaves the 16-bit copies, the head's too, where the CPU's bf16
-// matmul streams rows at every row count.
-TEST(GptGraph, GeneratorWeightsInterleaveOnlyWhereEveryProductStreamsRows) {
+// The generator's graphs interleave the linear layers' weights where the CPU's kernel prefers
+// that for their dtype; in f32 wte stays in rows (the embedding reads it too), in bf16 the head
+// reads its own 16-bit copy, which interleaves as well.
+TEST(GptGraph, GeneratorWeightsInterleaveWhereTheKernelPrefersIt) {
   const GptConfig config = small_config();
   GptGraph f32 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
-  EXPECT_TRUE(use_f32_weights_for_decoding(f32, cpu_backend()).interleaved.empty());
+  const StoredLayouts f32_layouts = use_f32_weights_for_decoding(f32, cpu_backend());
+  const bool f32_prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
+  EXPECT_EQ(f32_layouts.interleaved.size(), f32_prefers ? 4 * config.n_layer : 0);
+  EXPECT_EQ(f32_layouts.interleaved.count("wte.weight"), 0);
 
   GptGraph bf16 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
   const StoredLayouts layouts = use_half_weights_for_decoding(bf16, cpu_backend());
-  if (cpu_backend().prefers_interleaved_weights(DType::bf16, false)) {
+  if (cpu_backend().prefers_interleaved_weights(DType::bf16)) {
     EXPECT_EQ(layouts.interleaved.size(), 4 * config.n_layer + 1);
     EXPECT_EQ(layouts.interleaved.count("wte.weight"), 1);
   } else {

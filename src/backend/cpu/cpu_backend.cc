@@ -72,15 +72,15 @@ class CpuBackend final : public Backend {
   void fill_zero(const Tensor& tensor) override { std::memset(tensor.raw(), 0, tensor.nbytes()); }
   void synchronize() override {}
 
-  // Where the row-streaming AVX2 kernel takes every product: serving's row-invariant matmuls, and
-  // bf16 weights without native bf16 (elsewhere the GEMM libraries and the AVX512_BF16/AMX
-  // kernels read out_in rows).
-  bool prefers_interleaved_weights(DType dtype, bool row_invariant) const override {
+  // Where the AVX2 kernel's outer products on 16-row panels beat the alternatives at every row
+  // count: f32 weights (oneDNN's sgemm included, for a prompt), and bf16 weights without native
+  // bf16 (with it, the AVX512_BF16/AMX kernels read out_in rows).
+  bool prefers_interleaved_weights(DType dtype) const override {
 #if defined(__AVX2__) && defined(__FMA__)
-    if (dtype == DType::f32) return row_invariant;
+    if (dtype == DType::f32) return true;
     if (dtype == DType::bf16) return !cpu::has_native_bf16();
 #endif
-    (void)dtype, (void)row_invariant;
+    (void)dtype;
     return false;
   }
 };

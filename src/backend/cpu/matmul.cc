@@ -35,12 +35,8 @@ struct MatmulDims {
 template <typename Args>
 MatmulDims dims_of(const Args& args, const Tensor& output) {
   const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1];
-  const MatmulDims d{args.inp.numel() / C, C, output.shape()[output.shape().rank() - 1],
-                     args.layout != WeightLayout::in_out, args.layout == WeightLayout::out_in_interleaved};
-  check(!d.interleaved || d.C % kInterleavedColumns == 0,
-        "matmul: an out_in_interleaved weight needs input features in multiples of {} (got {})", kInterleavedColumns,
-        d.C);
-  return d;
+  return {args.inp.numel() / C, C, output.shape()[output.shape().rank() - 1], args.layout != WeightLayout::in_out,
+          args.layout == WeightLayout::out_in_interleaved};
 }
 
 // out[n, o] = gelu(pre[n, o]) (tanh form), optionally adding the bias to pre first.
@@ -295,9 +291,7 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(halves, _mm_movehdup_ps(halves)));
 }
 
-// Interleaved: the K weight rows are one group of an out_in_interleaved weight (w its start),
-// read as one stream with no prefetch needed; C is then a multiple of 8.
-template <int R, int K, bool Interleaved, typename W>
+template <int R, int K, typename W>
 inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, bool prefetch) {
   __m256 acc[R][K];
   for (int r = 0; r < R; ++r) {
@@ -311,61 +305,118 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
       for (int k = 0; k < K; ++k) acc[r][k] = _mm256_fmadd_ps(xv, wv[k], acc[r][k]);
     }
   };
-  if constexpr (Interleaved) {
-    static_assert(K == kInterleavedRows && kInterleavedColumns == 8);
-    for (int64_t c = 0; c < C; c += 8) chunk(x + c, C, w + c * K, 8);
-  } else {
-    const int64_t full = C / 8 * 8;
-    int64_t c = 0;
-    if (prefetch) {
-      // The next K rows' same cache line, ahead of their turn (the hardware prefetcher does not
-      // follow K interleaved row streams): one prefetch per line, not per chunk.
-      constexpr int64_t kLine = 64 / sizeof(W);
-      for (; c + kLine <= full; c += kLine) {
-        for (int k = K; k < 2 * K; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
-        for (int64_t part = 0; part < kLine; part += 8) chunk(x + c + part, C, w + c + part, C);
-      }
+  const int64_t full = C / 8 * 8;
+  int64_t c = 0;
+  if (prefetch) {
+    // The next K rows' same cache line, ahead of their turn (the hardware prefetcher does not
+    // follow K interleaved row streams): one prefetch per line, not per chunk.
+    constexpr int64_t kLine = 64 / sizeof(W);
+    for (; c + kLine <= full; c += kLine) {
+      for (int k = K; k < 2 * K; ++k) _mm_prefetch(reinterpret_cast<const char*>(w + k * C + c), _MM_HINT_T0);
+      for (int64_t part = 0; part < kLine; part += 8) chunk(x + c + part, C, w + c + part, C);
     }
-    for (; c < full; c += 8) chunk(x + c, C, w + c, C);
-    if (full < C) {  // the last columns, zero-padded to one more chunk
-      float x_tail[R][8] = {};
-      W w_tail[K][8] = {};
-      for (int64_t column = full; column < C; ++column) {
-        for (int r = 0; r < R; ++r) x_tail[r][column - full] = x[r * C + column];
-        for (int k = 0; k < K; ++k) w_tail[k][column - full] = w[k * C + column];
-      }
-      chunk(&x_tail[0][0], 8, &w_tail[0][0], 8);
+  }
+  for (; c < full; c += 8) chunk(x + c, C, w + c, C);
+  if (full < C) {  // the last columns, zero-padded to one more chunk
+    float x_tail[R][8] = {};
+    W w_tail[K][8] = {};
+    for (int64_t column = full; column < C; ++column) {
+      for (int r = 0; r < R; ++r) x_tail[r][column - full] = x[r * C + column];
+      for (int k = 0; k < K; ++k) w_tail[k][column - full] = w[k * C + column];
     }
+    chunk(&x_tail[0][0], 8, &w_tail[0][0], 8);
   }
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = horizontal_sum(acc[r][k]);
   }
 }
 
-// Weight rows [begin, end) of an [out, in] weight (begin a multiple of 4): four at a time, the
-// input rows three by three. Each group of four is, out_in_interleaved, one contiguous stream; the
-// rows after the last group are stored as in out_in either way.
+// R input rows times P groups of an out_in_interleaved weight (w the first group's start; each
+// group a panel of the [in, out] matrix, 16 outputs wide, the next one group_stride elements on),
+// as outer products: per input column, each row's value broadcast times the panel's 16 weights,
+// into R x 2P accumulators. Each output sums its columns one by one, in order, whatever R and P:
+// the batch does not change a row's result. (The unroll pragmas keep the accumulators in
+// registers: without them GCC stores every one to the stack each column.)
+template <int R, int P, typename W>
+inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, int64_t group_stride) {
+  static_assert(kInterleavedRows == 16);
+  __m256 acc[R][2 * P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    __m256 wv[2 * P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const W* panel = w + p * group_stride + c * kInterleavedRows;
+      wv[2 * p] = load8(panel);
+      wv[2 * p + 1] = load8(panel + 8);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r * C + c);
+#pragma GCC unroll 8
+      for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 2 * P; ++j) _mm256_storeu_ps(sums + r * sums_ld + j * 8, acc[r][j]);
+  }
+}
+
+// Weight rows [begin, end) of an [out, in] weight (begin a multiple of 16 = kInterleavedRows).
+// out_in_interleaved: whole groups as panels, six input rows at a time (12 accumulators, two
+// weight vectors and a broadcast: the 16 ymm registers), or two groups at once for one or two
+// rows (enough independent sums to hide the FMA latency); the rows after the last whole group,
+// and every row of an out_in weight, as dot products: four weight rows and three input rows at a
+// time.
 template <typename W>
 void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
                   int64_t end) {
+  int64_t o = begin;
+  if (d.interleaved) {
+    const int64_t group_stride = kInterleavedRows * d.C, groups_end = begin + (end - begin) / 16 * 16;
+    auto panels = [&]<int R, int P>(int64_t n) {
+      panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride);
+    };
+    if (d.N <= 2) {
+      for (; o + 32 <= groups_end; o += 32) {
+        if (d.N == 2) panels.template operator()<2, 2>(0);
+        else panels.template operator()<1, 2>(0);
+      }
+    }
+    for (; o < groups_end; o += 16) {
+      int64_t n = 0;
+      for (; n + 6 <= d.N; n += 6) panels.template operator()<6, 1>(n);
+      switch (d.N - n) {
+        case 5: panels.template operator()<5, 1>(n); break;
+        case 4: panels.template operator()<4, 1>(n); break;
+        case 3: panels.template operator()<3, 1>(n); break;
+        case 2: panels.template operator()<2, 1>(n); break;
+        case 1: panels.template operator()<1, 1>(n); break;
+        default: break;
+      }
+    }
+  }
   constexpr int kRows = 3, kWeightRows = 4;  // 12 accumulators and 4 weight vectors: the 16 ymm registers
-  static_assert(kWeightRows == kInterleavedRows);
-  auto rows = [&]<int K, bool Interleaved>(int64_t o) {
+  auto rows = [&]<int K>(int64_t o) {
     const W* w = weight + o * d.C;
     auto block = [&]<int R>(int64_t n) {
-      f32_dot_block<R, K, Interleaved>(sums + n * width + (o - begin), width, x + n * d.C, w, d.C, n == 0);
+      f32_dot_block<R, K>(sums + n * width + (o - begin), width, x + n * d.C, w, d.C, n == 0);
     };
     int64_t n = 0;
     for (; n + kRows <= d.N; n += kRows) block.template operator()<kRows>(n);
     if (d.N - n == 2) block.template operator()<2>(n);
     if (d.N - n == 1) block.template operator()<1>(n);
   };
-  int64_t o = begin;
-  for (; o + kWeightRows <= end; o += kWeightRows) {
-    if (d.interleaved) rows.template operator()<kWeightRows, true>(o);
-    else rows.template operator()<kWeightRows, false>(o);
+  if (!d.interleaved) {
+    for (; o + kWeightRows <= end; o += kWeightRows) rows.template operator()<kWeightRows>(o);
   }
-  for (; o < end; ++o) rows.template operator()<1, false>(o);
+  for (; o < end; ++o) rows.template operator()<1>(o);
 }
 #else
 constexpr bool kReadsInterleavedWeights = false;
@@ -471,6 +522,23 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
   }
 }
 
+// small_rows_matmul over all of args' rows, in passes of at most kRowsPerPass, so that the
+// per-thread sums it keeps stay small (a 1024-token prefill's lm_head would otherwise hold 200 MB
+// of them for the life of the process). Each of its kernels sums a row alike whatever rows share
+// the pass, so passes change no result.
+template <typename X, typename W, typename Out>
+void small_rows_matmul_in_passes(const MatmulForward& args, const MatmulDims& d) {
+  constexpr int64_t kRowsPerPass = 64;
+  Out *out = pointer<Out>(args.out), *pre = args.gelu ? pointer<Out>(args.pre) : nullptr;
+  const X* inp = pointer<X>(args.inp);
+  for (int64_t first = 0; first < d.N; first += kRowsPerPass) {
+    MatmulDims part = d;
+    part.N = std::min(kRowsPerPass, d.N - first);
+    small_rows_matmul(out + first * d.OC, pre != nullptr ? pre + first * d.OC : nullptr, inp + first * d.C,
+                      pointer<W>(args.weight), pointer<float>(args.bias), part, args.gelu);
+  }
+}
+
 }  // namespace
 
 void matmul_forward(const MatmulForward& args) {
@@ -478,7 +546,7 @@ void matmul_forward(const MatmulForward& args) {
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   const float* bias = pointer<float>(args.bias);
   if (d.N <= kSmallRows || args.row_invariant || d.interleaved) {
-    small_rows_matmul(pointer<float>(args.out), pointer<float>(args.pre), inp, weight, bias, d, args.gelu);
+    small_rows_matmul_in_passes<float, float, float>(args, d);
     return;
   }
   float* target = args.gelu ? pointer<float>(args.pre) : pointer<float>(args.out);
@@ -524,23 +592,8 @@ void matmul_forward_bf16(const MatmulForward& args) {
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   static const bool native_bf16 = has_native_bf16();
   if (d.N <= kSmallRows || args.row_invariant || d.interleaved || !native_bf16) {
-    const auto *x = pointer<BFloat16>(args.inp), *w = pointer<BFloat16>(args.weight);
-    // A long prompt without native bf16 goes through in passes of at most kRowsPerPass rows, so
-    // that the per-thread sums the kernel keeps stay small (a 1024-token prefill's lm_head would
-    // otherwise hold 200 MB of them for the life of the process).
-    constexpr int64_t kRowsPerPass = 64;
-    const int64_t rows_per_pass = (args.row_invariant || d.N <= kSmallRows) ? d.N : kRowsPerPass;
-    auto passes = [&]<typename Out>() {
-      Out *out = pointer<Out>(args.out), *pre = args.gelu ? pointer<Out>(args.pre) : nullptr;
-      for (int64_t first = 0; first < d.N; first += rows_per_pass) {
-        MatmulDims part = d;
-        part.N = std::min(rows_per_pass, d.N - first);
-        small_rows_matmul(out + first * d.OC, pre != nullptr ? pre + first * d.OC : nullptr, x + first * d.C, w,
-                          pointer<float>(args.bias), part, args.gelu);
-      }
-    };
-    if (args.out.dtype() == DType::bf16) passes.template operator()<BFloat16>();
-    else passes.template operator()<float>();
+    if (args.out.dtype() == DType::bf16) small_rows_matmul_in_passes<BFloat16, BFloat16, BFloat16>(args, d);
+    else small_rows_matmul_in_passes<BFloat16, BFloat16, float>(args, d);
     return;
   }
   const Tensor& target = args.gelu ? args.pre : args.out;

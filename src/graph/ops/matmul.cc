@@ -30,9 +30,6 @@ class MatmulOp final : public OpDef {
     MatmulDims d = dims_of(x, w, attributes);
     int64_t weight_in = d.layout == WeightLayout::in_out ? w[0] : w[1];
     expect_shape(weight_in == d.C, "matmul", fmt::format("weight's input dimension must equal x's last ({})", d.C), w);
-    expect_shape(d.layout != WeightLayout::out_in_interleaved || d.C % kInterleavedColumns == 0, "matmul",
-                 fmt::format("an out_in_interleaved weight needs input features in multiples of {}", kInterleavedColumns),
-                 w);
     if (in.size() == 3) expect_shape(in[2]->shape == Shape{d.OC}, "matmul", "bias must be (OC)", in[2]->shape);
     std::vector<int64_t> out_dims = x.dims();
     out_dims.back() = d.OC;
