@@ -336,9 +336,12 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
 // as outer products: per input column, each row's value broadcast times the panel's 16 weights,
 // into R x 2P accumulators. Each output sums its columns one by one, in order, whatever R and P:
 // the batch does not change a row's result. (The unroll pragmas keep the accumulators in
-// registers: without them GCC stores every one to the stack each column.)
+// registers: without them GCC stores every one to the stack each column.) With `prefetch`, the
+// next P groups' same columns are fetched meanwhile, so that reading them from memory overlaps
+// the arithmetic of the rows that follow.
 template <int R, int P, typename W>
-inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, int64_t group_stride) {
+inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, int64_t group_stride,
+                        bool prefetch) {
   static_assert(kInterleavedRows == 16);
   __m256 acc[R][2 * P];
 #pragma GCC unroll 8
@@ -351,6 +354,7 @@ inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       const W* panel = w + p * group_stride + c * kInterleavedRows;
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(panel + P * group_stride), _MM_HINT_T0);
       wv[2 * p] = load8(panel);
       wv[2 * p + 1] = load8(panel + 8);
     }
@@ -369,19 +373,23 @@ inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w
 }
 
 // Weight rows [begin, end) of an [out, in] weight (begin a multiple of 16 = kInterleavedRows).
-// out_in_interleaved: whole groups as panels, six input rows at a time (12 accumulators, two
-// weight vectors and a broadcast: the 16 ymm registers), or two groups at once for one or two
-// rows (enough independent sums to hide the FMA latency); the rows after the last whole group,
-// and every row of an out_in weight, as dot products: four weight rows and three input rows at a
-// time.
+// out_in_interleaved: whole groups as panels, in blocks of at most six input rows (12
+// accumulators, two weight vectors and a broadcast: the 16 ymm registers) as even in size as can
+// be, or two groups at once for one or two rows (enough independent sums to hide the FMA
+// latency); the rows after the last whole group, and every row of an out_in weight, as dot
+// products: four weight rows and three input rows at a time.
 template <typename W>
 void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
                   int64_t end) {
   int64_t o = begin;
   if (d.interleaved) {
     const int64_t group_stride = kInterleavedRows * d.C, groups_end = begin + (end - begin) / 16 * 16;
+    // With one block of rows per group the hardware prefetcher keeps up (its stream is the
+    // weight's); with more, the first block prefetches the next group (8-32 rows: up to 1.2x).
+    const bool prefetch = d.N > 6;
     auto panels = [&]<int R, int P>(int64_t n) {
-      panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride);
+      panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride,
+                        prefetch && n == 0);
     };
     if (d.N <= 2) {
       for (; o + 32 <= groups_end; o += 32) {
@@ -389,16 +397,18 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
         else panels.template operator()<1, 2>(0);
       }
     }
+    const int64_t blocks = (d.N + 5) / 6;
     for (; o < groups_end; o += 16) {
-      int64_t n = 0;
-      for (; n + 6 <= d.N; n += 6) panels.template operator()<6, 1>(n);
-      switch (d.N - n) {
-        case 5: panels.template operator()<5, 1>(n); break;
-        case 4: panels.template operator()<4, 1>(n); break;
-        case 3: panels.template operator()<3, 1>(n); break;
-        case 2: panels.template operator()<2, 1>(n); break;
-        case 1: panels.template operator()<1, 1>(n); break;
-        default: break;
+      for (int64_t block = 0; block < blocks; ++block) {
+        const int64_t n = d.N * block / blocks;
+        switch (d.N * (block + 1) / blocks - n) {
+          case 6: panels.template operator()<6, 1>(n); break;
+          case 5: panels.template operator()<5, 1>(n); break;
+          case 4: panels.template operator()<4, 1>(n); break;
+          case 3: panels.template operator()<3, 1>(n); break;
+          case 2: panels.template operator()<2, 1>(n); break;
+          default: panels.template operator()<1, 1>(n); break;
+        }
       }
     }
   }
