@@ -50,6 +50,10 @@ inline int64_t interleaved_offset(int64_t row, int64_t column, int64_t rows, int
   if (row >= rows / kInterleavedRows * kInterleavedRows) return row * columns + column;
   return row / kInterleavedRows * kInterleavedRows * columns + column * kInterleavedRows + row % kInterleavedRows;
 }
+// The distance between consecutive columns of one row of an out_in_interleaved weight.
+inline int64_t interleaved_column_stride(int64_t row, int64_t rows) {
+  return row < rows / kInterleavedRows * kInterleavedRows ? kInterleavedRows : 1;
+}
 
 // ---- token + position embedding ----
 // out (N=B*T, C) = wte[tokens[b,t]] + wpe[position of row b,t]; tokens (B,T) i32; wte (V,C);
@@ -64,6 +68,9 @@ struct EmbeddingForward {
   Tensor positions;
   int64_t vocab_begin = 0;
   bool add_positions = true;
+  // wte stored out_in_interleaved (a decoding graph's head reads it so): a row is then a column
+  // of its group, read with a stride of kInterleavedRows. Forward only.
+  bool wte_interleaved = false;
   DType dtype() const { return wte.dtype(); }
 };
 struct EmbeddingBackward {

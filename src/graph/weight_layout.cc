@@ -6,11 +6,10 @@ namespace paraflow::graph {
 
 namespace {
 
-// Gives `layout` to each weight read only as the weight input of forward matmuls that
-// `may_change` (node) accepts, applying `change` to the weight's value once; returns the weights
-// changed.
+// Gives `layout` to each weight read only by forward nodes that `may_change` (node, input index)
+// accepts, applying `change` to the weight's value once; returns the weights changed.
 template <typename MayChange, typename Change>
-std::vector<ValueId> change_matmul_layouts(Graph& graph, const std::vector<ValueId>& weights, WeightLayout layout,
+std::vector<ValueId> change_weight_layouts(Graph& graph, const std::vector<ValueId>& weights, WeightLayout layout,
                                            MayChange may_change, Change change) {
   std::vector<ValueId> changed;
   for (ValueId weight : weights) {
@@ -21,7 +20,7 @@ std::vector<ValueId> change_matmul_layouts(Graph& graph, const std::vector<Value
       for (size_t i = 0; i < node.inputs.size(); ++i) {
         if (node.inputs[i] != weight) continue;
         readers.push_back(n);
-        changeable = changeable && !node.is_backward && node.kind == OpKind::matmul && i == 1 && may_change(node);
+        changeable = changeable && !node.is_backward && may_change(node, i);
       }
     }
     if (readers.empty() || !changeable) continue;
@@ -39,18 +38,22 @@ bool has_layout(const Node& node, WeightLayout layout) {
 }  // namespace
 
 std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<ValueId>& weights) {
-  return change_matmul_layouts(
-      graph, weights, WeightLayout::out_in, [](const Node& node) { return has_layout(node, WeightLayout::in_out); },
+  return change_weight_layouts(
+      graph, weights, WeightLayout::out_in,
+      [](const Node& node, size_t input) {
+        return node.kind == OpKind::matmul && input == 1 && has_layout(node, WeightLayout::in_out);
+      },
       [](Value& value) { value.shape = Shape{value.shape[1], value.shape[0]}; });
 }
 
 std::vector<ValueId> interleave_matmul_weights(Graph& graph, const std::vector<ValueId>& weights,
                                                const Backend& backend) {
-  return change_matmul_layouts(
+  return change_weight_layouts(
       graph, weights, WeightLayout::out_in_interleaved,
-      [&](const Node& node) {
-        const Value& weight = graph.value(node.inputs[1]);
-        return has_layout(node, WeightLayout::out_in) && backend.prefers_interleaved_weights(weight.dtype);
+      [&](const Node& node, size_t input) {
+        if (input != 1 || !backend.prefers_interleaved_weights(graph.value(node.inputs[1]).dtype)) return false;
+        // The embedding reads an interleaved table (wte, which the tied head multiplies by).
+        return node.kind == OpKind::embedding || (node.kind == OpKind::matmul && has_layout(node, WeightLayout::out_in));
       },
       [](Value&) {});
 }

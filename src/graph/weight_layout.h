@@ -16,8 +16,8 @@ namespace paraflow::graph {
 // with layout out_in. Returns those it changed.
 std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<ValueId>& weights);
 
-// Each of `weights` read only as the weight of forward out_in matmuls is read
-// out_in_interleaved where `backend` prefers that for its dtype
+// Each of `weights` read only as the weight of forward out_in matmuls, or as the table of forward
+// embeddings, is read out_in_interleaved where `backend` prefers that for its dtype
 // (Backend::prefers_interleaved_weights). Returns those it changed.
 std::vector<ValueId> interleave_matmul_weights(Graph& graph, const std::vector<ValueId>& weights,
                                                const Backend& backend);

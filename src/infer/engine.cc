@@ -177,21 +177,30 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
                                                    options.kv_cache_dtype);
   // The weights' copy for decoding, as the generator makes it (model::*_for_decoding).
   const bool half = options.weights == DType::bf16;
-  model::StoredLayouts layouts = half ? model::use_half_weights_for_decoding(decoder_graph, backend)
-                                      : model::use_f32_weights_for_decoding(decoder_graph, backend);
+  auto lay_out = [&](model::GptGraph& g) {
+    return half ? model::use_half_weights_for_decoding(g, backend) : model::use_f32_weights_for_decoding(g, backend);
+  };
+  model::StoredLayouts layouts = lay_out(decoder_graph);
   head_graph = model::build_gpt_serving_head(config, options.max_num_seqs,
                                              decoder_graph.graph.value(decoder_graph.hidden).dtype);
-  if (half) {
-    // The head's bf16 wte is its own copy (the decoder's embedding reads the f32 table), so it
-    // takes the head's layout. In f32 both graphs read one wte, which keeps the embedding's.
-    const model::StoredLayouts head_layouts = model::use_half_weights_for_decoding(head_graph, backend);
-    for (const std::string& name : head_layouts.interleaved) {
-      check(!decoder_graph.half_parameters.count(name) || layouts.interleaved.count(name),
-            "engine: {} would be interleaved for the head but read in rows by the decoder", name);
+  // The two graphs read one copy of each weight, so a weight both read needs one layout in both
+  // (in f32 the decoder's embedding and the head share wte; in bf16 the head's 16-bit wte is its
+  // own, the embedding reading the f32 table).
+  const model::StoredLayouts head_layouts = lay_out(head_graph);
+  auto reads = [&](const model::GptGraph& g, const std::string& name) {
+    return half ? g.half_parameters.count(name) > 0 : g.parameters.count(name) > 0;
+  };
+  auto check_agree = [&](const model::StoredLayouts& mine, const model::StoredLayouts& theirs,
+                         const model::GptGraph& other) {
+    for (const std::string& name : mine.interleaved) {
+      check(!reads(other, name) || theirs.interleaved.count(name),
+            "engine: the decoder and the head would store {} in different layouts", name);
     }
-    layouts.transposed.insert(head_layouts.transposed.begin(), head_layouts.transposed.end());
-    layouts.interleaved.insert(head_layouts.interleaved.begin(), head_layouts.interleaved.end());
-  }
+  };
+  check_agree(layouts, head_layouts, head_graph);
+  check_agree(head_layouts, layouts, decoder_graph);
+  layouts.transposed.insert(head_layouts.transposed.begin(), head_layouts.transposed.end());
+  layouts.interleaved.insert(head_layouts.interleaved.begin(), head_layouts.interleaved.end());
   decoding_parameters = parameters.converted_copy(backend, options.weights, layouts);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);

@@ -58,48 +58,64 @@ TEST(WeightLayout, TransposesInOutMatmulWeightsOnlyAndKeepsTheResult) {
 }
 
 TEST(WeightLayout, InterleavesOnlyWeightsEveryReaderOfWhichTheBackendPrefersSo) {
-  const int64_t N = 5, C = 15, OC = 19, V = 9;  // one group of 16 rows, then three
+  const int64_t N = 5, C = 15, OC = 19, V = 19;  // one group of 16 rows, then three
   graph::Graph g;
   const ValueId x = g.add_value("x", Shape{N, C}, DType::f32, ValueRole::input);
   const ValueId tokens = g.add_value("tokens", Shape{1, N}, DType::i32, ValueRole::input);
   const ValueId w = g.add_value("w", Shape{OC, C}, DType::f32, ValueRole::parameter);
-  const ValueId table = g.add_value("table", Shape{V, C}, DType::f32, ValueRole::parameter);   // also embedded
+  const ValueId table = g.add_value("table", Shape{V, C}, DType::f32, ValueRole::parameter);  // also embedded
+  const ValueId v = g.add_value("v", Shape{C, OC}, DType::f32, ValueRole::parameter);        // read in_out
   const ValueId wpe = g.add_value("wpe", Shape{N, C}, DType::f32, ValueRole::parameter);
   const Attributes out_in = Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)).set("row_invariant", 1);
   const ValueId y = g.add_node(OpKind::matmul, "linear", {x, w}, out_in)[0];
   const ValueId embedded = g.add_node(OpKind::embedding, "embed", {tokens, table, wpe})[0];
   g.add_node(OpKind::matmul, "head", {embedded, table}, out_in);
+  g.add_node(OpKind::matmul, "in_out", {x, v}, Attributes().set("layout", static_cast<int64_t>(WeightLayout::in_out)));
 
   const bool prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
   Rng rng(testing::test_seed());
-  std::vector<float> xs(N * C), ws(OC * C);
-  for (auto* values : {&xs, &ws}) {
+  std::vector<float> xs(N * C), ws(OC * C), table_values(V * C), wpe_values(N * C);
+  for (auto* values : {&xs, &ws, &table_values, &wpe_values}) {
     for (float& value : *values) value = static_cast<float>(rng.normal());
   }
-  auto run = [&](const std::vector<float>& weight) {
+  const std::vector<int32_t> token_ids{0, 17, 5, 18, 15};  // rows of the group and after it
+  auto run = [&](const std::vector<float>& weight, const std::vector<float>& table_stored) {
     graph::Executor executor(g, cpu_backend());
     executor.bind(w, cpu_backend().upload(weight, {OC, C}, DType::f32));
-    executor.bind(table, cpu_backend().empty({V, C}, DType::f32));
-    executor.bind(wpe, cpu_backend().empty({N, C}, DType::f32));
+    executor.bind(table, cpu_backend().upload(table_stored, {V, C}, DType::f32));
+    executor.bind(v, cpu_backend().empty({C, OC}, DType::f32));
+    executor.bind(wpe, cpu_backend().upload(wpe_values, {N, C}, DType::f32));
     executor.keep(y);
+    executor.keep(embedded);
     cpu_backend().upload(xs.data(), executor.tensor(x));
+    cpu_backend().upload(token_ids.data(), executor.tensor(tokens));
     executor.forward();
-    return cpu_backend().download<float>(executor.tensor(y));
+    return std::pair{cpu_backend().download<float>(executor.tensor(y)),
+                     cpu_backend().download<float>(executor.tensor(embedded))};
   };
-  const std::vector<float> before = run(ws);
+  const auto [y_before, embedded_before] = run(ws, table_values);
 
-  const std::vector<ValueId> changed = graph::interleave_matmul_weights(g, {w, table, x}, cpu_backend());
+  const std::vector<ValueId> changed = graph::interleave_matmul_weights(g, {w, table, v, x}, cpu_backend());
   if (!prefers) {  // this CPU's kernels read no interleaved weights: nothing may change
     EXPECT_TRUE(changed.empty());
     return;
   }
-  EXPECT_EQ(changed, std::vector<ValueId>{w});
+  EXPECT_EQ(changed, (std::vector<ValueId>{w, table}));
   EXPECT_EQ(g.value(w).shape, (Shape{OC, C}));
-  EXPECT_EQ(g.nodes()[0].attributes.get("layout"), static_cast<int64_t>(WeightLayout::out_in_interleaved));
+  for (const char* name : {"linear", "embed", "head"}) {
+    for (const graph::Node& node : g.nodes()) {
+      if (node.name == name) {
+        EXPECT_EQ(node.attributes.get("layout"), static_cast<int64_t>(WeightLayout::out_in_interleaved)) << name;
+      }
+    }
+  }
+  const auto [y_after, embedded_after] =
+      run(testing::interleaved(ws, OC, C), testing::interleaved(table_values, V, C));
   // The same products, each output summed in another order: f32's bound over C terms.
-  const std::vector<float> after = run(testing::interleaved(ws, OC, C));
-  EXPECT_CLOSE(std::vector<double>(after.begin(), after.end()), std::vector<double>(before.begin(), before.end()), C,
-               "linear output, weight interleaved");
+  EXPECT_CLOSE(std::vector<double>(y_after.begin(), y_after.end()), std::vector<double>(y_before.begin(), y_before.end()),
+               C, "linear output, weight interleaved");
+  // The embedding gathers the same rows: the same sums, bit for bit.
+  EXPECT_EQ(embedded_after, embedded_before);
 }
 
 // Hand-placed: an [OC = 18, C = 3] weight holds one group of 16 rows, column by column, then

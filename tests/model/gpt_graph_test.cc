@@ -77,8 +77,8 @@ TEST(GptGraph, AShardsElementsAreRunsOfTheWholeTensor) {
 }
 
 // Serving's f32 decoder: every linear weight stored [out, in], and interleaved where the CPU's
-// row-invariant kernel prefers it; wte, which the embedding reads, stays as it is. The copy puts
-// each element where the layouts say.
+// kernel prefers it, wte too (the embedding reads it interleaved, for the head's sake). The copy
+// puts each element where the layouts say.
 TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
   const GptConfig config = small_config();
   GptGraph g = build_gpt_serving_decoder(config, 8, 4, 16);
@@ -91,7 +91,9 @@ TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
   }
   EXPECT_EQ(layouts.transposed, linear);
   const bool prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
-  EXPECT_EQ(layouts.interleaved, prefers ? linear : std::set<std::string>{});
+  std::set<std::string> interleaved = linear;
+  interleaved.insert("wte.weight");
+  EXPECT_EQ(layouts.interleaved, prefers ? interleaved : std::set<std::string>{});
 
   ParameterSet parameters(gpt_tensor_specs(config), cpu_backend());
   float* values = parameters.flat().data<float>();
@@ -109,16 +111,16 @@ TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
   EXPECT_EQ(copy.get("wte.weight").shape(), (Shape{config.vocab_size, C}));
 }
 
-// The generator's graphs interleave the linear layers' weights where the CPU's kernel prefers
-// that for their dtype; in f32 wte stays in rows (the embedding reads it too), in bf16 the head
-// reads its own 16-bit copy, which interleaves as well.
+// The generator's graphs interleave the linear layers' weights and the head's where the CPU's
+// kernel prefers that for their dtype: in f32 wte, which the embedding reads too, in bf16 the
+// head's own 16-bit copy of it.
 TEST(GptGraph, GeneratorWeightsInterleaveWhereTheKernelPrefersIt) {
   const GptConfig config = small_config();
   GptGraph f32 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
   const StoredLayouts f32_layouts = use_f32_weights_for_decoding(f32, cpu_backend());
   const bool f32_prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
-  EXPECT_EQ(f32_layouts.interleaved.size(), f32_prefers ? 4 * config.n_layer : 0);
-  EXPECT_EQ(f32_layouts.interleaved.count("wte.weight"), 0);
+  EXPECT_EQ(f32_layouts.interleaved.size(), f32_prefers ? 4 * config.n_layer + 1 : 0);
+  EXPECT_EQ(f32_layouts.interleaved.count("wte.weight"), f32_prefers ? 1 : 0);
 
   GptGraph bf16 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
   const StoredLayouts layouts = use_half_weights_for_decoding(bf16, cpu_backend());

@@ -3,12 +3,17 @@
 // first position (row t at position0 + t), or (B*T), each row's own (a ragged batch)]
 // attributes (a vocabulary-parallel shard, whose outputs are summed over the shards):
 // vocab_begin, the token id of wte's first row (other tokens add nothing); add_positions 0 on
-// all shards but one.
+// all shards but one. layout: out_in_interleaved where decoding stores wte so (forward only).
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
 
 namespace {
+
+// The attribute `layout` out_in_interleaved: wte stored so for a decoding graph's head.
+bool interleaved(const Attributes& attributes) {
+  return attributes.get("layout", 0) == static_cast<int64_t>(WeightLayout::out_in_interleaved);
+}
 
 class EmbeddingOp final : public OpDef {
  public:
@@ -32,7 +37,8 @@ class EmbeddingOp final : public OpDef {
                           .wte = t.inputs[1],
                           .wpe = t.inputs[2],
                           .vocab_begin = attributes.get("vocab_begin", 0),
-                          .add_positions = attributes.get("add_positions", 1) != 0};
+                          .add_positions = attributes.get("add_positions", 1) != 0,
+                          .wte_interleaved = interleaved(attributes)};
     const int64_t table = t.inputs[2].shape()[0], rows = t.inputs[0].numel();
     if (t.inputs.size() == 4 && t.inputs[3].numel() == rows && rows > 1) {
       args.positions = t.inputs[3];
@@ -51,6 +57,7 @@ class EmbeddingOp final : public OpDef {
   }
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
+    check(!interleaved(attributes), "embedding backward: an out_in_interleaved wte is for decoding (forward only)");
     backend.launch(EmbeddingBackward{.dwte = t.input_grads[1],
                                      .dwpe = t.input_grads[2],
                                      .dout = t.output_grads[0],
