@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} {} weights [out, in]\n", cpu_model(), cpu::onednn_isa_name(), in, out,
              dtype_name);
   if (dtype == DType::bf16 && !backend.supports(KernelOp::matmul_backward, DType::bf16)) {
-    fmt::print("no native bf16 GEMMs on this CPU: both columns run the row-invariant kernel\n");
+    fmt::print("no native bf16 GEMMs on this CPU: the onednn column runs the few-rows kernel too\n");
   }
   const bool interleaved = backend.prefers_interleaved_weights(dtype);
   fmt::print("GMAC/s per second of wall / cpu time{}\n{:>6} {:>22} {:>22} {:>22} {:>8}\n",
