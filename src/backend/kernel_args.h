@@ -42,8 +42,8 @@ enum class WeightLayout : uint8_t { in_out, out_in, out_in_interleaved };
 // the last whole group stay as in out_in. A group is a panel of the [in, out] matrix: the kernel
 // multiplies a few input rows by it as outer products, a broadcast input value times 16 weights,
 // summing each output over the columns in order, and reads each panel as one contiguous stream.
-// That needs about a third of the loads of dot products of [out, in] rows (GPT-2 124M's
-// 768 x 3072 matmul at 32 rows on an AVX2 EPYC: about 2x, bench/RESULTS.md).
+// That needs about half the loads of dot products of [out, in] rows (GPT-2 124M's 768 x 3072
+// matmul at 8-64 rows on an AVX2 EPYC: 1.1-1.6x in one run, up to 2x across runs; RESULTS.md).
 constexpr int64_t kInterleavedRows = 16;
 // Where element (row, column) of an out_in_interleaved weight lies.
 inline int64_t interleaved_offset(int64_t row, int64_t column, int64_t rows, int64_t columns) {
