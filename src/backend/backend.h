@@ -88,7 +88,8 @@ class Backend {
   }
   // Whether decoding should store `dtype` weights out_in_interleaved: true where matmul_forward
   // reads that layout and it is faster at every row count. Decoding's layout pass asks; a backend
-  // that never reads it keeps false.
+  // that never reads it keeps false. True also commits embedding_forward to read an interleaved
+  // table (EmbeddingForward::wte_interleaved), as the pass then interleaves the tied head's wte.
   virtual bool prefers_interleaved_weights(DType dtype) const {
     (void)dtype;
     return false;

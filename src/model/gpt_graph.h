@@ -54,9 +54,9 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 StoredLayouts use_half_weights_for_decoding(GptGraph& g, Backend& backend);
 // float32 weights for a forward-only graph: the linear layers' weights themselves stored
 // [out, in] (the [in, out] layout splits each weight row between the threads), and interleaved
-// where `backend` prefers it, for the few-rows decoding kernel. Returns the layouts: bind a copy
-// of the parameters made with them (ParameterSet::converted_copy to f32). A weight another op
-// also reads (wte, the embedding's) keeps its layout.
+// where `backend` prefers it, for the few-rows decoding kernel, wte too (the embedding then reads
+// it interleaved, as the tied head does). Returns the layouts: bind a copy of the parameters made
+// with them (ParameterSet::converted_copy to f32).
 StoredLayouts use_f32_weights_for_decoding(GptGraph& g, const Backend& backend);
 
 // Records a precision policy's 16-bit parameter copies in g.half_parameters.

@@ -186,14 +186,16 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
                                        .layout = layout, .gelu = true, .row_invariant = row_invariant});
         return get(out);
       };
-      // Blocks of every size the kernels take rows in: the batch of 37 (blocks of 3, 4 or 6, then the
-      // rest), a pair, and rows alone.
-      const Vec batched = run(0, N), pair = run(5, 2);
+      // Blocks of every size the kernels take rows in: the batch of 37 (dot products: blocks of
+      // 3, then the rest; panels: blocks of 5 and 6), seven rows (panels: 3 and 4), a pair, and
+      // rows alone.
+      const Vec batched = run(0, N), seven = run(3, 7), pair = run(5, 2);
       for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
         const Vec alone = run(row, 1);
         for (int64_t o = 0; o < OC; ++o) {
           ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
           if (row == 5 || row == 6) {
+            ASSERT_EQ(alone[static_cast<size_t>(o)], seven[static_cast<size_t>((row - 3) * OC + o)]) << "of seven, row " << row;
             ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
           }
         }

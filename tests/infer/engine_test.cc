@@ -256,10 +256,9 @@ TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << "request " << i;
 }
 
-// A wider model: in f32 the serving engine and the generator store every linear weight
-// out_in_interleaved where the CPU's kernel prefers it, and wte in rows; both take the same
-// kernels, so batched serving must give the generator's tokens exactly (random weights: near-ties
-// abound).
+// A wider model: in f32 the serving engine and the generator store every linear weight and wte
+// out_in_interleaved where the CPU's kernel prefers it; both take the same kernels, so batched
+// serving must give the generator's tokens exactly (random weights: near-ties abound).
 TEST(EngineWideModel, Float32ServingEqualsTheGenerator) {
   const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());

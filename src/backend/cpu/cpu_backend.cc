@@ -72,9 +72,9 @@ class CpuBackend final : public Backend {
   void fill_zero(const Tensor& tensor) override { std::memset(tensor.raw(), 0, tensor.nbytes()); }
   void synchronize() override {}
 
-  // Where the AVX2 kernel's outer products on 16-row panels beat the alternatives at every row
-  // count: f32 weights (oneDNN's sgemm included, for a prompt), and bf16 weights without native
-  // bf16 (with it, the AVX512_BF16/AMX kernels read out_in rows).
+  // Where the AVX2 kernel's outer products on 16-row panels match or beat the alternatives at
+  // every row count: f32 weights (oneDNN's sgemm, for a prompt, measured level at 64-1024 rows),
+  // and bf16 weights without native bf16 (with it, the AVX512_BF16/AMX kernels read out_in rows).
   bool prefers_interleaved_weights(DType dtype) const override {
 #if defined(__AVX2__) && defined(__FMA__)
     if (dtype == DType::f32) return true;

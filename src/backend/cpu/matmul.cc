@@ -385,11 +385,11 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
   if (d.interleaved) {
     const int64_t group_stride = kInterleavedRows * d.C, groups_end = begin + (end - begin) / 16 * 16;
     // With one block of rows per group the hardware prefetcher keeps up (its stream is the
-    // weight's); with more, the first block prefetches the next group (8-32 rows: up to 1.2x).
+    // weight's); with more, the first block prefetches this thread's next group (8-32 rows: up to 1.2x).
     const bool prefetch = d.N > 6;
     auto panels = [&]<int R, int P>(int64_t n) {
       panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride,
-                        prefetch && n == 0);
+                        prefetch && n == 0 && o + 16 * P < groups_end);
     };
     if (d.N <= 2) {
       for (; o + 32 <= groups_end; o += 32) {
