@@ -1,8 +1,8 @@
 // Layout passes for decoding: at batch 1 each token reads every weight once, and the few-rows
 // matmul kernel reads an [out, in] weight as one contiguous row per output (a dot product, where
 // AVX512_BF16 multiplies bf16 pairs directly), or, where the backend prefers it, sixteen rows at
-// a time from one interleaved stream (outer products). These passes change the given weights' layouts in graphs
-// that only run forward; the caller binds copies stored that way.
+// a time from one interleaved stream (outer products). These passes change the given weights'
+// layouts in graphs that only run forward; the caller binds copies stored that way.
 #pragma once
 
 #include <vector>

@@ -372,7 +372,7 @@ inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w
   }
 }
 
-// Weight rows [begin, end) of an [out, in] weight (begin a multiple of 16 = kInterleavedRows).
+// Weight rows [begin, end) of an [out, in] weight (begin a multiple of kInterleavedRows).
 // out_in_interleaved: whole groups as panels, in blocks of at most six input rows (12
 // accumulators, two weight vectors and a broadcast: the 16 ymm registers) as even in size as can
 // be, or two groups at once for one or two rows (enough independent sums to hide the FMA
@@ -383,22 +383,23 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
                   int64_t end) {
   int64_t o = begin;
   if (d.interleaved) {
-    const int64_t group_stride = kInterleavedRows * d.C, groups_end = begin + (end - begin) / 16 * 16;
+    constexpr int64_t kGroup = kInterleavedRows;
+    const int64_t group_stride = kGroup * d.C, groups_end = begin + (end - begin) / kGroup * kGroup;
     // With one block of rows per group the hardware prefetcher keeps up (its stream is the
     // weight's); with more, the first block prefetches this thread's next group (8-32 rows: up to 1.2x).
     const bool prefetch = d.N > 6;
     auto panels = [&]<int R, int P>(int64_t n) {
       panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride,
-                        prefetch && n == 0 && o + 16 * P < groups_end);
+                        prefetch && n == 0 && o + kGroup * P < groups_end);
     };
     if (d.N <= 2) {
-      for (; o + 32 <= groups_end; o += 32) {
+      for (; o + 2 * kGroup <= groups_end; o += 2 * kGroup) {
         if (d.N == 2) panels.template operator()<2, 2>(0);
         else panels.template operator()<1, 2>(0);
       }
     }
     const int64_t blocks = (d.N + 5) / 6;
-    for (; o < groups_end; o += 16) {
+    for (; o < groups_end; o += kGroup) {
       for (int64_t block = 0; block < blocks; ++block) {
         const int64_t n = d.N * block / blocks;
         switch (d.N * (block + 1) / blocks - n) {
