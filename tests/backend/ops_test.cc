@@ -245,56 +245,106 @@ TEST_P(OpsTest, Attention) {
 // tokens, then the rest, reading the first step's keys and values from the pools), two sequences
 // in one ragged batch, their blocks scattered over the pool: each token's output against causal
 // attention over its own sequence. With bf16 pools the reference reads the keys and values
-// rounded to bf16.
+// rounded to bf16. Two shapes: heads of 10 (the kernel's scalar path) in blocks of 4, and heads
+// of 16 (its vector path: keys eight at a time, and fewer) in blocks of 8.
 TEST_P(OpsTest, PagedAttentionOfARaggedBatch) {
-  const int64_t C = d.C, NH = d.NH, hs = C / NH, block_size = 4, blocks = 10, max_blocks = 4;
+  const int64_t blocks = 10, max_blocks = 4;
   const std::vector<int64_t> lengths{13, 7}, first_step{9, 4};
   const std::vector<std::vector<int32_t>> tables{{2, 5, 0, 7}, {9, 1, 0, 0}};
-  const double scale = gpt2_scale(C, NH);
-  for (DType pool_dtype : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(dtype_name(pool_dtype));
-    std::vector<Vec> sequences;  // each (T, 3C)
-    for (int64_t T : lengths) sequences.push_back(random_vector(rng, T * 3 * C));
-    Tensor k_pool = zeros({blocks, NH, block_size, hs}, pool_dtype), v_pool = zeros({blocks, NH, block_size, hs}, pool_dtype);
-    for (int step = 0; step < 2; ++step) {
-      Vec qkv;
-      std::vector<int32_t> positions, block_tables;
-      std::vector<std::pair<size_t, int64_t>> rows;  // (sequence, position) of each token
-      for (size_t s = 0; s < lengths.size(); ++s) {
-        const int64_t begin = step == 0 ? 0 : first_step[s], end = step == 0 ? first_step[s] : lengths[s];
-        for (int64_t t = begin; t < end; ++t) {
-          qkv.insert(qkv.end(), sequences[s].begin() + t * 3 * C, sequences[s].begin() + (t + 1) * 3 * C);
-          positions.push_back(static_cast<int32_t>(t));
-          block_tables.insert(block_tables.end(), tables[s].begin(), tables[s].end());
-          rows.emplace_back(s, t);
-        }
-      }
-      const auto N = static_cast<int64_t>(rows.size());
-      Tensor positions_t = Tensor::zeros({N}, DType::i32), tables_t = Tensor::zeros({N, max_blocks}, DType::i32);
-      std::copy(positions.begin(), positions.end(), positions_t.data<int32_t>());  // host memory, as the op declares
-      std::copy(block_tables.begin(), block_tables.end(), tables_t.data<int32_t>());
-      Tensor out = zeros({N, 1, C});
-      backend().launch(AttentionPagedForward{.out = out, .qkv = put(qkv, {N, 1, 3 * C}), .k_pool = k_pool,
-                                             .v_pool = v_pool, .positions = positions_t, .block_tables = tables_t,
-                                             .n_head = NH, .scale = static_cast<float>(scale)});
-      Vec expected;
-      for (const auto& [s, t] : rows) {
-        Vec keys_rounded = sequences[s];
-        if (pool_dtype == DType::bf16) {  // k and v as the pool holds them; q as given
-          for (int64_t row = 0; row < lengths[s]; ++row) {
-            const auto kv = keys_rounded.begin() + row * 3 * C + C;
-            const Vec rounded = values(to_bf16(Vec(kv, kv + 2 * C), {2 * C}));
-            std::copy(rounded.begin(), rounded.end(), kv);
+  for (auto [C, NH, block_size] : {std::tuple{d.C, d.NH, int64_t{4}}, std::tuple{int64_t{32}, int64_t{2}, int64_t{8}}}) {
+    for (DType pool_dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(pool_dtype) << " C=" << C << " block_size=" << block_size);
+      const int64_t hs = C / NH;
+      const double scale = gpt2_scale(C, NH);
+      std::vector<Vec> sequences;  // each (T, 3C)
+      for (int64_t T : lengths) sequences.push_back(random_vector(rng, T * 3 * C));
+      Tensor k_pool = zeros({blocks, NH, block_size, hs}, pool_dtype), v_pool = zeros({blocks, NH, block_size, hs}, pool_dtype);
+      for (int step = 0; step < 2; ++step) {
+        Vec qkv;
+        std::vector<int32_t> positions, block_tables;
+        std::vector<std::pair<size_t, int64_t>> rows;  // (sequence, position) of each token
+        for (size_t s = 0; s < lengths.size(); ++s) {
+          const int64_t begin = step == 0 ? 0 : first_step[s], end = step == 0 ? first_step[s] : lengths[s];
+          for (int64_t t = begin; t < end; ++t) {
+            qkv.insert(qkv.end(), sequences[s].begin() + t * 3 * C, sequences[s].begin() + (t + 1) * 3 * C);
+            positions.push_back(static_cast<int32_t>(t));
+            block_tables.insert(block_tables.end(), tables[s].begin(), tables[s].end());
+            rows.emplace_back(s, t);
           }
         }
-        for (int64_t c = 0; c < C; ++c) keys_rounded[static_cast<size_t>(t * 3 * C + c)] = sequences[s][static_cast<size_t>(t * 3 * C + c)];
-        Vec reference_out;
-        reference::attention_forward(reference_out, keys_rounded, 1, lengths[s], C, NH, scale);
-        expected.insert(expected.end(), reference_out.begin() + t * C, reference_out.begin() + (t + 1) * C);
+        const auto N = static_cast<int64_t>(rows.size());
+        Tensor positions_t = Tensor::zeros({N}, DType::i32), tables_t = Tensor::zeros({N, max_blocks}, DType::i32);
+        std::copy(positions.begin(), positions.end(), positions_t.data<int32_t>());  // host memory, as the op declares
+        std::copy(block_tables.begin(), block_tables.end(), tables_t.data<int32_t>());
+        Tensor out = zeros({N, 1, C});
+        backend().launch(AttentionPagedForward{.out = out, .qkv = put(qkv, {N, 1, 3 * C}), .k_pool = k_pool,
+                                               .v_pool = v_pool, .positions = positions_t, .block_tables = tables_t,
+                                               .n_head = NH, .scale = static_cast<float>(scale)});
+        Vec expected;
+        for (const auto& [s, t] : rows) {
+          Vec keys_rounded = sequences[s];
+          if (pool_dtype == DType::bf16) {  // k and v as the pool holds them; q as given
+            for (int64_t row = 0; row < lengths[s]; ++row) {
+              const auto kv = keys_rounded.begin() + row * 3 * C + C;
+              const Vec rounded = values(to_bf16(Vec(kv, kv + 2 * C), {2 * C}));
+              std::copy(rounded.begin(), rounded.end(), kv);
+            }
+          }
+          for (int64_t c = 0; c < C; ++c) keys_rounded[static_cast<size_t>(t * 3 * C + c)] = sequences[s][static_cast<size_t>(t * 3 * C + c)];
+          Vec reference_out;
+          reference::attention_forward(reference_out, keys_rounded, 1, lengths[s], C, NH, scale);
+          expected.insert(expected.end(), reference_out.begin() + t * C, reference_out.begin() + (t + 1) * C);
+        }
+        const char* what = step == 0 ? "paged attention, prefill" : "paged attention, the rest";
+        EXPECT_CLOSE(get(out), expected, hs + lengths[0], what);
       }
-      const char* what = step == 0 ? "paged attention, prefill" : "paged attention, the rest";
-      EXPECT_CLOSE(get(out), expected, hs + lengths[0], what);
     }
+  }
+}
+
+// The generator's attention over a contiguous cache and the engine's over a paged one give a
+// token the same bits (engine and generator promise a sequence the same tokens), whatever the
+// grouping of its keys: the paged pass takes blocks of 16 (two of eight keys, then 5), the
+// contiguous one a prefill of 30 then 7 more tokens; and the last token again alone. Heads of 64
+// and 24 (vector path), 10 (scalar path); and both within float64's bound.
+TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
+  const int64_t T = 37, prefill = 30, block_size = 16, max_blocks = 3;
+  const std::vector<int32_t> table{4, 0, 2};
+  for (auto [C, NH] : {std::pair{int64_t{128}, int64_t{2}}, std::pair{int64_t{48}, int64_t{2}}, std::pair{d.C, d.NH}}) {
+    SCOPED_TRACE(::testing::Message() << "C=" << C << " n_head=" << NH);
+    const int64_t hs = C / NH;
+    const auto scale = static_cast<float>(gpt2_scale(C, NH));
+    const Vec qkv = random_vector(rng, T * 3 * C);
+    Tensor k_cache = zeros({1, NH, T, hs}), v_cache = zeros({1, NH, T, hs});
+    Vec contiguous;
+    for (auto [past, count] : {std::pair{int64_t{0}, prefill}, std::pair{prefill, T - prefill}}) {
+      Tensor out = zeros({1, count, C});
+      backend().launch(AttentionCachedForward{
+          .out = out,
+          .qkv = put(Vec(qkv.begin() + past * 3 * C, qkv.begin() + (past + count) * 3 * C), {1, count, 3 * C}),
+          .k_cache = k_cache, .v_cache = v_cache, .n_head = NH, .scale = scale, .past = past});
+      const Vec part = get(out);
+      contiguous.insert(contiguous.end(), part.begin(), part.end());
+    }
+    Tensor positions = Tensor::zeros({T}, DType::i32), tables = Tensor::zeros({T, max_blocks}, DType::i32);
+    for (int64_t t = 0; t < T; ++t) {  // host memory, as the op declares
+      positions.data<int32_t>()[t] = static_cast<int32_t>(t);
+      std::copy(table.begin(), table.end(), tables.data<int32_t>() + t * max_blocks);
+    }
+    Tensor paged = zeros({T, 1, C}), k_pool = zeros({5, NH, block_size, hs}), v_pool = zeros({5, NH, block_size, hs});
+    backend().launch(AttentionPagedForward{.out = paged, .qkv = put(qkv, {T, 1, 3 * C}), .k_pool = k_pool, .v_pool = v_pool,
+                                           .positions = positions, .block_tables = tables, .n_head = NH, .scale = scale});
+    EXPECT_EQ(get(paged), contiguous);
+    // The last token alone, its heads split among the threads.
+    Tensor last = zeros({1, 1, C});
+    backend().launch(AttentionPagedForward{.out = last, .qkv = put(Vec(qkv.end() - 3 * C, qkv.end()), {1, 1, 3 * C}),
+                                           .k_pool = k_pool, .v_pool = v_pool, .positions = positions.slice_flat(T - 1, 1),
+                                           .block_tables = tables.slice_flat((T - 1) * max_blocks, max_blocks).reshape({1, max_blocks}),
+                                           .n_head = NH, .scale = scale});
+    EXPECT_EQ(get(last), Vec(contiguous.end() - C, contiguous.end()));
+    Vec reference_out;
+    reference::attention_forward(reference_out, qkv, 1, T, C, NH, scale);
+    EXPECT_CLOSE(contiguous, reference_out, hs + T, "attention over a contiguous cache");
   }
 }
 

@@ -1,7 +1,10 @@
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/avx2.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
@@ -223,33 +226,110 @@ void attention_backward_bf16(const AttentionBackward& args) {
 
 // Decoding's attention: one query row per (token, head) against its cached keys and values.
 // The generator's contiguous cache and the engine's paged one share these steps, so that the two
-// give a sequence the same bits.
+// give a sequence the same bits: a key's score and a value's weight are computed the same way
+// however the keys are grouped (blocks of a paged cache, or one run of a contiguous one).
 namespace {
 
-// Keys and values are f32 or (the engine's bf16 KV cache) bf16, widened as they are read.
-template <typename KV>
-inline float score(const float* q, const KV* key, int64_t hs, float scale) {
-  float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-  for (int64_t d = 0; d < hs; ++d) dot += q[d] * to_float(key[d]);
-  return dot * scale;
+#if defined(__AVX2__) && defined(__FMA__)
+// Lane j of the result is the sum of acc[j]'s lanes, by the same tree for every j:
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+inline __m256 lane_sums(const __m256 acc[8]) {
+  const __m256 low = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 high = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31));
 }
 
-// scores[j] = exp(scores[j] - max_value) for j < count; returns their sum.
-inline float exponentiate(float* scores, int64_t count, float max_value) {
+// acc[j] = q · key j as 8 lane sums, for `Keys` consecutive key rows: one chain of FMAs per key
+// over its 8-column chunks in order (so a key's lanes do not depend on how many go together).
+template <int Keys, typename KV>
+inline void key_lanes(__m256* acc, const float* q, const KV* key, int64_t hs) {
+  for (int64_t c = 0; c < hs; c += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + c);
+#pragma GCC unroll 8
+    for (int j = 0; j < Keys; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(key + j * hs + c), acc[j]);
+  }
+}
+
+// y[0, 8 Vectors) += Σ_j weights[j] · value_j, value by value in order, y kept in registers.
+template <int Vectors, typename KV>
+inline void add_weighted_slice(float* y, const float* weights, const KV* values, int64_t count, int64_t hs) {
+  __m256 acc[Vectors];
+#pragma GCC unroll 8
+  for (int v = 0; v < Vectors; ++v) acc[v] = _mm256_loadu_ps(y + 8 * v);
+  for (int64_t j = 0; j < count; ++j) {
+    const __m256 weight = _mm256_set1_ps(weights[j]);
+#pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) acc[v] = _mm256_fmadd_ps(weight, load8(values + j * hs + 8 * v), acc[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < Vectors; ++v) _mm256_storeu_ps(y + 8 * v, acc[v]);
+}
+#endif
+
+// scores[j] = scale · (q · key j) for the `count` key rows at `keys` (row stride hs); returns the
+// largest of max_value and these scores. Keys and values are f32 or (the engine's bf16 KV cache)
+// bf16, widened as they are read.
+template <typename KV>
+float key_scores(float* scores, const float* q, const KV* keys, int64_t count, int64_t hs, float scale,
+                 float max_value) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hs % 8 == 0) {
+    // Eight keys at a time: eight independent FMA chains instead of one, then one reduction.
+    for (int64_t first = 0; first < count; first += 8) {
+      const int64_t n = std::min<int64_t>(8, count - first);
+      __m256 acc[8];
+      for (__m256& lanes : acc) lanes = _mm256_setzero_ps();
+      const KV* key = keys + first * hs;
+      if (n == 8) {
+        key_lanes<8>(acc, q, key, hs);
+      } else {
+        for (int64_t j = 0; j < n; ++j) key_lanes<1>(acc + j, q, key + j * hs, hs);
+      }
+      alignas(32) float sums[8];
+      _mm256_store_ps(sums, _mm256_mul_ps(lane_sums(acc), _mm256_set1_ps(scale)));
+      for (int64_t j = 0; j < n; ++j) {
+        scores[first + j] = sums[j];
+        max_value = sums[j] > max_value ? sums[j] : max_value;
+      }
+    }
+    return max_value;
+  }
+#endif
+  for (int64_t j = 0; j < count; ++j) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < hs; ++d) dot += q[d] * to_float(keys[j * hs + d]);
+    scores[j] = dot * scale;
+    max_value = scores[j] > max_value ? scores[j] : max_value;
+  }
+  return max_value;
+}
+
+// scores[j] = exp(scores[j] - max_value) / Σ_k exp(scores[k] - max_value) for j < count.
+inline void softmax_in_place(float* scores, int64_t count, float max_value) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < count; ++j) {
     scores[j] = fast_exp(scores[j] - max_value);
     sum += scores[j];
   }
-  return sum;
+#pragma omp simd
+  for (int64_t j = 0; j < count; ++j) scores[j] /= sum;
 }
 
+// y += Σ_j weights[j] · value j over the `count` value rows at `values` (row stride hs).
 template <typename KV>
-inline void add_weighted(float* y, float weight, const KV* value, int64_t hs) {
-#pragma omp simd
-  for (int64_t d = 0; d < hs; ++d) y[d] += weight * to_float(value[d]);
+void add_weighted_values(float* y, const float* weights, const KV* values, int64_t count, int64_t hs) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hs % 8 == 0) {
+    int64_t d = 0;
+    for (; d + 64 <= hs; d += 64) add_weighted_slice<8>(y + d, weights, values + d, count, hs);
+    for (; d < hs; d += 8) add_weighted_slice<1>(y + d, weights, values + d, count, hs);
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t d = 0; d < hs; ++d) y[d] += weights[j] * to_float(values[j * hs + d]);
+  }
 }
 
 // This thread's scores, at least `count` of them: kept across calls (no allocation per token).
@@ -264,7 +344,6 @@ float* decode_scores(int64_t count) {
 void attention_cached_forward(const AttentionCachedForward& args) {
   const int64_t B = args.qkv.shape()[0], Tn = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
   const int64_t past = args.past, max_T = args.k_cache.shape()[2];
-  const float scale = args.scale;
   const float* qkv = pointer<float>(args.qkv);
   float *out = pointer<float>(args.out), *k_cache = pointer<float>(args.k_cache), *v_cache = pointer<float>(args.v_cache);
   const int64_t hs = C / NH;
@@ -284,15 +363,10 @@ void attention_cached_forward(const AttentionCachedForward& args) {
       for (int64_t t = 0; t < Tn; ++t) {
         const float* q = qkv + (b * Tn + t) * 3 * C + h * hs;
         const int64_t visible = past + t + 1;
-        float max_value = -INFINITY;
-        for (int64_t j = 0; j < visible; ++j) {
-          scores[j] = score(q, keys + j * hs, hs, scale);
-          max_value = scores[j] > max_value ? scores[j] : max_value;
-        }
-        const float sum = exponentiate(scores, visible, max_value);
+        softmax_in_place(scores, visible, key_scores(scores, q, keys, visible, hs, args.scale, -INFINITY));
         float* y = out + (b * Tn + t) * C + h * hs;
         std::fill(y, y + hs, 0.0f);
-        for (int64_t j = 0; j < visible; ++j) add_weighted(y, scores[j] / sum, values + j * hs, hs);
+        add_weighted_values(y, scores, values, visible, hs);
       }
     }
   }
@@ -326,33 +400,43 @@ void attention_paged(const AttentionPagedForward& args) {
       v_pool[at + d] = from_float<KV>(row[2 * C + d]);
     }
   }
+  // A token's heads in one iteration: a block holds every head's keys (and values) in one
+  // contiguous run, which the hardware prefetcher follows; head by head, a token would jump
+  // between runs of a few KiB. Only with fewer tokens than twice the threads are a token's heads
+  // split into parts (contiguous runs still), so that every thread has work.
+  const int64_t stride = max_blocks * block_size;  // a head's scores
+  const int64_t parts = std::clamp<int64_t>((2 * omp_get_max_threads() + N - 1) / N, 1, NH);
 #pragma omp parallel
   {
-    float* scores = decode_scores(max_blocks * block_size);
+    float* scores = decode_scores(NH * stride + NH);
+    float* max_values = scores + NH * stride;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t ih = 0; ih < N * NH; ++ih) {
-      const int64_t i = ih / NH, h = ih % NH;
-      const float* q = qkv + i * 3 * C + h * hs;
+    for (int64_t item = 0; item < N * parts; ++item) {
+      const int64_t i = item / parts, h_begin = NH * (item % parts) / parts, h_end = NH * (item % parts + 1) / parts;
+      const float* q = qkv + i * 3 * C;
       const int64_t visible = positions[i] + 1;
       const int32_t* table = tables + i * max_blocks;
-      // Block by block: keys and values of one block and head are contiguous rows.
-      float max_value = -INFINITY;
+      auto block_rows = [&](const KV* pool, int64_t first) {
+        return pool + table[first / block_size] * NH * block_size * hs;
+      };
+      std::fill(max_values, max_values + NH, -INFINITY);
       for (int64_t first = 0; first < visible; first += block_size) {
-        const KV* keys = k_pool + (table[first / block_size] * NH + h) * block_size * hs;
+        const KV* keys = block_rows(k_pool, first);
         const int64_t count = std::min(block_size, visible - first);
-        for (int64_t slot = 0; slot < count; ++slot) {
-          const float value = score(q, keys + slot * hs, hs, args.scale);
-          scores[first + slot] = value;
-          max_value = value > max_value ? value : max_value;
+        for (int64_t h = h_begin; h < h_end; ++h) {
+          max_values[h] = key_scores(scores + h * stride + first, q + h * hs, keys + h * block_size * hs, count, hs,
+                                     args.scale, max_values[h]);
         }
       }
-      const float sum = exponentiate(scores, visible, max_value);
-      float* y = out + i * C + h * hs;
-      std::fill(y, y + hs, 0.0f);
+      for (int64_t h = h_begin; h < h_end; ++h) softmax_in_place(scores + h * stride, visible, max_values[h]);
+      float* y = out + i * C;
+      std::fill(y + h_begin * hs, y + h_end * hs, 0.0f);
       for (int64_t first = 0; first < visible; first += block_size) {
-        const KV* values = v_pool + (table[first / block_size] * NH + h) * block_size * hs;
+        const KV* values = block_rows(v_pool, first);
         const int64_t count = std::min(block_size, visible - first);
-        for (int64_t slot = 0; slot < count; ++slot) add_weighted(y, scores[first + slot] / sum, values + slot * hs, hs);
+        for (int64_t h = h_begin; h < h_end; ++h) {
+          add_weighted_values(y + h * hs, scores + h * stride + first, values + h * block_size * hs, count, hs);
+        }
       }
     }
   }

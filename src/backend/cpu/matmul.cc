@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/amx_dot.h"
+#include "backend/cpu/avx2.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
@@ -279,12 +280,6 @@ constexpr bool kReadsInterleavedWeights = true;  // f32_dot_rows below
 // move half the bytes). R input rows by K weight rows per pass, R x K independent 8-lane
 // accumulators; each output sums its 8-column chunks in order and then its lanes in a fixed
 // order, whatever R and K: the batch does not change a row's result.
-inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
-inline __m256 load8(const BFloat16* w) {
-  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-}
-
 inline float horizontal_sum(__m256 v) {
   const __m128 pairs = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 halves = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));

@@ -1,0 +1,148 @@
+// The serving engine's own throughput, without HTTP or a client competing for the cores: a fixed,
+// seeded set of requests (random prompt tokens of lengths drawn from a range, greedy, a fixed
+// number of tokens each) submitted at once, run to the end by continuous batching. Prints the
+// generated tokens per second, the steps and their mean time, and the inter-token latency.
+//
+//     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16] [--requests 32]
+//         [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "backend/cpu/gemm.h"
+#include "infer/engine.h"
+#include "model/model_files.h"
+
+using namespace paraflow;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Every request's token times, and a count of those finished.
+class Finishing {
+ public:
+  class Sink : public infer::RequestSink {
+   public:
+    explicit Sink(Finishing& owner) : owner_(owner) {}
+    bool on_token(const infer::TokenEvent&) override {
+      times.push_back(Clock::now());
+      return true;
+    }
+    void on_finish(const infer::Outcome& outcome) override { owner_.finish(outcome); }
+    std::vector<Clock::time_point> times;
+
+   private:
+    Finishing& owner_;
+  };
+  void finish(const infer::Outcome& outcome) {
+    std::lock_guard lock(mutex_);
+    if (!outcome.error.empty()) errors_.push_back(outcome.error);
+    ++finished_;
+    changed_.notify_all();
+  }
+  void wait_for(int64_t count) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return finished_ >= count; });
+    if (!errors_.empty()) throw Error("engine_bench: a request failed: " + errors_.front());
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int64_t finished_ = 0;
+  std::vector<std::string> errors_;
+};
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(p * static_cast<double>(values.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"paraflow serving engine benchmark"};
+  std::string model_dir, dtype = "float32", kv_cache_dtype = "auto", prompt_range = "32:128";
+  int64_t requests = 32, tokens = 64, max_num_seqs = 32, max_batched_tokens = 256, seed = 1;
+  app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
+  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--kv-cache-dtype", kv_cache_dtype)->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  app.add_option("--requests", requests, "Requests, all submitted at once");
+  app.add_option("--prompt-tokens", prompt_range, "Prompt lengths MIN:MAX, uniform");
+  app.add_option("--tokens", tokens, "Tokens generated per request");
+  app.add_option("--max-num-seqs", max_num_seqs, "Sequences running at once");
+  app.add_option("--max-batched-tokens", max_batched_tokens, "Tokens per step");
+  app.add_option("--seed", seed, "Prompt seed");
+  CLI11_PARSE(app, argc, argv);
+  const auto colon = prompt_range.find(':');
+  const int64_t prompt_min = std::stoll(prompt_range.substr(0, colon)),
+                prompt_max = std::stoll(prompt_range.substr(colon + 1));
+
+  Backend& backend = cpu_backend();
+  model::LoadedModel model = model::load_model_dir(model_dir, backend);
+  infer::EngineOptions options;
+  options.weights = dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  options.kv_cache_dtype = kv_cache_dtype == "auto" ? options.weights : kv_cache_dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  options.kv_cache_gb = 1.0;
+  options.max_num_seqs = max_num_seqs;
+  options.max_batched_tokens = max_batched_tokens;
+  infer::Engine engine(model.config, model.parameters, backend, options);
+
+  std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  std::uniform_int_distribution<int64_t> length(prompt_min, prompt_max);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.config.vocab_size - 1));
+  auto make_request = [&] {
+    infer::Request request;
+    request.prompt.resize(static_cast<size_t>(length(rng)));
+    for (int32_t& id : request.prompt) id = token(rng);
+    request.max_tokens = tokens;
+    request.sampling.temperature = 0;  // greedy, as the load generator asks
+    return request;
+  };
+  {  // warm-up: graphs built, memory planned for a full batch
+    Finishing warm;
+    for (int64_t r = 0; r < std::min<int64_t>(requests, max_num_seqs); ++r) {
+      infer::Request request = make_request();
+      request.max_tokens = 2;
+      engine.submit(request, std::make_shared<Finishing::Sink>(warm));
+    }
+    warm.wait_for(std::min<int64_t>(requests, max_num_seqs));
+  }
+  const infer::EngineStats before = engine.stats();
+  Finishing finishing;
+  std::vector<std::shared_ptr<Finishing::Sink>> sinks;
+  int64_t prompt_tokens = 0;
+  const auto start = Clock::now();
+  for (int64_t r = 0; r < requests; ++r) {
+    infer::Request request = make_request();
+    prompt_tokens += static_cast<int64_t>(request.prompt.size());
+    sinks.push_back(std::make_shared<Finishing::Sink>(finishing));
+    engine.submit(std::move(request), sinks.back());
+  }
+  finishing.wait_for(requests);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const infer::EngineStats after = engine.stats();
+  std::vector<double> gaps_ms;
+  int64_t generated = 0;
+  for (const auto& sink : sinks) {
+    generated += static_cast<int64_t>(sink->times.size());
+    for (size_t t = 1; t < sink->times.size(); ++t) {
+      gaps_ms.push_back(std::chrono::duration<double, std::milli>(sink->times[t] - sink->times[t - 1]).count());
+    }
+  }
+  const int64_t steps = after.steps - before.steps;
+  fmt::print("isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nrequests {}\nprompt_tokens {}\ngenerated_tokens {}\n",
+             cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype), requests,
+             prompt_tokens, generated);
+  fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\nitl_ms_p50 {:.2f}\nitl_ms_p99 {:.2f}\n",
+             seconds, static_cast<double>(generated) / seconds, steps, 1000 * seconds / static_cast<double>(steps),
+             percentile(gaps_ms, 0.5), percentile(gaps_ms, 0.99));
+  return 0;
+}
