@@ -336,15 +336,15 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
 // the arithmetic of the rows that follow.
 template <int R, int P, typename W>
 inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, int64_t group_stride,
-                        bool prefetch) {
+                        int64_t c_begin, int64_t c_end, bool prefetch) {
   static_assert(kInterleavedRows == 16);
   __m256 acc[R][2 * P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-    for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_setzero_ps();
+    for (int j = 0; j < 2 * P; ++j) acc[r][j] = c_begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(sums + r * sums_ld + j * 8);
   }
-  for (int64_t c = 0; c < C; ++c) {
+  for (int64_t c = c_begin; c < c_end; ++c) {
     __m256 wv[2 * P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
@@ -383,9 +383,10 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
     // With one block of rows per group the hardware prefetcher keeps up (its stream is the
     // weight's); with more, the first block prefetches this thread's next group (8-32 rows: up to 1.2x).
     const bool prefetch = d.N > 6;
+    int64_t c_begin = 0, c_end = d.C;
     auto panels = [&]<int R, int P>(int64_t n) {
       panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride,
-                        prefetch && n == 0 && o + kGroup * P < groups_end);
+                        c_begin, c_end, prefetch && n == 0 && o + kGroup * P < groups_end);
     };
     if (d.N <= 2) {
       for (; o + 2 * kGroup <= groups_end; o += 2 * kGroup) {
@@ -394,18 +395,23 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
       }
     }
     const int64_t blocks = (d.N + 5) / 6;
+    constexpr int64_t kColumns = 256;
     for (; o < groups_end; o += kGroup) {
-      for (int64_t block = 0; block < blocks; ++block) {
-        const int64_t n = d.N * block / blocks;
-        switch (d.N * (block + 1) / blocks - n) {
-          case 6: panels.template operator()<6, 1>(n); break;
-          case 5: panels.template operator()<5, 1>(n); break;
-          case 4: panels.template operator()<4, 1>(n); break;
-          case 3: panels.template operator()<3, 1>(n); break;
-          case 2: panels.template operator()<2, 1>(n); break;
-          default: panels.template operator()<1, 1>(n); break;
+      for (c_begin = 0; c_begin < d.C; c_begin = c_end) {
+        c_end = std::min(d.C, c_begin + kColumns);
+        for (int64_t block = 0; block < blocks; ++block) {
+          const int64_t n = d.N * block / blocks;
+          switch (d.N * (block + 1) / blocks - n) {
+            case 6: panels.template operator()<6, 1>(n); break;
+            case 5: panels.template operator()<5, 1>(n); break;
+            case 4: panels.template operator()<4, 1>(n); break;
+            case 3: panels.template operator()<3, 1>(n); break;
+            case 2: panels.template operator()<2, 1>(n); break;
+            default: panels.template operator()<1, 1>(n); break;
+          }
         }
       }
+      c_begin = 0, c_end = d.C;
     }
   }
   constexpr int kRows = 3, kWeightRows = 4;  // 12 accumulators and 4 weight vectors: the 16 ymm registers
@@ -460,16 +466,18 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
       amx = pack_amx_rows(reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     }
   }
+  // Outputs (weight rows of out_in, columns of in_out) in shares that are multiples of 16. An
+  // [out, in] weight's rows go in shares of kShare, handed to threads as they ask, so that a
+  // thread slowed by another process on its core takes fewer instead of keeping the other
+  // waiting; in_out's columns, whose every pass reads all C weight rows, in one share per thread.
+  constexpr int64_t kShare = 64;
   const int threads = omp_get_max_threads();
-#pragma omp parallel num_threads(threads)
-  {
-    const int id = omp_get_thread_num();
-    // Column (in_out) or weight-row (out_in) share of this thread, in multiples of 16.
-    const int64_t blocks = (d.OC + 15) / 16;
-    const int64_t begin = std::min(d.OC, blocks * id / threads * 16);
-    const int64_t end = std::min(d.OC, blocks * (id + 1) / threads * 16);
-    const int64_t width = end - begin;
-    float* sums = thread_scratch<OutputSums, float>(d.N * width);
+  const int64_t share = d.transposed ? kShare : ((d.OC + 15) / 16 + threads - 1) / threads * 16;
+  const int64_t shares = (d.OC + share - 1) / share;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t index = 0; index < shares; ++index) {
+    const int64_t begin = index * share, end = std::min(d.OC, begin + share), width = end - begin;
+    float* sums = thread_scratch<OutputSums, float>(d.N * share);
     if (!d.transposed) {
       std::fill(sums, sums + d.N * width, 0.0f);
       // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.
