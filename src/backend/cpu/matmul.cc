@@ -336,15 +336,15 @@ inline void f32_dot_block(float* sums, int64_t sums_ld, const float* x, const W*
 // the arithmetic of the rows that follow.
 template <int R, int P, typename W>
 inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, int64_t group_stride,
-                        int64_t c_begin, int64_t c_end, bool prefetch) {
+                        bool prefetch) {
   static_assert(kInterleavedRows == 16);
   __m256 acc[R][2 * P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-    for (int j = 0; j < 2 * P; ++j) acc[r][j] = c_begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(sums + r * sums_ld + j * 8);
+    for (int j = 0; j < 2 * P; ++j) acc[r][j] = _mm256_setzero_ps();
   }
-  for (int64_t c = c_begin; c < c_end; ++c) {
+  for (int64_t c = 0; c < C; ++c) {
     __m256 wv[2 * P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
@@ -383,10 +383,9 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
     // With one block of rows per group the hardware prefetcher keeps up (its stream is the
     // weight's); with more, the first block prefetches this thread's next group (8-32 rows: up to 1.2x).
     const bool prefetch = d.N > 6;
-    int64_t c_begin = 0, c_end = d.C;
     auto panels = [&]<int R, int P>(int64_t n) {
       panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride,
-                        c_begin, c_end, prefetch && n == 0 && o + kGroup * P < groups_end);
+                        prefetch && n == 0 && o + kGroup * P < groups_end);
     };
     if (d.N <= 2) {
       for (; o + 2 * kGroup <= groups_end; o += 2 * kGroup) {
@@ -395,23 +394,18 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
       }
     }
     const int64_t blocks = (d.N + 5) / 6;
-    constexpr int64_t kColumns = 256;
     for (; o < groups_end; o += kGroup) {
-      for (c_begin = 0; c_begin < d.C; c_begin = c_end) {
-        c_end = std::min(d.C, c_begin + kColumns);
-        for (int64_t block = 0; block < blocks; ++block) {
-          const int64_t n = d.N * block / blocks;
-          switch (d.N * (block + 1) / blocks - n) {
-            case 6: panels.template operator()<6, 1>(n); break;
-            case 5: panels.template operator()<5, 1>(n); break;
-            case 4: panels.template operator()<4, 1>(n); break;
-            case 3: panels.template operator()<3, 1>(n); break;
-            case 2: panels.template operator()<2, 1>(n); break;
-            default: panels.template operator()<1, 1>(n); break;
-          }
+      for (int64_t block = 0; block < blocks; ++block) {
+        const int64_t n = d.N * block / blocks;
+        switch (d.N * (block + 1) / blocks - n) {
+          case 6: panels.template operator()<6, 1>(n); break;
+          case 5: panels.template operator()<5, 1>(n); break;
+          case 4: panels.template operator()<4, 1>(n); break;
+          case 3: panels.template operator()<3, 1>(n); break;
+          case 2: panels.template operator()<2, 1>(n); break;
+          default: panels.template operator()<1, 1>(n); break;
         }
       }
-      c_begin = 0, c_end = d.C;
     }
   }
   constexpr int kRows = 3, kWeightRows = 4;  // 12 accumulators and 4 weight vectors: the 16 ymm registers
