@@ -46,8 +46,7 @@ std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<Va
       [](Value& value) { value.shape = Shape{value.shape[1], value.shape[0]}; });
 }
 
-std::vector<ValueId> interleave_matmul_weights(Graph& graph, const std::vector<ValueId>& weights,
-                                               const Backend& backend) {
+std::vector<ValueId> interleave_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend) {
   return change_weight_layouts(
       graph, weights, WeightLayout::out_in_interleaved,
       [&](const Node& node, size_t input) {

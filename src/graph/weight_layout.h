@@ -19,7 +19,6 @@ std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<Va
 // Each of `weights` read only as the weight of forward out_in matmuls, or as the table of forward
 // embeddings, is read out_in_interleaved where `backend` prefers that for its dtype
 // (Backend::prefers_interleaved_weights). Returns those it changed.
-std::vector<ValueId> interleave_matmul_weights(Graph& graph, const std::vector<ValueId>& weights,
-                                               const Backend& backend);
+std::vector<ValueId> interleave_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend);
 
 }  // namespace paraflow::graph

@@ -95,7 +95,7 @@ TEST(WeightLayout, InterleavesOnlyWeightsEveryReaderOfWhichTheBackendPrefersSo) 
   };
   const auto [y_before, embedded_before] = run(ws, table_values);
 
-  const std::vector<ValueId> changed = graph::interleave_matmul_weights(g, {w, table, v, x}, cpu_backend());
+  const std::vector<ValueId> changed = graph::interleave_weights(g, {w, table, v, x}, cpu_backend());
   if (!prefers) {  // this CPU's kernels read no interleaved weights: nothing may change
     EXPECT_TRUE(changed.empty());
     return;
