@@ -1,10 +1,12 @@
 // The serving engine's own throughput, without HTTP or a client competing for the cores: a fixed,
 // seeded set of requests (random prompt tokens of lengths drawn from a range, greedy, a fixed
-// number of tokens each) submitted at once, run to the end by continuous batching. Prints the
-// generated tokens per second, the steps and their mean time, and the inter-token latency.
+// number of tokens each), run to the end by continuous batching. All are submitted at once, or
+// with --in-flight N as a closed loop (N at a time, the next submitted as one finishes, as the
+// serving benchmark's clients do). Prints the generated tokens per second, the steps and their
+// mean time, and the inter-token latency.
 //
 //     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16] [--requests 32]
-//         [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
+//         [--in-flight N] [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -70,11 +72,12 @@ double percentile(std::vector<double> values, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"paraflow serving engine benchmark"};
   std::string model_dir, dtype = "float32", kv_cache_dtype = "auto", prompt_range = "32:128";
-  int64_t requests = 32, tokens = 64, max_num_seqs = 32, max_batched_tokens = 256, seed = 1;
+  int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 256, seed = 1;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--kv-cache-dtype", kv_cache_dtype)->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
-  app.add_option("--requests", requests, "Requests, all submitted at once");
+  app.add_option("--requests", requests, "Requests");
+  app.add_option("--in-flight", in_flight, "Requests in flight at once (closed loop); 0: all submitted at once");
   app.add_option("--prompt-tokens", prompt_range, "Prompt lengths MIN:MAX, uniform");
   app.add_option("--tokens", tokens, "Tokens generated per request");
   app.add_option("--max-num-seqs", max_num_seqs, "Sequences running at once");
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
   int64_t prompt_tokens = 0;
   const auto start = Clock::now();
   for (int64_t r = 0; r < requests; ++r) {
+    if (in_flight > 0 && r >= in_flight) finishing.wait_for(r - in_flight + 1);
     infer::Request request = make_request();
     prompt_tokens += static_cast<int64_t>(request.prompt.size());
     sinks.push_back(std::make_shared<Finishing::Sink>(finishing));
