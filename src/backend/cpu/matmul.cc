@@ -445,12 +445,16 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
                        bool gelu) {
   check(!d.interleaved || kReadsInterleavedWeights,
         "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
-  // The few input rows in f32, converted once rather than once per weight row; the bf16 dot
-  // products (and AMX tiles) read the bf16 rows themselves.
+  // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
+  // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves.
   const bool reads_f32_rows = !d.transposed || d.interleaved || !has_bf16_dot_rows<X, W>();
-  float* x = reads_f32_rows ? thread_scratch<InputRows, float>(d.N * d.C) : nullptr;
-  if (reads_f32_rows) {
-    for (int64_t i = 0; i < d.N * d.C; ++i) x[i] = to_float(inp[i]);
+  const float* x = nullptr;
+  if constexpr (std::is_same_v<X, float>) {
+    x = inp;
+  } else if (reads_f32_rows) {
+    float* rows = thread_scratch<InputRows, float>(d.N * d.C);
+    for (int64_t i = 0; i < d.N * d.C; ++i) rows[i] = to_float(inp[i]);
+    x = rows;
   }
   // bf16 rows times an [out, in] bf16 weight run on AMX tiles where the CPU has them (same
   // invariance, several times the speed at a few dozen rows); the rows are repacked once here.
