@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <random>
 
@@ -84,27 +85,34 @@ int main(int argc, char** argv) {
   app.add_option("--max-batched-tokens", max_batched_tokens, "Tokens per step");
   app.add_option("--seed", seed, "Prompt seed");
   CLI11_PARSE(app, argc, argv);
-  const auto colon = prompt_range.find(':');
-  const int64_t prompt_min = std::stoll(prompt_range.substr(0, colon)),
-                prompt_max = std::stoll(prompt_range.substr(colon + 1));
+  int64_t prompt_min = 0, prompt_max = 0;
+  if (std::sscanf(prompt_range.c_str(), "%ld:%ld", &prompt_min, &prompt_max) != 2 || prompt_min < 1 ||
+      prompt_max < prompt_min) {
+    fmt::print(stderr, "engine_bench: --prompt-tokens must be MIN:MAX with 1 <= MIN <= MAX, got '{}'\n", prompt_range);
+    return 2;
+  }
 
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(model_dir, backend);
   infer::EngineOptions options;
   options.weights = dtype == "bfloat16" ? DType::bf16 : DType::f32;
-  options.kv_cache_dtype = kv_cache_dtype == "auto" ? options.weights : kv_cache_dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  options.kv_cache_dtype = kv_cache_dtype == "auto"       ? options.weights
+                           : kv_cache_dtype == "bfloat16" ? DType::bf16
+                                                          : DType::f32;
   options.kv_cache_gb = 1.0;
   options.max_num_seqs = max_num_seqs;
   options.max_batched_tokens = max_batched_tokens;
+  options.max_waiting = std::max<int64_t>(options.max_waiting, requests);  // all may wait at once
   infer::Engine engine(model.config, model.parameters, backend, options);
 
-  std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  // The measured prompts come from `seed` alone; the warm-up's from a generator of their own.
+  std::mt19937_64 rng(static_cast<uint64_t>(seed)), warm_rng(static_cast<uint64_t>(seed) + 1);
   std::uniform_int_distribution<int64_t> length(prompt_min, prompt_max);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.config.vocab_size - 1));
-  auto make_request = [&] {
+  auto make_request = [&](std::mt19937_64& source) {
     infer::Request request;
-    request.prompt.resize(static_cast<size_t>(length(rng)));
-    for (int32_t& id : request.prompt) id = token(rng);
+    request.prompt.resize(static_cast<size_t>(length(source)));
+    for (int32_t& id : request.prompt) id = token(source);
     request.max_tokens = tokens;
     request.sampling.temperature = 0;  // greedy, as the load generator asks
     return request;
@@ -112,7 +120,7 @@ int main(int argc, char** argv) {
   {  // warm-up: graphs built, memory planned for a full batch
     Finishing warm;
     for (int64_t r = 0; r < std::min<int64_t>(requests, max_num_seqs); ++r) {
-      infer::Request request = make_request();
+      infer::Request request = make_request(warm_rng);
       request.max_tokens = 2;
       engine.submit(request, std::make_shared<Finishing::Sink>(warm));
     }
@@ -125,7 +133,7 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   for (int64_t r = 0; r < requests; ++r) {
     if (in_flight > 0 && r >= in_flight) finishing.wait_for(r - in_flight + 1);
-    infer::Request request = make_request();
+    infer::Request request = make_request(rng);
     prompt_tokens += static_cast<int64_t>(request.prompt.size());
     sinks.push_back(std::make_shared<Finishing::Sink>(finishing));
     engine.submit(std::move(request), sinks.back());
@@ -145,8 +153,9 @@ int main(int argc, char** argv) {
   fmt::print("isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nrequests {}\nprompt_tokens {}\ngenerated_tokens {}\n",
              cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype), requests,
              prompt_tokens, generated);
-  fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\nitl_ms_p50 {:.2f}\nitl_ms_p99 {:.2f}\n",
-             seconds, static_cast<double>(generated) / seconds, steps, 1000 * seconds / static_cast<double>(steps),
-             percentile(gaps_ms, 0.5), percentile(gaps_ms, 0.99));
+  const double step_ms = 1000 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
+  fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\n", seconds,
+             static_cast<double>(generated) / seconds, steps, step_ms);
+  fmt::print("itl_ms_p50 {:.2f}\nitl_ms_p99 {:.2f}\n", percentile(gaps_ms, 0.5), percentile(gaps_ms, 0.99));
   return 0;
 }

@@ -203,7 +203,9 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
       Vec reference_out;
       reference::matmul_forward(reference_out, x, w, &b, N, C, OC, transposed, true);
       EXPECT_CLOSE(batched, reference_out, C, "row-invariant matmul out");
-      if (interleaved) EXPECT_EQ(run(0, N, false), batched) << "interleaved, not marked row-invariant";
+      if (interleaved) {
+        EXPECT_EQ(run(0, N, false), batched) << "interleaved, not marked row-invariant";
+      }
     }
   }
 }
@@ -304,12 +306,13 @@ TEST_P(OpsTest, PagedAttentionOfARaggedBatch) {
 
 // The generator's attention over a contiguous cache and the engine's over a paged one give a
 // token the same bits (engine and generator promise a sequence the same tokens), whatever the
-// grouping of its keys: the paged pass takes blocks of 16 (two of eight keys, then 5), the
-// contiguous one a prefill of 30 then 7 more tokens; and the last token again alone. Heads of 64
-// and 24 (vector path), 10 (scalar path); and both within float64's bound.
+// grouping of its keys. The contiguous pass takes a prefill of 30 then 7 more tokens and groups
+// keys by eight from the first; the paged one takes blocks of 16 (the same groups) and of 5 (a
+// group of eight never whole, and every key in another lane), and the last token again alone.
+// Heads of 64 and 24 (vector path), 10 (scalar path); and within float64's bound.
 TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
-  const int64_t T = 37, prefill = 30, block_size = 16, max_blocks = 3;
-  const std::vector<int32_t> table{4, 0, 2};
+  const int64_t T = 37, prefill = 30, pool_blocks = 10;
+  const std::vector<int32_t> pool_order{9, 3, 0, 7, 1, 5, 8, 2};  // blocks as tables use them
   for (auto [C, NH] : {std::pair{int64_t{128}, int64_t{2}}, std::pair{int64_t{48}, int64_t{2}}, std::pair{d.C, d.NH}}) {
     SCOPED_TRACE(::testing::Message() << "C=" << C << " n_head=" << NH);
     const int64_t hs = C / NH;
@@ -326,25 +329,32 @@ TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
       const Vec part = get(out);
       contiguous.insert(contiguous.end(), part.begin(), part.end());
     }
-    Tensor positions = Tensor::zeros({T}, DType::i32), tables = Tensor::zeros({T, max_blocks}, DType::i32);
-    for (int64_t t = 0; t < T; ++t) {  // host memory, as the op declares
-      positions.data<int32_t>()[t] = static_cast<int32_t>(t);
-      std::copy(table.begin(), table.end(), tables.data<int32_t>() + t * max_blocks);
-    }
-    Tensor paged = zeros({T, 1, C}), k_pool = zeros({5, NH, block_size, hs}), v_pool = zeros({5, NH, block_size, hs});
-    backend().launch(AttentionPagedForward{.out = paged, .qkv = put(qkv, {T, 1, 3 * C}), .k_pool = k_pool, .v_pool = v_pool,
-                                           .positions = positions, .block_tables = tables, .n_head = NH, .scale = scale});
-    EXPECT_EQ(get(paged), contiguous);
-    // The last token alone, its heads split among the threads.
-    Tensor last = zeros({1, 1, C});
-    backend().launch(AttentionPagedForward{.out = last, .qkv = put(Vec(qkv.end() - 3 * C, qkv.end()), {1, 1, 3 * C}),
-                                           .k_pool = k_pool, .v_pool = v_pool, .positions = positions.slice_flat(T - 1, 1),
-                                           .block_tables = tables.slice_flat((T - 1) * max_blocks, max_blocks).reshape({1, max_blocks}),
-                                           .n_head = NH, .scale = scale});
-    EXPECT_EQ(get(last), Vec(contiguous.end() - C, contiguous.end()));
     Vec reference_out;
     reference::attention_forward(reference_out, qkv, 1, T, C, NH, scale);
     EXPECT_CLOSE(contiguous, reference_out, hs + T, "attention over a contiguous cache");
+    for (int64_t block_size : {16, 5}) {
+      SCOPED_TRACE(::testing::Message() << "block_size=" << block_size);
+      const int64_t max_blocks = (T + block_size - 1) / block_size;
+      Tensor positions = Tensor::zeros({T}, DType::i32), tables = Tensor::zeros({T, max_blocks}, DType::i32);
+      for (int64_t t = 0; t < T; ++t) {  // host memory, as the op declares
+        positions.data<int32_t>()[t] = static_cast<int32_t>(t);
+        std::copy(pool_order.begin(), pool_order.begin() + max_blocks, tables.data<int32_t>() + t * max_blocks);
+      }
+      Tensor paged = zeros({T, 1, C}), k_pool = zeros({pool_blocks, NH, block_size, hs}),
+             v_pool = zeros({pool_blocks, NH, block_size, hs});
+      backend().launch(AttentionPagedForward{.out = paged, .qkv = put(qkv, {T, 1, 3 * C}), .k_pool = k_pool,
+                                             .v_pool = v_pool, .positions = positions, .block_tables = tables,
+                                             .n_head = NH, .scale = scale});
+      EXPECT_EQ(get(paged), contiguous);
+      // The last token alone, its heads split among the threads.
+      Tensor last = zeros({1, 1, C});
+      backend().launch(AttentionPagedForward{
+          .out = last, .qkv = put(Vec(qkv.end() - 3 * C, qkv.end()), {1, 1, 3 * C}), .k_pool = k_pool,
+          .v_pool = v_pool, .positions = positions.slice_flat(T - 1, 1),
+          .block_tables = tables.slice_flat((T - 1) * max_blocks, max_blocks).reshape({1, max_blocks}),
+          .n_head = NH, .scale = scale});
+      EXPECT_EQ(get(last), Vec(contiguous.end() - C, contiguous.end()));
+    }
   }
 }
 

@@ -297,6 +297,7 @@ float key_scores(float* scores, const float* q, const KV* keys, int64_t count, i
 #endif
   for (int64_t j = 0; j < count; ++j) {
     float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
     for (int64_t d = 0; d < hs; ++d) dot += q[d] * to_float(keys[j * hs + d]);
     scores[j] = dot * scale;
     max_value = scores[j] > max_value ? scores[j] : max_value;
@@ -328,6 +329,7 @@ void add_weighted_values(float* y, const float* weights, const KV* values, int64
   }
 #endif
   for (int64_t j = 0; j < count; ++j) {
+#pragma omp simd
     for (int64_t d = 0; d < hs; ++d) y[d] += weights[j] * to_float(values[j * hs + d]);
   }
 }
@@ -404,6 +406,7 @@ void attention_paged(const AttentionPagedForward& args) {
   // contiguous run, which the hardware prefetcher follows; head by head, a token would jump
   // between runs of a few KiB. Only with fewer tokens than twice the threads are a token's heads
   // split into parts (contiguous runs still), so that every thread has work.
+  if (N == 0) return;
   const int64_t stride = max_blocks * block_size;  // a head's scores
   const int64_t parts = std::clamp<int64_t>((2 * omp_get_max_threads() + N - 1) / N, 1, NH);
 #pragma omp parallel
@@ -416,28 +419,24 @@ void attention_paged(const AttentionPagedForward& args) {
       const float* q = qkv + i * 3 * C;
       const int64_t visible = positions[i] + 1;
       const int32_t* table = tables + i * max_blocks;
-      auto block_rows = [&](const KV* pool, int64_t first) {
-        return pool + table[first / block_size] * NH * block_size * hs;
+      // Block by block, this item's heads' rows of a pool: visit(h, first position, rows, count).
+      auto each_block = [&](const KV* pool, auto&& visit) {
+        for (int64_t first = 0; first < visible; first += block_size) {
+          const KV* block = pool + table[first / block_size] * NH * block_size * hs;
+          const int64_t count = std::min(block_size, visible - first);
+          for (int64_t h = h_begin; h < h_end; ++h) visit(h, first, block + h * block_size * hs, count);
+        }
       };
       std::fill(max_values, max_values + NH, -INFINITY);
-      for (int64_t first = 0; first < visible; first += block_size) {
-        const KV* keys = block_rows(k_pool, first);
-        const int64_t count = std::min(block_size, visible - first);
-        for (int64_t h = h_begin; h < h_end; ++h) {
-          max_values[h] = key_scores(scores + h * stride + first, q + h * hs, keys + h * block_size * hs, count, hs,
-                                     args.scale, max_values[h]);
-        }
-      }
+      each_block(k_pool, [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
+        max_values[h] = key_scores(scores + h * stride + first, q + h * hs, keys, count, hs, args.scale, max_values[h]);
+      });
       for (int64_t h = h_begin; h < h_end; ++h) softmax_in_place(scores + h * stride, visible, max_values[h]);
       float* y = out + i * C;
       std::fill(y + h_begin * hs, y + h_end * hs, 0.0f);
-      for (int64_t first = 0; first < visible; first += block_size) {
-        const KV* values = block_rows(v_pool, first);
-        const int64_t count = std::min(block_size, visible - first);
-        for (int64_t h = h_begin; h < h_end; ++h) {
-          add_weighted_values(y + h * hs, scores + h * stride + first, values + h * block_size * hs, count, hs);
-        }
-      }
+      each_block(v_pool, [&](int64_t h, int64_t first, const KV* values, int64_t count) {
+        add_weighted_values(y + h * hs, scores + h * stride + first, values, count, hs);
+      });
     }
   }
 }

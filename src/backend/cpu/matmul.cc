@@ -437,7 +437,7 @@ T* thread_scratch(int64_t count) {
   return buffer.data();
 }
 struct InputRows;        // small_rows_matmul's f32 input rows (the calling thread's)
-struct OutputSums;       // small_rows_matmul's sums (each thread's share)
+struct OutputSums;       // small_rows_matmul's sums (a share's, one share at a time)
 struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
 
 template <typename X, typename W, typename Out, typename Pre>
@@ -465,12 +465,13 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
     }
   }
   // Outputs (weight rows of out_in, columns of in_out) in shares that are multiples of 16. An
-  // [out, in] weight's rows go in shares of kShare, handed to threads as they ask, so that a
-  // thread slowed by another process on its core takes fewer instead of keeping the other
-  // waiting; in_out's columns, whose every pass reads all C weight rows, in one share per thread.
-  constexpr int64_t kShare = 64;
+  // [out, in] weight's rows go in shares of 16-64 (at least four per thread), handed to threads
+  // as they ask, so that a thread slowed by another process on its core takes fewer instead of
+  // keeping the others waiting; in_out's columns, whose every pass reads all C weight rows, in at
+  // most one share per thread.
   const int threads = omp_get_max_threads();
-  const int64_t share = d.transposed ? kShare : ((d.OC + 15) / 16 + threads - 1) / threads * 16;
+  const int64_t share = d.transposed ? std::clamp<int64_t>(d.OC / (4 * threads) / 16 * 16, 16, 64)
+                                     : std::max<int64_t>(1, ((d.OC + 15) / 16 + threads - 1) / threads) * 16;
   const int64_t shares = (d.OC + share - 1) / share;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t index = 0; index < shares; ++index) {
