@@ -618,8 +618,11 @@ double measure_peak_flops(Backend& backend, int64_t n, DType dtype) {
     backend.synchronize();
   };
   product();  // warm-up
+  // The best of at least five products and half a second: on a shared machine a shorter window
+  // can fall entirely in a slow moment, and MFU would then read above 100%.
   double best = 1e30;
-  for (int repeat = 0; repeat < 5; ++repeat) {
+  const auto begin = std::chrono::steady_clock::now();
+  for (int repeat = 0; repeat < 5 || seconds_since(begin) < 0.5; ++repeat) {
     auto start = std::chrono::steady_clock::now();
     product();
     best = std::min(best, seconds_since(start));
