@@ -418,13 +418,11 @@ void attention_paged(const AttentionPagedForward& args) {
       const int64_t i = item / parts, h_begin = NH * (item % parts) / parts, h_end = NH * (item % parts + 1) / parts;
       const float* q = qkv + i * 3 * C;
       const int64_t visible = positions[i] + 1;
-      const int32_t* table = tables + i * max_blocks;
       // Block by block, this item's heads' rows of a pool: visit(h, first position, rows, count).
       auto each_block = [&](const KV* pool, auto&& visit) {
         for (int64_t first = 0; first < visible; first += block_size) {
-          const KV* block = pool + table[first / block_size] * NH * block_size * hs;
           const int64_t count = std::min(block_size, visible - first);
-          for (int64_t h = h_begin; h < h_end; ++h) visit(h, first, block + h * block_size * hs, count);
+          for (int64_t h = h_begin; h < h_end; ++h) visit(h, first, pool + pool_row(i, h, first), count);
         }
       };
       std::fill(max_values, max_values + NH, -INFINITY);
