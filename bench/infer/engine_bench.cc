@@ -38,6 +38,7 @@ class Finishing {
       return true;
     }
     void on_finish(const infer::Outcome& outcome) override { owner_.finish(outcome); }
+    Clock::time_point submitted;
     std::vector<Clock::time_point> times;
 
    private:
@@ -73,7 +74,7 @@ double percentile(std::vector<double> values, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"paraflow serving engine benchmark"};
   std::string model_dir, dtype = "float32", kv_cache_dtype = "auto", prompt_range = "32:128";
-  int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 256, seed = 1;
+  int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 0, seed = 1;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--kv-cache-dtype", kv_cache_dtype)->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-tokens", prompt_range, "Prompt lengths MIN:MAX, uniform");
   app.add_option("--tokens", tokens, "Tokens generated per request");
   app.add_option("--max-num-seqs", max_num_seqs, "Sequences running at once");
-  app.add_option("--max-batched-tokens", max_batched_tokens, "Tokens per step");
+  app.add_option("--max-batched-tokens", max_batched_tokens, "Tokens per step (0: the engine's default)");
   app.add_option("--seed", seed, "Prompt seed");
   CLI11_PARSE(app, argc, argv);
   int64_t prompt_min = 0, prompt_max = 0;
@@ -136,15 +137,19 @@ int main(int argc, char** argv) {
     infer::Request request = make_request(rng);
     prompt_tokens += static_cast<int64_t>(request.prompt.size());
     sinks.push_back(std::make_shared<Finishing::Sink>(finishing));
+    sinks.back()->submitted = Clock::now();
     engine.submit(std::move(request), sinks.back());
   }
   finishing.wait_for(requests);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const infer::EngineStats after = engine.stats();
-  std::vector<double> gaps_ms;
+  std::vector<double> gaps_ms, first_token_ms;
   int64_t generated = 0;
   for (const auto& sink : sinks) {
     generated += static_cast<int64_t>(sink->times.size());
+    if (!sink->times.empty()) {
+      first_token_ms.push_back(std::chrono::duration<double, std::milli>(sink->times[0] - sink->submitted).count());
+    }
     for (size_t t = 1; t < sink->times.size(); ++t) {
       gaps_ms.push_back(std::chrono::duration<double, std::milli>(sink->times[t] - sink->times[t - 1]).count());
     }
@@ -156,6 +161,8 @@ int main(int argc, char** argv) {
   const double step_ms = 1000 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
   fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\n", seconds,
              static_cast<double>(generated) / seconds, steps, step_ms);
+  fmt::print("ttft_ms_p50 {:.2f}\nttft_ms_p99 {:.2f}\n", percentile(first_token_ms, 0.5),
+             percentile(first_token_ms, 0.99));
   fmt::print("itl_ms_p50 {:.2f}\nitl_ms_p99 {:.2f}\n", percentile(gaps_ms, 0.5), percentile(gaps_ms, 0.99));
   return 0;
 }

@@ -186,9 +186,10 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(at_least(1)));
   command->add_option("--max-batched-tokens", options->engine.max_batched_tokens,
-                      "Tokens per engine step at most (decode tokens plus prompt chunks)")
+                      "Tokens per engine step at most (decode tokens plus prompt chunks); 0: the larger of 64 "
+                      "and --max-num-seqs")
       ->capture_default_str()
-      ->check(in_range(at_least(1)));
+      ->check(in_range(at_least(0)));
   command->add_option("--max-waiting", options->engine.max_waiting, "Queued requests beyond this are refused (429)")
       ->capture_default_str()
       ->check(in_range(at_least(0)));

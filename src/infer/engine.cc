@@ -128,6 +128,11 @@ int64_t pool_blocks(const model::GptConfig& config, const EngineOptions& options
   return static_cast<int64_t>(options.kv_cache_gb * 1024 * 1024 * 1024 / bytes_per_block);
 }
 
+EngineOptions with_token_budget(EngineOptions options) {
+  if (options.max_batched_tokens == 0) options.max_batched_tokens = std::max<int64_t>(64, options.max_num_seqs);
+  return options;
+}
+
 std::vector<double> size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}; }
 
 }  // namespace
@@ -137,7 +142,7 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
     : config(config),
       parameters(parameters),
       backend(backend),
-      options(options_in),
+      options(with_token_budget(options_in)),
       max_blocks_per_sequence((config.n_positions + options_in.block_size - 1) / std::max<int64_t>(options_in.block_size, 1)),
       pool(std::max<int64_t>(pool_blocks(config, options_in), 1), std::max<int64_t>(options_in.block_size, 1)),
       queue_time(metrics.histogram("paraflow_request_queue_seconds", "Time from arrival to the first scheduled step",

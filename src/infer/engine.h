@@ -23,7 +23,11 @@ struct EngineOptions {
   double kv_cache_gb = 0.5;         // memory for the pool of KV blocks (all layers, keys and values)
   int64_t block_size = 16;          // tokens per KV block
   int64_t max_num_seqs = 64;        // sequences running at once
-  int64_t max_batched_tokens = 256; // tokens per step: decode tokens plus prefill chunks
+  // Tokens per step: decode tokens plus prefill chunks; 0: max(64, max_num_seqs). A step's time
+  // grows with its tokens once the matmuls are bound by arithmetic (a few dozen rows on a CPU),
+  // and every decoding stream waits for the whole step: a small budget keeps inter-token latency
+  // flat at about the same throughput, and prompts wait longer for their first token instead.
+  int64_t max_batched_tokens = 0;
   int64_t max_waiting = 1024;       // queued requests beyond this are refused (QueueFull)
   DType weights = DType::f32;       // f32, or bf16 where the backend multiplies bf16
   // Keys and values: f32, or bf16 (half the bytes, twice the blocks; exact for bf16 weights,

@@ -279,6 +279,25 @@ TEST(EngineWideModel, Float32ServingEqualsTheGenerator) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(served[i], expected[i]) << "request " << i;
 }
 
+// Without a token budget a step takes max(64, max_num_seqs) tokens: an idle engine prefills a
+// prompt of 150 in ceil(150 / budget) steps, the last of which also samples the first token.
+TEST(EngineTokenBudget, DefaultsToTheLargerOf64AndMaxNumSeqs) {
+  const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  Rng rng(testing::test_seed());
+  model::initialize_gpt(parameters, config, rng);
+  std::vector<int32_t> prompt(150);
+  for (auto& token : prompt) token = static_cast<int32_t>(rng.below(97));
+  for (const auto& [max_num_seqs, steps] : {std::pair<int64_t, int64_t>{8, 3}, {100, 2}, {150, 1}}) {
+    Engine engine(config, parameters, cpu_backend(), EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = max_num_seqs});
+    auto sink = std::make_shared<RecordingSink>();
+    engine.submit(Request{.prompt = prompt, .max_tokens = 1, .sampling = {.temperature = 0}}, sink);
+    EXPECT_TRUE(sink->wait().error.empty());
+    EXPECT_EQ(engine.stats().steps, steps) << "max_num_seqs " << max_num_seqs;
+    EXPECT_EQ(engine.stats().prompt_tokens, 150);
+  }
+}
+
 TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {
   Rng rng(testing::test_seed());
   std::vector<std::vector<int32_t>> prompts, expected;
