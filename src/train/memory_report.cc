@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
 #include "train/pipeline_schedule.h"
 #include "train/training_graph.h"
@@ -78,11 +79,12 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     const int64_t bytes = value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
     if (outside[v] && !bound[v]) report.inputs += bytes * report.in_flight;
   }
-  // Per thread: the CPU attention's scratch (a 64-row block's probabilities and their gradients,
-  // (64,T) each, and in bf16 one head's staged q, k, v, dy, dq, dk, dv), layernorm's and the bias
+  // Per thread: the CPU attention's scratch (a block's probabilities and their gradients,
+  // (kAttentionBlockRows, T) each, and in bf16 one head's staged q, k, v, dy, dq, dk, dv), layernorm's and the bias
   // gradients' partial sums.
   const int64_t head_size = C / model.n_head;
-  report.workspace = static_cast<int64_t>(threads) * (2 * 64 * T + 7 * T * head_size + 2 * C + 4 * C) * 4;
+  report.workspace =
+      static_cast<int64_t>(threads) * (2 * kAttentionBlockRows * T + 7 * T * head_size + 2 * C + 4 * C) * 4;
   return report;
 }
 

@@ -24,7 +24,7 @@ namespace paraflow::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 64;
+constexpr int64_t kBlock = kAttentionBlockRows;
 
 // The scores of rows [r0, r1) against keys [0, r1) into `scores` (row stride T).
 void block_scores(float* scores, const float* q, const float* k, int64_t ld, int64_t r0, int64_t r1, int64_t T,
@@ -305,16 +305,22 @@ float key_scores(float* scores, const float* q, const KV* keys, int64_t count, i
   return max_value;
 }
 
-// scores[j] = exp(scores[j] - max_value) / Σ_k exp(scores[k] - max_value) for j < count.
+// scores[j] = exp(scores[j] - max_value) / Σ_k exp(scores[k] - max_value) for j < count. The
+// sum's order is written out (eight lanes, key j in lane j % 8, then a fixed tree) rather than
+// left to a vectoriser, whose order may change with the buffer's alignment: paged and contiguous
+// caches pass differently aligned buffers and must give a token the same bits.
 inline void softmax_in_place(float* scores, int64_t count, float max_value) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < count; ++j) {
-    scores[j] = fast_exp(scores[j] - max_value);
-    sum += scores[j];
-  }
 #pragma omp simd
-  for (int64_t j = 0; j < count; ++j) scores[j] /= sum;
+  for (int64_t j = 0; j < count; ++j) scores[j] = fast_exp(scores[j] - max_value);
+  float lanes[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) {
+    for (int lane = 0; lane < 8; ++lane) lanes[lane] += scores[j + lane];
+  }
+  for (int lane = 0; j < count; ++j, ++lane) lanes[lane] += scores[j];
+  const float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+#pragma omp simd
+  for (int64_t k = 0; k < count; ++k) scores[k] /= sum;
 }
 
 // y += Σ_j weights[j] · value j over the `count` value rows at `values` (row stride hs).
