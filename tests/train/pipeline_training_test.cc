@@ -30,7 +30,7 @@ TEST(PipelineTraining, ResumedDataParallelRunEqualsUninterruptedAccumulation) {
     write_file_atomic(root / fmt::format("doc{:02}.txt", d), text);
   }
   const std::string paraflow = std::getenv("PARAFLOW_BINARY");
-  const std::string inputs = "'" + (root / "*.txt").string() + "'";
+  const std::string inputs = fmt::format("'{}'", (root / "*.txt").string());
   ASSERT_EQ(run(fmt::format("{} tokenizer train --vocab-size 300 --input {} --out {}", paraflow, inputs,
                             (root / "tok").string())), 0);
   ASSERT_EQ(run(fmt::format("{} data prepare --tokenizer {} --input {} --out {} --val-fraction 0.1 --seed 2", paraflow,
