@@ -155,9 +155,10 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t steps = after.steps - before.steps;
-  fmt::print("isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nrequests {}\nprompt_tokens {}\ngenerated_tokens {}\n",
-             cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype), requests,
-             prompt_tokens, generated);
+  fmt::print("isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nmax_batched_tokens {}\nrequests {}\nprompt_tokens {}\n"
+             "generated_tokens {}\n",
+             cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype),
+             engine.options().max_batched_tokens, requests, prompt_tokens, generated);
   const double step_ms = 1000 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
   fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\n", seconds,
              static_cast<double>(generated) / seconds, steps, step_ms);

@@ -126,13 +126,14 @@ struct MatmulBackward {
 };
 
 // ---- causal multi-head self-attention ----
+// Kernels work through the queries in blocks of kAttentionBlockRows rows; the CPU's keeps one
+// block's probabilities (and their gradients) per thread, which the memory report counts.
+constexpr int64_t kAttentionBlockRows = 64;
+
 // qkv (B,T,3C) holds q,k,v for n_head heads of C/n_head; out (B,T,C); logsumexp (B,NH,T) saved.
 // out = softmax(scale * q·k^T) · v over the causal keys; GPT-2's scale is 1/sqrt(C/NH).
 // logsumexp holds each row's log(sum(exp(scores))), from which backward recomputes the
 // probabilities (no (B,NH,T,T) tensor).
-// Kernels work through the queries in blocks of kAttentionBlockRows rows; the CPU's keeps one
-// block's probabilities (and their gradients) per thread, which the memory report counts.
-constexpr int64_t kAttentionBlockRows = 64;
 struct AttentionForward {
   static constexpr KernelOp op = KernelOp::attention_forward;
   Tensor out, logsumexp, qkv;

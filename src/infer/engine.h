@@ -120,7 +120,7 @@ class Engine {
   // end-to-end latency, batch size per step, token counters); the front end adds its own.
   MetricsRegistry& metrics();
   const model::GptConfig& config() const;
-  const EngineOptions& options() const;
+  const EngineOptions& options() const;  // as resolved: max_batched_tokens never 0
 
  private:
   struct Impl;

@@ -83,8 +83,8 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   // (kAttentionBlockRows, T) each, and in bf16 one head's staged q, k, v, dy, dq, dk, dv), layernorm's and the bias
   // gradients' partial sums.
   const int64_t head_size = C / model.n_head;
-  report.workspace =
-      static_cast<int64_t>(threads) * (2 * kAttentionBlockRows * T + 7 * T * head_size + 2 * C + 4 * C) * 4;
+  const int64_t floats_per_thread = 2 * kAttentionBlockRows * T + 7 * T * head_size + 2 * C + 4 * C;
+  report.workspace = static_cast<int64_t>(threads) * floats_per_thread * 4;
   return report;
 }
 

@@ -307,8 +307,9 @@ TEST_P(OpsTest, PagedAttentionOfARaggedBatch) {
 // The generator's attention over a contiguous cache and the engine's over a paged one give a
 // token the same bits (engine and generator promise a sequence the same tokens), whatever the
 // grouping of its keys. The contiguous pass takes a prefill of 30 then 7 more tokens and groups
-// keys by eight from the first; the paged one takes blocks of 16 (the same groups) and of 5 (a
-// group of eight never whole, and every key in another lane), and the last token again alone.
+// keys by eight from the first; the paged one takes blocks of 16 (the same groups), of 5 (a
+// group of eight never whole, and every key in another lane) and of 6 (a head's scores 42 floats
+// after the previous head's: buffers of another alignment), and the last token again alone.
 // Heads of 64 and 24 (vector path), 10 (scalar path); and within float64's bound.
 TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
   const int64_t T = 37, prefill = 30, pool_blocks = 10;
@@ -332,7 +333,7 @@ TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
     Vec reference_out;
     reference::attention_forward(reference_out, qkv, 1, T, C, NH, scale);
     EXPECT_CLOSE(contiguous, reference_out, hs + T, "attention over a contiguous cache");
-    for (int64_t block_size : {16, 5}) {
+    for (int64_t block_size : {16, 5, 6}) {
       SCOPED_TRACE(::testing::Message() << "block_size=" << block_size);
       const int64_t max_blocks = (T + block_size - 1) / block_size;
       Tensor positions = Tensor::zeros({T}, DType::i32), tables = Tensor::zeros({T, max_blocks}, DType::i32);

@@ -293,6 +293,7 @@ TEST(EngineTokenBudget, DefaultsToTheLargerOf64AndMaxNumSeqs) {
     auto sink = std::make_shared<RecordingSink>();
     engine.submit(Request{.prompt = prompt, .max_tokens = 1, .sampling = {.temperature = 0}}, sink);
     EXPECT_TRUE(sink->wait().error.empty());
+    EXPECT_EQ(engine.options().max_batched_tokens, std::max<int64_t>(64, max_num_seqs));
     EXPECT_EQ(engine.stats().steps, steps) << "max_num_seqs " << max_num_seqs;
     EXPECT_EQ(engine.stats().prompt_tokens, 150);
   }

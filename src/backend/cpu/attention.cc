@@ -308,7 +308,8 @@ float key_scores(float* scores, const float* q, const KV* keys, int64_t count, i
 // scores[j] = exp(scores[j] - max_value) / Σ_k exp(scores[k] - max_value) for j < count. The
 // sum's order is written out (eight lanes, key j in lane j % 8, then a fixed tree) rather than
 // left to a vectoriser, whose order may change with the buffer's alignment: paged and contiguous
-// caches pass differently aligned buffers and must give a token the same bits.
+// caches pass differently aligned buffers and must give a token the same bits. (This holds as
+// long as the compiler may not reassociate floating-point sums: no -ffast-math.)
 inline void softmax_in_place(float* scores, int64_t count, float max_value) {
 #pragma omp simd
   for (int64_t j = 0; j < count; ++j) scores[j] = fast_exp(scores[j] - max_value);
