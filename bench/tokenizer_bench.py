@@ -63,6 +63,7 @@ def main():
                                       str(args.repeats), "--train-vocab", str(args.train_vocab),
                                       "--ids-out", ids_file, "--train-out", train_dir],
                                      check=True, capture_output=True, text=True).stdout)
+    print(f"cpu: {ours['cpu']}", flush=True)
     our_ids = array.array("i")
     with open(ids_file, "rb") as f:
         our_ids.frombytes(f.read())

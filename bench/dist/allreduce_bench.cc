@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "machine.h"
 
 using namespace paraflow::dist;
 
@@ -26,7 +27,8 @@ int main() {
   std::vector<double> sizes, times;
   std::vector<float> buffer(static_cast<size_t>(16) << 20);
   if (communicator->rank() == 0) {
-    fmt::print("# {} all-reduce on {} ranks\n# bytes  median_us  busbw_GBps\n", communicator->name(), communicator->size());
+    fmt::print("# cpu {}\n# {} all-reduce on {} ranks\n# bytes  median_us  busbw_GBps\n", paraflow::bench::cpu_model(),
+               communicator->name(), communicator->size());
   }
   for (size_t count = 1; count <= buffer.size(); count *= 4) {
     int repeats = count < (1u << 16) ? 50 : count < (1u << 22) ? 10 : 4;

@@ -16,6 +16,9 @@
 #include <cstdlib>
 #include <memory>
 
+#include "backend/cpu/gemm.h"
+#include "machine.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"memory read bandwidth"};
   int64_t mib = 1024, passes = 10;
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
     best = std::max(best, static_cast<double>(bytes) / seconds / 1e9);
     checksum += sum;
   }
+  fmt::print("cpu {}\nonednn_isa {}\n", paraflow::bench::cpu_model(), paraflow::cpu::onednn_isa_name());
   fmt::print("threads {}\nbuffer_mib {}\nhuge_pages {}\npasses {}\nchecksum {}\nread_gb_per_s {:.2f}\n",
              omp_get_max_threads(), mib, huge_pages, passes, checksum, best);
 }

@@ -15,16 +15,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
+#include "machine.h"
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 double cpu_seconds() {
   timespec now{};
@@ -52,7 +45,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   Backend& backend = cpu_backend();
   const DType dtype = dtype_name == "float32" ? DType::f32 : DType::bf16;
-  fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} {} weights [out, in]\n", cpu_model(), cpu::onednn_isa_name(), in, out,
+  fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} {} weights [out, in]\n", bench::cpu_model(), cpu::onednn_isa_name(), in, out,
              dtype_name);
   if (dtype == DType::bf16 && !backend.supports(KernelOp::matmul_backward, DType::bf16)) {
     fmt::print("no native bf16 GEMMs on this CPU: the onednn column runs the few-rows kernel too\n");

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/cpu/gemm.h"
+#include "machine.h"
 #include "infer/generator.h"
 #include "model/model_files.h"
 
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   generator.generate({0}, 4, greedy);  // warm-up: graphs built, memory planned, GEMM primitives compiled
   const infer::Generation run = generator.generate({0}, tokens, greedy);
   const double decoded = static_cast<double>(run.tokens.size() - 1);
-  fmt::print("isa {}\nthreads {}\ndtype {}\nparameters {}\ndecode_tokens_per_s {:.2f}\n", cpu::onednn_isa_name(),
+  fmt::print("cpu {}\nonednn_isa {}\nthreads {}\ndtype {}\nparameters {}\ndecode_tokens_per_s {:.2f}\n", bench::cpu_model(), cpu::onednn_isa_name(),
              omp_get_max_threads(), dtype, model.config.parameter_count(), decoded / run.decode_seconds);
   if (!profile) return 0;
   double total = 0;

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "infer/engine.h"
+#include "machine.h"
 #include "model/model_files.h"
 
 using namespace paraflow;
@@ -155,9 +156,9 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t steps = after.steps - before.steps;
-  fmt::print("isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nmax_batched_tokens {}\nrequests {}\nprompt_tokens {}\n"
+  fmt::print("cpu {}\nonednn_isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nmax_batched_tokens {}\nrequests {}\nprompt_tokens {}\n"
              "generated_tokens {}\n",
-             cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype),
+             bench::cpu_model(), cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype),
              engine.options().max_batched_tokens, requests, prompt_tokens, generated);
   const double step_ms = 1000 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
   fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\n", seconds,

@@ -25,6 +25,7 @@
 #include "base/file_io.h"
 #include "data/pipeline.h"
 #include "data/prepare.h"
+#include "machine.h"
 
 namespace fs = std::filesystem;
 using namespace paraflow::data;
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     }
     args[key.substr(2)] = argv[i + 1];
   }
+  fmt::print("cpu {}\n", paraflow::bench::cpu_model());
   try {
     const Compression compression = parse_compression(args["compression"]);
     fs::path data = fs::path(args["data"]) / args["compression"];

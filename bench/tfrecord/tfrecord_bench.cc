@@ -18,6 +18,7 @@
 #include "base/file_io.h"
 #include "data/example.h"
 #include "data/tfrecord.h"
+#include "machine.h"
 
 namespace fs = std::filesystem;
 using namespace paraflow::data;
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
   fs::create_directories(dir);
   const char* python_env = std::getenv("PARAFLOW_DATA_PYTHON");
   const std::string python = python_env ? python_env : std::string(PARAFLOW_SOURCE_DIR) + "/.venv-data/bin/python";
-  fmt::print("{} records of {} GPT-2 token ids (uniform in [0, 50257)) in {} shards; best of {}; ours on 1 thread\n\n",
-             records, tokens, shards, repeats);
+  fmt::print("cpu {}\n{} records of {} GPT-2 token ids (uniform in [0, 50257)) in {} shards; best of {}; ours on 1 thread\n\n",
+             paraflow::bench::cpu_model(), records, tokens, shards, repeats);
   fmt::print("{:<6} {:>9} | {:>14} {:>14} | {:>14} {:>14} | {:>7} {:>7}\n", "comp", "MB", "ours fast r/s",
              "ours proto r/s", "tf single r/s", "tf batched r/s", "fast/tf", "fast/tfb");
   int status = 0;

@@ -18,6 +18,7 @@
 #include "base/file_io.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
+#include "machine.h"
 
 using namespace paraflow;
 using namespace paraflow::data;
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
     const double mb = static_cast<double>(bytes) / 1e6;
 
     nlohmann::json out;
+    out["cpu"] = bench::cpu_model();
     out["documents"] = texts.size();
     out["bytes"] = bytes;
     out["threads"] = std::thread::hardware_concurrency();

@@ -11,11 +11,13 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 
+#include "backend/cpu/gemm.h"
 #include "dist/communicator.h"
 #include "train/memory_report.h"
 #include "train/step_time_model.h"
 #include "train/trainer.h"
 #include "bench_model.h"
+#include "machine.h"
 
 using namespace paraflow;
 
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
     if (rank == 0) world->recv(lines.data() + 400 * r, 400, r);
   }
   if (rank == 0) {
+    fmt::print("cpu {}\nonednn_isa {}\n", bench::cpu_model(), cpu::onednn_isa_name());
     for (int r = 0; r < world->size(); ++r) {
       std::string text(lines.data() + 400 * r, 400);
       fmt::print("{}\n", text.substr(0, text.find_last_not_of(' ') + 1));

@@ -12,6 +12,7 @@
 #include "dist/communicator.h"
 #include "train/trainer.h"
 #include "bench_model.h"
+#include "machine.h"
 
 using namespace paraflow;
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<dist::Communicator> communicator =
       dist::launched_by_mpi() ? dist::make_mpi_communicator() : dist::make_local_communicator();
   const int ranks = communicator->size();
+  if (communicator->rank() == 0) fmt::print("cpu {}\nonednn_isa {}\n", bench::cpu_model(), cpu::onednn_isa_name());
   cpu::GemmEngine chosen = cpu::gemm_engine();
   double peak = 0;
   for (cpu::GemmEngine engine : {cpu::GemmEngine::openblas, cpu::GemmEngine::onednn}) {
