@@ -80,8 +80,8 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     if (outside[v] && !bound[v]) report.inputs += bytes * report.in_flight;
   }
   // Per thread: the CPU attention's scratch (a block's probabilities and their gradients,
-  // (kAttentionBlockRows, T) each, and in bf16 one head's staged q, k, v, dy, dq, dk, dv), layernorm's and the bias
-  // gradients' partial sums.
+  // (kAttentionBlockRows, T) each, and in bf16 one head's staged q, k, v, dy, dq, dk, dv),
+  // layernorm's and the bias gradients' partial sums.
   const int64_t head_size = C / model.n_head;
   const int64_t floats_per_thread = 2 * kAttentionBlockRows * T + 7 * T * head_size + 2 * C + 4 * C;
   report.workspace = static_cast<int64_t>(threads) * floats_per_thread * 4;
