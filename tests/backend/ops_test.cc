@@ -359,6 +359,51 @@ TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
   }
 }
 
+// Rows at consecutive positions go through their keys together only where their block tables
+// agree on every block the first row sees: here two sequences share their first block but not
+// their second, and a row of each (positions 5 and 6, blocks of 4) must get what it gets alone.
+// (Read through the first row's table, the second row's keys 4 and 5 would be the other
+// sequence's.) Then four rows of one sequence in one step (one tile) against the same rows one
+// step each, as decoding would take them.
+TEST_P(OpsTest, PagedAttentionGroupsOnlyRowsThatShareTheirBlocks) {
+  const int64_t C = 32, NH = 2, hs = C / NH, block_size = 4, pool_blocks = 6, max_blocks = 2;
+  const auto scale = static_cast<float>(gpt2_scale(C, NH));
+  const Vec keys = random_vector(rng, pool_blocks * C * block_size), values = random_vector(rng, pool_blocks * C * block_size);
+  struct Pools {
+    Tensor keys, values;
+  };
+  auto fresh_pools = [&] {
+    return Pools{put(keys, {pool_blocks, NH, block_size, hs}), put(values, {pool_blocks, NH, block_size, hs})};
+  };
+  auto attend = [&](const Pools& pools, const std::vector<int32_t>& positions, const std::vector<int32_t>& tables,
+                    const Vec& qkv) {
+    const auto N = static_cast<int64_t>(positions.size());
+    Tensor positions_t = Tensor::zeros({N}, DType::i32), tables_t = Tensor::zeros({N, max_blocks}, DType::i32);
+    std::copy(positions.begin(), positions.end(), positions_t.data<int32_t>());  // host memory, as the op declares
+    std::copy(tables.begin(), tables.end(), tables_t.data<int32_t>());
+    Tensor out = zeros({N, 1, C});
+    backend().launch(AttentionPagedForward{.out = out, .qkv = put(qkv, {N, 1, 3 * C}), .k_pool = pools.keys,
+                                           .v_pool = pools.values, .positions = positions_t,
+                                           .block_tables = tables_t, .n_head = NH, .scale = scale});
+    return get(out);
+  };
+  auto together_and_one_by_one = [&](const std::vector<int32_t>& positions, const std::vector<int32_t>& tables,
+                                     const Vec& qkv) {
+    const Vec together = attend(fresh_pools(), positions, tables, qkv);
+    const Pools pools = fresh_pools();
+    Vec one_by_one;
+    for (int64_t i = 0; i < static_cast<int64_t>(positions.size()); ++i) {
+      const Vec row = attend(pools, {positions[static_cast<size_t>(i)]},
+                             {tables.begin() + i * max_blocks, tables.begin() + (i + 1) * max_blocks},
+                             Vec(qkv.begin() + i * 3 * C, qkv.begin() + (i + 1) * 3 * C));
+      one_by_one.insert(one_by_one.end(), row.begin(), row.end());
+    }
+    EXPECT_EQ(together, one_by_one);
+  };
+  together_and_one_by_one({5, 6}, {3, 1, 3, 4}, random_vector(rng, 2 * 3 * C));
+  together_and_one_by_one({2, 3, 4, 5}, {0, 2, 0, 2, 0, 2, 0, 2}, random_vector(rng, 4 * 3 * C));
+}
+
 TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
   // T = 150 spans three of the CPU kernel's 64-row blocks (the last one partial).
   const int64_t B = 2, T = 150, C = 24, NH = 2;

@@ -341,6 +341,143 @@ void add_weighted_values(float* y, const float* weights, const KV* values, int64
   }
 }
 
+// A prompt chunk's rows go through their keys and values up to kQueries at a time: each key and
+// value row is read once for all of them instead of once each (a long prompt's attention reads
+// its cache from L3 for every row otherwise). Every (row, key) score and every (row, column) sum
+// is the same chain of FMAs as above, so a row gets the same bits alone or in a tile.
+constexpr int kQueries = 4;
+
+// The rows of a tile against one run of keys (or values): row r's query, scores (from the run's
+// first key on) and running maximum, and its output for the values.
+struct QueryRows {
+  int count = 0;
+  const float* q[kQueries];
+  float* scores[kQueries];
+  float* max_value[kQueries];
+  float* y[kQueries];
+};
+
+#if defined(__AVX2__) && defined(__FMA__)
+// lanes[r][first + k] = row r's query · key k as 8 lane sums, for Keys consecutive keys; one
+// chain per (row, key), as key_lanes.
+template <int Queries, int Keys, typename KV>
+inline void tile_key_lanes(__m256 (&lanes)[kQueries][8], int64_t first, const QueryRows& rows, const KV* key,
+                           int64_t hs) {
+  __m256 acc[Queries][Keys];
+#pragma GCC unroll 4
+  for (int r = 0; r < Queries; ++r) {
+#pragma GCC unroll 2
+    for (int k = 0; k < Keys; ++k) acc[r][k] = _mm256_setzero_ps();
+  }
+  for (int64_t c = 0; c < hs; c += 8) {
+    __m256 kv[Keys];
+#pragma GCC unroll 2
+    for (int k = 0; k < Keys; ++k) kv[k] = load8(key + k * hs + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < Queries; ++r) {
+      const __m256 qv = _mm256_loadu_ps(rows.q[r] + c);
+#pragma GCC unroll 2
+      for (int k = 0; k < Keys; ++k) acc[r][k] = _mm256_fmadd_ps(qv, kv[k], acc[r][k]);
+    }
+  }
+  for (int r = 0; r < Queries; ++r) {
+    for (int k = 0; k < Keys; ++k) lanes[r][first + k] = acc[r][k];
+  }
+}
+
+template <int Queries, typename KV>
+void tile_key_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale) {
+  for (int64_t first = 0; first < count; first += 8) {
+    const int64_t n = std::min<int64_t>(8, count - first);
+    __m256 lanes[kQueries][8];
+    for (auto& row : lanes) {
+      for (__m256& key : row) key = _mm256_setzero_ps();
+    }
+    const KV* key = keys + first * hs;
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) tile_key_lanes<Queries, 2>(lanes, k, rows, key + k * hs, hs);
+    if (k < n) tile_key_lanes<Queries, 1>(lanes, k, rows, key + k * hs, hs);
+    for (int r = 0; r < Queries; ++r) {
+      alignas(32) float sums[8];
+      _mm256_store_ps(sums, _mm256_mul_ps(lane_sums(lanes[r]), _mm256_set1_ps(scale)));
+      float& max_value = *rows.max_value[r];
+      for (int64_t j = 0; j < n; ++j) {
+        rows.scores[r][first + j] = sums[j];
+        max_value = sums[j] > max_value ? sums[j] : max_value;
+      }
+    }
+  }
+}
+
+// Row r's y[d, d + 8 Vectors) += Σ_j weights_r[j] · value_j, as add_weighted_slice.
+template <int Queries, int Vectors, typename KV>
+inline void tile_weighted_slice(const QueryRows& rows, const KV* values, int64_t count, int64_t hs, int64_t d) {
+  __m256 acc[Queries][Vectors];
+#pragma GCC unroll 4
+  for (int r = 0; r < Queries; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < Vectors; ++v) acc[r][v] = _mm256_loadu_ps(rows.y[r] + d + 8 * v);
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    __m256 value[Vectors];
+#pragma GCC unroll 2
+    for (int v = 0; v < Vectors; ++v) value[v] = load8(values + j * hs + d + 8 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < Queries; ++r) {
+      const __m256 weight = _mm256_set1_ps(rows.scores[r][j]);
+#pragma GCC unroll 2
+      for (int v = 0; v < Vectors; ++v) acc[r][v] = _mm256_fmadd_ps(weight, value[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < Queries; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < Vectors; ++v) _mm256_storeu_ps(rows.y[r] + d + 8 * v, acc[r][v]);
+  }
+}
+
+template <int Queries, typename KV>
+void tile_weighted_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs) {
+  int64_t d = 0;
+  for (; d + 16 <= hs; d += 16) tile_weighted_slice<Queries, 2>(rows, values, count, hs, d);
+  for (; d < hs; d += 8) tile_weighted_slice<Queries, 1>(rows, values, count, hs, d);
+}
+#endif
+
+// A tile's scores against `count` keys, and its weighted sums of `count` values: several rows
+// at once where the AVX2 kernels apply, row by row otherwise.
+template <typename KV>
+void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hs % 8 == 0) {
+    switch (rows.count) {
+      case 4: return tile_key_scores<4>(rows, keys, count, hs, scale);
+      case 3: return tile_key_scores<3>(rows, keys, count, hs, scale);
+      case 2: return tile_key_scores<2>(rows, keys, count, hs, scale);
+      default: break;
+    }
+  }
+#endif
+  for (int r = 0; r < rows.count; ++r) {
+    *rows.max_value[r] = key_scores(rows.scores[r], rows.q[r], keys, count, hs, scale, *rows.max_value[r]);
+  }
+}
+
+template <typename KV>
+void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hs % 8 == 0) {
+    switch (rows.count) {
+      case 4: return tile_weighted_values<4>(rows, values, count, hs);
+      case 3: return tile_weighted_values<3>(rows, values, count, hs);
+      case 2: return tile_weighted_values<2>(rows, values, count, hs);
+      default: break;
+    }
+  }
+#endif
+  for (int r = 0; r < rows.count; ++r) add_weighted_values(rows.y[r], rows.scores[r], values, count, hs);
+}
+
 // This thread's scores, at least `count` of them: kept across calls (no allocation per token).
 float* decode_scores(int64_t count) {
   thread_local std::vector<float> scores;
@@ -409,39 +546,91 @@ void attention_paged(const AttentionPagedForward& args) {
       v_pool[at + d] = from_float<KV>(row[2 * C + d]);
     }
   }
-  // A token's heads in one iteration: a block holds every head's keys (and values) in one
-  // contiguous run, which the hardware prefetcher follows; head by head, a token would jump
-  // between runs of a few KiB. Only with fewer tokens than twice the threads are a token's heads
-  // split into parts (contiguous runs still), so that every thread has work.
+  // Tiles: up to kQueries consecutive rows at consecutive positions whose block tables agree on
+  // every block the first of them sees (a prompt chunk's rows): over those keys they read the
+  // same memory, together; each row's later keys it reads alone.
   if (N == 0) return;
-  const int64_t stride = max_blocks * block_size;  // a head's scores
-  const int64_t parts = std::clamp<int64_t>((2 * omp_get_max_threads() + N - 1) / N, 1, NH);
+  thread_local std::vector<int64_t> tile_buffer;  // kept across calls (no allocation per token)
+  std::vector<int64_t>& tiles = tile_buffer;       // the calling thread's, for every thread below
+  tiles.clear();  // each tile's first row, then N
+  for (int64_t i = 0; i < N;) {
+    tiles.push_back(i);
+    const int32_t* table = tables + i * max_blocks;
+    const int64_t shared_blocks = positions[i] / block_size + 1;
+    int64_t n = 1;
+    while (n < kQueries && i + n < N && positions[i + n] == positions[i] + n &&
+           std::equal(table, table + shared_blocks, tables + (i + n) * max_blocks)) {
+      ++n;
+    }
+    i += n;
+  }
+  tiles.push_back(N);
+  const auto tile_count = static_cast<int64_t>(tiles.size()) - 1;
+  // A tile's heads in one iteration: a block holds every head's keys (and values) in one
+  // contiguous run, which the hardware prefetcher follows; head by head, a tile would jump
+  // between runs of a few KiB. Only with fewer tiles than twice the threads are a tile's heads
+  // split into parts (contiguous runs still), so that every thread has work.
+  const int64_t stride = max_blocks * block_size;  // a (row, head)'s scores
+  const int64_t parts = std::clamp<int64_t>((2 * omp_get_max_threads() + tile_count - 1) / tile_count, 1, NH);
 #pragma omp parallel
   {
-    float* scores = decode_scores(NH * stride + NH);
-    float* max_values = scores + NH * stride;
+    float* scores = decode_scores(kQueries * NH * (stride + 1));
+    float* max_values = scores + kQueries * NH * stride;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < N * parts; ++item) {
-      const int64_t i = item / parts, h_begin = NH * (item % parts) / parts, h_end = NH * (item % parts + 1) / parts;
-      const float* q = qkv + i * 3 * C;
-      const int64_t visible = positions[i] + 1;
-      // Block by block, this item's heads' rows of a pool: visit(h, first position, rows, count).
-      auto each_block = [&](const KV* pool, auto&& visit) {
-        for (int64_t first = 0; first < visible; first += block_size) {
-          const int64_t count = std::min(block_size, visible - first);
+    for (int64_t item = 0; item < tile_count * parts; ++item) {
+      const int64_t tile = item / parts, h_begin = NH * (item % parts) / parts, h_end = NH * (item % parts + 1) / parts;
+      const int64_t first_row = tiles[tile], rows = tiles[tile + 1] - first_row;
+      const int64_t shared = positions[first_row] + 1;  // keys every row of the tile sees
+      // Block by block, positions [begin, end) of row i's heads in a pool: visit(h, position, run, count).
+      auto each_block = [&](int64_t i, const KV* pool, int64_t begin, int64_t end, auto&& visit) {
+        for (int64_t first = begin; first < end;) {
+          const int64_t count = std::min(end, (first / block_size + 1) * block_size) - first;
           for (int64_t h = h_begin; h < h_end; ++h) visit(h, first, pool + pool_row(i, h, first), count);
+          first += count;
         }
       };
-      std::fill(max_values, max_values + NH, -INFINITY);
-      each_block(k_pool, [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
-        max_values[h] = key_scores(scores + h * stride + first, q + h * hs, keys, count, hs, args.scale, max_values[h]);
+      // The tile's rows for head h, from key (or value) `first` on.
+      auto tile_rows = [&](int64_t h, int64_t first) {
+        QueryRows tile_rows{.count = static_cast<int>(rows)};
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t at = r * NH + h;
+          tile_rows.q[r] = qkv + (first_row + r) * 3 * C + h * hs;
+          tile_rows.scores[r] = scores + at * stride + first;
+          tile_rows.max_value[r] = max_values + at;
+          tile_rows.y[r] = out + (first_row + r) * C + h * hs;
+        }
+        return tile_rows;
+      };
+      for (int64_t r = 0; r < rows; ++r) {
+        std::fill(max_values + r * NH + h_begin, max_values + r * NH + h_end, -INFINITY);
+        std::fill(out + (first_row + r) * C + h_begin * hs, out + (first_row + r) * C + h_end * hs, 0.0f);
+      }
+      each_block(first_row, k_pool, 0, shared, [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
+        tile_scores(tile_rows(h, first), keys, count, hs, args.scale);
       });
-      for (int64_t h = h_begin; h < h_end; ++h) softmax_in_place(scores + h * stride, visible, max_values[h]);
-      float* y = out + i * C;
-      std::fill(y + h_begin * hs, y + h_end * hs, 0.0f);
-      each_block(v_pool, [&](int64_t h, int64_t first, const KV* values, int64_t count) {
-        add_weighted_values(y + h * hs, scores + h * stride + first, values, count, hs);
+      for (int64_t r = 1; r < rows; ++r) {
+        each_block(first_row + r, k_pool, shared, positions[first_row + r] + 1,
+                   [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
+                     const int64_t at = r * NH + h;
+                     max_values[at] = key_scores(scores + at * stride + first, qkv + (first_row + r) * 3 * C + h * hs,
+                                                 keys, count, hs, args.scale, max_values[at]);
+                   });
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t h = h_begin; h < h_end; ++h) {
+          softmax_in_place(scores + (r * NH + h) * stride, positions[first_row + r] + 1, max_values[r * NH + h]);
+        }
+      }
+      each_block(first_row, v_pool, 0, shared, [&](int64_t h, int64_t first, const KV* values, int64_t count) {
+        tile_values(tile_rows(h, first), values, count, hs);
       });
+      for (int64_t r = 1; r < rows; ++r) {
+        each_block(first_row + r, v_pool, shared, positions[first_row + r] + 1,
+                   [&](int64_t h, int64_t first, const KV* values, int64_t count) {
+                     add_weighted_values(out + (first_row + r) * C + h * hs, scores + (r * NH + h) * stride + first,
+                                         values, count, hs);
+                   });
+      }
     }
   }
 }
