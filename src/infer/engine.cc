@@ -246,15 +246,15 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
 void Engine::Impl::loop() {
   while (collect()) {
     std::vector<Chunk> batch;
-    schedule(batch);
-    if (!batch.empty()) {
-      try {
-        run(batch);
-      } catch (const std::exception& error) {
-        // A failed step fails its requests, not the server.
-        for (const Chunk& chunk : batch) {
-          if (chunk.sequence->sink) finish(*chunk.sequence, Outcome{.error = std::string("engine step failed: ") + error.what()});
-        }
+    try {
+      schedule(batch);
+      if (!batch.empty()) run(batch);
+    } catch (const std::exception& error) {
+      // A failed step fails its requests, not the server: the running ones, which every step
+      // (or its scheduling, when that failed) takes whole.
+      const std::string message = std::string("engine step failed: ") + error.what();
+      for (const auto& sequence : running) {
+        if (sequence->sink) finish(*sequence, Outcome{.error = message});
       }
     }
     std::erase_if(running, [](const std::unique_ptr<Sequence>& sequence) { return !sequence->sink; });
@@ -315,6 +315,10 @@ void Engine::Impl::schedule(std::vector<Chunk>& batch) {
       sequence.computed = 0;
       break;
     }
+    if (sequence.generated == 0) {  // counted once admitted (a refused admission is tried again)
+      sequence.cached_prompt_tokens = sequence.computed;
+      cached_prompt_tokens_total.add(static_cast<double>(sequence.computed));
+    }
     sequence.admitted = Clock::now();
     queue_time.observe(seconds_between(sequence.arrived, sequence.admitted));
     batch.push_back(Chunk{&sequence, sequence.computed, count});
@@ -335,7 +339,10 @@ std::optional<int32_t> Engine::Impl::take_block(const Sequence& sequence, bool m
 bool Engine::Impl::reserve_blocks(Sequence& sequence, int64_t count, bool may_preempt) {
   const int64_t block_size = options.block_size;
   const auto first_written = static_cast<size_t>(sequence.computed / block_size);
-  if (first_written < sequence.blocks.size() && pool.ref_count(sequence.blocks[first_written]) > 1) {
+  // A block another sequence holds, or one the prefix cache may hand out: its keys and values
+  // must not change under a reader (the last prompt token is computed again into a cached block).
+  if (first_written < sequence.blocks.size() && (pool.ref_count(sequence.blocks[first_written]) > 1 ||
+                                                 pool.cached(sequence.blocks[first_written]))) {
     std::optional<int32_t> copy = take_block(sequence, may_preempt);
     if (!copy) return false;
     // Copy-on-write: the shared block's keys and values so far, then this sequence's own writes.
@@ -366,7 +373,7 @@ void Engine::Impl::match_prefix(Sequence& sequence) {
   uint64_t hash = 0;
   for (int64_t b = 0; b < full; ++b) {
     const int32_t* tokens = sequence.tokens.data() + b * block_size;
-    hash = KvBlockPool::chain_hash(hash, tokens, block_size);
+    hash = pool.chain_hash(hash, tokens, block_size);
     std::optional<int32_t> block = pool.lookup(hash, tokens);
     if (!block) break;
     sequence.blocks.push_back(*block);
@@ -375,10 +382,6 @@ void Engine::Impl::match_prefix(Sequence& sequence) {
   // At least the last token is computed again: its logits choose the next token.
   sequence.computed = std::min<int64_t>(static_cast<int64_t>(sequence.blocks.size()) * block_size,
                                         static_cast<int64_t>(sequence.tokens.size()) - 1);
-  if (sequence.generated == 0) {
-    sequence.cached_prompt_tokens = sequence.computed;
-    cached_prompt_tokens_total.add(static_cast<double>(sequence.computed));
-  }
 }
 
 void Engine::Impl::preempt(Sequence& sequence) {
@@ -400,7 +403,7 @@ void Engine::Impl::publish_full_blocks(Sequence& sequence) {
   const int64_t block_size = options.block_size;
   for (auto b = static_cast<int64_t>(sequence.hashes.size()); b < sequence.computed / block_size; ++b) {
     const int32_t* tokens = sequence.tokens.data() + b * block_size;
-    const uint64_t hash = KvBlockPool::chain_hash(b == 0 ? 0 : sequence.hashes.back(), tokens, block_size);
+    const uint64_t hash = pool.chain_hash(b == 0 ? 0 : sequence.hashes.back(), tokens, block_size);
     sequence.hashes.push_back(hash);
     pool.publish(sequence.blocks[static_cast<size_t>(b)], hash, tokens);
   }
@@ -567,7 +570,7 @@ uint64_t Engine::submit(Request request, std::shared_ptr<RequestSink> sink) {
   }
   check(request.max_tokens >= 1, "max_tokens: must be at least 1 (got {})", request.max_tokens);
   const auto prompt_tokens = static_cast<int64_t>(request.prompt.size());
-  check(prompt_tokens + request.max_tokens <= config.n_positions,
+  check(request.max_tokens <= config.n_positions - prompt_tokens,
         "max_tokens: the prompt's {} tokens plus max_tokens {} exceed the model's context of {} tokens", prompt_tokens,
         request.max_tokens, config.n_positions);
   check(request.top_logprobs >= -1 && request.top_logprobs <= 20, "logprobs: must be between 0 and 20 (got {})",
@@ -581,17 +584,17 @@ uint64_t Engine::submit(Request request, std::shared_ptr<RequestSink> sink) {
 
   std::lock_guard lock(impl_->mutex);
   if (impl_->draining || impl_->stopping) throw Draining("the server is shutting down and accepts no new requests");
-  // Requests that will wait for a sequence slot: those queued (stats.waiting counts the ones
-  // submitted since the last step too) beyond the slots now free.
+  // Requests that will wait for a sequence slot, this one included: those queued (stats.waiting
+  // counts the ones submitted since the last step too) and this one, beyond the slots now free.
   const int64_t free_slots = std::max<int64_t>(0, impl_->options.max_num_seqs - impl_->stats.running);
-  const int64_t waiting = std::max<int64_t>(
-      0, impl_->stats.waiting + static_cast<int64_t>(impl_->incoming.size()) - impl_->queued_at_update - free_slots);
-  if (waiting >= impl_->options.max_waiting) {
-    throw QueueFull(fmt::format("the queue is full ({} requests waiting); retry later", waiting));
+  const int64_t queued = impl_->stats.waiting + static_cast<int64_t>(impl_->incoming.size()) - impl_->queued_at_update;
+  if (std::max<int64_t>(0, queued + 1 - free_slots) > impl_->options.max_waiting) {
+    throw QueueFull(fmt::format("the queue is full ({} requests waiting); retry later", queued - free_slots));
   }
   const uint64_t id = impl_->next_id++;
+  auto sequence = std::make_unique<Sequence>(id, std::move(request), std::move(sink));
   impl_->live.insert(id);
-  impl_->incoming.push_back(std::make_unique<Sequence>(id, std::move(request), std::move(sink)));
+  impl_->incoming.push_back(std::move(sequence));
   impl_->wake.notify_all();
   return id;
 }

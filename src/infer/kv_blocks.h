@@ -5,6 +5,7 @@
 // Unreferenced blocks stay cached until reused, least recently released first.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -12,6 +13,9 @@
 #include <vector>
 
 namespace paraflow::infer {
+
+// SipHash-2-4 (Aumasson and Bernstein) of `bytes` under a 128-bit key.
+uint64_t siphash24(const std::array<uint64_t, 2>& key, const uint8_t* bytes, size_t count);
 
 class KvBlockPool {
  public:
@@ -23,6 +27,8 @@ class KvBlockPool {
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   int64_t cached_blocks() const { return static_cast<int64_t>(cache_.size()); }
   int ref_count(int32_t block) const { return ref_counts_.at(static_cast<size_t>(block)); }
+  // Whether lookup() may hand the block out (it holds a published full block's contents).
+  bool cached(int32_t block) const { return hash_of_.at(static_cast<size_t>(block)).has_value(); }
 
   // A block for new contents (reference count 1), evicting the least recently released cached
   // block if it must; nullopt when every block is held.
@@ -32,7 +38,10 @@ class KvBlockPool {
   void release(int32_t block);
 
   // The chained hash of a full block: `previous` is the hash of the block before it (0 first).
-  static uint64_t chain_hash(uint64_t previous, const int32_t* tokens, int64_t count);
+  // SipHash-2-4 under a key drawn per pool: a lookup compares a block's own tokens but trusts
+  // the hash for every token before them, so the hash must not be open to forged collisions
+  // (a crafted prompt whose cached blocks another request would then read).
+  uint64_t chain_hash(uint64_t previous, const int32_t* tokens, int64_t count) const;
   // A block whose contents are `tokens` after the prefix hashed into `previous`, retained for the
   // caller; nullopt on a miss.
   std::optional<int32_t> lookup(uint64_t hash, const int32_t* tokens);
@@ -48,6 +57,7 @@ class KvBlockPool {
   void forget(int32_t block);
 
   int64_t block_size_;
+  std::array<uint64_t, 2> hash_key_;
   std::vector<int> ref_counts_;
   std::list<int32_t> free_;                            // least recently released first
   std::vector<std::list<int32_t>::iterator> free_at_;  // per block, valid while it is free

@@ -48,11 +48,13 @@ int32_t Sampler::sample(const float* logits, int64_t vocab_size) {
   }
   double total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(cut), 0.0);
   double draw = rng_.uniform() * total;
+  size_t last_possible = 0;  // rounding may leave draw >= 0 after the last subtraction
   for (size_t i = 0; i < cut; ++i) {
     draw -= probs[i];
     if (draw < 0) return order[i];
+    if (probs[i] > 0) last_possible = i;
   }
-  return order[cut - 1];
+  return order[last_possible];
 }
 
 }  // namespace paraflow::infer

@@ -15,7 +15,9 @@ TextCodec::TextCodec(const std::filesystem::path& model_dir) {
 
 std::vector<int32_t> TextCodec::encode(const std::string& text) const {
   if (tokenizer_) return tokenizer_->encode(text);
-  return {text.begin(), text.end()};
+  std::vector<int32_t> ids;
+  for (const unsigned char byte : text) ids.push_back(byte);  // 0-255 (char is signed on x86)
+  return ids;
 }
 
 std::string TextCodec::decode(int32_t token) const {

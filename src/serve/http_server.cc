@@ -69,7 +69,8 @@ namespace {
 // client keeps the connection alive. Runs on its strand; Exchange calls are posted to it.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, ServerCore& server) : stream_(std::move(socket)), server_(server) {
+  Session(tcp::socket socket, ServerCore& server)
+      : stream_(std::move(socket)), server_(server), buffer_(read_buffer_bytes(server.limits)) {
     ++server_.connections;
   }
   ~Session() { --server_.connections; }
@@ -257,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   ServerCore& server_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // bounded: the bytes read but not yet parsed
   std::optional<RequestParser> parser_;
   std::array<char, 4096> discarded_;
   std::string target_;

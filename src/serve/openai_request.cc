@@ -34,10 +34,11 @@ json parse_body(std::string_view body) {
     }
     return text;
   };
-  const auto track = [&](int, json::parse_event_t event, json& parsed) {
+  const auto track = [&](int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
+        if (depth >= kMaxJsonDepth) refuse(path(), "the request nests JSON deeper than {} levels", kMaxJsonDepth);
         levels.push_back({event == json::parse_event_t::array_start});
         break;
       case json::parse_event_t::key:

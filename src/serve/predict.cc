@@ -71,7 +71,7 @@ void check_predict_inputs(const model::GptConfig& config, const PredictInputs& i
   check(inputs.max_new_tokens >= 1, "max_new_tokens: must be at least 1 (got {})", inputs.max_new_tokens);
   check(inputs.temperature >= 0 && inputs.temperature <= 2, "temperature: must be in [0, 2] (got {})",
         inputs.temperature);
-  check(static_cast<int64_t>(rows[0].size()) + inputs.max_new_tokens <= config.n_positions,
+  check(inputs.max_new_tokens <= config.n_positions - static_cast<int64_t>(rows[0].size()),
         "max_new_tokens: {} ids per row plus max_new_tokens {} exceed the model's context of {} positions",
         rows[0].size(), inputs.max_new_tokens, config.n_positions);
   for (size_t row = 0; row < rows.size(); ++row) {

@@ -11,6 +11,8 @@ void apply_limits(RequestParser& parser, const HttpLimits& limits) {
   parser.header_limit(static_cast<uint32_t>(limits.header_bytes));
 }
 
+size_t read_buffer_bytes(const HttpLimits& limits) { return limits.header_bytes + kReadChunkBytes; }
+
 std::optional<Refusal> refuse_header(const RequestParser& parser, const HttpLimits& limits) {
   if (parser.content_length() && *parser.content_length() > limits.body_bytes) {
     return Refusal{413, fmt::format("the request body is {} bytes; the limit is {}", *parser.content_length(),
@@ -25,6 +27,10 @@ std::optional<Refusal> refuse_read_error(boost::beast::error_code error, const H
   }
   if (error == http::error::header_limit) {
     return Refusal{431, fmt::format("the request headers are over the limit of {} bytes", limits.header_bytes)};
+  }
+  if (error == http::error::buffer_overflow) {
+    return Refusal{400, fmt::format("malformed HTTP request: a chunk header or trailer over {} bytes",
+                                    read_buffer_bytes(limits))};
   }
   const bool parse_error = error.category() == boost::beast::error_code(http::error::bad_target).category() &&
                            error != http::error::end_of_stream && error != http::error::partial_message;

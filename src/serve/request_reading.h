@@ -20,6 +20,11 @@ struct Refusal {
 };
 
 void apply_limits(RequestParser& parser, const HttpLimits& limits);
+// The connection's read buffer holds what is read but not yet parsed: a header, or a chunk's
+// header or the trailers, which Beast's limits do not count. Bounded, so that a chunk extension
+// or trailer without end is refused (400) instead of growing the buffer until the read timeout.
+constexpr size_t kReadChunkBytes = size_t{8} << 10;
+size_t read_buffer_bytes(const HttpLimits& limits);
 // Once the header is read: a body declared over the limit is refused before it is read (413).
 std::optional<Refusal> refuse_header(const RequestParser& parser, const HttpLimits& limits);
 // A read that failed: a request over a limit or malformed is refused (413, 431, 400); none when the

@@ -7,6 +7,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "serve/api_error.h"
 #include "serve/predict.h"
 #include "serve/router.h"
 
@@ -204,7 +205,11 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     }
     json body;
     try {
-      body = json::parse(request.body);
+      body = json::parse(request.body, [](int depth, json::parse_event_t event, json&) {
+        const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+        if (opens && depth >= kMaxJsonDepth) fail(400, "the request nests JSON deeper than {} levels", kMaxJsonDepth);
+        return true;
+      });
     } catch (const json::exception& error) {
       fail(400, "JSON Parse error: {}", error.what());
     }

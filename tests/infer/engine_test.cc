@@ -349,6 +349,11 @@ TEST_F(EngineTest, SharedPromptPrefixesReuseBlocksWithCopyOnWrite) {
   EXPECT_EQ(again->tokens(), expected);
   EXPECT_EQ(extended->tokens(), expected_longer);
   EXPECT_EQ(engine.stats().cached_prompt_tokens, 63);
+  // The first request's blocks are cached again, unchanged by the two that shared them.
+  auto third = std::make_shared<RecordingSink>();
+  engine.submit(greedy(prompt, 10), third);
+  EXPECT_EQ(third->wait().cached_prompt_tokens, 31);
+  EXPECT_EQ(third->tokens(), expected);
   EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
 }
 
@@ -449,6 +454,16 @@ TEST_F(EngineTest, InvalidRequestsNameTheirField) {
   request.top_logprobs = 21;
   EXPECT_PRED2(contains, message(request), std::string("logprobs"));
   EXPECT_EQ(engine.stats().running + engine.stats().waiting, 0);
+}
+
+// max_waiting counts requests that wait for a sequence slot: with none allowed, a request that
+// finds a free slot still runs (it was refused as if the queue were full).
+TEST_F(EngineTest, NoWaitingRoomStillRunsARequestThatFindsAFreeSlot) {
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = 1, .max_batched_tokens = 1, .max_waiting = 0});
+  auto sink = std::make_shared<RecordingSink>();
+  engine.submit(greedy({1, 2, 3}, 4), sink);
+  EXPECT_EQ(sink->wait().generated_tokens, 4);
 }
 
 TEST_F(EngineTest, AFullQueueRefusesAndDrainCancelsWhatOutlivesTheGrace) {

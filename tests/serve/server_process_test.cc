@@ -351,6 +351,16 @@ TEST_F(ServeTest, BadRequestsGetClearErrors) {
   testing::HttpReply large = testing::http_request(server_->port(), "POST", "/v1/completions",
                                                    std::string((1 << 20) + 1, ' '), api_key);
   EXPECT_EQ(large.status, 413);
+  // JSON nested 100,000 deep: refused while parsing (echoing it back would overflow the stack).
+  const std::string nested = R"({"prompt": [1, )" + std::string(100000, '[') + std::string(100000, ']') + "]}";
+  const testing::HttpReply deep = testing::http_request(server_->port(), "POST", "/v1/completions", nested, api_key);
+  EXPECT_EQ(deep.status, 400);
+  EXPECT_NE(json::parse(deep.body)["error"]["message"].get<std::string>().find("deeper than 64"), std::string::npos);
+  // A chunk extension without end: refused once it fills the read buffer, not read for 30 s.
+  testing::Connection endless(server_->port());
+  ASSERT_TRUE(endless.send(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") + api_key +
+                           "\r\nTransfer-Encoding: chunked\r\n\r\n1;" + std::string(100000, 'a')));
+  EXPECT_EQ(testing::parse_reply(endless.receive_all(5s)).status, 400);
   EXPECT_EQ(testing::http_request(server_->port(), "GET", "/health").status, 200);  // still serving
 }
 
