@@ -136,11 +136,13 @@ void ServedVersion::predict(PredictInputs inputs, std::function<void(PredictOutc
   }
 }
 
-void ServedVersion::drain(std::chrono::milliseconds grace) {
-  const auto until = Clock::now() + grace;
-  if (batcher) batcher->stop();
+void ServedVersion::drain(Clock::time_point deadline) {
+  // The batches run into the engine until the deadline; then the engine cancels what is left,
+  // and refuses the batches still waiting, so that the batcher stops at once.
+  if (batcher) batcher->finish_until(deadline);
   engine->drain(std::max(std::chrono::milliseconds(0),
-                         std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+                         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+  if (batcher) batcher->stop();
 }
 
 const char* state_name(VersionState state) {
@@ -333,8 +335,7 @@ void ModelRegistry::unload(Model& model, int64_t version) {
   // engine yet: wait for them to let go before the engine refuses new work.
   const auto until = Clock::now() + unload_grace_;
   while (served.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  served->drain(std::max(std::chrono::milliseconds(0),
-                         std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+  served->drain(until);
   served.reset();
   set_state(model, version, VersionState::end);
 }
@@ -425,12 +426,13 @@ void ModelRegistry::drain(std::chrono::milliseconds grace) {
       for (const auto& [version, served] : model.available) versions.push_back(served);
     }
   }
-  // The engines run side by side: each gets what is left of one shared grace period.
+  // Every version stops taking work first (the front ends refuse new requests already), then
+  // each waits for its own against one shared deadline: the engines keep running side by side.
   const auto until = Clock::now() + grace;
   for (const auto& served : versions) {
-    served->drain(std::max(std::chrono::milliseconds(0),
-                           std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+    if (served->batcher) served->batcher->stop_accepting();
   }
+  for (const auto& served : versions) served->drain(until);
 }
 
 std::string ModelRegistry::render_metrics(const MetricsRegistry& own) const {

@@ -64,9 +64,9 @@ struct ServedVersion {
   // A Predict: through the batcher when there is one, else straight to the engine. Throws what
   // PredictBatcher::predict or start_predict throw.
   void predict(PredictInputs inputs, std::function<void(PredictOutcome)> done);
-  // Stops taking work: the batches waiting run, then requests in flight finish within `grace`
+  // Stops taking work: the batches waiting run, then requests in flight finish until `deadline`
   // and the rest are cancelled.
-  void drain(std::chrono::milliseconds grace);
+  void drain(std::chrono::steady_clock::time_point deadline);
 };
 
 // The Loader a server uses: an export dir's weights and tokenizer, an engine with `options`, and

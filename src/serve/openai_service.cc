@@ -33,7 +33,10 @@ int64_t unix_seconds() {
 OpenAiService::OpenAiService(const ModelRegistry& registry, std::string api_key)
     : registry_(registry), api_key_(std::move(api_key)), started_at_(unix_seconds()), tf_serving_(registry) {}
 
-void OpenAiService::draining() { draining_.store(true); }
+void OpenAiService::draining() {
+  draining_.store(true);
+  tf_serving_.draining();
+}
 
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchange) {
   try {
@@ -66,9 +69,14 @@ void OpenAiService::answer(Endpoint endpoint, const HttpRequest& request, const 
       return exchange->respond(200, "application/json", json{{"object", "list"}, {"data", models}}.dump());
     }
     case Endpoint::completions:
-      return complete(decode_completion_request(request.body), exchange);
     case Endpoint::chat_completions:
-      return chat(decode_chat_request(request.body), exchange);
+      // A kept-alive connection may still send requests while the server drains.
+      if (draining_.load()) {
+        throw ApiError(503, "server_error", "the server is shutting down and accepts no new requests", "",
+                       "service_unavailable");
+      }
+      if (endpoint == Endpoint::chat_completions) return chat(decode_chat_request(request.body), exchange);
+      return complete(decode_completion_request(request.body), exchange);
     case Endpoint::tf_serving:
       return tf_serving_.handle(request, target_path(request.target), exchange);
   }

@@ -84,13 +84,20 @@ void PredictBatcher::predict(PredictInputs inputs, std::function<void(PredictOut
   wake_.notify_all();
 }
 
+void PredictBatcher::stop_accepting() {
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  wake_.notify_all();
+}
+
+bool PredictBatcher::finish_until(Clock::time_point deadline) {
+  stop_accepting();
+  std::unique_lock lock(mutex_);
+  return wake_.wait_until(lock, deadline, [&] { return batches_.empty() && running_ == 0; });
+}
+
 void PredictBatcher::stop() {
-  {
-    std::unique_lock lock(mutex_);
-    stopping_ = true;
-    wake_.notify_all();
-    wake_.wait(lock, [&] { return batches_.empty() && running_ == 0; });
-  }
+  finish_until(Clock::time_point::max());
   if (scheduler_.joinable()) scheduler_.join();
 }
 

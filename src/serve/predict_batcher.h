@@ -67,9 +67,14 @@ class PredictBatcher {
   // (QueueFull, Draining).
   void predict(PredictInputs inputs, std::function<void(PredictOutcome)> done);
 
-  // Refuses new requests, runs the batches waiting without waiting for their timeouts (still
-  // num_batch_threads at a time) and returns once every request's `done` has been called. Not to
-  // be called from a `done` callback, nor from two threads at once.
+  // Refuses new requests (infer::Draining) and runs the batches waiting without waiting for
+  // their timeouts (still num_batch_threads at a time); returns at once.
+  void stop_accepting();
+  // stop_accepting(), then waits until every request's `done` has been called or `deadline`
+  // passes; true when none is left.
+  bool finish_until(std::chrono::steady_clock::time_point deadline);
+  // finish_until() without a deadline, and the scheduler thread joined. Not to be called from a
+  // `done` callback, nor from two threads at once.
   void stop();
 
  private:

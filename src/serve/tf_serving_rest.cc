@@ -179,6 +179,8 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, int status, const 
 
 }  // namespace
 
+void TfServingRest::draining() { draining_.store(true); }
+
 void TfServingRest::handle(const HttpRequest& request, const std::string& path,
                            const std::shared_ptr<Exchange>& exchange) const {
   try {
@@ -203,6 +205,7 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
       exchange->respond(200, "application/json", metadata_json({version->model, version->version}).dump());
       return;
     }
+    if (draining_.load()) fail(503, "the server is shutting down and accepts no new requests");
     json body;
     try {
       body = json::parse(request.body, [](int depth, json::parse_event_t event, json&) {

@@ -10,6 +10,7 @@
 // gRPC API's (serve/tf_serving_api.h).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -25,9 +26,11 @@ class TfServingRest {
 
   // Answers every request itself, errors included.
   void handle(const HttpRequest& request, const std::string& path, const std::shared_ptr<Exchange>& exchange) const;
+  void draining();  // :predict answers 503 from now on (status and metadata still answer)
 
  private:
   const ModelRegistry& registry_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace paraflow::serve

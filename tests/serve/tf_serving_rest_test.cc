@@ -145,5 +145,17 @@ TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
   EXPECT_EQ(stats.running + stats.waiting, 0);
 }
 
+// While the server drains, a kept-alive connection may still send requests: a Predict is refused
+// (503) before it reaches an engine; status and metadata still answer.
+TEST_F(TfServingRestTest, DrainingRefusesPredictButStillAnswersStatus) {
+  registry.poll();
+  rest.draining();
+  auto [status, body] = call("POST", "/v1/models/gpt:predict", R"({"instances": [[1, 2]]})");
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(body["error"].get<std::string>().find("shutting down"), std::string::npos) << body;
+  EXPECT_EQ(call("GET", "/v1/models/gpt").first, 200);
+  EXPECT_EQ(registry.find("gpt")->engine->stats().running, 0);
+}
+
 }  // namespace
 }  // namespace paraflow
