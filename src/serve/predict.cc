@@ -29,6 +29,7 @@ class PredictCall {
       std::lock_guard lock(mutex_);
       if (!outcome.error.empty() && outcome_.error.empty()) {
         outcome_.error = "row " + std::to_string(row) + ": " + outcome.error;
+        outcome_.failure = outcome.cancelled ? PredictFailure::unavailable : PredictFailure::failed;
       }
       if (--remaining_ > 0) return;
       done.swap(done_);

@@ -26,9 +26,18 @@ struct PredictInputs {
   uint64_t seed = 0;
 };
 
+// Why a Predict failed, for the status each API answers with.
+enum class PredictFailure {
+  none,
+  queue_full,   // the engine's queue was full (retry later)
+  unavailable,  // the server is shutting down: the rows were refused or cancelled
+  failed,       // a row failed
+};
+
 struct PredictOutcome {
   std::vector<std::vector<int32_t>> output_ids;  // [batch][max_new_tokens] when `error` is empty
   std::string error;                             // a row failed or was cancelled
+  PredictFailure failure = PredictFailure::none;
 };
 
 // Throws InputError naming the input ("input_ids", ...) when the inputs do not fit the model.

@@ -141,10 +141,15 @@ void PredictBatcher::run(Batch batch) {
       done(std::move(outcome));
       if (remaining->fetch_sub(1) == 1) batch_finished();
     };
+    // The engine refused the rows; start_predict drops its `done`.
     try {
       start_predict(engine_, std::move(task.inputs), finish);
-    } catch (const std::exception& error) {  // the engine refused the rows; start_predict drops its `done`
-      finish(PredictOutcome{.error = error.what()});
+    } catch (const infer::QueueFull& error) {
+      finish(PredictOutcome{.error = error.what(), .failure = PredictFailure::queue_full});
+    } catch (const infer::Draining& error) {
+      finish(PredictOutcome{.error = error.what(), .failure = PredictFailure::unavailable});
+    } catch (const std::exception& error) {
+      finish(PredictOutcome{.error = error.what(), .failure = PredictFailure::failed});
     }
   }
 }

@@ -117,8 +117,11 @@ class PredictionService final : public tfs::PredictionService::CallbackService {
       ServedVersion& served = *version;
       // The request and response live until the call is finished; the version until its callback has run.
       served.predict(std::move(inputs), [version = std::move(version), reactor, response](PredictOutcome outcome) {
-        if (!outcome.error.empty()) {  // a row was cancelled (a drain ran out of time) or failed
-          reactor->Finish({grpc::StatusCode::UNAVAILABLE, outcome.error});
+        if (!outcome.error.empty()) {  // refused by a full queue or a drain, cancelled by a drain, or failed
+          const grpc::StatusCode code = outcome.failure == PredictFailure::queue_full    ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                        : outcome.failure == PredictFailure::unavailable ? grpc::StatusCode::UNAVAILABLE
+                                                                                         : grpc::StatusCode::INTERNAL;
+          reactor->Finish({code, outcome.error});
           return;
         }
         *response = predict_response(std::move(outcome.output_ids), {version->model, version->version});

@@ -112,6 +112,7 @@ void set_scalar(PredictInputs& inputs, const std::string& name, const json& valu
   if (name == "max_new_tokens" || name == "seed") {
     if (!value.is_number_integer()) fail(400, "{}: expected an integer, got {}", where, value.dump());
     if (name == "seed") {
+      if (!value.is_number_unsigned()) fail(400, "{}: must be >= 0 (got {})", where, value.dump());
       inputs.seed = value.get<uint64_t>();
     } else {
       inputs.max_new_tokens = value.get<int64_t>();
@@ -235,7 +236,10 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     ServedVersion& served = *version;
     served.predict(std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
       if (!outcome.error.empty()) {
-        respond_error(exchange, 500, outcome.error);
+        const int status = outcome.failure == PredictFailure::queue_full    ? 429
+                           : outcome.failure == PredictFailure::unavailable ? 503
+                                                                            : 500;
+        respond_error(exchange, status, outcome.error);
         return;
       }
       exchange->respond(200, "application/json", json{{rows ? "predictions" : "outputs", outcome.output_ids}}.dump());

@@ -228,8 +228,11 @@ TEST_F(PredictBatcherTest, ABatchTheEngineRefusesAnswersEachRequestWithTheError)
   std::future<serve::PredictOutcome> second = predict(batcher, {.input_ids = {{1, 5}}});
   engine.drain(milliseconds(0));  // the engine takes no more requests
   batcher.stop();
-  EXPECT_NE(wait(first).error.find("shutting down"), std::string::npos);
-  EXPECT_NE(wait(second).error.find("shutting down"), std::string::npos);
+  for (std::future<serve::PredictOutcome>* outcome : {&first, &second}) {
+    const serve::PredictOutcome refused = wait(*outcome);
+    EXPECT_NE(refused.error.find("shutting down"), std::string::npos);
+    EXPECT_EQ(refused.failure, serve::PredictFailure::unavailable);  // 503 / UNAVAILABLE, not a failure of ours
+  }
 }
 
 TEST_F(PredictBatcherTest, AllowedBatchSizesRecordThePaddedSizeWithoutPadding) {

@@ -137,6 +137,7 @@ TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
   expect_error("POST", predict, R"({"instances": [{"input_ids": [1], "seed": 1}, {"input_ids": [2], "seed": 2}]})", 400,
                "scalar inputs differ");
   expect_error("POST", predict, R"({"signature_name": "other", "instances": [[1]]})", 400, "'other' not found");
+  expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "seed": -1}})", 400, "seed: must be >= 0");
   expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "max_new_tokens": 9223372036854775807}})", 400,
                "exceed the model's context");
   expect_error("POST", predict, R"({"instances": )" + std::string(100000, '[') + std::string(100000, ']') + "}", 400,
