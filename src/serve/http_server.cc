@@ -93,7 +93,9 @@ class Session : public std::enable_shared_from_this<Session> {
     response.body() = std::move(body);
     response.prepare_payload();
     server_.observer(target_, status);
-    queue(serialize(response), true);
+    // HEAD: the header a GET would get (its Content-Length too) and no body, which the client
+    // does not read: a body would be taken for the start of the next answer.
+    queue(head_ ? serialize(response.base()) : serialize(response), true);
   }
   void start_stream(uint64_t serial, const std::string& content_type) {
     if (serial != serial_) return;
@@ -164,6 +166,7 @@ class Session : public std::enable_shared_from_this<Session> {
     RequestMessage request = parser_->release();
     keep_alive_ = request.keep_alive();
     target_ = std::string(request.target());
+    head_ = request.method() == http::verb::head;
     ++server_.answering;
     watch_for_disconnect();
     server_.handler(plain_request(std::move(request)), make_exchange());
@@ -263,6 +266,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::array<char, 4096> discarded_;
   std::string target_;
   bool keep_alive_ = false;
+  bool head_ = false;  // the request being answered is a HEAD
   uint64_t serial_ = 0;  // the answer in progress; calls for earlier ones are ignored
   std::deque<std::string> writes_;
   bool writing_ = false;

@@ -44,6 +44,8 @@ tensorflow::serving::ModelSpec answered_spec(const ServedModel& model) {
 std::vector<std::vector<int32_t>> id_rows(const tensorflow::TensorProto& tensor) {
   const std::vector<int64_t> dims = tensor_dims(tensor, "input_ids");
   check(dims.size() == 2, "input_ids: shape [{}] is not [batch, length]", fmt::join(dims, ", "));
+  // Refused here, before rows of nothing are allocated for a batch dimension of millions.
+  check(dims[1] >= 1, "input_ids: shape [{}] has rows of no ids", fmt::join(dims, ", "));
   const std::vector<int64_t> values = integer_values(tensor, "input_ids");
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(dims[0]));
   for (size_t i = 0; i < values.size(); ++i) {

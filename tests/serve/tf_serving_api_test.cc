@@ -70,6 +70,10 @@ TEST(TfServingPredict, RefusalsNameTheField) {
                   {"input_ids: shape [3] is not [batch, length]"});
   predict_refused(parse<tfs::PredictRequest>(R"pb(
                     model_spec { name: "tiny-gpt" }
+                    inputs { key: "input_ids" value { dtype: DT_INT32 tensor_shape { dim { size: 4194304 } dim { size: 0 } } } })pb"),
+                  {"input_ids: shape [4194304, 0] has rows of no ids"});
+  predict_refused(parse<tfs::PredictRequest>(R"pb(
+                    model_spec { name: "tiny-gpt" }
                     inputs { key: "input_ids" value { dtype: DT_FLOAT tensor_shape { dim { size: 1 } dim { size: 1 } } float_val: 1 } })pb"),
                   {"input_ids: dtype is DT_FLOAT"});
   predict_refused(parse<tfs::PredictRequest>(R"pb(
