@@ -29,24 +29,29 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
   if (found != steps_.end()) return found->second;
   // Build the graph in its final map slot: the executor keeps a reference to it.
   auto slot = steps_.emplace(new_tokens, Step{}).first;
-  model::GptGraph& g = slot->second.graph;
-  g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
-  // Every step's graph reads its weights in the same layouts (none depends on the token count).
-  const model::StoredLayouts layouts = weights_ == DType::bf16 ? model::use_half_weights_for_decoding(g, backend_)
-                                                               : model::use_f32_weights_for_decoding(g, backend_);
-  if (decoding_parameters_.specs().empty()) {
-    decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts);
-  }
-  slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
-  slot->second.executor->set_profiling(profiling_);
-  if (weights_ == DType::bf16) {
-    model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &decoding_parameters_);
-  } else {
-    model::bind_parameters(*slot->second.executor, g, decoding_parameters_, nullptr);
-  }
-  for (size_t layer = 0; layer < caches_.size(); ++layer) {
-    slot->second.executor->bind(slot->second.graph.caches[layer].first, caches_[layer].first);
-    slot->second.executor->bind(slot->second.graph.caches[layer].second, caches_[layer].second);
+  try {  // a failed build leaves no half-built step behind
+    model::GptGraph& g = slot->second.graph;
+    g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
+    // Every step's graph reads its weights in the same layouts (none depends on the token count).
+    const model::StoredLayouts layouts = weights_ == DType::bf16 ? model::use_half_weights_for_decoding(g, backend_)
+                                                                 : model::use_f32_weights_for_decoding(g, backend_);
+    if (decoding_parameters_.specs().empty()) {
+      decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts);
+    }
+    slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
+    slot->second.executor->set_profiling(profiling_);
+    if (weights_ == DType::bf16) {
+      model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &decoding_parameters_);
+    } else {
+      model::bind_parameters(*slot->second.executor, g, decoding_parameters_, nullptr);
+    }
+    for (size_t layer = 0; layer < caches_.size(); ++layer) {
+      slot->second.executor->bind(slot->second.graph.caches[layer].first, caches_[layer].first);
+      slot->second.executor->bind(slot->second.graph.caches[layer].second, caches_[layer].second);
+    }
+  } catch (...) {
+    steps_.erase(slot);
+    throw;
   }
   return slot->second;
 }

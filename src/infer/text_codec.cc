@@ -21,8 +21,10 @@ std::vector<int32_t> TextCodec::encode(const std::string& text) const {
 }
 
 std::string TextCodec::decode(int32_t token) const {
-  if (tokenizer_) return std::string(tokenizer_->token_bytes(token));
-  return std::string(1, static_cast<char>(token));
+  // A model's vocabulary may be padded past its tokenizer's (training allows it): those ids,
+  // which sampling can still pick, have no bytes.
+  if (tokenizer_) return token < tokenizer_->vocab_size() ? std::string(tokenizer_->token_bytes(token)) : "";
+  return token < 256 ? std::string(1, static_cast<char>(token)) : "";
 }
 
 bool TextCodec::is_end_of_text(int32_t token) const { return tokenizer_ && token == tokenizer_->eot_id(); }

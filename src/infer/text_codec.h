@@ -18,7 +18,8 @@ class TextCodec {
   // Says on stderr when the directory has no tokenizer files.
   explicit TextCodec(const std::filesystem::path& model_dir);
   std::vector<int32_t> encode(const std::string& text) const;
-  // Bytes of one token (a BPE token may end inside a UTF-8 character; join tokens before showing).
+  // Bytes of one token (a BPE token may end inside a UTF-8 character; join tokens before showing);
+  // none for an id past the tokenizer's vocabulary (a model's padded rows).
   std::string decode(int32_t token) const;
   bool is_end_of_text(int32_t token) const;
   std::optional<int32_t> end_of_text() const;

@@ -1,5 +1,5 @@
 // Without tokenizer files a model's text is bytes: every byte 0-255 is its own id and decodes
-// back to itself (bytes above 127 included: char is signed on x86-64).
+// back to itself (bytes above 127 included: char is signed on x86-64); ids past 255 have none.
 #include <gtest/gtest.h>
 
 #include "infer/text_codec.h"
@@ -17,6 +17,7 @@ TEST(TextCodec, WithoutATokenizerBytesAreIdsBothWays) {
   for (int32_t id : codec.encode(text)) decoded += codec.decode(id);
   EXPECT_EQ(decoded, text);
   EXPECT_FALSE(codec.end_of_text().has_value());
+  EXPECT_EQ(codec.decode(300), "");  // a model vocabulary padded past the 256 bytes
 }
 
 }  // namespace
