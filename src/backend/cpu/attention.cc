@@ -264,6 +264,30 @@ inline void add_weighted_slice(float* y, const float* weights, const KV* values,
 #pragma GCC unroll 8
   for (int v = 0; v < Vectors; ++v) _mm256_storeu_ps(y + 8 * v, acc[v]);
 }
+
+// Eight keys' scores (the first n of `sums`) to scores[0, n), and into the running maximum
+// `max_lanes` (lane by lane; `sums > max ? sums : max`, as a scalar max would fold them).
+inline void store_scores(float* scores, __m256 sums, int64_t n, __m256& max_lanes) {
+  if (n == 8) {
+    _mm256_storeu_ps(scores, sums);
+  } else {
+    alignas(32) float part[8];
+    _mm256_store_ps(part, sums);
+    std::copy(part, part + n, scores);
+    // Lanes past n repeat the first score, which is already in.
+    sums = _mm256_blendv_ps(sums, _mm256_set1_ps(part[0]),
+                            _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
+                                          _mm256_set1_ps(static_cast<float>(n)), _CMP_GE_OQ));
+  }
+  max_lanes = _mm256_max_ps(sums, max_lanes);
+}
+
+inline float lanes_max(__m256 lanes, float max_value) {
+  alignas(32) float part[8];
+  _mm256_store_ps(part, lanes);
+  for (float value : part) max_value = value > max_value ? value : max_value;
+  return max_value;
+}
 #endif
 
 // scores[j] = scale · (q · key j) for the `count` key rows at `keys` (row stride hs); returns the
@@ -275,6 +299,7 @@ float key_scores(float* scores, const float* q, const KV* keys, int64_t count, i
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % 8 == 0) {
     // Eight keys at a time: eight independent FMA chains instead of one, then one reduction.
+    __m256 max_lanes = _mm256_set1_ps(-INFINITY);
     for (int64_t first = 0; first < count; first += 8) {
       const int64_t n = std::min<int64_t>(8, count - first);
       __m256 acc[8];
@@ -285,14 +310,9 @@ float key_scores(float* scores, const float* q, const KV* keys, int64_t count, i
       } else {
         for (int64_t j = 0; j < n; ++j) key_lanes<1>(acc + j, q, key + j * hs, hs);
       }
-      alignas(32) float sums[8];
-      _mm256_store_ps(sums, _mm256_mul_ps(lane_sums(acc), _mm256_set1_ps(scale)));
-      for (int64_t j = 0; j < n; ++j) {
-        scores[first + j] = sums[j];
-        max_value = sums[j] > max_value ? sums[j] : max_value;
-      }
+      store_scores(scores + first, _mm256_mul_ps(lane_sums(acc), _mm256_set1_ps(scale)), n, max_lanes);
     }
-    return max_value;
+    return lanes_max(max_lanes, max_value);
   }
 #endif
   for (int64_t j = 0; j < count; ++j) {
@@ -387,6 +407,8 @@ inline void tile_key_lanes(__m256 (&lanes)[kQueries][8], int64_t first, const Qu
 
 template <int Queries, typename KV>
 void tile_key_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale) {
+  __m256 max_lanes[Queries];
+  for (__m256& lanes : max_lanes) lanes = _mm256_set1_ps(-INFINITY);
   for (int64_t first = 0; first < count; first += 8) {
     const int64_t n = std::min<int64_t>(8, count - first);
     __m256 lanes[kQueries][8];
@@ -398,15 +420,10 @@ void tile_key_scores(const QueryRows& rows, const KV* keys, int64_t count, int64
     for (; k + 2 <= n; k += 2) tile_key_lanes<Queries, 2>(lanes, k, rows, key + k * hs, hs);
     if (k < n) tile_key_lanes<Queries, 1>(lanes, k, rows, key + k * hs, hs);
     for (int r = 0; r < Queries; ++r) {
-      alignas(32) float sums[8];
-      _mm256_store_ps(sums, _mm256_mul_ps(lane_sums(lanes[r]), _mm256_set1_ps(scale)));
-      float& max_value = *rows.max_value[r];
-      for (int64_t j = 0; j < n; ++j) {
-        rows.scores[r][first + j] = sums[j];
-        max_value = sums[j] > max_value ? sums[j] : max_value;
-      }
+      store_scores(rows.scores[r] + first, _mm256_mul_ps(lane_sums(lanes[r]), _mm256_set1_ps(scale)), n, max_lanes[r]);
     }
   }
+  for (int r = 0; r < Queries; ++r) *rows.max_value[r] = lanes_max(max_lanes[r], *rows.max_value[r]);
 }
 
 // Row r's y[d, d + 8 Vectors) += Σ_j weights_r[j] · value_j, as add_weighted_slice.
