@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string_view>
 
 #include "serve/api_error.h"
 #include "serve/auth.h"
@@ -55,7 +56,9 @@ Endpoint route(const HttpRequest& request, const std::string& api_key) {
                                request.method, path),
                    "", "unknown_url");
   }
-  if (request.method != found->method) {
+  // HEAD wherever GET is (HTTP asks it of every server): answered as GET, sent without the body.
+  const bool head_of_get = request.method == "HEAD" && std::string_view(found->method) == "GET";
+  if (request.method != found->method && !head_of_get) {
     throw ApiError(405, "invalid_request_error",
                    fmt::format("{} {} is not supported; use {}", request.method, path, found->method));
   }

@@ -38,7 +38,12 @@ TEST(Router, RefusalsCheckTheKeyFirst) {
   EXPECT_EQ(refusal(request("GET", "/v1/models/tiny", "Bearer wrong")), 401);
   EXPECT_EQ(refusal(request("GET", "/nothing")), 404);
   EXPECT_EQ(refusal(request("GET", "/v1/completions")), 405);
-  EXPECT_EQ(refusal(request("HEAD", "/", "")), 405);
+  EXPECT_EQ(refusal(request("HEAD", "/v1/completions")), 405);
+}
+
+TEST(Router, HeadGoesWhereGetDoes) {
+  EXPECT_EQ(route(request("HEAD", "/", ""), "key"), Endpoint::web_page);
+  EXPECT_EQ(route(request("HEAD", "/health", ""), "key"), Endpoint::health);
 }
 
 TEST(Router, MetricsLabels) {
