@@ -60,8 +60,10 @@ std::vector<std::filesystem::path> list_files(const std::string& pattern) {
 void fsync_directory(const std::filesystem::path& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) throw IoError(fmt::format("{}: cannot open directory: {}", dir.string(), std::strerror(errno)));
-  ::fsync(fd);
+  const int synced = ::fsync(fd);
+  const int error = errno;
   ::close(fd);
+  if (synced != 0) throw IoError(fmt::format("{}: fsync failed: {}", dir.string(), std::strerror(error)));
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {

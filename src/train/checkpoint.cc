@@ -3,8 +3,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <stdio.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "base/error.h"
@@ -26,6 +32,14 @@ bool is_temporary(const std::string& name) {
   return name.rfind(kPrefix, 0) == 0 && name.find(".tmp") != std::string::npos;
 }
 
+// The step of a checkpoint directory's name, ckpt-<digits>; none for any other name.
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(std::string(kPrefix).size());
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoll(digits);
+}
+
 std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> found;
   if (!std::filesystem::is_directory(dir)) return found;
@@ -37,6 +51,18 @@ std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesyste
   }
   std::sort(found.rbegin(), found.rend());  // zero-padded step numbers sort as text
   return found;
+}
+
+// Puts `from` at `to`: a rename, or where `to` exists, an atomic exchange of the two (the old
+// contents then at `from`), so that a crash at any moment leaves a whole checkpoint at `to`.
+void put_in_place(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (!std::filesystem::exists(to)) {
+    std::filesystem::rename(from, to);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    throw IoError(fmt::format("{}: cannot replace it with {}: {}", to.string(), from.string(), std::strerror(errno)));
+  }
 }
 
 }  // namespace
@@ -56,10 +82,12 @@ std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConf
     std::filesystem::remove_all(temporary, ignored);
     throw;
   }
-  std::filesystem::remove_all(final_path);
-  std::filesystem::rename(temporary, final_path);
+  // A checkpoint of this step already there (saved again at the same step: a stop right after a
+  // periodic save, a finished run started again) is swapped out, never deleted first.
+  put_in_place(temporary, final_path);
   fsync_directory(dir_);
-  prune();
+  std::filesystem::remove_all(temporary);
+  prune(step);
   return final_path;
 }
 
@@ -100,9 +128,18 @@ void CheckpointManager::remove_stale_temporaries() const {
   }
 }
 
-void CheckpointManager::prune() const {
-  std::vector<std::filesystem::path> all = checkpoints_newest_first(dir_);
-  for (size_t i = static_cast<size_t>(keep_ > 0 ? keep_ : 1); i < all.size(); ++i) std::filesystem::remove_all(all[i]);
+void CheckpointManager::prune(int64_t saved_step) const {
+  // Only checkpoints up to the one just saved count, so that a newer one left corrupt (resume
+  // fell back past it) or a folder of another name cannot push the new checkpoint out.
+  std::vector<std::pair<int64_t, std::filesystem::path>> older;
+  for (const std::filesystem::path& path : checkpoints_newest_first(dir_)) {
+    const std::optional<int64_t> step = checkpoint_step(path.filename().string());
+    if (step && *step <= saved_step) older.emplace_back(*step, path);
+  }
+  std::sort(older.begin(), older.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = static_cast<size_t>(keep_ > 0 ? keep_ : 1); i < older.size(); ++i) {
+    std::filesystem::remove_all(older[i].second);
+  }
 }
 
 void CheckpointManager::verify(const std::filesystem::path& checkpoint) {

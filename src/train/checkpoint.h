@@ -49,7 +49,8 @@ class CheckpointManager {
                                const model::ParameterSet& parameters, const Tensor& first_moment,
                                const Tensor& second_moment, int64_t optimizer_steps, int64_t step,
                                const nlohmann::json& state);
-  void prune() const;
+  // Keeps the newest `keep` checkpoints up to `saved_step`.
+  void prune(int64_t saved_step) const;
 
   std::filesystem::path dir_;
   int keep_;

@@ -103,6 +103,53 @@ TEST(Checkpoint, KeepsOnlyTheLastK) {
   EXPECT_EQ(count, 2);
 }
 
+// Saving again at the same step (a stop right after a periodic save, a finished run started
+// again) swaps the checkpoint in: one whole checkpoint of that step, no temporary left.
+TEST(Checkpoint, SavingTheSameStepTwiceKeepsAWholeCheckpoint) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::TrainConfig train_config = testing::short_training(dir.path(), 10);
+  train_config.keep_checkpoints = 1;
+  train::Trainer trainer(config, train_config, data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.step();
+  const std::filesystem::path first = trainer.save_checkpoint(), second = trainer.save_checkpoint();
+  EXPECT_EQ(first, second);
+  train::CheckpointManager::verify(second);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) names.push_back(entry.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{second.filename().string()});
+}
+
+// With the newest checkpoint corrupt, a run resumes from the one before and saves again: keeping
+// one checkpoint keeps the one just saved, not the corrupt newer one (nor a folder of another name).
+TEST(Checkpoint, PruningKeepsTheCheckpointJustSaved) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::TrainConfig train_config = testing::short_training(dir.path(), 10);
+  train_config.keep_checkpoints = 1;
+  {
+    train::Trainer trainer(config, train_config, data, cpu_backend());
+    trainer.initialize_or_resume();
+    trainer.step();
+    trainer.save_checkpoint();
+  }
+  std::filesystem::create_directories(dir.path() / "ckpt-000000009");  // corrupt: no manifest
+  std::filesystem::create_directories(dir.path() / "ckpt-best");        // the user's
+  train::Trainer resumed(config, train_config, data, cpu_backend());
+  ASSERT_TRUE(resumed.initialize_or_resume());
+  ASSERT_EQ(resumed.current_step(), 1);
+  resumed.step();
+  const std::filesystem::path saved = resumed.save_checkpoint();
+  train::CheckpointManager::verify(saved);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt-000000001"));  // older than the one kept
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "ckpt-best"));
+  train::CheckpointManager manager(dir.path(), 1);
+  EXPECT_EQ(manager.latest_valid(), saved);
+}
+
 TEST(Checkpoint, SigtermSavesACheckpointAndExitsZero) {
   testing::TempDir dir;
   testing::write_letter_corpus(dir.path() / "corpus.txt", 200000, 26, 1);
