@@ -168,6 +168,11 @@ class InflateInput final : public InputStream {
   bool in_member_ = false;  // inside a compressed member that has not ended yet
 };
 
+// Keeps every byte it accepts until the file has it: a write that fails (a full disk) leaves the
+// rest buffered, and the next write, flush or close carries on from there, so that bytes are
+// written once, in order, and a record is never cut by a retry. write() does not throw for such a
+// failure (a record is several writes: throwing between them would leave half of it to be
+// retried); flush() and close() do. Past kMaxBuffered waiting bytes the stream gives up for good.
 class FileOutput final : public OutputStream {
  public:
   explicit FileOutput(const std::filesystem::path& path) : name_(path.string()) {
@@ -181,15 +186,20 @@ class FileOutput final : public OutputStream {
 
   void write(const char* data, size_t size) override {
     if (fd_ < 0) throw Error(fmt::format("{}: write after close", name_));
+    if (!failure_.empty()) throw IoError(failure_);
     position_ += size;
-    if (buffer_.size() + size > kChunk) drain();
-    if (size >= kChunk) {
-      write_all(data, size);
-    } else {
-      buffer_.insert(buffer_.end(), data, data + size);
+    buffer_.insert(buffer_.end(), data, data + size);
+    if (buffer_.size() < kChunk) return;
+    try {
+      drain();
+    } catch (const IoError& error) {
+      if (buffer_.size() <= kMaxBuffered) return;  // retried by the next write or flush
+      failure_ = fmt::format("{} (and {} bytes could not be written after it)", error.what(), buffer_.size());
+      throw IoError(failure_);
     }
   }
   void flush(bool durable) override {
+    if (!failure_.empty()) throw IoError(failure_);
     drain();
     if (durable && ::fsync(fd_) != 0) {
       throw IoError(fmt::format("{}: fsync failed: {}", name_, std::strerror(errno)));
@@ -197,7 +207,7 @@ class FileOutput final : public OutputStream {
   }
   void close() override {
     if (fd_ < 0) return;
-    flush(true);
+    flush(true);  // a failure leaves the file open: close() may be tried again
     int rc = ::close(fd_);
     fd_ = -1;
     if (rc != 0) throw IoError(fmt::format("{}: close failed: {}", name_, std::strerror(errno)));
@@ -206,24 +216,28 @@ class FileOutput final : public OutputStream {
   const std::string& name() const { return name_; }
 
  private:
+  // Writes the buffer out; what a failure leaves unwritten stays at its front.
   void drain() {
-    write_all(buffer_.data(), buffer_.size());
+    size_t done = 0;
+    while (done < buffer_.size()) {
+      const ssize_t put = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+      if (put < 0 && errno == EINTR) continue;
+      if (put < 0) {
+        const int error = errno;
+        buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(done));
+        throw IoError(fmt::format("{}: write failed: {}", name_, std::strerror(error)));
+      }
+      done += static_cast<size_t>(put);
+    }
     buffer_.clear();
   }
-  void write_all(const char* data, size_t size) {
-    while (size > 0) {
-      ssize_t put = ::write(fd_, data, size);
-      if (put < 0 && errno == EINTR) continue;
-      if (put < 0) throw IoError(fmt::format("{}: write failed: {}", name_, std::strerror(errno)));
-      data += put;
-      size -= static_cast<size_t>(put);
-    }
-  }
 
+  static constexpr size_t kMaxBuffered = size_t{64} << 20;
   std::string name_;
   int fd_ = -1;
   std::vector<char> buffer_;
   uint64_t position_ = 0;
+  std::string failure_;  // set once the stream has given up: every later call fails with it
 };
 
 class DeflateOutput final : public OutputStream {
@@ -252,10 +266,11 @@ class DeflateOutput final : public OutputStream {
     file_->flush(durable);
   }
   void close() override {
-    if (closed_) return;
-    pump(nullptr, 0, Z_FINISH);
-    closed_ = true;
-    file_->close();
+    if (!closed_) {
+      pump(nullptr, 0, Z_FINISH);
+      closed_ = true;
+    }
+    file_->close();  // again on a retry, when the file could not take the last bytes
   }
   uint64_t position() const override { return position_; }
 

@@ -2,6 +2,8 @@
 #include "data/tfrecord.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -111,6 +113,41 @@ TEST_P(RoundTrip, WritesReadsSeeksAndIndexes) {
 INSTANTIATE_TEST_SUITE_P(Compressions, RoundTrip,
                          ::testing::Values(Compression::none, Compression::gzip, Compression::zlib),
                          [](const auto& info) { return std::string(compression_name(info.param)); });
+
+// A disk that refuses bytes for a while (here a file-size limit, failing writes as a full disk
+// would): the flush fails naming the file, and once the disk takes bytes again the next flush
+// writes the rest. Every record is in the file once, in order, readable; nothing is repeated
+// (a retry that rewrote what the failed write had put down would break the framing).
+TEST_P(RoundTrip, AWriteTheDiskRefusesIsRetriedWithoutLossOrRepeats) {
+  const Compression compression = GetParam();
+  const fs::path path = temp_dir() / fmt::format("refused.{}", compression_name(compression));
+  std::mt19937_64 rng(11);
+  std::vector<std::string> records;
+  for (int i = 0; i < 300; ++i) records.push_back(random_bytes(rng, 3000 + static_cast<size_t>(i)));
+  rlimit unlimited{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &unlimited), 0);
+  auto previous = signal(SIGXFSZ, SIG_IGN);  // over the limit: EFBIG instead of the signal
+  {
+    TFRecordWriter writer(path, compression);
+    rlimit small = unlimited;
+    small.rlim_cur = 100'000;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    for (const auto& record : records) writer.write(record);  // ~1 MB: writes past 100 kB fail
+    try {
+      writer.flush();
+      ADD_FAILURE() << "the flush should fail over the limit";
+    } catch (const IoError& error) {
+      EXPECT_NE(std::string(error.what()).find(path.string()), std::string::npos) << error.what();
+    }
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &unlimited), 0);
+    writer.close();
+  }
+  signal(SIGXFSZ, previous);
+  TFRecordReaderOptions options;
+  options.compression = compression;
+  TFRecordReader reader(path, options);
+  EXPECT_EQ(read_all(reader), records);
+}
 
 TEST(TFRecord, ParsesCompressionNames) {
   EXPECT_EQ(parse_compression(""), Compression::none);
