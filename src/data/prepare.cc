@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/file_io.h"
 #include "base/progress.h"
 #include "data/example.h"
@@ -212,7 +213,10 @@ void for_each_document(const fs::path& path, const std::string& text_field,
     json object;
     bool parsed = true;
     try {
-      object = json::parse(line);
+      object = json::parse(line, json_depth_limit("the line"));
+    } catch (const InputError& e) {  // nested too deep
+      parsed = false;
+      problem = e.what();
     } catch (const json::exception& e) {
       parsed = false;
       std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
@@ -408,7 +412,7 @@ json prepare(const PrepareOptions& options) {
 json read_manifest(const fs::path& prepared_dir) {
   fs::path path = prepared_dir / "manifest.json";
   check(fs::exists(path), "{}: no manifest.json (run `paraflow data prepare` first)", prepared_dir.string());
-  json manifest = json::parse(read_file(path), nullptr, false);
+  json manifest = json::parse(read_file(path), json_depth_limit(path.string()), false);
   check(!manifest.is_discarded() && manifest.is_object() && manifest.contains("splits"),
         "{}: not a paraflow data manifest", path.string());
   return manifest;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/file_io.h"
 #include "data/tokenizer.h"
 
@@ -82,14 +83,7 @@ std::string bytes_to_unicode(std::string_view bytes) {
   return out;
 }
 
-json parse_json(const fs::path& path) {
-  std::string text = read_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("{}: invalid JSON at byte {}: {}", path.string(), e.byte, e.what());
-  }
-}
+json parse_json(const fs::path& path) { return paraflow::parse_json(read_file(path), path.string()); }
 
 // Vocabulary as token string -> id; fills tokens (bytes) by id and the special ids.
 struct Vocab {

@@ -29,9 +29,4 @@ template <typename... Args>
   throw ApiError(400, "invalid_request_error", fmt::format(format, std::forward<Args>(args)...), param);
 }
 
-// How deep a request body may nest JSON (OpenAI's and TF Serving's REST bodies need a few
-// levels; a tensor of rank n, n + 2). nlohmann's dump() and copies recurse, so a body of a few
-// hundred thousand brackets would overflow a thread's stack long after it was parsed.
-constexpr int kMaxJsonDepth = 64;
-
 }  // namespace paraflow::serve

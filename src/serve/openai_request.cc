@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "base/json.h"
 #include "serve/api_error.h"
 
 namespace paraflow::serve {

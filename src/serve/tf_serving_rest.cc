@@ -7,7 +7,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include "serve/api_error.h"
+#include "base/json.h"
 #include "serve/predict.h"
 #include "serve/router.h"
 

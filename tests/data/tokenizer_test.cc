@@ -268,6 +268,9 @@ TEST(Files, BadFilesGiveClearErrors) {
   write_file_atomic(v, "{\"a\": 0,");
   write_file_atomic(m, merges);
   expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {v.string(), "invalid JSON"});
+  // Nested 100,000 deep: refused while parsing (copying or printing it would overflow the stack).
+  write_file_atomic(v, "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {v.string(), "JSON nested deeper than 64 levels"});
 
   write_file_atomic(v, vocab);
   write_file_atomic(m, "#version: 0.2\nĠ t\nq zzz\n");
