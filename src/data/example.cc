@@ -1,6 +1,7 @@
 #include "data/example.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "base/error.h"
 
@@ -17,6 +18,8 @@ std::string make_int64_example(std::string_view key, std::span<const int64_t> va
 
 tf::Example parse_example(std::string_view record, const RecordSource& source) {
   tf::Example example;
+  check(record.size() <= static_cast<size_t>(std::numeric_limits<int>::max()),
+        "{}: a record of {} bytes is over protobuf's 2 GiB limit for a message", source.describe(), record.size());
   if (!example.ParseFromArray(record.data(), static_cast<int>(record.size()))) {
     fail("{}: not a tf.train.Example ({} bytes that do not parse as one)", source.describe(), record.size());
   }

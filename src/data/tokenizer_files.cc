@@ -114,9 +114,9 @@ Vocab read_vocab(const json& object, const std::string& where, const std::vector
       v.special_ids.push_back(static_cast<TokenId>(id));
     } else {
       char32_t bad = 0;
-      check(unicode_to_bytes(key, bytes, bad),
-            "{}: token \"{}\" (id {}): character U+{:04X} is not in GPT-2's byte-to-unicode map", where, key, id,
-            static_cast<uint32_t>(bad));
+      const bool mapped = unicode_to_bytes(key, bytes, bad);  // sets `bad`, read below
+      check(mapped, "{}: token \"{}\" (id {}): character U+{:04X} is not in GPT-2's byte-to-unicode map", where, key,
+            id, static_cast<uint32_t>(bad));
       check(!bytes.empty(), "{}: token id {} is empty", where, id);
       v.tokens[id] = bytes;
     }
@@ -296,6 +296,12 @@ Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) {
     check(model["continuing_subword_prefix"].get<std::string>().empty(),
           "{}: model.continuing_subword_prefix must be empty for byte-level BPE", where);
   }
+  // What Hugging Face would apply and this tokenizer does not: refused, not ignored (the ids would differ).
+  check(j.value("normalizer", json()).is_null(), "{}: a normalizer ({}) is not supported (GPT-2's byte-level BPE has none)",
+        where, j["normalizer"].is_object() ? j["normalizer"].value("type", std::string("?")) : j["normalizer"].type_name());
+  check(model.value("dropout", json()).is_null(), "{}: model.dropout is not supported", where);
+  check(model.value("end_of_word_suffix", json()).is_null() || model["end_of_word_suffix"] == "",
+        "{}: model.end_of_word_suffix is not supported", where);
   const json& pre = j.value("pre_tokenizer", json());
   check(pre.is_object() && pre.value("type", std::string()) == "ByteLevel" && pre.value("use_regex", true) &&
             !pre.value("add_prefix_space", false),
@@ -304,7 +310,11 @@ Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) {
   std::vector<std::string> specials;
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& added : j["added_tokens"]) {
-      if (added.value("special", false)) specials.push_back(added.value("content", std::string()));
+      check(added.is_object(), "{}: added_tokens entries must be objects", where);
+      // A non-special added token (GPT-NeoX's runs of spaces) is matched before BPE: not supported.
+      check(added.value("special", false), "{}: added token \"{}\" is not special; only special added tokens are supported",
+            where, added.value("content", std::string()));
+      specials.push_back(added.value("content", std::string()));
     }
   }
   check(model.contains("vocab"), "{}: model.vocab is missing", where);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "base/error.h"
@@ -268,6 +269,18 @@ TEST(Files, BadFilesGiveClearErrors) {
   write_file_atomic(v, "{\"a\": 0,");
   write_file_atomic(m, merges);
   expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {v.string(), "invalid JSON"});
+  // What Hugging Face would apply and this tokenizer cannot is refused, not ignored (the ids
+  // would differ): a normalizer (GPT-NeoX's NFC), a non-special added token.
+  nlohmann::json full = nlohmann::json::parse(read_file(dir / "tokenizer.json"));
+  fs::path t = dir / "t.json";
+  nlohmann::json normalized = full;
+  normalized["normalizer"] = {{"type", "NFC"}};
+  write_file_atomic(t, normalized.dump());
+  expect_error([&] { Tokenizer::load_tokenizer_json(t); }, {t.string(), "normalizer (NFC) is not supported"});
+  nlohmann::json added = full;
+  added["added_tokens"].push_back({{"id", 0}, {"content", "  "}, {"special", false}});
+  write_file_atomic(t, added.dump());
+  expect_error([&] { Tokenizer::load_tokenizer_json(t); }, {t.string(), "added token \"  \" is not special"});
   // Nested 100,000 deep: refused while parsing (copying or printing it would overflow the stack).
   write_file_atomic(v, "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
   expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {v.string(), "JSON nested deeper than 64 levels"});
