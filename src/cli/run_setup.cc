@@ -4,6 +4,7 @@
 
 #include "base/file_io.h"
 #include "cli/config_schema.h"
+#include "data/prepare.h"
 #include "data/tfrecord.h"
 #include "data/tokenizer.h"
 #include "train/tfrecord_data.h"
@@ -78,9 +79,18 @@ RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::s
 }
 
 std::unique_ptr<train::BatchSource> RunSetup::open_data() const {
+  // Evaluation needs a validation split: checked now, not at the first evaluation.
+  const bool evaluates = train.eval_every > 0;
   if (data_format == "text") {
-    return std::make_unique<train::TokenSource>(train::TokenSource::from_text_files(train_files, validation_fraction));
+    auto source = std::make_unique<train::TokenSource>(train::TokenSource::from_text_files(train_files, validation_fraction));
+    check(!evaluates || source->validation_tokens() > train.sequence_length + 1,
+          "train.eval_every is {} but the validation split (data.validation_fraction {}) has {} tokens, fewer than one "
+          "sequence of {}",
+          train.eval_every, validation_fraction, source->validation_tokens(), train.sequence_length + 1);
+    return source;
   }
+  check(!evaluates || data_format != "prepared" || !data::list_shards(data_path, "val").empty(),
+        "train.eval_every is {} but {} has no validation shards to evaluate on", train.eval_every, data_path);
   data::PipelineOptions options;
   options.global_batch = train.batch_size;
   options.sequence_length = train.sequence_length;

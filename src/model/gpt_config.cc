@@ -130,6 +130,18 @@ void GptConfig::validate(const std::string& origin) const {
   check(n_head > 0 && n_embd > 0 && n_embd % n_head == 0, "{}: n_embd ({}) must be a positive multiple of n_head ({})",
         origin, n_embd, n_head);
   check(layer_norm_epsilon > 0, "{}: layer_norm_epsilon must be positive", origin);
+  // Past these a typo allocates without end (or overflows parameter_count): refused by name.
+  constexpr int64_t kMaxSize = int64_t{1} << 24, kMaxParameters = int64_t{1} << 40;
+  for (const auto& [name, value] : {std::pair{"vocab_size", vocab_size}, std::pair{"n_positions", n_positions},
+                                    std::pair{"n_layer", n_layer}, std::pair{"n_embd", n_embd}}) {
+    check(value <= kMaxSize, "{}: {} {} is implausibly large (at most {})", origin, name, value, kMaxSize);
+  }
+  const double C = static_cast<double>(n_embd);  // parameter_count(), without int64 overflow
+  const double parameters = static_cast<double>(vocab_size + n_positions) * C +
+                            static_cast<double>(n_layer) * (12 * C * C + 13 * C) + 2 * C;
+  check(parameters <= static_cast<double>(kMaxParameters),
+        "{}: {:.3g} parameters ({:.0f} GiB in float32) are more than this build handles", origin, parameters,
+        parameters * 4 / (1 << 30));
 }
 
 double GptConfig::attention_scale(int64_t layer) const {

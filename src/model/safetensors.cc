@@ -50,11 +50,15 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
     SafetensorsEntry entry;
     entry.dtype = parse_dtype(info["dtype"].get<std::string>(), where + " field 'dtype'");
     std::vector<int64_t> dims;
+    uint64_t elements = 1;  // checked as it grows: a product past 2^63 would wrap
     for (const auto& dim : info["shape"]) {
-      check(dim.is_number_unsigned() || (dim.is_number_integer() && dim.get<int64_t>() >= 0),
+      check(dim.is_number_integer() && (dim.is_number_unsigned() || dim.get<int64_t>() >= 0),
             "{}: shape entries must be non-negative integers, got {}", where, dim.dump());
-      dims.push_back(dim.get<int64_t>());
-      check(dims.back() <= (int64_t{1} << 40), "{}: dimension {} is implausibly large", where, dims.back());
+      const auto size = dim.get<uint64_t>();
+      check(size <= (uint64_t{1} << 40) && !__builtin_mul_overflow(elements, size, &elements) &&
+                elements <= (uint64_t{1} << 50),
+            "{}: shape {} is implausibly large", where, info["shape"].dump());
+      dims.push_back(static_cast<int64_t>(size));
     }
     entry.shape = Shape(dims);
     for (const auto& offset : info["data_offsets"]) {

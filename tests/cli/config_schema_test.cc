@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/file_io.h"
 #include "cli/config_schema.h"
 #include "cli/run_setup.h"
 #include "reference_runner.h"
@@ -122,6 +123,26 @@ TEST(ConfigSchema, ValuesFromTheHardeningReportAreRefused) {
     EXPECT_THROW(config.validate(), InputError) << assignment;
   }
   EXPECT_THROW(train::TrainConfig::from_config(model_only("train: {lr: 1.0e-4, min_lr: 1.0e-3}\n")), InputError);
+}
+
+// Evaluation without a validation split fails when the data is opened, naming the setting, not
+// at the first evaluation (hours in, with the steps since the last checkpoint lost).
+TEST(RunSetup, EvaluationWithoutValidationDataIsRefusedBeforeTraining) {
+  testing::TempDir dir;
+  write_file_atomic(dir.path() / "corpus.txt", std::string(4000, 'a'));
+  write_file_atomic(dir.path() / "run.yaml",
+                    fmt::format("model: {{vocab_size: 256, n_positions: 8, n_embd: 8, n_layer: 1, n_head: 2}}\n"
+                                "data: {{train: {}, format: text, validation_fraction: 0}}\n"
+                                "train: {{sequence_length: 8, eval_every: 5}}\n",
+                                (dir.path() / "corpus.txt").string()));
+  const cli::RunSetup setup = cli::RunSetup::load((dir.path() / "run.yaml").string(), {});
+  try {
+    setup.open_data();
+    ADD_FAILURE() << "opened data with no validation split to evaluate on";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.validation_fraction 0"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(cli::RunSetup::load((dir.path() / "run.yaml").string(), {"train.eval_every=0"}).open_data());
 }
 
 TEST(ConfigSchema, ReadmeListsEveryKeyAsTheSchemaDoes) {

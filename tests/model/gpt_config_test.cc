@@ -79,6 +79,20 @@ TEST(GptConfig, HfFieldsThatChangeTheModelAreRefused) {
   }
 }
 
+// A typo's size is refused by name before anything is allocated (or parameter_count overflows).
+TEST(GptConfig, ImplausibleSizesAreRefusedByName) {
+  const nlohmann::json defaults = testing::gpt_config(11, 8, 8, 1, 2).to_hf_json();
+  nlohmann::json wide = defaults;
+  wide["n_embd"] = 76800000;
+  wide["n_head"] = 1;
+  expect_refused(wide, {kOrigin, "n_embd 76800000 is implausibly large"});
+  nlohmann::json deep = defaults;
+  deep["n_layer"] = 1 << 20;
+  deep["n_embd"] = 1 << 14;
+  deep["n_head"] = 1;
+  expect_refused(deep, {kOrigin, "parameters", "more than this build handles"});
+}
+
 TEST(GptConfig, HfFieldsThatKeepTheMathsAreAccepted) {
   nlohmann::json json = testing::gpt_config(11, 8, 8, 1, 2).to_hf_json();
   json["n_inner"] = 32;  // 4 * n_embd, written out

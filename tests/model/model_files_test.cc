@@ -79,6 +79,11 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheProblemNamed) {
                  {"tensor 'w'", "needs 24 bytes"});
   expect_refused(with_header(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2), {"unsupported dtype 'Q4'"});
   expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), {"non-negative"});
+  // Sizes past int64 (once read as -1) and a product that wraps to 0 (with no bytes to match).
+  expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[18446744073709551615,18446744073709551615],"data_offsets":[0,4]}})", 4),
+                 {"tensor 'w'", "implausibly large"});
+  expect_refused(with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0),
+                 {"tensor 'w'", "implausibly large"});
   expect_refused(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
                  {"overlap"});
   expect_refused(good.substr(0, good.size() - 5), {"run past"});
