@@ -104,7 +104,9 @@ bool TFRecordReader::ensure(size_t count) {
     size_t want = buffer_.size() - end_;
     size_t got = stream_->read(buffer_.data() + end_, want);
     end_ += got;
-    if (got < want) eof_ = true;
+    // A short read is the end only for a plain file; a decompressor returns what it decoded
+    // before damage, and says so (InputError) on the next read.
+    if (got == 0 || (got < want && options_.compression == Compression::none)) eof_ = true;
   }
   return true;
 }

@@ -99,33 +99,17 @@ class InflateInput final : public InputStream {
   }
   ~InflateInput() override { inflateEnd(&z_); }
 
+  // What was decoded before damage is returned first; the error comes with the next read (a
+  // reader that skips damage keeps the records before it).
   size_t read(char* dst, size_t size) override {
+    if (!damage_.empty()) fail("{}", damage_);
     size_t done = 0;
-    while (done < size && !finished_) {
-      if (z_.avail_in == 0) refill();
-      if (z_.avail_in == 0 && raw_eof_) {
-        if (!in_member_) {
-          finished_ = true;
-          break;
-        }
-        fail("{}: {} stream truncated at compressed byte {} (uncompressed byte {})", raw_->name(),
-             compression_name(compression_), raw_->position(), position_ + done);
-      }
-      z_.next_out = reinterpret_cast<Bytef*>(dst + done);
-      z_.avail_out = static_cast<uInt>(std::min<size_t>(size - done, 1u << 30));
-      uInt before = z_.avail_out;
-      int rc = inflate(&z_, Z_NO_FLUSH);
-      done += before - z_.avail_out;
-      if (rc == Z_STREAM_END) {
-        in_member_ = false;
-        inflateReset(&z_);  // another member may follow
-      } else if (rc == Z_OK || rc == Z_BUF_ERROR) {
-        in_member_ = true;
-      } else {
-        fail("{}: corrupt {} data near compressed byte {} (uncompressed byte {}): {}", raw_->name(),
-             compression_name(compression_), raw_->position() - z_.avail_in, position_ + done,
-             z_.msg ? z_.msg : "zlib error");
-      }
+    try {
+      done = inflate_into(dst, size);
+    } catch (const InputError& error) {
+      if (done_before_damage_ == 0) throw;
+      damage_ = error.what();
+      done = done_before_damage_;
     }
     position_ += done;
     return done;
@@ -135,6 +119,7 @@ class InflateInput final : public InputStream {
     if (offset < position_) {
       raw_->seek(0);
       inflateReset(&z_);
+      damage_.clear();
       z_.avail_in = 0;
       raw_eof_ = finished_ = in_member_ = false;
       position_ = 0;
@@ -150,6 +135,39 @@ class InflateInput final : public InputStream {
   const std::string& name() const override { return raw_->name(); }
 
  private:
+  size_t inflate_into(char* dst, size_t size) {
+    size_t done = 0;
+    done_before_damage_ = 0;
+    while (done < size && !finished_) {
+      if (z_.avail_in == 0) refill();
+      if (z_.avail_in == 0 && raw_eof_) {
+        if (!in_member_) {
+          finished_ = true;
+          break;
+        }
+        fail("{}: {} stream truncated at compressed byte {} (uncompressed byte {})", raw_->name(),
+             compression_name(compression_), raw_->position(), position_ + done);
+      }
+      z_.next_out = reinterpret_cast<Bytef*>(dst + done);
+      z_.avail_out = static_cast<uInt>(std::min<size_t>(size - done, 1u << 30));
+      uInt before = z_.avail_out;
+      int rc = inflate(&z_, Z_NO_FLUSH);
+      done += before - z_.avail_out;
+      done_before_damage_ = done;  // what inflate wrote before an error is good data
+      if (rc == Z_STREAM_END) {
+        in_member_ = false;
+        inflateReset(&z_);  // another member may follow
+      } else if (rc == Z_OK || rc == Z_BUF_ERROR) {
+        in_member_ = true;
+      } else {
+        fail("{}: corrupt {} data near compressed byte {} (uncompressed byte {}): {}", raw_->name(),
+             compression_name(compression_), raw_->position() - z_.avail_in, position_ + done,
+             z_.msg ? z_.msg : "zlib error");
+      }
+    }
+    return done;
+  }
+
   void refill() {
     if (raw_eof_) return;
     size_t got = raw_->read(in_.data(), in_.size());
@@ -166,6 +184,8 @@ class InflateInput final : public InputStream {
   bool raw_eof_ = false;
   bool finished_ = false;
   bool in_member_ = false;  // inside a compressed member that has not ended yet
+  size_t done_before_damage_ = 0;  // inflate_into's bytes so far, for an error partway
+  std::string damage_;             // the error to report on the next read, after the bytes before it
 };
 
 // Keeps every byte it accepts until the file has it: a write that fails (a full disk) leaves the

@@ -261,6 +261,28 @@ TEST(TFRecord, TruncatedGzipStreamNamesTheFile) {
   EXPECT_NE(message.find("GZIP"), std::string::npos) << message;
 }
 
+// Under the skip policy a damaged compressed file keeps the records decoded before the damage
+// (they were all lost when the damage fell in the reader's first 256 KiB).
+TEST(TFRecord, SkipPolicyKeepsTheRecordsBeforeCompressedDamage) {
+  std::vector<std::string> records;
+  for (int i = 0; i < 50; ++i) records.push_back(fmt::format("record {} {}", i, std::string(1000, 'a' + i % 26)));
+  const fs::path path = write_raw("cut_skip.gz", frame(records).bytes, Compression::gzip);
+  const std::string compressed = read_file(path);
+  write_file_atomic(path, compressed.substr(0, compressed.size() - 10));
+  std::vector<std::string> logs;
+  TFRecordReaderOptions options;
+  options.compression = Compression::gzip;
+  options.policy = ErrorPolicy::skip;
+  options.log = [&](const std::string& message) { logs.push_back(message); };
+  TFRecordReader reader(path, options);
+  const std::vector<std::string> got = read_all(reader);
+  ASSERT_GE(got.size(), 45u);
+  EXPECT_EQ(got, std::vector<std::string>(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(got.size())));
+  EXPECT_EQ(reader.stats().skipped, 1u);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_NE(logs[0].find("GZIP"), std::string::npos) << logs[0];
+}
+
 TEST(TFRecord, SkipPolicyCountsLogsAndResyncs) {
   std::vector<std::string> records;
   for (int i = 0; i < 8; ++i) records.push_back(fmt::format("record {} {}", i, std::string(i * 37, 'z')));
