@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -89,7 +90,14 @@ Compression compression_of(const fs::path& path, const std::optional<Compression
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
-uint64_t parse_hex64(const json& j) { return std::stoull(j.get<std::string>(), nullptr, 16); }
+uint64_t parse_hex64(const json& j) {
+  const std::string text = j.get<std::string>();
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  check(error == std::errc() && end == text.data() + text.size() && !text.empty(),
+        "pipeline state: shuffle.rng holds '{}', not a 64-bit hex number", text);
+  return value;
+}
 
 }  // namespace
 
@@ -632,7 +640,19 @@ json state_to_json(const SeqState& s, const std::string& fingerprint) {
                 {"record", s.has_record ? json::array({s.record.file, s.record.offset, s.record_pos}) : json(nullptr)}}}};
 }
 
-SeqState state_from_json(const json& j, const std::string& fingerprint, int C) {
+SeqState state_fields(const json& j, const std::string& fingerprint, int C, int64_t files);
+
+// A state from a checkpoint: every field read and range-checked, any malformed one an InputError
+// naming it rather than an out-of-range index later.
+SeqState state_from_json(const json& j, const std::string& fingerprint, int C, int64_t files) {
+  try {
+    return state_fields(j, fingerprint, C, files);
+  } catch (const json::exception& error) {
+    fail("pipeline state: malformed ({})", error.what());
+  }
+}
+
+SeqState state_fields(const json& j, const std::string& fingerprint, int C, int64_t files) {
   check(j.is_object() && j.value("format", "") == "paraflow.pipeline/1", "pipeline state: not a paraflow.pipeline/1 state");
   check(j.at("fingerprint").get<std::string>() == fingerprint,
         "pipeline state: made for other shards or order options (fingerprint {} here, {} in the state)", fingerprint,
@@ -648,16 +668,31 @@ SeqState state_from_json(const json& j, const std::string& fingerprint, int C) {
   check(static_cast<int>(s.slots.size()) == C && s.slot_offsets.size() == s.slots.size() && s.cycle_index >= 0 &&
             s.cycle_index < C,
         "pipeline state: interleave cycle does not match cycle_length {}", C);
+  check(s.next_batch >= 0 && s.epoch >= 0 && s.next_g >= 0 && s.epoch * files <= s.next_g,
+        "pipeline state: next_batch {}, epoch {} and next_file {} are out of range for {} files", s.next_batch, s.epoch,
+        s.next_g, files);
+  for (int64_t slot : s.slots) {
+    check(slot >= -1 && slot < s.next_g, "pipeline state: interleave slot {} is out of range (next_file {})", slot,
+          s.next_g);
+  }
   const json& sh = j.at("shuffle");
   s.filling = sh.at("filling").get<bool>();
   for (size_t i = 0; i < 4; ++i) s.rng[i] = parse_hex64(sh.at("rng").at(i));
-  for (const json& r : sh.at("buffer")) s.buffer.push_back(Ref{r.at(0).get<uint32_t>(), r.at(1).get<uint64_t>()});
+  auto file_index = [&](const json& value, const char* what) {
+    const auto file = value.get<int64_t>();
+    check(file >= 0 && file < files, "pipeline state: {} names file {} of {}", what, file, files);
+    return static_cast<uint32_t>(file);
+  };
+  for (const json& r : sh.at("buffer")) s.buffer.push_back(Ref{file_index(r.at(0), "shuffle.buffer"), r.at(1).get<uint64_t>()});
   const json& pk = j.at("packer");
   s.carry = pk.at("carry").get<int64_t>();
+  check(s.carry >= -1 && s.carry <= std::numeric_limits<int32_t>::max(), "pipeline state: packer.carry {} is not a token",
+        s.carry);
   if (!pk.at("record").is_null()) {
     s.has_record = true;
-    s.record = Ref{pk["record"].at(0).get<uint32_t>(), pk["record"].at(1).get<uint64_t>()};
+    s.record = Ref{file_index(pk["record"].at(0), "packer.record"), pk["record"].at(1).get<uint64_t>()};
     s.record_pos = pk["record"].at(2).get<int64_t>();
+    check(s.record_pos >= 0, "pipeline state: packer.record position {} is negative", s.record_pos);
   }
   return s;
 }
@@ -729,7 +764,7 @@ json InputPipeline::state() const { return state_to_json(impl_->consumer_state, 
 
 void InputPipeline::restore(const json& state) {
   Impl& m = *impl_;
-  SeqState s = state_from_json(state, m.fingerprint, m.C);
+  SeqState s = state_from_json(state, m.fingerprint, m.C, m.n);
   m.halt();
   m.consumer_state = std::move(s);
   m.current_index = -1;

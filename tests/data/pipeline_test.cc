@@ -258,6 +258,32 @@ TEST(Pipeline, RestoreRejectsOtherOptions) {
   EXPECT_THROW(q.restore(nlohmann::json::object()), InputError);
 }
 
+// A state edited or damaged out of range is refused naming the field, never used as an index.
+TEST(Pipeline, RestoreRefusesFieldsOutOfRange) {
+  Corpus c = make_corpus("range", 3, 5);
+  InputPipeline p(c.files, base_options());
+  p.global_batch(0);
+  const nlohmann::json state = p.state();
+  auto refused = [&](const std::function<void(nlohmann::json&)>& damage, const std::string& part) {
+    nlohmann::json bad = state;
+    damage(bad);
+    InputPipeline q(c.files, base_options());
+    try {
+      q.restore(bad);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused([](nlohmann::json& s) { s["interleave"]["next_file"] = -5; }, "out of range");
+  refused([](nlohmann::json& s) { s["shuffle"]["rng"][0] = "xyz"; }, "not a 64-bit hex number");
+  refused([](nlohmann::json& s) { s["packer"]["carry"] = -7; }, "packer.carry");
+  refused([](nlohmann::json& s) { s["shuffle"]["buffer"] = {{9, 0}}; }, "shuffle.buffer names file 9 of 3");
+  refused([](nlohmann::json& s) { s["epoch"] = "one"; }, "pipeline state: malformed");
+  InputPipeline intact(c.files, base_options());
+  EXPECT_NO_THROW(intact.restore(state));
+}
+
 TEST(Pipeline, RankSlicesConcatenateToTheGlobalBatch) {
   Corpus c = make_corpus("ranks", 3, 8);
   PipelineOptions o = base_options();
