@@ -317,6 +317,16 @@ json prepare(const PrepareOptions& options) {
       ready_cv.notify_all();
     }
   };
+  // Everything that may throw before the loop below is set up first: a pool of joinable
+  // threads must not be left behind by an exception (std::terminate).
+  uint64_t total_bytes = 0;
+  for (const auto& p : inputs) total_bytes += fs::file_size(p);
+  Progress progress("prepare", static_cast<long>(inputs.size()),
+                    std::max<long>(1, static_cast<long>(inputs.size()) / 20));
+  auto start = std::chrono::steady_clock::now();
+
+  ShardSet train("train", options), val("val", options);
+
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   auto stop_pool = [&] {
@@ -329,13 +339,6 @@ json prepare(const PrepareOptions& options) {
     pool.clear();
   };
 
-  uint64_t total_bytes = 0;
-  for (const auto& p : inputs) total_bytes += fs::file_size(p);
-  Progress progress("prepare", static_cast<long>(inputs.size()),
-                    std::max<long>(1, static_cast<long>(inputs.size()) / 20));
-  auto start = std::chrono::steady_clock::now();
-
-  ShardSet train("train", options), val("val", options);
   json input_list = json::array();
   int64_t skipped_lines = 0, empty_documents = 0, documents = 0, tokens = 0;
   uint64_t done_bytes = 0;
