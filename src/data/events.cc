@@ -1,9 +1,12 @@
 #include "data/events.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cfloat>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -25,9 +28,17 @@ std::filesystem::path new_event_file(const std::filesystem::path& logdir, const 
   if (error) throw IoError(fmt::format("{}: cannot create the log directory: {}", logdir.string(), error.message()));
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
   std::string base = fmt::format("events.out.tfevents.{:010d}.{}", seconds.count(), hostname());
-  std::filesystem::path path = logdir / (base + suffix);
-  for (int k = 1; std::filesystem::exists(path); ++k) path = logdir / fmt::format("{}{}.{}", base, suffix, k);
-  return path;
+  // The name is claimed by creating the file (O_EXCL): two writers starting in the same second
+  // (two runs, two ranks on one host) get two files, not one truncating the other's.
+  for (int k = 0;; ++k) {
+    std::filesystem::path path = logdir / (k == 0 ? base + suffix : fmt::format("{}{}.{}", base, suffix, k));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return path;
+    }
+    if (errno != EEXIST) throw IoError(fmt::format("{}: cannot create: {}", path.string(), std::strerror(errno)));
+  }
 }
 
 }  // namespace
