@@ -25,7 +25,22 @@ TokenSource TokenSource::from_tokens(std::vector<int32_t> tokens, double validat
   source.tokens_ = std::move(tokens);
   source.split_ = static_cast<int64_t>(static_cast<double>(source.tokens_.size()) * (1.0 - validation_fraction));
   source.max_token_ = source.tokens_.empty() ? 0 : *std::max_element(source.tokens_.begin(), source.tokens_.end());
+  source.fingerprint_ = crc32c(source.tokens_.data(), source.tokens_.size() * sizeof(int32_t));
   return source;
+}
+
+nlohmann::json TokenSource::state() const {
+  return {{"tokens_crc32c", fingerprint_}, {"tokens", tokens_.size()}, {"train_tokens", split_}};
+}
+
+void TokenSource::restore(const nlohmann::json& state) {
+  if (!state.contains("tokens_crc32c")) return;  // a checkpoint from before the fingerprint
+  check(state.value("tokens_crc32c", uint32_t{0}) == fingerprint_ && state.value("tokens", size_t{0}) == tokens_.size() &&
+            state.value("train_tokens", int64_t{0}) == split_,
+        "data.train: not the corpus this run was trained on ({} tokens, {} for training, CRC-32C {:08x} in the "
+        "checkpoint; {}, {}, {:08x} now): resume it on its own data, or train in another train.out_dir",
+        state.value("tokens", size_t{0}), state.value("train_tokens", int64_t{0}), state.value("tokens_crc32c", uint32_t{0}),
+        tokens_.size(), split_, fingerprint_);
 }
 
 std::string TokenSource::describe() const {

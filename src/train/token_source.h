@@ -22,6 +22,10 @@ class TokenSource final : public BatchSource {
   void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices, const Tensor& tokens,
              const Tensor& targets) override;
   std::string describe() const override;
+  // The corpus's identity (a CRC-32C of its tokens, the split), so that a run resumed on other
+  // data is refused, as TFRecord data's fingerprint does; batches depend on nothing else.
+  nlohmann::json state() const override;
+  void restore(const nlohmann::json& state) override;
 
   int64_t train_tokens() const { return split_; }
   int64_t validation_tokens() const { return static_cast<int64_t>(tokens_.size()) - split_; }
@@ -31,6 +35,7 @@ class TokenSource final : public BatchSource {
   std::vector<int32_t> tokens_;
   int64_t split_ = 0;
   int32_t max_token_ = 0;
+  uint32_t fingerprint_ = 0;  // CRC-32C of the tokens
 };
 
 }  // namespace paraflow::train

@@ -150,6 +150,32 @@ TEST(Checkpoint, PruningKeepsTheCheckpointJustSaved) {
   EXPECT_EQ(manager.latest_valid(), saved);
 }
 
+// A run resumed on another corpus is refused (batches are drawn by (seed, index) from whatever
+// tokens are there: it would go on silently on other data).
+TEST(Checkpoint, ResumingOnAnotherCorpusIsRefused) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  {
+    train::Trainer trainer(config, testing::short_training(dir.path(), 10), data, cpu_backend());
+    trainer.initialize_or_resume();
+    trainer.step();
+    trainer.save_checkpoint();
+  }
+  std::vector<int32_t> other(20000);
+  for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<int32_t>(i % static_cast<size_t>(config.vocab_size));
+  train::TokenSource other_data = train::TokenSource::from_tokens(other, 0.1);
+  train::Trainer elsewhere(config, testing::short_training(dir.path(), 10), other_data, cpu_backend());
+  try {
+    elsewhere.initialize_or_resume();
+    ADD_FAILURE() << "resumed on another corpus";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not the corpus this run was trained on"), std::string::npos) << e.what();
+  }
+  train::Trainer same(config, testing::short_training(dir.path(), 10), data, cpu_backend());
+  EXPECT_TRUE(same.initialize_or_resume());
+}
+
 TEST(Checkpoint, SigtermSavesACheckpointAndExitsZero) {
   testing::TempDir dir;
   testing::write_letter_corpus(dir.path() / "corpus.txt", 200000, 26, 1);
