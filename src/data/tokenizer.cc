@@ -384,14 +384,20 @@ void Tokenizer::encode_append(std::string_view text, std::vector<TokenId>& out, 
     encode_ordinary(text, out, cache);
     return;
   }
+  // Each special's next occurrence, searched for again only once the text has passed it: a
+  // special that never occurs costs one scan, not one per occurrence of another (quadratic).
+  std::vector<size_t> next(special_ids_.size());
+  for (size_t k = 0; k < special_ids_.size(); ++k) next[k] = text.find(token_bytes(special_ids_[k]));
   size_t pos = 0;
   while (pos < text.size()) {
     // The earliest special token; the longest one where several start at the same offset.
     size_t found = std::string_view::npos, found_size = 0;
     TokenId found_id = -1;
-    for (TokenId id : special_ids_) {
+    for (size_t k = 0; k < special_ids_.size(); ++k) {
+      const TokenId id = special_ids_[k];
       std::string_view s = token_bytes(id);
-      size_t at = text.find(s, pos);
+      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(s, pos);
+      const size_t at = next[k];
       if (at < found || (at == found && at != std::string_view::npos && s.size() > found_size)) {
         found = at;
         found_size = s.size();

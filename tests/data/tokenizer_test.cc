@@ -182,6 +182,29 @@ TEST(Bpe, SpecialTokens) {
   EXPECT_THROW(tok.decode(std::vector<TokenId>{tok.vocab_size()}), InputError);
 }
 
+// Several special tokens: the earliest occurrence wins, the longest where two start together, and
+// one that never occurs changes nothing; against the text split by hand and each piece encoded.
+TEST(Bpe, SeveralSpecialTokensEarliestThenLongest) {
+  BpeTrainOptions options;
+  options.vocab_size = 256 + 4;
+  options.special_tokens = {"<|sep|>", "<|sep|>!", "<|never|>", std::string(kEndOfText)};
+  BpeTrainer trainer(options);
+  trainer.add_text("ab");
+  const Tokenizer tok = trainer.train();
+  const TokenId sep = 256, sep_bang = 257, eot = 259;
+  ASSERT_EQ(tok.token_bytes(sep_bang), "<|sep|>!");
+  std::string text;
+  std::vector<TokenId> expected;
+  for (int i = 0; i < 200; ++i) {
+    const std::string piece = fmt::format("x{}", i);
+    text += piece;
+    for (TokenId id : tok.encode(piece, false)) expected.push_back(id);
+    text += i % 3 == 0 ? "<|sep|>!" : i % 3 == 1 ? "<|sep|>" : std::string(kEndOfText);
+    expected.push_back(i % 3 == 0 ? sep_bang : i % 3 == 1 ? sep : eot);
+  }
+  EXPECT_EQ(tok.encode(text), expected);
+}
+
 TEST(Train, DeterministicWithDocumentedTieRule) {
   BpeTrainOptions options;
   options.vocab_size = 256 + 3 + 1;
