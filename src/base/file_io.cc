@@ -63,7 +63,10 @@ void fsync_directory(const std::filesystem::path& dir) {
   const int synced = ::fsync(fd);
   const int error = errno;
   ::close(fd);
-  if (synced != 0) throw IoError(fmt::format("{}: fsync failed: {}", dir.string(), std::strerror(error)));
+  // EINVAL, EROFS: the filesystem does not sync directories (some network and FUSE ones).
+  if (synced != 0 && error != EINVAL && error != EROFS) {
+    throw IoError(fmt::format("{}: fsync failed: {}", dir.string(), std::strerror(error)));
+  }
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {

@@ -668,7 +668,7 @@ SeqState state_fields(const json& j, const std::string& fingerprint, int C, int6
   check(static_cast<int>(s.slots.size()) == C && s.slot_offsets.size() == s.slots.size() && s.cycle_index >= 0 &&
             s.cycle_index < C,
         "pipeline state: interleave cycle does not match cycle_length {}", C);
-  check(s.next_batch >= 0 && s.epoch >= 0 && s.next_g >= 0 && s.epoch * files <= s.next_g,
+  check(s.next_batch >= 0 && s.epoch >= 0 && s.next_g >= 0 && files > 0 && s.epoch <= s.next_g / files,
         "pipeline state: next_batch {}, epoch {} and next_file {} are out of range for {} files", s.next_batch, s.epoch,
         s.next_g, files);
   for (int64_t slot : s.slots) {

@@ -299,7 +299,7 @@ Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) {
   // What Hugging Face would apply and this tokenizer does not: refused, not ignored (the ids would differ).
   check(j.value("normalizer", json()).is_null(), "{}: a normalizer ({}) is not supported (GPT-2's byte-level BPE has none)",
         where, j["normalizer"].is_object() ? j["normalizer"].value("type", std::string("?")) : j["normalizer"].type_name());
-  check(model.value("dropout", json()).is_null(), "{}: model.dropout is not supported", where);
+  check(model.value("dropout", json()).is_null() || model["dropout"] == 0, "{}: model.dropout is not supported", where);
   check(model.value("end_of_word_suffix", json()).is_null() || model["end_of_word_suffix"] == "",
         "{}: model.end_of_word_suffix is not supported", where);
   const json& pre = j.value("pre_tokenizer", json());

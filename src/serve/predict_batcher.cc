@@ -97,7 +97,11 @@ bool PredictBatcher::finish_until(Clock::time_point deadline) {
 }
 
 void PredictBatcher::stop() {
-  finish_until(Clock::time_point::max());
+  stop_accepting();
+  {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return batches_.empty() && running_ == 0; });
+  }
   if (scheduler_.joinable()) scheduler_.join();
 }
 

@@ -187,7 +187,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
   try {
     const Target target = parse_target(path);
     const char* method = target.kind == Target::Kind::predict ? "POST" : "GET";
-    if (request.method != method) fail(405, "{} {} is not supported; use {}", request.method, path, method);
+    const bool head_of_get = request.method == "HEAD" && target.kind != Target::Kind::predict;
+    if (request.method != method && !head_of_get) fail(405, "{} {} is not supported; use {}", request.method, path, method);
     if (target.kind == Target::Kind::status) {
       const std::vector<VersionStatus> statuses =
           registry_.status(target.name, target.version, target.label.value_or(""));

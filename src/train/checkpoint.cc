@@ -60,9 +60,15 @@ void put_in_place(const std::filesystem::path& from, const std::filesystem::path
     std::filesystem::rename(from, to);
     return;
   }
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
-    throw IoError(fmt::format("{}: cannot replace it with {}: {}", to.string(), from.string(), std::strerror(errno)));
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) return;
+  const int error = errno;
+  if (error != EINVAL && error != ENOSYS && error != ENOTSUP) {
+    throw IoError(fmt::format("{}: cannot replace it with {}: {}", to.string(), from.string(), std::strerror(error)));
   }
+  // A filesystem without the exchange (NFS, most FUSE mounts): the old one goes first, as a
+  // plain rename cannot replace a directory that has files.
+  std::filesystem::remove_all(to);
+  std::filesystem::rename(from, to);
 }
 
 }  // namespace
@@ -84,7 +90,13 @@ std::filesystem::path CheckpointManager::save(int64_t step, const model::GptConf
   }
   // A checkpoint of this step already there (saved again at the same step: a stop right after a
   // periodic save, a finished run started again) is swapped out, never deleted first.
-  put_in_place(temporary, final_path);
+  try {
+    put_in_place(temporary, final_path);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove_all(temporary, ignored);
+    throw;
+  }
   fsync_directory(dir_);
   std::filesystem::remove_all(temporary);
   prune(step);

@@ -103,18 +103,27 @@ TEST(Checkpoint, KeepsOnlyTheLastK) {
   EXPECT_EQ(count, 2);
 }
 
-// Saving again at the same step (a stop right after a periodic save, a finished run started
-// again) swaps the checkpoint in: one whole checkpoint of that step, no temporary left.
-TEST(Checkpoint, SavingTheSameStepTwiceKeepsAWholeCheckpoint) {
+// A run that keeps one checkpoint, one step in.
+class OneCheckpointKept : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    train_config.keep_checkpoints = 1;
+    trainer = std::make_unique<train::Trainer>(config, train_config, data, cpu_backend());
+    trainer->initialize_or_resume();
+    trainer->step();
+  }
+
   testing::TempDir dir;
   model::GptConfig config = testing::small_config();
   train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
   train::TrainConfig train_config = testing::short_training(dir.path(), 10);
-  train_config.keep_checkpoints = 1;
-  train::Trainer trainer(config, train_config, data, cpu_backend());
-  trainer.initialize_or_resume();
-  trainer.step();
-  const std::filesystem::path first = trainer.save_checkpoint(), second = trainer.save_checkpoint();
+  std::unique_ptr<train::Trainer> trainer;
+};
+
+// Saving again at the same step (a stop right after a periodic save, a finished run started
+// again) swaps the checkpoint in: one whole checkpoint of that step, no temporary left.
+TEST_F(OneCheckpointKept, SavingTheSameStepTwiceKeepsAWholeCheckpoint) {
+  const std::filesystem::path first = trainer->save_checkpoint(), second = trainer->save_checkpoint();
   EXPECT_EQ(first, second);
   train::CheckpointManager::verify(second);
   std::vector<std::string> names;
@@ -124,18 +133,9 @@ TEST(Checkpoint, SavingTheSameStepTwiceKeepsAWholeCheckpoint) {
 
 // With the newest checkpoint corrupt, a run resumes from the one before and saves again: keeping
 // one checkpoint keeps the one just saved, not the corrupt newer one (nor a folder of another name).
-TEST(Checkpoint, PruningKeepsTheCheckpointJustSaved) {
-  testing::TempDir dir;
-  model::GptConfig config = testing::small_config();
-  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
-  train::TrainConfig train_config = testing::short_training(dir.path(), 10);
-  train_config.keep_checkpoints = 1;
-  {
-    train::Trainer trainer(config, train_config, data, cpu_backend());
-    trainer.initialize_or_resume();
-    trainer.step();
-    trainer.save_checkpoint();
-  }
+TEST_F(OneCheckpointKept, PruningKeepsTheCheckpointJustSaved) {
+  trainer->save_checkpoint();
+  trainer.reset();
   std::filesystem::create_directories(dir.path() / "ckpt-000000009");  // corrupt: no manifest
   std::filesystem::create_directories(dir.path() / "ckpt-best");        // the user's
   train::Trainer resumed(config, train_config, data, cpu_backend());
@@ -152,27 +152,20 @@ TEST(Checkpoint, PruningKeepsTheCheckpointJustSaved) {
 
 // A run resumed on another corpus is refused (batches are drawn by (seed, index) from whatever
 // tokens are there: it would go on silently on other data).
-TEST(Checkpoint, ResumingOnAnotherCorpusIsRefused) {
-  testing::TempDir dir;
-  model::GptConfig config = testing::small_config();
-  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
-  {
-    train::Trainer trainer(config, testing::short_training(dir.path(), 10), data, cpu_backend());
-    trainer.initialize_or_resume();
-    trainer.step();
-    trainer.save_checkpoint();
-  }
+TEST_F(OneCheckpointKept, ResumingOnAnotherCorpusIsRefused) {
+  trainer->save_checkpoint();
+  trainer.reset();
   std::vector<int32_t> other(20000);
   for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<int32_t>(i % static_cast<size_t>(config.vocab_size));
   train::TokenSource other_data = train::TokenSource::from_tokens(other, 0.1);
-  train::Trainer elsewhere(config, testing::short_training(dir.path(), 10), other_data, cpu_backend());
+  train::Trainer elsewhere(config, train_config, other_data, cpu_backend());
   try {
     elsewhere.initialize_or_resume();
     ADD_FAILURE() << "resumed on another corpus";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("not the corpus this run was trained on"), std::string::npos) << e.what();
   }
-  train::Trainer same(config, testing::short_training(dir.path(), 10), data, cpu_backend());
+  train::Trainer same(config, train_config, data, cpu_backend());
   EXPECT_TRUE(same.initialize_or_resume());
 }
 
