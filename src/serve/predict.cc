@@ -12,10 +12,13 @@ namespace {
 // The rows of one Predict call: each row's tokens, and `done` once the last row finishes.
 class PredictCall {
  public:
-  PredictCall(size_t rows, std::function<void(PredictOutcome)> done) : done_(std::move(done)) {
+  PredictCall(size_t rows, std::function<void(PredictOutcome)> done, std::shared_ptr<const std::atomic<bool>> abandoned)
+      : done_(std::move(done)), abandoned_(std::move(abandoned)) {
     outcome_.output_ids.resize(rows);
     remaining_ = rows;
   }
+
+  bool abandoned() const { return abandoned_ && abandoned_->load(); }
 
   void add_token(size_t row, int32_t token) {
     std::lock_guard lock(mutex_);
@@ -27,6 +30,10 @@ class PredictCall {
     PredictOutcome result;
     {
       std::lock_guard lock(mutex_);
+      if (abandoned() && outcome_.error.empty()) {
+        outcome_.error = "the client went away before the answer";
+        outcome_.failure = PredictFailure::unavailable;
+      }
       if (!outcome.error.empty() && outcome_.error.empty()) {
         outcome_.error = "row " + std::to_string(row) + ": " + outcome.error;
         outcome_.failure = outcome.cancelled ? PredictFailure::unavailable : PredictFailure::failed;
@@ -43,12 +50,14 @@ class PredictCall {
   size_t remaining_ = 0;
   PredictOutcome outcome_;
   std::function<void(PredictOutcome)> done_;
+  std::shared_ptr<const std::atomic<bool>> abandoned_;
 };
 
 class RowSink : public infer::RequestSink {
  public:
   RowSink(std::shared_ptr<PredictCall> call, size_t row) : call_(std::move(call)), row_(row) {}
   bool on_token(const infer::TokenEvent& event) override {
+    if (call_->abandoned()) return false;  // ends the row: its client is gone
     call_->add_token(row_, event.token);
     return true;
   }
@@ -87,7 +96,11 @@ void check_predict_inputs(const model::GptConfig& config, const PredictInputs& i
 void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
   check_predict_inputs(engine.config(), inputs);
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
-  auto call = std::make_shared<PredictCall>(rows.size(), std::move(done));
+  if (inputs.abandoned && inputs.abandoned->load()) {  // gone while the rows waited for a batch
+    done(PredictOutcome{.error = "the client went away before the answer", .failure = PredictFailure::unavailable});
+    return;
+  }
+  auto call = std::make_shared<PredictCall>(rows.size(), std::move(done), inputs.abandoned);
   std::vector<uint64_t> submitted;
   try {
     for (size_t row = 0; row < rows.size(); ++row) {

@@ -10,8 +10,10 @@
 // rectangular, as a tensor must).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,13 +26,16 @@ struct PredictInputs {
   int64_t max_new_tokens = 16;
   double temperature = 0;
   uint64_t seed = 0;
+  // Set by the front end when its client has gone: rows not started are not run, running ones
+  // stop at their next token, and `done` reports the request as cancelled.
+  std::shared_ptr<const std::atomic<bool>> abandoned;
 };
 
 // Why a Predict failed, for the status each API answers with.
 enum class PredictFailure {
   none,
   queue_full,   // the engine's queue was full (retry later)
-  unavailable,  // the server is shutting down: the rows were refused or cancelled
+  unavailable,  // the server is shutting down (the rows were refused or cancelled), or the client left
   failed,       // a row failed
 };
 

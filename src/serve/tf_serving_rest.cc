@@ -234,6 +234,9 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     }
     const bool rows = body.contains("instances");
     PredictInputs inputs = rows ? decode_rows(body["instances"]) : decode_columns(body["inputs"]);
+    auto abandoned = std::make_shared<std::atomic<bool>>(false);
+    exchange->on_disconnect([abandoned] { abandoned->store(true); });
+    inputs.abandoned = abandoned;
     ServedVersion& served = *version;
     served.predict(std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
       if (!outcome.error.empty()) {

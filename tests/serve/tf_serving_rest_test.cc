@@ -25,8 +25,12 @@ class RecordingExchange : public serve::Exchange {
   void start_stream(const std::string&) override { ADD_FAILURE() << "TF Serving's API does not stream"; }
   void send(std::string) override {}
   void end_stream() override {}
-  void on_disconnect(std::function<void()>) override {}
+  // A client already gone: the callback fires at once, as the server does for a late registration.
+  void on_disconnect(std::function<void()> callback) override {
+    if (gone) callback();
+  }
 
+  bool gone = false;
   std::promise<std::pair<int, std::string>> answered;
 };
 
@@ -38,8 +42,10 @@ class TfServingRestTest : public ::testing::Test {
     model::save_model_dir(dir.path() / "gpt", config, parameters);
   }
 
-  std::pair<int, json> call(const std::string& method, const std::string& path, const std::string& body = "") {
+  std::pair<int, json> call(const std::string& method, const std::string& path, const std::string& body = "",
+                            bool client_gone = false) {
     auto exchange = std::make_shared<RecordingExchange>();
+    exchange->gone = client_gone;
     auto answer = exchange->answered.get_future();
     serve::HttpRequest request;
     request.method = method;
@@ -144,6 +150,16 @@ TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
                "deeper than 64 levels");
   const infer::EngineStats stats = registry.find("gpt")->engine->stats();
   EXPECT_EQ(stats.running + stats.waiting, 0);
+}
+
+// A Predict whose client has gone runs no rows (nor the rest of their tokens, had they started).
+TEST_F(TfServingRestTest, APredictWhoseClientLeftRunsNothing) {
+  registry.poll();
+  auto [status, body] = call("POST", "/v1/models/gpt:predict", R"({"instances": [[1, 2], [3, 4]]})", true);
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(body["error"].get<std::string>().find("went away"), std::string::npos) << body;
+  const infer::EngineStats stats = registry.find("gpt")->engine->stats();
+  EXPECT_EQ(stats.generated_tokens + stats.running + stats.waiting, 0);
 }
 
 // While the server drains, a kept-alive connection may still send requests: a Predict is refused
