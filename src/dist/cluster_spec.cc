@@ -2,7 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
+#include <map>
 
 #include "base/error.h"
 #include "base/json.h"
@@ -47,11 +50,19 @@ ClusterSpec ClusterSpec::parse(const std::string& tf_config) {
         list.push_back(address.get<std::string>());
       }
     } else if (addresses.is_object()) {  // TensorFlow also accepts a sparse {index: address} map
+      constexpr size_t kMaxTasks = 100000;
       for (auto& [index, address] : addresses.items()) {
         check(address.is_string(), "TF_CONFIG cluster.{}.{} must be a \"host:port\" string", job, index);
-        size_t i = std::stoul(index);
+        check(!index.empty() && index.size() <= 6 && std::all_of(index.begin(), index.end(), ::isdigit) &&
+                  std::stoul(index) < kMaxTasks,
+              "TF_CONFIG cluster.{}: key \"{}\" is not a task index (0..{})", job, index, kMaxTasks - 1);
+        const size_t i = std::stoul(index);
         if (list.size() <= i) list.resize(i + 1);
         list[i] = address.get<std::string>();
+      }
+      for (size_t i = 0; i < list.size(); ++i) {
+        check(!list[i].empty(), "TF_CONFIG cluster.{} has no task {} (its indices must run 0..{} without a gap)", job,
+              i, list.size() - 1);
       }
     } else {
       fail("TF_CONFIG cluster.{} must be a list of \"host:port\", got {}", job, addresses.dump());
@@ -59,8 +70,19 @@ ClusterSpec ClusterSpec::parse(const std::string& tf_config) {
     for (const auto& address : list) split_host_port(address, "TF_CONFIG cluster." + job);
     spec.jobs[job] = list;
   }
+  // Two tasks at one address would be one process answering for both (a ps holding two shards'
+  // places, its Loads overwriting each other).
+  std::map<std::string, std::string> owner;
+  for (const auto& [job, list] : spec.jobs) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string task = fmt::format("{}[{}]", job, i);
+      const auto [at, fresh] = owner.emplace(list[i], task);
+      check(fresh, "TF_CONFIG: cluster.{} and cluster.{} have the same address {}", at->second, task, list[i]);
+    }
+  }
   if (spec.jobs.count("chief")) {
-    check(spec.jobs["chief"].size() == 1, "TF_CONFIG: at most one chief, got {}", json["cluster"]["chief"].dump());
+    check(spec.jobs["chief"].size() == 1, "TF_CONFIG: cluster.chief must hold exactly one task, got {}",
+          json["cluster"]["chief"].dump());
   }
   if (spec.jobs.count("evaluator")) {
     check(spec.jobs["evaluator"].size() <= 1, "TF_CONFIG: at most one evaluator, got {}",
@@ -74,7 +96,11 @@ ClusterSpec ClusterSpec::parse(const std::string& tf_config) {
   spec.task_type = task["type"].get<std::string>();
   if (task.contains("index")) {
     check(task["index"].is_number_integer(), "TF_CONFIG task.index must be an integer, got {}", task.dump());
-    spec.task_index = task["index"].get<int>();
+    const auto index = task["index"].get<int64_t>();  // as int64: an int would wrap 2^32 + 1 to 1
+    check(task["index"].is_number_unsigned() || index >= 0, "TF_CONFIG task.index must not be negative, got {}",
+          task.dump());
+    check(index <= std::numeric_limits<int>::max(), "TF_CONFIG task.index {} is out of range", index);
+    spec.task_index = static_cast<int>(index);
   }
   check(spec.task_type == "chief" || spec.task_type == "worker" || spec.task_type == "ps" ||
             spec.task_type == "evaluator",

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -18,6 +19,9 @@ class RendezvousService final : public Rendezvous::Service {
   grpc::Status Set(grpc::ServerContext*, const SetRequest* request, SetReply*) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (store_.size() >= kMaxKeys && store_.count(request->key()) == 0) {
+        return {grpc::StatusCode::RESOURCE_EXHAUSTED, fmt::format("rendezvous: the store holds {} keys already", kMaxKeys)};
+      }
       store_[request->key()] = request->value();
     }
     changed_.notify_all();
@@ -26,14 +30,17 @@ class RendezvousService final : public Rendezvous::Service {
 
   grpc::Status Get(grpc::ServerContext*, const GetRequest* request, GetReply* reply) override {
     std::unique_lock<std::mutex> lock(mutex_);
-    bool found = changed_.wait_for(lock, std::chrono::milliseconds(request->timeout_ms()),
-                                   [&] { return store_.count(request->key()) != 0; });
+    // The wait comes off the wire: bounded (a value near 2^63 overflowed the clock arithmetic).
+    const auto wait = std::chrono::milliseconds(std::clamp<int64_t>(request->timeout_ms(), 0, kMaxWaitMs));
+    bool found = changed_.wait_for(lock, wait, [&] { return store_.count(request->key()) != 0; });
     reply->set_found(found);
     if (found) reply->set_value(store_[request->key()]);
     return grpc::Status::OK;
   }
 
  private:
+  static constexpr size_t kMaxKeys = 1 << 20;
+  static constexpr int64_t kMaxWaitMs = int64_t{24} * 3600 * 1000;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::string> store_;

@@ -137,11 +137,13 @@ class ParameterServerService final : public ParameterServer::Service {
       reply->set_applied(true);
       return grpc::Status::OK;
     }
+    // (A closure is a step's id: never negative, and far from int64's end, where the window
+    // below, closure - 2^16, would overflow.)
     if (request->version() < 0 || request->version() > shard.version || !std::isfinite(request->lr()) ||
-        !std::isfinite(request->grad_scale())) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: version {} (this shard is at {}), lr {} "
-                    "or grad_scale {} out of range", request->version(), shard.version, request->lr(),
-                    request->grad_scale()));
+        !std::isfinite(request->grad_scale()) || request->closure() < 0 || request->closure() > (int64_t{1} << 62)) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: version {} (this shard is at {}), lr {}, "
+                    "grad_scale {} or closure {} out of range", request->version(), shard.version, request->lr(),
+                    request->grad_scale(), request->closure()));
     }
     if (shard.applied_closures.count(request->closure())) return grpc::Status::OK;  // a rescheduled step's repeat
     if (shard.version - request->version() > shard.max_staleness) {

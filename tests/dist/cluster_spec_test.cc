@@ -71,6 +71,16 @@ TEST(ClusterSpec, MalformedConfigsQuoteTheOffendingPart) {
   expect_error(R"({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker"}})", "port");
   expect_error(R"({"cluster": {"trainer": ["a:1"]}, "task": {"type": "worker"}})", "\"trainer\"");
   expect_error(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}})", "task.index");
+  // Sparse maps: keys that are not indices (one wrote out of bounds), gaps, and an index past int.
+  expect_error(R"({"cluster": {"worker": {"-1": "a:1"}}, "task": {"type": "worker"}})", "key \"-1\" is not a task index");
+  expect_error(R"({"cluster": {"worker": {"x": "a:1"}}, "task": {"type": "worker"}})", "key \"x\" is not a task index");
+  expect_error(R"({"cluster": {"worker": {"0": "a:1", "2": "b:1"}}, "task": {"type": "worker"}})", "has no task 1");
+  expect_error(R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 4294967297}})",
+               "out of range");
+  // One address for two tasks (a ps would answer for two shards).
+  expect_error(R"({"cluster": {"worker": ["w:1"], "ps": ["h:1", "h:1"]}, "task": {"type": "worker"}})",
+               "cluster.ps[0] and cluster.ps[1] have the same address h:1");
+  expect_error(R"({"cluster": {"chief": [], "worker": ["w:1"]}, "task": {"type": "worker"}})", "exactly one task");
 }
 
 }  // namespace
