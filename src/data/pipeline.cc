@@ -640,18 +640,6 @@ json state_to_json(const SeqState& s, const std::string& fingerprint) {
                 {"record", s.has_record ? json::array({s.record.file, s.record.offset, s.record_pos}) : json(nullptr)}}}};
 }
 
-SeqState state_fields(const json& j, const std::string& fingerprint, int C, int64_t files);
-
-// A state from a checkpoint: every field read and range-checked, any malformed one an InputError
-// naming it rather than an out-of-range index later.
-SeqState state_from_json(const json& j, const std::string& fingerprint, int C, int64_t files) {
-  try {
-    return state_fields(j, fingerprint, C, files);
-  } catch (const json::exception& error) {
-    fail("pipeline state: malformed ({})", error.what());
-  }
-}
-
 SeqState state_fields(const json& j, const std::string& fingerprint, int C, int64_t files) {
   check(j.is_object() && j.value("format", "") == "paraflow.pipeline/1", "pipeline state: not a paraflow.pipeline/1 state");
   check(j.at("fingerprint").get<std::string>() == fingerprint,
@@ -695,6 +683,16 @@ SeqState state_fields(const json& j, const std::string& fingerprint, int C, int6
     check(s.record_pos >= 0, "pipeline state: packer.record position {} is negative", s.record_pos);
   }
   return s;
+}
+
+// A state from a checkpoint: every field read and range-checked, any malformed one an InputError
+// naming it rather than an out-of-range index later.
+SeqState state_from_json(const json& j, const std::string& fingerprint, int C, int64_t files) {
+  try {
+    return state_fields(j, fingerprint, C, files);
+  } catch (const json::exception& error) {
+    fail("pipeline state: malformed ({})", error.what());
+  }
 }
 
 }  // namespace

@@ -9,6 +9,12 @@ namespace paraflow::serve {
 
 namespace {
 
+bool client_gone(const std::shared_ptr<const std::atomic<bool>>& abandoned) { return abandoned && abandoned->load(); }
+
+PredictOutcome client_gone_outcome() {
+  return {.error = "the client went away before the answer", .failure = PredictFailure::unavailable};
+}
+
 // The rows of one Predict call: each row's tokens, and `done` once the last row finishes.
 class PredictCall {
  public:
@@ -18,7 +24,7 @@ class PredictCall {
     remaining_ = rows;
   }
 
-  bool abandoned() const { return abandoned_ && abandoned_->load(); }
+  bool abandoned() const { return client_gone(abandoned_); }
 
   void add_token(size_t row, int32_t token) {
     std::lock_guard lock(mutex_);
@@ -31,8 +37,9 @@ class PredictCall {
     {
       std::lock_guard lock(mutex_);
       if (abandoned() && outcome_.error.empty()) {
-        outcome_.error = "the client went away before the answer";
-        outcome_.failure = PredictFailure::unavailable;
+        const PredictOutcome gone = client_gone_outcome();
+        outcome_.error = gone.error;
+        outcome_.failure = gone.failure;
       }
       if (!outcome.error.empty() && outcome_.error.empty()) {
         outcome_.error = "row " + std::to_string(row) + ": " + outcome.error;
@@ -96,8 +103,8 @@ void check_predict_inputs(const model::GptConfig& config, const PredictInputs& i
 void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
   check_predict_inputs(engine.config(), inputs);
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
-  if (inputs.abandoned && inputs.abandoned->load()) {  // gone while the rows waited for a batch
-    done(PredictOutcome{.error = "the client went away before the answer", .failure = PredictFailure::unavailable});
+  if (client_gone(inputs.abandoned)) {  // gone while the rows waited for a batch
+    done(client_gone_outcome());
     return;
   }
   auto call = std::make_shared<PredictCall>(rows.size(), std::move(done), inputs.abandoned);

@@ -93,14 +93,14 @@ void PredictBatcher::stop_accepting() {
 bool PredictBatcher::finish_until(Clock::time_point deadline) {
   stop_accepting();
   std::unique_lock lock(mutex_);
-  return wake_.wait_until(lock, deadline, [&] { return batches_.empty() && running_ == 0; });
+  return wake_.wait_until(lock, deadline, [&] { return idle(); });
 }
 
 void PredictBatcher::stop() {
   stop_accepting();
   {
     std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return batches_.empty() && running_ == 0; });
+    wake_.wait(lock, [&] { return idle(); });
   }
   if (scheduler_.joinable()) scheduler_.join();
 }

@@ -89,6 +89,7 @@ class PredictBatcher {
     int64_t rows = 0;
   };
 
+  bool idle() const { return batches_.empty() && running_ == 0; }  // mutex_ held
   void schedule();  // the scheduler thread
   void run(Batch batch);
   void batch_finished();

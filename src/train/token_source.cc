@@ -35,12 +35,13 @@ nlohmann::json TokenSource::state() const {
 
 void TokenSource::restore(const nlohmann::json& state) {
   if (!state.contains("tokens_crc32c")) return;  // a checkpoint from before the fingerprint
-  check(state.value("tokens_crc32c", uint32_t{0}) == fingerprint_ && state.value("tokens", size_t{0}) == tokens_.size() &&
-            state.value("train_tokens", int64_t{0}) == split_,
+  const auto crc = state.value("tokens_crc32c", uint32_t{0});
+  const auto tokens = state.value("tokens", size_t{0});
+  const auto train_tokens = state.value("train_tokens", int64_t{0});
+  check(crc == fingerprint_ && tokens == tokens_.size() && train_tokens == split_,
         "data.train: not the corpus this run was trained on ({} tokens, {} for training, CRC-32C {:08x} in the "
         "checkpoint; {}, {}, {:08x} now): resume it on its own data, or train in another train.out_dir",
-        state.value("tokens", size_t{0}), state.value("train_tokens", int64_t{0}), state.value("tokens_crc32c", uint32_t{0}),
-        tokens_.size(), split_, fingerprint_);
+        tokens, train_tokens, crc, tokens_.size(), split_, fingerprint_);
 }
 
 std::string TokenSource::describe() const {

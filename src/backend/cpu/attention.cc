@@ -606,31 +606,29 @@ void attention_paged(const AttentionPagedForward& args) {
           first += count;
         }
       };
-      // The tile's rows for head h, from key (or value) `first` on.
-      auto tile_rows = [&](int64_t h, int64_t first) {
-        QueryRows tile_rows{.count = static_cast<int>(rows)};
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t at = r * NH + h;
-          tile_rows.q[r] = qkv + (first_row + r) * 3 * C + h * hs;
-          tile_rows.scores[r] = scores + at * stride + first;
-          tile_rows.max_value[r] = max_values + at;
-          tile_rows.y[r] = out + (first_row + r) * C + h * hs;
+      // The tile's rows [r0, r0 + count) for head h, from key (or value) `first` on.
+      auto tile_rows = [&](int64_t r0, int64_t count, int64_t h, int64_t first) {
+        QueryRows selected{.count = static_cast<int>(count)};
+        for (int64_t k = 0; k < count; ++k) {
+          const int64_t r = r0 + k, at = r * NH + h;
+          selected.q[k] = qkv + (first_row + r) * 3 * C + h * hs;
+          selected.scores[k] = scores + at * stride + first;
+          selected.max_value[k] = max_values + at;
+          selected.y[k] = out + (first_row + r) * C + h * hs;
         }
-        return tile_rows;
+        return selected;
       };
       for (int64_t r = 0; r < rows; ++r) {
         std::fill(max_values + r * NH + h_begin, max_values + r * NH + h_end, -INFINITY);
         std::fill(out + (first_row + r) * C + h_begin * hs, out + (first_row + r) * C + h_end * hs, 0.0f);
       }
       each_block(first_row, k_pool, 0, shared, [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
-        tile_scores(tile_rows(h, first), keys, count, hs, args.scale);
+        tile_scores(tile_rows(0, rows, h, first), keys, count, hs, args.scale);
       });
       for (int64_t r = 1; r < rows; ++r) {
         each_block(first_row + r, k_pool, shared, positions[first_row + r] + 1,
                    [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
-                     const int64_t at = r * NH + h;
-                     max_values[at] = key_scores(scores + at * stride + first, qkv + (first_row + r) * 3 * C + h * hs,
-                                                 keys, count, hs, args.scale, max_values[at]);
+                     tile_scores(tile_rows(r, 1, h, first), keys, count, hs, args.scale);
                    });
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -639,13 +637,12 @@ void attention_paged(const AttentionPagedForward& args) {
         }
       }
       each_block(first_row, v_pool, 0, shared, [&](int64_t h, int64_t first, const KV* values, int64_t count) {
-        tile_values(tile_rows(h, first), values, count, hs);
+        tile_values(tile_rows(0, rows, h, first), values, count, hs);
       });
       for (int64_t r = 1; r < rows; ++r) {
         each_block(first_row + r, v_pool, shared, positions[first_row + r] + 1,
                    [&](int64_t h, int64_t first, const KV* values, int64_t count) {
-                     add_weighted_values(out + (first_row + r) * C + h * hs, scores + (r * NH + h) * stride + first,
-                                         values, count, hs);
+                     tile_values(tile_rows(r, 1, h, first), values, count, hs);
                    });
       }
     }
