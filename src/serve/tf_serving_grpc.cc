@@ -85,11 +85,11 @@ grpc::Status check_api_key(const grpc::CallbackServerContext& context, const std
 }
 
 // Runs `answer` (which returns true once it has finished the call itself) after the API key
-// check, and finishes the call with the status of whatever it throws.
+// check, and finishes the call through `reactor` with the status of whatever it throws.
 template <typename Answer>
-grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const Model& model, Answer answer) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status key = check_api_key(*context, model.api_key); !key.ok()) {
+grpc::ServerUnaryReactor* unary(grpc::ServerUnaryReactor* reactor, const grpc::CallbackServerContext& context,
+                                const Model& model, Answer answer) {
+  if (grpc::Status key = check_api_key(context, model.api_key); !key.ok()) {
     reactor->Finish(key);
     return reactor;
   }
@@ -101,14 +101,29 @@ grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const Mode
   return reactor;
 }
 
+// A Predict call's reactor: a client that cancels, passes its deadline or drops the connection
+// marks the call abandoned, so its rows stop at their next token instead of running to the end
+// for no one (the engine's thread still finishes the call, as gRPC requires).
+class PredictReactor final : public grpc::ServerUnaryReactor {
+ public:
+  std::shared_ptr<const std::atomic<bool>> abandoned() const { return abandoned_; }
+  void OnCancel() override { abandoned_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+};
+
 class PredictionService final : public tfs::PredictionService::CallbackService {
  public:
   explicit PredictionService(const Model& model) : model_(model) {}
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context, const tfs::PredictRequest* request,
                                     tfs::PredictResponse* response) override {
-    return unary(context, model_, [&](grpc::ServerUnaryReactor* reactor) {
+    auto* call = new PredictReactor;
+    return unary(call, *context, model_, [&](grpc::ServerUnaryReactor* reactor) {
       PredictInputs inputs = predict_inputs(*request);
+      inputs.abandoned = call->abandoned();
       if (model_.draining) {
         reactor->Finish({grpc::StatusCode::UNAVAILABLE, "the server is shutting down"});
         return true;
@@ -134,7 +149,7 @@ class PredictionService final : public tfs::PredictionService::CallbackService {
   grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* context,
                                              const tfs::GetModelMetadataRequest* request,
                                              tfs::GetModelMetadataResponse* response) override {
-    return unary(context, model_, [&](grpc::ServerUnaryReactor*) {
+    return unary(context->DefaultReactor(), *context, model_, [&](grpc::ServerUnaryReactor*) {
       const std::shared_ptr<ServedVersion> version = find_version(request->model_spec(), model_.registry);
       *response = model_metadata(*request, {version->model, version->version});
       return false;
@@ -165,7 +180,7 @@ class ModelService final : public tfs::ModelService::CallbackService {
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const tfs::GetModelStatusRequest* request,
                                            tfs::GetModelStatusResponse* response) override {
-    return unary(context, model_, [&](grpc::ServerUnaryReactor*) {
+    return unary(context->DefaultReactor(), *context, model_, [&](grpc::ServerUnaryReactor*) {
       const ModelRegistry& registry = model_.registry;
       const std::vector<VersionStatus> statuses = look_up(
           request->model_spec(), registry,

@@ -3,7 +3,8 @@
 //   tensorflow.serving.PredictionService/GetModelMetadata  that signature, as "signature_def"
 //   tensorflow.serving.ModelService/GetModelStatus         the versions' states (serve/model_registry.h)
 // gRPC's callback API: a Predict holds no thread while the engine works; the engine's thread
-// finishes the call. Status codes: bad input INVALID_ARGUMENT, another model or version
+// finishes the call, and a client that cancels, passes its deadline or drops the connection
+// stops the call's rows at their next token. Status codes: bad input INVALID_ARGUMENT, another model or version
 // NOT_FOUND, a full queue RESOURCE_EXHAUSTED, no version loaded yet or shutting down UNAVAILABLE, a missing or
 // wrong API key (metadata `authorization: Bearer <key>`) UNAUTHENTICATED. Messages over 16 MiB
 // are refused by gRPC (RESOURCE_EXHAUSTED).
