@@ -75,8 +75,17 @@ class WorkerService final : public Worker::Service {
     return grpc::Status::OK;
   }
 
+  // The chief's pool polls Status before it hands a worker that missed a deadline steps again: a
+  // worker still in its earlier step (a slow or hung ps call) says so, rather than taking a step
+  // that would wait behind the old one and miss its deadline too.
   grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply*) override {
-    return settings_.security.authenticate(*context);
+    if (auto status = settings_.security.authenticate(*context); !status.ok()) return status;
+    std::unique_lock<std::mutex> idle(step_mutex_, std::try_to_lock);
+    if (!idle.owns_lock()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          fmt::format("worker {}: still in an earlier step", settings_.address));
+    }
+    return grpc::Status::OK;
   }
 
   grpc::Status Shutdown(grpc::ServerContext* context, const ShutdownRequest*, ShutdownReply*) override {

@@ -5,9 +5,17 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <future>
 #include <map>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "base/file_io.h"
 #include "ps/parameter_server.grpc.pb.h"
@@ -405,35 +413,49 @@ TEST_F(ParameterServerTest, TlsServesTlsClientsOnly) {
   }
 }
 
+// A one-layer model's worker, pulling from the ps task at `ps_address`, and a valid first step
+// for it (slice 1 of 2 of batch 3).
+struct TinyWorker {
+  explicit TinyWorker(const std::string& ps_address, std::chrono::milliseconds timeout) {
+    model_config.n_layer = 1;
+    model_config.n_head = 2;
+    model_config.n_embd = 8;
+    model_config.vocab_size = 16;
+    model_config.n_positions = 8;
+    config.batch_size = 2;
+    config.sequence_length = 4;
+    WorkerSettings settings{"127.0.0.1:0", {ps_address}, ChannelSecurity(), timeout, 1 << 20, true, 2};
+    task.emplace(model_config, config, data, cpu_backend(), placement, settings);
+    channel = open_channel("127.0.0.1:" + std::to_string(task->port()), ChannelSecurity(), 1 << 20);
+    step.set_generation(kGeneration);
+    step.set_synchronous(true);
+    step.set_batch_index(3);
+    step.set_slice(1);
+    step.set_slices(2);
+    step.set_placement(placement.digest());
+  }
+
+  static std::vector<int32_t> tokens() {
+    std::vector<int32_t> tokens(400);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 % 16);
+    return tokens;
+  }
+
+  model::GptConfig model_config;
+  train::TrainConfig config;
+  train::TokenSource data = train::TokenSource::from_tokens(tokens(), 0.1);
+  Placement placement = place_variables(model::gpt_tensor_specs(model_config), 1);
+  std::optional<WorkerTask> task;
+  std::shared_ptr<grpc::Channel> channel;
+  StepRequest step;
+};
+
 // A worker's RunStep fed random and mutated requests: refusals (another placement, mode or
 // slice), a failed pull from the empty ps task, never a crash.
 TEST(WorkerServiceTest, FuzzedStepsGetErrorsNeverACrash) {
-  model::GptConfig model_config;
-  model_config.n_layer = 1;
-  model_config.n_head = 2;
-  model_config.n_embd = 8;
-  model_config.vocab_size = 16;
-  model_config.n_positions = 8;
-  train::TrainConfig config;
-  config.batch_size = 2;
-  config.sequence_length = 4;
-  std::vector<int32_t> tokens(400);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 % 16);
-  train::TokenSource data = train::TokenSource::from_tokens(tokens, 0.1);
   ParameterServerTask ps("127.0.0.1:0", ChannelSecurity(), 1 << 20, cpu_backend());
-  const Placement placement = place_variables(model::gpt_tensor_specs(model_config), 1);
-  WorkerSettings settings{"127.0.0.1:0", {"127.0.0.1:" + std::to_string(ps.port())}, ChannelSecurity(),
-                          std::chrono::milliseconds(2000), 1 << 20, true, 2};
-  WorkerTask worker(model_config, config, data, cpu_backend(), placement, settings);
-  auto channel = open_channel("127.0.0.1:" + std::to_string(worker.port()), ChannelSecurity(), 1 << 20);
-  StepRequest valid;
-  valid.set_generation(kGeneration);
-  valid.set_synchronous(true);
-  valid.set_batch_index(3);
-  valid.set_slice(1);
-  valid.set_slices(2);
-  valid.set_placement(placement.digest());
-  const std::string message = valid.SerializeAsString();
+  TinyWorker worker("127.0.0.1:" + std::to_string(ps.port()), std::chrono::milliseconds(2000));
+  const std::string message = worker.step.SerializeAsString();
   std::mt19937_64 rng(99);
   std::map<grpc::StatusCode, int> codes;
   for (int round = 0; round < 300; ++round) {
@@ -442,16 +464,47 @@ TEST(WorkerServiceTest, FuzzedStepsGetErrorsNeverACrash) {
     std::string noise(rng() % 48, '\0');
     for (char& c : noise) c = static_cast<char>(rng());
     for (const std::string& bytes : {mutated, noise}) {
-      grpc::Status result = raw_call(channel, "/paraflow.ps.Worker/RunStep", bytes);
+      grpc::Status result = raw_call(worker.channel, "/paraflow.ps.Worker/RunStep", bytes);
       EXPECT_FALSE(result.ok()) << "no step can succeed: the ps task holds nothing";
       EXPECT_NE(result.error_code(), grpc::StatusCode::UNAVAILABLE) << "the worker went away";
       ++codes[result.error_code()];
     }
   }
-  grpc::Status unloaded = raw_call(channel, "/paraflow.ps.Worker/RunStep", message);
+  grpc::Status unloaded = raw_call(worker.channel, "/paraflow.ps.Worker/RunStep", message);
   EXPECT_EQ(unloaded.error_code(), grpc::StatusCode::ABORTED) << unloaded.error_message();
   EXPECT_NE(unloaded.error_message().find("holds nothing"), std::string::npos) << unloaded.error_message();
   EXPECT_GT(codes[grpc::StatusCode::INVALID_ARGUMENT], 0);
+}
+
+// A worker whose step waits on a ps task that accepts connections and never answers: until the
+// step's pull runs out its deadline, Status says the worker is busy (the chief's pool would
+// otherwise hand it another step, to wait behind this one); afterwards Status is OK again.
+TEST(WorkerServiceTest, AWorkerStillInAStepAnswersStatusBusy) {
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(silent, 8), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  TinyWorker worker("127.0.0.1:" + std::to_string(ntohs(address.sin_port)), std::chrono::milliseconds(1500));
+  auto status = [&] { return raw_call(worker.channel, "/paraflow.ps.Worker/Status", StatusRequest().SerializeAsString()); };
+  ASSERT_TRUE(status().ok()) << status().error_message();
+
+  auto step = std::async(std::launch::async,
+                         [&] { return raw_call(worker.channel, "/paraflow.ps.Worker/RunStep", worker.step.SerializeAsString()); });
+  grpc::Status busy;
+  for (int attempt = 0; attempt < 100 && busy.ok(); ++attempt) {
+    busy = status();
+    if (busy.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(busy.error_code(), grpc::StatusCode::UNAVAILABLE) << busy.error_message();
+  EXPECT_NE(busy.error_message().find("still in an earlier step"), std::string::npos) << busy.error_message();
+  EXPECT_FALSE(step.get().ok());
+  EXPECT_TRUE(status().ok());
+  ::close(silent);
 }
 
 TEST(PeerCallTest, AnUnreachablePeerFailsWithinTheDeadlineNamingIt) {
