@@ -9,6 +9,7 @@
 #include <map>
 
 #include "base/clock.h"
+#include "base/json.h"
 #include "base/progress.h"
 #include "base/random.h"
 #include "data/events.h"
@@ -81,6 +82,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       communicator_(communicator),
       whole_specs_(model::gpt_tensor_specs(model_config_, config_.decay_embeddings)),
       checkpoints_(config_.out_dir, config_.keep_checkpoints) {
+  check_group_settings(communicator_, group_settings(model_config_, config_));
   const int stages = config_.pipeline_parallel;
   check(stages == 1 || config_.grad_accumulation == 1,
         "train.grad_accumulation ({}) with dist.pipeline_parallel ({}): a pipeline accumulates over "
@@ -167,6 +169,55 @@ nlohmann::json run_settings(const model::GptConfig& model_config, const TrainCon
             {"decay_embeddings", config.decay_embeddings},
             {"precision", graph::precision_policy_name(config.precision)},
             {"seed", config.seed}}}};
+}
+
+nlohmann::json group_settings(const model::GptConfig& model_config, const TrainConfig& config) {
+  nlohmann::json settings = run_settings(model_config, config);
+  settings["train"].update({{"grad_accumulation", config.grad_accumulation},
+                            {"stop_at_step", config.stop_at_step},
+                            {"checkpoint_every", config.checkpoint_every},
+                            {"log_every", config.log_every},
+                            {"eval_every", config.eval_every},
+                            {"eval_batches", config.eval_batches},
+                            {"recompute", config.recompute},
+                            {"initial_loss_scale", config.initial_loss_scale}});
+  settings["dist"] = {{"tensor_parallel", config.tensor_parallel},
+                      {"pipeline_parallel", config.pipeline_parallel},
+                      {"micro_batches", config.micro_batches},
+                      {"schedule", pipeline_schedule_name(config.pipeline_schedule)},
+                      {"stage_layers", config.stage_layers},
+                      {"bucket_mb", static_cast<double>(config.sync.bucket_bytes) / (1 << 20)},
+                      {"overlap", config.sync.overlap},
+                      {"zero", config.sync.zero},
+                      {"exact_reduction", config.sync.exact}};
+  return settings;
+}
+
+void check_group_settings(dist::Communicator& communicator, const nlohmann::json& settings) {
+  if (communicator.size() == 1) return;
+  const nlohmann::json chief = parse_json(dist::broadcast_text(communicator, settings.dump(), 0), "the chief's settings");
+  std::string differences;
+  for (const auto& [section, values] : settings.items()) {
+    for (const auto& [key, value] : values.items()) {
+      const bool known = chief.contains(section) && chief[section].contains(key);
+      if (known && chief[section][key] == value) continue;
+      differences += fmt::format("{}{}.{} {} here, {} on the chief", differences.empty() ? "" : "; ", section, key,
+                                 value.dump(), known ? chief[section][key].dump() : "(absent)");
+    }
+  }
+  // Every rank learns which ranks differ, so that all of them stop here rather than some waiting
+  // in the next collective for ranks that have left.
+  std::vector<int64_t> differs(static_cast<size_t>(communicator.size()), 0);
+  differs[static_cast<size_t>(communicator.rank())] = differences.empty() ? 0 : 1;
+  communicator.all_reduce_sum(differs.data(), differs.size());
+  check(differences.empty(), "this rank's settings differ from the chief's (rank 0): {}: every rank of a job must run "
+        "the same config and --set overrides", differences);
+  std::string ranks;
+  for (size_t rank = 0; rank < differs.size(); ++rank) {
+    if (differs[rank] != 0) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", rank);
+  }
+  check(ranks.empty(), "the settings of rank(s) {} of {} differ from the chief's (rank 0); their messages name the keys",
+        ranks, communicator.size());
 }
 
 void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state,

@@ -68,6 +68,14 @@ struct TrainConfig {
 // The settings that change the maths of a run (model, optimizer, schedule, data order), recorded
 // in checkpoints and compared on resume.
 nlohmann::json run_settings(const model::GptConfig& model_config, const TrainConfig& config);
+// What every rank of a training group must share, under its config keys: run_settings, and what
+// shapes the sequence of collectives (the parallel layout, the buckets, and the steps that log,
+// evaluate, checkpoint and stop).
+nlohmann::json group_settings(const model::GptConfig& model_config, const TrainConfig& config);
+// Refuses, on every rank, a group whose ranks run other settings than the chief's: each such rank
+// names the keys and both values, the others name the ranks. (A collective over mismatched
+// settings would hang, or fail in MPI or Gloo without naming the setting.)
+void check_group_settings(dist::Communicator& communicator, const nlohmann::json& settings);
 // Refuses to resume `checkpoint` (its trainer state `state`) with other settings than these,
 // naming each change, unless config.force_resume.
 void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::json& state,

@@ -122,6 +122,25 @@ TEST_F(DataParallel, SigtermToTheJobStopsEveryRankWithACheckpoint) {
       "preempted", tf_config(2) + train_command("preempted", "--set train.steps=100000 --set train.checkpoint_every=2"));
 }
 
+// One rank started with other settings (mpirun's MPMD form): before the first collective every
+// rank stops, the odd one naming each key with both values, the chief naming the odd rank.
+TEST_F(DataParallel, RanksWithOtherSettingsAreRefusedByName) {
+  const std::string log = (dir.path() / "mismatch.log").string();
+  const std::string command = fmt::format("mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 1 {} : -np 1 {}",
+                                          train_command("mismatch"),
+                                          train_command("mismatch", "--set train.lr=2e-3 --set model.n_layer=3"));
+  const int status = std::system((command + " > " + log + " 2>&1").c_str());
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  const std::string message = read_file(log);
+  EXPECT_NE(message.find("rank 1 of 2: this rank's settings differ from the chief's (rank 0): model.n_layer 3 here, 2 "
+                         "on the chief; train.lr 0.002 here, 0.001 on the chief"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rank 0 of 2: the settings of rank(s) 1 of 2 differ from the chief's"), std::string::npos)
+      << message;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "mismatch/ckpt-000000010"));
+}
+
 TEST_F(DataParallel, UnreachablePeerFailsWithinTheTimeoutNamingIt) {
   // A worker whose chief never comes up.
   std::string cluster = R"({"cluster":{"chief":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}})";
