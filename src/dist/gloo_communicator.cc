@@ -3,6 +3,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -186,14 +187,22 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  // Gloo's I/O failures are gloo::Exception; its checks (GLOO_ENFORCE) throw EnforceNotMet, which
+  // is not one. (A check that fails on Gloo's own I/O thread, such as a message longer than the
+  // receiver expects, aborts the process; the trainer checks first that every rank runs the same settings.)
   template <typename F>
   void guarded(const char* what, F&& body) {
     try {
       body();
     } catch (const gloo::Exception& e) {
-      throw Error(fmt::format("gloo {} on rank {} of {} failed (a peer died or timed out after {} ms): {}", what,
-                              rank_, size_, timeout_.count(), e.what()));
+      failed(what, "a peer died or timed out", e);
+    } catch (const gloo::EnforceNotMet& e) {
+      failed(what, "a check failed", e);
     }
+  }
+  [[noreturn]] void failed(const char* what, const char* why, const std::exception& e) const {
+    throw Error(fmt::format("gloo {} on rank {} of {} failed ({}; timeout {} ms): {}", what, rank_, size_, why,
+                            timeout_.count(), e.what()));
   }
 
   std::shared_ptr<GlooConnection> connection_;
