@@ -11,6 +11,7 @@
 #include "infer/engine.h"
 #include "infer/text_codec.h"
 #include "model/model_files.h"
+#include "serve/text_assembler.h"
 
 namespace paraflow::cli {
 
@@ -26,33 +27,24 @@ struct GenerateOptions {
   std::string kv_cache_dtype = "auto";  // float32, bfloat16, or auto (as the weights)
 };
 
-// Prints a completion as the engine streams it: stop strings end it (trimmed), text that could
-// still become one is held back, and the end-of-text token ends it unprinted.
+// Prints a completion as the engine streams it, through the server's text assembly: a stop string
+// ends it wherever it appears (across and inside tokens; the stop and what follows unprinted),
+// text that could still become one is held back, and the end-of-text token ends it unprinted.
 class PrintingSink : public infer::RequestSink {
  public:
   PrintingSink(const infer::TextCodec& codec, std::vector<std::string> stops)
-      : codec_(codec), stops_(std::move(stops)), start_(Clock::now()) {
-    for (const std::string& stop : stops_) hold_ = std::max(hold_, stop.size() - 1);
-  }
+      : codec_(codec), text_(std::move(stops)), start_(Clock::now()) {}
 
   bool on_token(const infer::TokenEvent& event) override {
     if (first_token_ == Clock::time_point()) first_token_ = Clock::now();
     ++generated_;
     if (codec_.is_end_of_text(event.token)) return false;
-    completion_ += codec_.decode(event.token);
-    for (const std::string& stop : stops_) {
-      if (!stop.empty() && completion_.size() >= stop.size() &&
-          completion_.compare(completion_.size() - stop.size(), stop.size(), stop) == 0) {
-        completion_.resize(completion_.size() - stop.size());
-        return false;
-      }
-    }
-    if (completion_.size() > printed_ + hold_) print(completion_.size() - hold_);
-    return true;
+    print(text_.add(codec_.decode(event.token)));
+    return !text_.stopped();
   }
 
   void on_finish(const infer::Outcome& outcome) override {
-    print(completion_.size());
+    if (!text_.stopped()) print(text_.finish());
     std::fputs("\n", stdout);
     done_.set_value(outcome);
   }
@@ -66,18 +58,14 @@ class PrintingSink : public infer::RequestSink {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void print(size_t end) {
-    if (end <= printed_) return;
-    std::fwrite(completion_.data() + printed_, 1, end - printed_, stdout);
+  static void print(const std::string& piece) {
+    if (piece.empty()) return;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    printed_ = end;
   }
 
   const infer::TextCodec& codec_;
-  std::vector<std::string> stops_;
-  size_t hold_ = 0;
-  std::string completion_;
-  size_t printed_ = 0;
+  serve::TextAssembler text_;
   int64_t generated_ = 0;
   Clock::time_point start_, first_token_;
   std::promise<infer::Outcome> done_;
@@ -150,7 +138,11 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range({.low = 0, .high = 1, .low_open = true}));
   command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
-  command->add_option("--stop", options->stops, "Stop when the completion ends with this text (repeatable)");
+  command->add_option("--stop", options->stops,
+                      "End the completion before this text, wherever it appears (repeatable; bash: --stop $'\\n\\n' "
+                      "for two newlines)")
+      ->check(CLI::Validator([](std::string& stop) { return stop.empty() ? std::string("must not be empty") : ""; },
+                             "NONEMPTY"));
   command->add_option("--dtype", options->dtype,
                       "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 GEMMs (AMX, AVX512_BF16)")
       ->capture_default_str()

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "base/file_io.h"
@@ -59,6 +61,26 @@ train: {{batch_size: 4, sequence_length: 32, steps: 12, lr: 3.0e-3, eval_every: 
   std::string generated = read_file(out);
   EXPECT_EQ(generated.rfind("the cat", 0), 0u) << generated;
   EXPECT_GT(generated.size(), std::string("the cat\n").size()) << generated;
+
+  // --stop ends the completion where the stop string first appears, wherever that falls: here
+  // strings across a space (a word's last letter to the next word's first), which end inside the
+  // next word's token (this vocabulary has every word as one), so a check on the completion's end
+  // alone would miss them.
+  const std::string completion = generated.substr(7, generated.size() - 8);  // less the prompt and the newline
+  auto letter = [&](size_t at) { return at < completion.size() && std::isalpha(static_cast<unsigned char>(completion[at])); };
+  int stops = 0;
+  for (size_t space = completion.find(' ', 1); space != std::string::npos && stops < 3;
+       space = completion.find(' ', space + 1)) {
+    if (!letter(space - 1) || !letter(space + 1) || !letter(space + 2)) continue;
+    const std::string stop = completion.substr(space - 1, 3);
+    ASSERT_EQ(std::system(fmt::format("{} generate --model {} --prompt 'the cat' --max-tokens 20 --temperature 0 "
+                                      "--stop '{}' > {}", paraflow, (root / "parallel/export").string(), stop, out)
+                              .c_str()),
+              0);
+    EXPECT_EQ(read_file(out), "the cat" + completion.substr(0, completion.find(stop)) + "\n") << "--stop '" << stop << "'";
+    ++stops;
+  }
+  EXPECT_GT(stops, 0) << generated;
 }
 
 }  // namespace
