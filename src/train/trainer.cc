@@ -503,6 +503,14 @@ StepStats Trainer::step() {
   }
   const double unscale = scales_loss() ? 1.0 / loss_scaler_.scale : 1.0;
   stats.grad_norm = std::sqrt(squares) * unscale;
+  // Without a loss scale to lower, non-finite gradients mean the run has diverged: applying them
+  // would make every weight NaN, and the checkpoints that follow would push the good ones out.
+  // Every rank sees the same (reduced) sum, so every rank stops here, before the update.
+  check(scales_loss() || std::isfinite(squares),
+        "step {}: the gradients are not finite (loss {:g}){}: the update was not applied and the run stops, its last "
+        "checkpoint intact; resume with a lower train.lr or train.warmup_steps, or another train.precision", step_,
+        stats.loss, config_.sync.exact ? " (with dist.exact_reduction, a gradient of magnitude 2^20 or more reads as "
+        "not finite)" : "");
   const bool apply = !scales_loss() || loss_scaler_.update(std::isfinite(squares));
   stats.skipped = !apply;
   if (apply) {

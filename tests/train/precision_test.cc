@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "graph/executor.h"
 #include "reference_runner.h"
@@ -98,6 +99,31 @@ TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
   normal.initialize_or_resume();
   EXPECT_FALSE(normal.step().skipped);
   EXPECT_EQ(normal.loss_scaler().scale, 32768);
+}
+
+// Without a loss scale (float32, mixed_bfloat16) non-finite gradients stop the run before the
+// update: an infinite final-layernorm bias makes the loss and every gradient NaN.
+TEST(MixedPrecision, NonFiniteGradientsStopAnUnscaledRunBeforeTheUpdate) {
+  for (PrecisionPolicy precision : {PrecisionPolicy::float32, PrecisionPolicy::mixed_bfloat16}) {
+    testing::TempDir dir;
+    model::GptConfig config = testing::small_config();
+    train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+    train::TrainConfig train_config = testing::short_training(dir.path(), 5);
+    train_config.precision = precision;
+    train::Trainer trainer(config, train_config, data, cpu_backend());
+    trainer.initialize_or_resume();
+    trainer.step();
+    trainer.parameters().get("ln_f.bias").device_data<float>()[0] = std::numeric_limits<float>::infinity();
+    const float* flat = trainer.parameters().flat().data<float>();
+    std::vector<float> before(flat, flat + trainer.parameters().numel());
+    try {
+      trainer.step();
+      ADD_FAILURE() << precision_policy_name(precision) << ": a step with NaN gradients was applied";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("step 1: the gradients are not finite"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(std::memcmp(before.data(), flat, before.size() * sizeof(float)), 0) << precision_policy_name(precision);
+  }
 }
 
 TEST(MixedPrecision, EveryPolicyTrainsWithinTwoPercentOfFloat32) {
