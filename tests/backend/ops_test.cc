@@ -1,6 +1,7 @@
 // Every op kernel, on every backend present and on the opaque test backend (memory the host
 // cannot touch), against the float64 references on random inputs.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <tuple>
@@ -98,6 +99,45 @@ TEST_P(OpsTest, LayerNorm) {
   EXPECT_CLOSE(get(dx), ref_dx, C, "layernorm dx");
   EXPECT_CLOSE(get(dw), ref_dw, N, "layernorm dweight");
   EXPECT_CLOSE(get(db), ref_db, N, "layernorm dbias");
+}
+
+// The backward kernels split rows into one block per thread asked for: when OpenMP grants a
+// smaller team (here a launch inside a parallel region, nested parallelism off) every block is
+// still done — dx assigned over NaN, GELU's derivative and the bias gradient on every row.
+TEST_P(OpsTest, BackwardRowsAreAllDoneWhenTheTeamIsSmallerThanAsked) {
+  const int64_t N = 8, C = 16, OC = 24;
+  Vec x = random_vector(rng, N * C), w = random_vector(rng, C), b = random_vector(rng, C);
+  Vec mw = random_vector(rng, C * OC, 0.2), mb = random_vector(rng, OC), dout = random_vector(rng, N * C);
+  Vec mdout = random_vector(rng, N * OC);
+  Tensor x_t = put(x, {N, C}), w_t = put(w, {C}), mw_t = put(mw, {C, OC});
+  Tensor out = zeros({N, C}), mean = zeros({N}), rstd = zeros({N}), mout = zeros({N, OC}), pre = zeros({N, OC});
+  backend().launch(LayernormForward{
+      .out = out, .mean = mean, .rstd = rstd, .inp = x_t, .weight = w_t, .bias = put(b, {C}), .eps = 1e-5f});
+  backend().launch(MatmulForward{.out = mout, .pre = pre, .inp = x_t, .weight = mw_t, .bias = put(mb, {OC}), .gelu = true});
+  Tensor dx = garbage({N, C}), dw = zeros({C}), db = zeros({C});
+  Tensor mdx = garbage({N, C}), mdw = zeros({C, OC}), mdb = zeros({OC});
+  const int asked = omp_get_max_threads(), levels = omp_get_max_active_levels();
+  omp_set_num_threads(4);
+  omp_set_max_active_levels(1);
+#pragma omp parallel num_threads(2)
+#pragma omp single
+  {
+    backend().launch(LayernormBackward{.dinp = dx, .dweight = dw, .dbias = db, .dout = put(dout, {N, C}), .inp = x_t,
+                                       .weight = w_t, .mean = mean, .rstd = rstd});
+    backend().launch(MatmulBackward{.dinp = mdx, .dweight = mdw, .dbias = mdb, .dout = put(mdout, {N, OC}),
+                                    .inp = x_t, .weight = mw_t, .pre = pre, .gelu = true});
+  }
+  omp_set_num_threads(asked);
+  omp_set_max_active_levels(levels);
+  Vec ref_dx(N * C), ref_dw(C), ref_db(C), ref_mdx(N * C), ref_mdw(C * OC), ref_mdb(OC);
+  reference::layernorm_backward(ref_dx, ref_dw, ref_db, dout, x, w, N, C, 1e-5);
+  reference::matmul_backward(ref_mdx, ref_mdw, &ref_mdb, mdout, x, mw, &mb, N, C, OC, false, true);
+  EXPECT_CLOSE(get(dx), ref_dx, C, "layernorm dx");
+  EXPECT_CLOSE(get(dw), ref_dw, N, "layernorm dweight");
+  EXPECT_CLOSE(get(db), ref_db, N, "layernorm dbias");
+  EXPECT_CLOSE(get(mdx), ref_mdx, OC, "matmul dx");
+  EXPECT_CLOSE(get(mdw), ref_mdw, N, "matmul dweight");
+  EXPECT_CLOSE(get(mdb), ref_mdb, N, "matmul dbias");
 }
 
 struct MatmulCase {

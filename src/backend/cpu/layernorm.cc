@@ -36,15 +36,15 @@ void layernorm_forward_as(T* out, float* mean, float* rstd, const T* inp, const 
 template <typename T>
 void layernorm_backward_as(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const float* weight,
                            const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate_dinp) {
-  // dweight/dbias: per-thread partial sums over a fixed split of rows, added in thread order.
-  int threads = omp_get_max_threads();
-  std::vector<float> partial(static_cast<size_t>(threads) * 2 * C, 0.0f);
-#pragma omp parallel num_threads(threads)
-  {
-    int id = omp_get_thread_num();
-    float* pw = partial.data() + static_cast<int64_t>(id) * 2 * C;
+  // dweight/dbias: partial sums over one fixed block of rows per thread asked for, added in block
+  // order (every block is done even when OpenMP grants a smaller team).
+  const int blocks = omp_get_max_threads();
+  std::vector<float> partial(static_cast<size_t>(blocks) * 2 * C, 0.0f);
+#pragma omp parallel for schedule(static, 1)
+  for (int block = 0; block < blocks; ++block) {
+    float* pw = partial.data() + static_cast<int64_t>(block) * 2 * C;
     float* pb = pw + C;
-    int64_t begin = N * id / threads, end = N * (id + 1) / threads;
+    int64_t begin = N * block / blocks, end = N * (block + 1) / blocks;
     for (int64_t n = begin; n < end; ++n) {
       const T* x = inp + n * C;
       const T* dy = dout + n * C;
@@ -71,8 +71,8 @@ void layernorm_backward_as(T* dinp, float* dweight, float* dbias, const T* dout,
       }
     }
   }
-  for (int id = 0; id < threads; ++id) {
-    const float* pw = partial.data() + static_cast<int64_t>(id) * 2 * C;
+  for (int block = 0; block < blocks; ++block) {
+    const float* pw = partial.data() + static_cast<int64_t>(block) * 2 * C;
     const float* pb = pw + C;
     for (int64_t c = 0; c < C; ++c) {
       dweight[c] += pw[c];

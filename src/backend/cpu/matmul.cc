@@ -96,17 +96,17 @@ inline void finish_row(Out* out, Pre* pre, const float* sums, const float* bias,
 
 // One pass over the output gradient dout (N,OC): g = dout · gelu'(pre) (or dout without GELU,
 // pre null) is written to `grad` (may alias dout; null: not written) and summed into dbias (may
-// be null). Each thread sums a fixed block of rows into its own partials (contiguous reads),
-// added in thread order: the result is the same on every run with the same thread count.
+// be null). The rows go in one fixed block per thread asked for, each summed into its own partials
+// (contiguous reads), added in block order: the result is the same on every run with the same
+// thread count, and every block is done even when OpenMP grants a smaller team.
 template <typename In, typename Out, typename Pre>
 void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, int64_t N, int64_t OC) {
-  const int threads = omp_get_max_threads();
-  std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(threads) * OC : 0, 0.0f);
-#pragma omp parallel num_threads(threads)
-  {
-    const int id = omp_get_thread_num();
-    float* sums = dbias != nullptr ? partial.data() + static_cast<int64_t>(id) * OC : nullptr;
-    const int64_t begin = N * id / threads, end = N * (id + 1) / threads;
+  const int blocks = omp_get_max_threads();
+  std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(blocks) * OC : 0, 0.0f);
+#pragma omp parallel for schedule(static, 1)
+  for (int block = 0; block < blocks; ++block) {
+    float* sums = dbias != nullptr ? partial.data() + static_cast<int64_t>(block) * OC : nullptr;
+    const int64_t begin = N * block / blocks, end = N * (block + 1) / blocks;
     for (int64_t n = begin; n < end; ++n) {
       const In* d = dout + n * OC;
       Out* g = grad != nullptr ? grad + n * OC : nullptr;
@@ -123,8 +123,8 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, in
     }
   }
   if (dbias == nullptr) return;
-  for (int id = 0; id < threads; ++id) {
-    const float* sums = partial.data() + static_cast<int64_t>(id) * OC;
+  for (int block = 0; block < blocks; ++block) {
+    const float* sums = partial.data() + static_cast<int64_t>(block) * OC;
 #pragma omp simd
     for (int64_t o = 0; o < OC; ++o) dbias[o] += sums[o];
   }
