@@ -25,6 +25,7 @@ class WorkerService final : public Worker::Service {
     check(config_.batch_size % settings_.slices == 0,
           "train.batch_size ({}) must be a multiple of the worker tasks ({}) in synchronous parameter-server mode",
           config_.batch_size, settings_.slices);
+    train::check_tokens_fit(data_, model_config.vocab_size);
     const int64_t micro_batch = config_.batch_size / settings_.slices;
     graph_ = train::build_training_graph(model_config, micro_batch, config_.sequence_length, config_.recompute,
                                          config_.precision, backend_);

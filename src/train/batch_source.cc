@@ -2,6 +2,11 @@
 
 namespace paraflow::train {
 
+void check_tokens_fit(const BatchSource& data, int64_t vocab_size) {
+  check(data.max_token() < vocab_size, "the data holds token id {} but model.vocab_size is {}", data.max_token(),
+        vocab_size);
+}
+
 double forward_batch(graph::Executor& executor, const model::GptGraph& graph, BatchSource& data,
                      const BatchPosition& position) {
   Backend& backend = executor.backend();

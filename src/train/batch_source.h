@@ -37,6 +37,10 @@ struct BatchPosition {
   int64_t slice, slices;
 };
 
+// Refuses data holding a token id past the model's vocabulary (its embedding and loss have no
+// row for it), naming both.
+void check_tokens_fit(const BatchSource& data, int64_t vocab_size);
+
 // The mean of the graph's per-position losses after a forward pass (accumulated in double).
 double mean_loss(graph::Executor& executor, const model::GptGraph& graph);
 

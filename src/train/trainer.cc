@@ -99,8 +99,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   micro_batch_ = config_.micro_batch(communicator_.size());
   check(config_.sequence_length <= model_config_.n_positions,
         "train.sequence_length ({}) exceeds model.n_positions ({})", config_.sequence_length, model_config_.n_positions);
-  check(data_.max_token() < model_config_.vocab_size, "the data holds token id {} but model.vocab_size is {}",
-        data_.max_token(), model_config_.vocab_size);
+  check_tokens_fit(data_, model_config_.vocab_size);
   // The graph first: it checks that the shards divide the heads.
   graph_ = build_training_graph(model_config_, micro_batch_, config_.sequence_length, config_.recompute,
                                 config_.precision, backend_, range_, shard_);

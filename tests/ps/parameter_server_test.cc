@@ -476,6 +476,23 @@ TEST(WorkerServiceTest, FuzzedStepsGetErrorsNeverACrash) {
   EXPECT_GT(codes[grpc::StatusCode::INVALID_ARGUMENT], 0);
 }
 
+// A worker over data with token ids past the model's vocabulary (byte-level text, 16 ids) refuses
+// to start, as the trainer does, rather than feeding its embedding and loss ids they have no row for.
+TEST(WorkerServiceTest, DataPastTheVocabularyIsRefused) {
+  TinyWorker reference("127.0.0.1:1", std::chrono::milliseconds(1000));
+  std::vector<int32_t> bytes(400);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<int32_t>(i % 256);
+  train::TokenSource text = train::TokenSource::from_tokens(bytes, 0.1);
+  WorkerSettings settings{"127.0.0.1:0", {"127.0.0.1:1"}, ChannelSecurity(), std::chrono::milliseconds(1000), 1 << 20,
+                          true, 2};
+  try {
+    WorkerTask worker(reference.model_config, reference.config, text, cpu_backend(), reference.placement, settings);
+    FAIL() << "a worker started over token ids up to 255 with a vocabulary of 16";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 255 but model.vocab_size is 16"), std::string::npos) << e.what();
+  }
+}
+
 // A worker whose step waits on a ps task that accepts connections and never answers: until the
 // step's pull runs out its deadline, Status says the worker is busy (the chief's pool would
 // otherwise hand it another step, to wait behind this one); afterwards Status is OK again.
