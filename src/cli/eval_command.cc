@@ -25,8 +25,7 @@ void run_eval(const EvalOptions& options) {
   int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
   std::unique_ptr<train::BatchSource> data = setup.open_data();
-  train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train.batch_size, setup.train.sequence_length,
-                             setup.train.eval_batches, setup.train.seed);
+  train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train);
   if (!options.watch.empty()) {
     evaluator.watch(options.watch, setup.train.steps, stop_requests());
     return;

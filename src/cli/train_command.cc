@@ -142,8 +142,7 @@ void run_train(const TrainOptions& options) {
   train::BatchSource& data = *source;
   if (cluster && cluster->role() == dist::Role::evaluator) {
     // The evaluator task of a TF_CONFIG cluster runs the same command and follows the chief.
-    train::Evaluator evaluator(model_config, data, cpu_backend(), train_config.batch_size, train_config.sequence_length,
-                               train_config.eval_batches, train_config.seed);
+    train::Evaluator evaluator(model_config, data, cpu_backend(), train_config);
     evaluator.watch(train_config.out_dir, train_config.steps, stop);
     return;
   }

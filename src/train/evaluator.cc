@@ -12,15 +12,17 @@
 
 namespace paraflow::train {
 
-Evaluator::Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, int64_t batch_size,
-                     int64_t sequence_length, int64_t batches, uint64_t seed)
+Evaluator::Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, const TrainConfig& train)
     : config_(config),
       data_(data),
       backend_(backend),
-      batches_(batches),
-      seed_(seed),
-      graph_(model::build_gpt_training_graph(config, batch_size, sequence_length)),
+      batches_(train.eval_batches),
+      slices_(train.micro_batches_per_step()),
+      seed_(train.seed),
+      graph_(model::build_gpt_training_graph(config, train.batch_size / slices_, train.sequence_length)),
       parameters_(model::gpt_tensor_specs(config), backend) {
+  check(train.batch_size % slices_ == 0, "train.batch_size ({}) must split into {} micro-batches", train.batch_size,
+        slices_);
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend);
   model::bind_parameters(*executor_, graph_, parameters_, nullptr);
 }
@@ -29,10 +31,12 @@ EvalResult Evaluator::evaluate(const model::ParameterSet& parameters) {
   backend_.copy(parameters.flat(), parameters_.flat());
   double total = 0;
   for (int64_t index = 0; index < batches_; ++index) {
-    total += forward_batch(*executor_, graph_, data_, {index, seed_, true, 0, 1});
+    for (int64_t slice = 0; slice < slices_; ++slice) {
+      total += forward_batch(*executor_, graph_, data_, {index, seed_, true, slice, slices_});
+    }
   }
   EvalResult result;
-  result.loss = total / static_cast<double>(batches_);
+  result.loss = total / static_cast<double>(batches_ * slices_);
   result.perplexity = std::exp(result.loss);
   return result;
 }
@@ -59,6 +63,7 @@ void Evaluator::watch(const std::filesystem::path& run_dir, int64_t final_step, 
   }
   data::EventWriter events(eval_dir, {std::chrono::milliseconds(1000), ".eval"});
   CheckpointManager checkpoints(run_dir, 1);
+  int64_t failed_step = -1;  // the step whose checkpoint failed once and was still there
   while (!(stop && stop->load()) && last_step < final_step) {
     auto latest = checkpoints.latest_valid();
     int64_t step = -1;
@@ -81,10 +86,16 @@ void Evaluator::watch(const std::filesystem::path& run_dir, int64_t final_step, 
         fmt::print(stderr, "evaluator: step {} | val loss {:.4f} | perplexity {:.2f}\n", step, result.loss,
                    result.perplexity);
       } catch (const Error& e) {
-        fmt::print(stderr, "evaluator: {} vanished or is unreadable ({}); waiting for the next\n", latest->string(),
-                   e.what());
+        // The chief may have pruned it while it was read: then a newer one is there. A failure
+        // twice on a checkpoint that stays is the evaluator's own (its data or config): it stops.
+        if (!std::filesystem::exists(*latest)) {
+          fmt::print(stderr, "evaluator: {} was removed while it was read; taking the next\n", latest->string());
+          continue;
+        }
+        if (failed_step == step) throw;
+        failed_step = step;
+        fmt::print(stderr, "evaluator: {} could not be evaluated ({}); trying again\n", latest->string(), e.what());
       }
-      continue;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
   }

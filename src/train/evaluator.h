@@ -10,6 +10,7 @@
 #include "graph/executor.h"
 #include "model/gpt_graph.h"
 #include "train/token_source.h"
+#include "train/trainer.h"
 
 namespace paraflow::train {
 
@@ -20,13 +21,18 @@ struct EvalResult {
 
 class Evaluator {
  public:
-  Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, int64_t batch_size,
-            int64_t sequence_length, int64_t batches, uint64_t seed);
+  // Evaluates train.eval_batches validation batches of `train`'s size, each in the slices training
+  // splits it into on one process (its micro-batches: train.grad_accumulation or
+  // dist.micro_batches), so that evaluating needs no more memory than a training step.
+  Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, const TrainConfig& train);
 
   // Loads the weights of a checkpoint (verified against its manifest) or export dir and
   // evaluates them.
   EvalResult evaluate_dir(const std::filesystem::path& model_dir);
   EvalResult evaluate(const model::ParameterSet& parameters);
+
+  // The graph one slice runs through.
+  const model::GptGraph& gpt_graph() const { return graph_; }
 
   // Watches `run_dir` until a checkpoint at `final_step` has been evaluated or *stop is set.
   void watch(const std::filesystem::path& run_dir, int64_t final_step, const std::atomic<bool>* stop,
@@ -36,7 +42,7 @@ class Evaluator {
   model::GptConfig config_;
   BatchSource& data_;
   Backend& backend_;
-  int64_t batches_;
+  int64_t batches_, slices_;
   uint64_t seed_;
   model::GptGraph graph_;
   model::ParameterSet parameters_;

@@ -5,13 +5,17 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cmath>
+#include <future>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/file_io.h"
+#include "train/evaluator.h"
+#include "trained_model.h"
 #include "reference_runner.h"
 #include "test_util.h"
 
@@ -93,6 +97,54 @@ TEST_F(EvaluatorTest, WatchSurvivesARestartWithoutRepeatingWork) {
   ASSERT_EQ(std::system((command("eval") + " --watch " + (dir.path() / "run").string() + " 2> " + log).c_str()), 0);
   EXPECT_NE(read_file(log).find("resuming after step 12"), std::string::npos) << read_file(log);
   EXPECT_EQ(read_file(log).find("evaluator: step"), std::string::npos) << read_file(log);
+}
+
+// The evaluator runs a validation batch in the slices training splits it into (here 4
+// accumulation steps): a graph a quarter of the batch, and the loss the trainer's own
+// evaluation gives on the same batches.
+TEST(Evaluator, RunsEachBatchInTheTrainingMicroBatches) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::TrainConfig train_config = testing::short_training(dir.path(), 5);
+  train_config.batch_size = 8;
+  train_config.grad_accumulation = 4;
+  train_config.eval_batches = 3;
+  train::Trainer trainer(config, train_config, data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.step();
+  train::Evaluator evaluator(config, data, cpu_backend(), train_config);
+  EXPECT_EQ(evaluator.gpt_graph().graph.value(evaluator.gpt_graph().tokens).shape, (Shape{2, train_config.sequence_length}));
+  const double expected = trainer.evaluate(train_config.eval_batches);
+  EXPECT_NEAR(evaluator.evaluate(trainer.parameters()).loss, expected, 1e-6 * expected);
+}
+
+// An evaluator that cannot evaluate a checkpoint that stays (here: no validation split) stops
+// with the reason after a second try, instead of retrying without pause forever.
+TEST(Evaluator, WatchStopsOnAFailureThatIsItsOwn) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::TrainConfig train_config = testing::short_training(dir.path(), 5);
+  train::Trainer trainer(config, train_config, data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.step();
+  trainer.save_checkpoint();
+  std::vector<int32_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 7);
+  train::TokenSource no_validation = train::TokenSource::from_tokens(tokens, 0.0);
+  train::Evaluator evaluator(config, no_validation, cpu_backend(), train_config);
+  std::atomic<bool> stop{false};
+  auto watching = std::async(std::launch::async, [&] { evaluator.watch(dir.path(), train_config.steps, &stop, 0.05); });
+  const bool ended = watching.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  stop = true;
+  EXPECT_TRUE(ended) << "the evaluator kept retrying";
+  try {
+    watching.get();
+    ADD_FAILURE() << "the watch ended without an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("validation split"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
