@@ -15,6 +15,12 @@ Sampler::Sampler(const SamplingConfig& config) : config_(config), rng_(config.se
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab_size) {
+  // NaN (or +inf, whose softmax is NaN) would make any choice arbitrary, the same whatever the
+  // seed: a model whose weights or activations overflowed is reported instead.
+  const float* bad = std::find_if(logits, logits + vocab_size, [](float x) { return std::isnan(x) || x == INFINITY; });
+  if (bad != logits + vocab_size) {
+    fail("sampling: the logit of token {} is {}: the model's weights or activations have overflowed", bad - logits, *bad);
+  }
   if (config_.temperature == 0) {
     return static_cast<int32_t>(std::max_element(logits, logits + vocab_size) - logits);
   }

@@ -47,6 +47,25 @@ TEST(Sampler, FrequenciesFollowTheTemperedSoftmax) {
   EXPECT_LT(chi_square, 18.47);
 }
 
+// A NaN or +inf logit is reported, greedy or sampled, naming the token (a NaN made every draw
+// return one fixed token, whatever the seed).
+TEST(Sampler, NonFiniteLogitsAreReported) {
+  for (float bad : {std::nanf(""), INFINITY}) {
+    const std::vector<float> logits{1.0f, bad, 2.0f, 0.5f};
+    for (double temperature : {0.0, 1.0}) {
+      infer::Sampler sampler({.temperature = temperature, .seed = 3});
+      try {
+        sampler.sample(logits.data(), 4);
+        ADD_FAILURE() << "sampled past logit " << bad << " at temperature " << temperature;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the logit of token 1 is"), std::string::npos) << e.what();
+      }
+    }
+  }
+  const std::vector<float> masked{1.0f, -INFINITY, 2.0f};  // -inf is a token never to pick, not an error
+  EXPECT_EQ(infer::Sampler({.temperature = 0}).sample(masked.data(), 3), 2);
+}
+
 TEST(Sampler, BadSettingsAreRefused) {
   EXPECT_THROW(infer::Sampler({-1.0, 0, 1.0, 0}), InputError);
   EXPECT_THROW(infer::Sampler({1.0, 0, 0.0, 0}), InputError);
