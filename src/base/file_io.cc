@@ -41,8 +41,11 @@ void write_all(int fd, const char* data, size_t size, const std::filesystem::pat
 std::vector<std::filesystem::path> list_files(const std::string& pattern) {
   std::vector<std::filesystem::path> files;
   if (std::filesystem::is_directory(pattern)) {
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(pattern)) {
-      if (entry.is_regular_file() && entry.path().filename().string().front() != '.') files.push_back(entry.path());
+    for (auto entry = std::filesystem::recursive_directory_iterator(pattern);
+         entry != std::filesystem::recursive_directory_iterator(); ++entry) {
+      const bool hidden = entry->path().filename().string().front() == '.';
+      if (hidden && entry->is_directory()) entry.disable_recursion_pending();  // .git, .ipynb_checkpoints
+      if (!hidden && entry->is_regular_file()) files.push_back(entry->path());
     }
   } else {
     glob_t matches{};

@@ -309,7 +309,7 @@ void Coordinator::run(const std::atomic<bool>* stop) {
   m.load_shards();
   const int64_t last_step = config.stop_at_step > 0 ? std::min(config.stop_at_step, config.steps) : config.steps;
   const size_t workers = m.settings.worker_addresses.size();
-  Progress progress("step", config.steps, m.settings.synchronous ? config.log_every : 1);
+  Progress progress("step", config.steps, m.settings.synchronous ? config.log_every : 1, m.step);
   data::EventWriter events(config.out_dir);
   const double tokens_per_step = static_cast<double>(config.batch_size * config.sequence_length);
   int recoveries = 0;  // in a row, without a step between them

@@ -594,7 +594,7 @@ void Trainer::export_model(const std::filesystem::path& dir) const {
 void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   const double tokens_per_step = static_cast<double>(config_.batch_size * config_.sequence_length);
   const double flops_per_step = model_config_.flops_per_token(config_.sequence_length) * tokens_per_step;
-  Progress progress("step", config_.steps, is_chief() ? config_.log_every : config_.steps + 1);
+  Progress progress("step", config_.steps, is_chief() ? config_.log_every : config_.steps + 1, step_);
   // TensorBoard summaries come from the chief only, so no two processes write one file.
   std::unique_ptr<data::EventWriter> events;
   if (is_chief()) events = std::make_unique<data::EventWriter>(config_.out_dir);

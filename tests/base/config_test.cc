@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include "base/config.h"
-#include "base/file_io.h"
 
 namespace paraflow {
 namespace {
@@ -81,16 +80,6 @@ TEST(Config, SchemaMarkdownListsEveryKey) {
   EXPECT_NE(table.find("| `train.beta1` | number | `0.9` | in [0, 1) |"), std::string::npos) << table;
   EXPECT_NE(table.find("| `train.mode` | string | `a` | a \\| b |"), std::string::npos) << table;
   EXPECT_NE(table.find("| `model.n_layer` | integer | required | >= 1 | blocks |"), std::string::npos) << table;
-}
-
-TEST(FileIo, Crc32cKnownValues) {
-  // RFC 3720 test vectors for CRC-32C.
-  std::string zeros(32, '\0');
-  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
-  std::string ascending;
-  for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
-  EXPECT_EQ(crc32c(ascending.data(), ascending.size()), 0x46DD794Eu);
-  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
 }
 
 }  // namespace
