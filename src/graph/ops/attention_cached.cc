@@ -17,7 +17,7 @@ class AttentionCachedOp final : public OpDef {
     attributes.get_float("scale");
     expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention_cached", "qkv must be (B,Tn,3C)", qkv);
     int64_t C = qkv[2] / 3;
-    expect_shape(C % NH == 0 && cache == Shape{qkv[0], NH, cache[2], C / NH} && in[2]->shape == cache,
+    expect_shape(NH > 0 && C % NH == 0 && cache == Shape{qkv[0], NH, cache[2], C / NH} && in[2]->shape == cache,
                  "attention_cached", "caches must be (B,NH,max_T,hs)", cache);
     expect_shape(in[3]->shape == Shape{1} && in[3]->dtype == DType::i32, "attention_cached", "position must be (1) i32",
                  in[3]->shape);

@@ -19,7 +19,7 @@ class AttentionPagedOp final : public OpDef {
     attributes.get_float("scale");
     expect_shape(qkv.rank() == 3 && qkv[1] == 1 && qkv[2] % 3 == 0, "attention_paged", "qkv must be (N,1,3C)", qkv);
     const int64_t C = qkv[2] / 3;
-    expect_shape(C % NH == 0 && pool.rank() == 4 && pool[1] == NH && pool[3] == C / NH && in[2]->shape == pool,
+    expect_shape(NH > 0 && C % NH == 0 && pool.rank() == 4 && pool[1] == NH && pool[3] == C / NH && in[2]->shape == pool,
                  "attention_paged", "KV pools must be (blocks,NH,block_size,hs)", pool);
     check((in[1]->dtype == DType::f32 || in[1]->dtype == DType::bf16) && in[2]->dtype == in[1]->dtype,
           "attention_paged: KV pools must both be f32 or both bf16 (got {} and {})", dtype_name(in[1]->dtype),
