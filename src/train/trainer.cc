@@ -82,7 +82,9 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       communicator_(communicator),
       whole_specs_(model::gpt_tensor_specs(model_config_, config_.decay_embeddings)),
       checkpoints_(config_.out_dir, config_.keep_checkpoints) {
-  check_group_settings(communicator_, group_settings(model_config_, config_));
+  nlohmann::json settings = group_settings(model_config_, config_);
+  settings["data"] = data_.state();  // the corpus and its split, or the TFRecord files' fingerprint
+  check_group_settings(communicator_, settings);
   const int stages = config_.pipeline_parallel;
   check(stages == 1 || config_.grad_accumulation == 1,
         "train.grad_accumulation ({}) with dist.pipeline_parallel ({}): a pipeline accumulates over "

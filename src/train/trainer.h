@@ -72,7 +72,8 @@ nlohmann::json run_settings(const model::GptConfig& model_config, const TrainCon
 // shapes the sequence of collectives (the parallel layout, the buckets, and the steps that log,
 // evaluate, checkpoint and stop).
 nlohmann::json group_settings(const model::GptConfig& model_config, const TrainConfig& config);
-// Refuses, on every rank, a group whose ranks run other settings than the chief's: each such rank
+// Refuses, on every rank, a group whose ranks run other settings than the chief's (the trainer
+// adds its data's state, so ranks also agree on the corpus and its split): each such rank
 // names the keys and both values, the others name the ranks. (A collective over mismatched
 // settings would hang, or fail in MPI or Gloo without naming the setting.)
 void check_group_settings(dist::Communicator& communicator, const nlohmann::json& settings);

@@ -139,6 +139,15 @@ TEST_F(DataParallel, RanksWithOtherSettingsAreRefusedByName) {
   EXPECT_NE(message.find("rank 0 of 2: the settings of rank(s) 1 of 2 differ from the chief's"), std::string::npos)
       << message;
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "mismatch/ckpt-000000010"));
+
+  // Another validation split: other training tokens, so global batch k would differ between ranks.
+  const std::string split = fmt::format("mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 1 {} : -np 1 {}",
+                                        train_command("mismatch"),
+                                        train_command("mismatch", "--set data.validation_fraction=0.2"));
+  EXPECT_NE(WEXITSTATUS(std::system((split + " > " + log + " 2>&1").c_str())), 0);
+  EXPECT_NE(read_file(log).find("this rank's settings differ from the chief's (rank 0): data.train_tokens"),
+            std::string::npos)
+      << read_file(log);
 }
 
 TEST_F(DataParallel, UnreachablePeerFailsWithinTheTimeoutNamingIt) {
