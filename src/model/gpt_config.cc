@@ -99,7 +99,8 @@ GptConfig GptConfig::from_hf_json(const nlohmann::json& json, const std::string&
   return c;
 }
 
-nlohmann::json GptConfig::to_hf_json() const {
+nlohmann::json GptConfig::to_hf_json(int64_t end_of_text) const {
+  const nlohmann::json special = end_of_text >= 0 ? nlohmann::json(end_of_text) : nlohmann::json(nullptr);
   return {{"model_type", "gpt2"},
           {"architectures", {"GPT2LMHeadModel"}},
           {"vocab_size", vocab_size},
@@ -118,8 +119,8 @@ nlohmann::json GptConfig::to_hf_json() const {
           {"embd_pdrop", 0.0},
           {"attn_pdrop", 0.0},
           {"tie_word_embeddings", true},
-          {"bos_token_id", vocab_size - 1},
-          {"eos_token_id", vocab_size - 1},
+          {"bos_token_id", special},
+          {"eos_token_id", special},
           {"torch_dtype", "float32"}};
 }
 

@@ -24,7 +24,9 @@ struct GptConfig {
 
   static GptConfig from_config(const Config& config);  // keys model.*
   static GptConfig from_hf_json(const nlohmann::json& json, const std::string& origin);
-  nlohmann::json to_hf_json() const;
+  // bos_token_id and eos_token_id (what Hugging Face's generate() stops at) are the tokenizer's
+  // end-of-text id, or null without one (-1).
+  nlohmann::json to_hf_json(int64_t end_of_text = -1) const;
   void validate(const std::string& origin) const;
 
   double attention_scale(int64_t layer) const;

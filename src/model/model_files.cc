@@ -19,10 +19,11 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
-void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& device_parameters) {
+void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& device_parameters,
+                    int64_t end_of_text) {
   const ParameterSet parameters = device_parameters.on_host();
   std::filesystem::create_directories(dir);
-  write_file_atomic(dir / "config.json", config.to_hf_json().dump(2) + "\n");
+  write_file_atomic(dir / "config.json", config.to_hf_json(end_of_text).dump(2) + "\n");
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (size_t i = 0; i < parameters.specs().size(); ++i) tensors.emplace_back(parameters.specs()[i].name, parameters.at(i));
   // transformers requires metadata format=pt when __metadata__ is present.

@@ -17,8 +17,10 @@ struct LoadedModel {
   ParameterSet parameters;
 };
 
-// Writes config.json and model.safetensors into `dir` (created if needed), each atomically.
-void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& parameters);
+// Writes config.json and model.safetensors into `dir` (created if needed), each atomically;
+// `end_of_text`: the tokenizer's end-of-text id, or -1 (see GptConfig::to_hf_json).
+void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& parameters,
+                    int64_t end_of_text = -1);
 
 // Reads a model dir; every error names the file and the tensor or field at fault.
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "base/clock.h"
 #include "base/json.h"
@@ -589,8 +590,11 @@ std::filesystem::path Trainer::save_checkpoint() {
 }
 
 void Trainer::export_model(const std::filesystem::path& dir) const {
-  model::save_model_dir(dir, model_config_, partitioned() ? whole_parameters_ : parameters_);
-  if (!config_.tokenizer_dir.empty()) data::Tokenizer::load(config_.tokenizer_dir).save(dir);
+  std::optional<data::Tokenizer> tokenizer;
+  if (!config_.tokenizer_dir.empty()) tokenizer = data::Tokenizer::load(config_.tokenizer_dir);
+  model::save_model_dir(dir, model_config_, partitioned() ? whole_parameters_ : parameters_,
+                        tokenizer ? tokenizer->eot_id() : -1);
+  if (tokenizer) tokenizer->save(dir);
 }
 
 void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {

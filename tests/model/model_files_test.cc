@@ -89,6 +89,23 @@ TEST(Safetensors, MalformedFilesAreRefusedWithTheProblemNamed) {
   expect_refused(good.substr(0, good.size() - 5), {"run past"});
 }
 
+// config.json's bos/eos ids, where Hugging Face's generate() stops, are the tokenizer's
+// end-of-text id (a vocabulary padded past the tokenizer's, for tensor parallelism, used to give
+// an untrained padding row), or null without a tokenizer.
+TEST(ModelFiles, TheExportStopsAtTheTokenizersEndOfText) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::gpt_config(4098, 8, 4, 1, 2);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  model::save_model_dir(dir.path() / "bpe", config, parameters, 4095);
+  const nlohmann::json bpe = nlohmann::json::parse(read_file(dir.path() / "bpe/config.json"));
+  EXPECT_EQ(bpe["eos_token_id"], 4095);
+  EXPECT_EQ(bpe["bos_token_id"], 4095);
+  model::save_model_dir(dir.path() / "bytes", config, parameters);
+  const nlohmann::json bytes = nlohmann::json::parse(read_file(dir.path() / "bytes/config.json"));
+  EXPECT_TRUE(bytes["eos_token_id"].is_null()) << bytes;
+  EXPECT_EQ(model::load_model_dir(dir.path() / "bpe", cpu_backend()).config.vocab_size, 4098);
+}
+
 TEST(ModelFiles, WrongShapeOrBadConfigNamesTheFile) {
   testing::TempDir dir;
   model::GptConfig config = testing::gpt_config(11, 8, 4, 1, 2);
