@@ -22,6 +22,9 @@ class BatchSource {
   virtual void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices,
                      const Tensor& tokens, const Tensor& targets) = 0;
   virtual int32_t max_token() const = 0;
+  // Whether the source refuses ids of `vocab_size` or more itself as it reads them (naming the
+  // file and record), so that nothing has to read all of it ahead to check.
+  virtual bool refuses_tokens_past(int64_t vocab_size) const { (void)vocab_size; return false; }
   virtual std::string describe() const = 0;
   // The train split's iterator position, stored in checkpoints (empty for stateless sources).
   virtual nlohmann::json state() const { return nlohmann::json::object(); }
@@ -38,7 +41,7 @@ struct BatchPosition {
 };
 
 // Refuses data holding a token id past the model's vocabulary (its embedding and loss have no
-// row for it), naming both.
+// row for it), naming both; a source that refuses such ids as it reads them is left to do so.
 void check_tokens_fit(const BatchSource& data, int64_t vocab_size);
 
 // The mean of the graph's per-position losses after a forward pass (accumulated in double).

@@ -29,7 +29,12 @@ class TfRecordData final : public BatchSource {
 
   void batch(int64_t index, uint64_t seed, bool validation, int64_t slice, int64_t slices, const Tensor& tokens,
              const Tensor& targets) override;
-  int32_t max_token() const override;
+  int32_t max_token() const override;  // reads every train file unless a manifest lists them
+  // The pipeline's parser refuses ids of options.vocab_size or more (so TFRecord files that no
+  // manifest describes are not read through on every start only to check them).
+  bool refuses_tokens_past(int64_t vocab_size) const override {
+    return options_.vocab_size > 0 && options_.vocab_size <= vocab_size;
+  }
   std::string describe() const override;
   nlohmann::json state() const override { return train_->state(); }
   void restore(const nlohmann::json& state) override;

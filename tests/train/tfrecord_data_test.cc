@@ -46,5 +46,37 @@ TEST(TfRecordData, BatchesInAnyOrderEqualTheSequentialOnes) {
   }
 }
 
+// With the vocabulary as a bound the pipeline refuses an id past it when it reads its record,
+// naming the file: the trainer's check does not read every file through first.
+TEST(TfRecordData, AnIdPastTheVocabularyIsRefusedWhereItIsRead) {
+  testing::TempDir dir;
+  const std::filesystem::path file = dir.path() / "train.tfrecord";
+  data::TFRecordWriter writer(file);
+  for (int record = 0; record < 200; ++record) {
+    std::vector<int64_t> ids(20, record % 50);
+    if (record == 199) ids[3] = 150;
+    writer.write(data::make_input_ids_example(ids));
+  }
+  writer.close();
+  data::PipelineOptions options;
+  options.global_batch = 2;
+  options.sequence_length = 8;
+  options.shuffle_buffer = 1;
+  options.shuffle_files = false;
+  options.vocab_size = 100;
+  TfRecordData data({file}, {}, options, "train.tfrecord");
+  EXPECT_TRUE(data.refuses_tokens_past(100));
+  EXPECT_FALSE(data.refuses_tokens_past(64));  // a smaller model than the bound: checked by max_token
+  EXPECT_NO_THROW(check_tokens_fit(data, 100));
+  Tensor tokens = cpu_backend().empty(Shape{2, 8}, DType::i32), targets = cpu_backend().empty(Shape{2, 8}, DType::i32);
+  try {
+    for (int64_t index = 0; index < 1000; ++index) data.batch(index, 0, false, 0, 1, tokens, targets);
+    ADD_FAILURE() << "read past the id 150";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.tfrecord"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("150"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace paraflow::train
