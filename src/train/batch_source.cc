@@ -4,8 +4,8 @@ namespace paraflow::train {
 
 void check_tokens_fit(const BatchSource& data, int64_t vocab_size) {
   if (data.refuses_tokens_past(vocab_size)) return;
-  check(data.max_token() < vocab_size, "the data holds token id {} but model.vocab_size is {}", data.max_token(),
-        vocab_size);
+  const int32_t max_token = data.max_token();
+  check(max_token < vocab_size, "the data holds token id {} but model.vocab_size is {}", max_token, vocab_size);
 }
 
 double forward_batch(graph::Executor& executor, const model::GptGraph& graph, BatchSource& data,
