@@ -205,9 +205,9 @@ void GradientSync::end_backward() {
         std::copy(target, target + total_, padded_.begin());
         input = padded_.data();
       }
-      std::vector<float> mine(static_cast<size_t>(shard));
-      communicator_.reduce_scatter_sum(input, mine.data(), static_cast<size_t>(shard));
-      std::copy(mine.begin(), mine.begin() + (shard_end() - shard_begin()), target + shard_begin());
+      shard_.resize(static_cast<size_t>(shard));
+      communicator_.reduce_scatter_sum(input, shard_.data(), static_cast<size_t>(shard));
+      std::copy(shard_.begin(), shard_.begin() + (shard_end() - shard_begin()), target + shard_begin());
     }));
   } else {
     for (int& remaining : remaining_slices_per_bucket_) remaining = 0;  // backward is over: all are ready
@@ -228,10 +228,10 @@ int64_t GradientSync::shard_size() const {
 void GradientSync::all_gather_shards(float* data) {
   submit([&] {
     const int64_t shard = shard_size();
-    padded_.assign(static_cast<size_t>(shard * communicator_.size()), 0.0f);
-    std::vector<float> mine(static_cast<size_t>(shard), 0.0f);
-    std::copy(data + shard_begin(), data + shard_end(), mine.begin());
-    communicator_.all_gather(mine.data(), padded_.data(), static_cast<size_t>(shard));
+    padded_.resize(static_cast<size_t>(shard * communicator_.size()));
+    shard_.assign(static_cast<size_t>(shard), 0.0f);
+    std::copy(data + shard_begin(), data + shard_end(), shard_.begin());
+    communicator_.all_gather(shard_.data(), padded_.data(), static_cast<size_t>(shard));
     std::copy(padded_.begin(), padded_.begin() + total_, data);
   }).get();
 }

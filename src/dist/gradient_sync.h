@@ -96,7 +96,10 @@ class GradientSync {
   float* micro_;
   float* accumulated_;
   int64_t total_ = 0;
-  std::vector<float> padded_;  // ZeRO-1 staging when total is not a multiple of the ranks
+  // ZeRO-1 staging, kept between steps (what `paraflow plan` counts): the whole padded buffer
+  // the all-gather fills (and the reduce-scatter reads when total is not a multiple of the
+  // ranks), and this rank's shard.
+  std::vector<float> padded_, shard_;
   std::vector<int64_t> exact_;  // `exact`: every bucket's fixed-point sums
   std::vector<Bucket> buckets_;
   std::vector<std::vector<size_t>> slices_written_by_node_;

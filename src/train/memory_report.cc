@@ -25,7 +25,11 @@ std::string MemoryReport::to_text() const {
                       mib(activations_unplanned));
   text += fmt::format("inputs, losses   {}\n", mib(inputs));
   text += fmt::format("workspace        {}\n", mib(workspace));
+  if (sync_buffers > 0) text += fmt::format("gradient sync    {}  (ZeRO-1: a whole padded copy of the weights, and a shard)\n", mib(sync_buffers));
   text += fmt::format("total            {}\n", mib(total()));
+  if (checkpoint_extra > 0) {
+    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments)\n", mib(checkpoint_extra));
+  }
   return text;
 }
 
@@ -71,6 +75,11 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   const bool zero = config.sync.zero && replicas > 1;
   report.optimizer_state = 2 * (zero ? (parameter_count + replicas - 1) / replicas * 4 : parameter_bytes);
   report.zero_shards = zero ? replicas : 1;
+  if (zero) {
+    const int64_t shard = (parameter_count + replicas - 1) / replicas;  // GradientSync's padded_ and shard_
+    report.sync_buffers = (shard * replicas + shard) * 4;
+    report.checkpoint_extra = 2 * parameter_bytes;
+  }
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;
   report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;

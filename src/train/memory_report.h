@@ -20,11 +20,15 @@ struct MemoryReport {
   int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)
   int64_t inputs = 0;           // tokens, targets, the losses
   int64_t workspace = 0;        // per-thread scratch of the kernels
+  int64_t sync_buffers = 0;     // ZeRO-1's staging: a whole padded copy of the weights and a shard
+  int64_t checkpoint_extra = 0;  // held only while a checkpoint is saved (ZeRO-1 gathers the whole moments)
   int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO-1)
   int64_t in_flight = 1;        // micro-batches whose activations a pipeline stage holds at once
-  int64_t total() const { return parameters + gradients + optimizer_state + activations + inputs + workspace; }
+  int64_t total() const {
+    return parameters + gradients + optimizer_state + activations + inputs + workspace + sync_buffers;
+  }
   // What a training step allocates beyond what the trainer holds before its first step.
-  int64_t step_allocations() const { return activations + inputs + workspace; }
+  int64_t step_allocations() const { return activations + inputs + workspace + sync_buffers; }
   std::string to_text() const;
 };
 

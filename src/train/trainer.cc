@@ -613,6 +613,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step_;
   const int64_t rss_before = peak_rss_bytes();
+  std::filesystem::path checkpoint;
+  int64_t checkpoint_step = -1;  // the step this run last saved
   while (step_ < last_step && !(stopping = stop_agreed())) {
     StepStats stats = step();
     smoothed_seconds = smoothed_seconds == 0 ? stats.seconds : 0.9 * smoothed_seconds + 0.1 * stats.seconds;
@@ -644,11 +646,13 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
                  static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
     }
-    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
-      save_checkpoint();
+    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) {
+      checkpoint = save_checkpoint();
+      checkpoint_step = step_;
     }
   }
-  std::filesystem::path checkpoint = save_checkpoint();  // every rank: ZeRO-1 gathers the moments
+  // Every rank saves (ZeRO-1 gathers the moments); not twice for one step.
+  if (checkpoint_step != step_) checkpoint = save_checkpoint();
   if (!is_chief()) return;
   progress.finish();
   fmt::print(stderr, "waited for data {:.2f}% of the training time\n",

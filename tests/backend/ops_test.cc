@@ -532,6 +532,34 @@ TEST_P(OpsTest, Residual) {
   EXPECT_CLOSE(get(db), dout, 1, "add db");
 }
 
+// A backward pass where one input takes no gradient (a value no parameter feeds, a weight held
+// fixed): the other gradients are right, and nothing is written through the missing one.
+TEST_P(OpsTest, AnInputWithoutAGradientIsLeftOut) {
+  const int64_t n = d.B * d.T * d.C;
+  Vec dout = random_vector(rng, n);
+  for (bool a_takes_it : {true, false}) {
+    Tensor grad = garbage({n});
+    backend().launch(AddBackward{.da = a_takes_it ? grad : Tensor(),
+                                 .db = a_takes_it ? Tensor() : grad,
+                                 .dout = put(dout, {n}),
+                                 .accumulate_a = false,
+                                 .accumulate_b = false});
+    EXPECT_CLOSE(get(grad), dout, 1, (a_takes_it ? "add da alone" : "add db alone"));
+  }
+  const int64_t N = d.B * d.T, C = d.C, OC = 2 * d.C + 3;
+  Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), dy = random_vector(rng, N * OC);
+  Tensor dx = garbage({N, C});
+  backend().launch(MatmulBackward{.dinp = dx,
+                                  .dweight = Tensor(),
+                                  .dout = put(dy, {N, OC}),
+                                  .inp = put(x, {N, C}),
+                                  .weight = put(w, {C, OC}),
+                                  .layout = WeightLayout::in_out});
+  Vec ref_dx(N * C), ref_dw(C * OC);
+  reference::matmul_backward(ref_dx, ref_dw, nullptr, dy, x, w, nullptr, N, C, OC, false, false);
+  EXPECT_CLOSE(get(dx), ref_dx, OC, "matmul dx with a fixed weight");
+}
+
 TEST_P(OpsTest, SoftmaxCrossEntropy) {
   int64_t N = d.B * d.T, V = d.V;
   Vec logits = random_vector(rng, N * V, 3.0), dlosses = random_vector(rng, N);

@@ -17,6 +17,14 @@ void add_forward_as(T* out, const T* a, const T* b, int64_t n) {
 
 template <typename T>
 void add_backward_as(T* da, T* db, const T* dout, int64_t n, bool accumulate_a, bool accumulate_b) {
+  if (da == nullptr || db == nullptr) {  // one side takes no gradient (a value no parameter feeds)
+    T* d = da != nullptr ? da : db;
+    if (d == nullptr) return;
+    const bool accumulate = da != nullptr ? accumulate_a : accumulate_b;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = from_float<T>((accumulate ? to_float(d[i]) : 0.0f) + to_float(dout[i]));
+    return;
+  }
   if (da == db) {  // the same value on both sides (x + x): one buffer, two contributions
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {

@@ -587,6 +587,7 @@ void matmul_backward(const MatmulBackward& args) {
     sgemm(false, !d.transposed, d.N, d.C, d.OC, 1.0f, dout, d.OC, weight, d.weight_ld(),
           args.accumulate_dinp ? 1.0f : 0.0f, pointer<float>(args.dinp), d.C);
   }
+  if (!args.dweight.defined()) return;  // a weight that takes no gradient
   const float beta = args.accumulate_dweight ? 1.0f : 0.0f;
   if (d.transposed) {
     // dW [OC,C] (+)= dout^T · inp
@@ -651,6 +652,7 @@ void matmul_backward_bf16(const MatmulBackward& args) {
     gemm_bf16(false, !d.transposed, d.N, d.C, d.OC, grad, d.OC, weight, d.weight_ld(), nullptr, args.accumulate_dinp,
               args.dinp.device_address(), args.dinp.dtype(), d.C);
   }
+  if (!args.dweight.defined()) return;  // a weight that takes no gradient
   if (d.transposed) {
     gemm_bf16(true, false, d.OC, d.C, d.N, grad, d.OC, inp, d.C, nullptr, args.accumulate_dweight,
               args.dweight.device_address(), args.dweight.dtype(), d.C);

@@ -58,6 +58,8 @@ class EmbeddingOp final : public OpDef {
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     check(!interleaved(attributes), "embedding backward: an out_in_interleaved wte is for decoding (forward only)");
+    check(t.inputs.size() == 3, "embedding backward: a positions input is for decoding (forward only); training "
+                                "rows take positions 0..T-1");
     backend.launch(EmbeddingBackward{.dwte = t.input_grads[1],
                                      .dwpe = t.input_grads[2],
                                      .dout = t.output_grads[0],
