@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Container entrypoint for a paraflow training cluster on Kubernetes: builds TF_CONFIG from the
 # pod's place in an Indexed Job (JOB_COMPLETION_INDEX) and runs the same command in every pod.
-# Index 0 is the chief, 1..N-1 are workers; the evaluator runs as its own Deployment with
+# Index 0 is the chief, 1..N-1 are workers; the evaluator runs as its own Job with
 # PARAFLOW_ROLE=evaluator. Pods reach each other through the headless Service:
 #   <job name>-<index>.<service>:<port>
 #

@@ -37,6 +37,13 @@ class Communicator {
   virtual void send_recv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
                          size_t recv_bytes, int recv_peer) = 0;
   virtual void barrier() = 0;
+  // A barrier that waits up to `limit` where the engine has timeouts (Gloo; MPI has none): for
+  // ranks that wait while the chief alone reads or writes a checkpoint, which on slow storage
+  // can outlast the timeout every other collective keeps.
+  virtual void barrier_within(std::chrono::milliseconds limit) {
+    (void)limit;
+    barrier();
+  }
   // Collective over all ranks: a communicator over the ranks that passed the same `color`,
   // ranked by `key` (ties by this rank), as MPI_Comm_split. The result must be destroyed before
   // this communicator.

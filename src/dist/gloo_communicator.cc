@@ -161,10 +161,11 @@ class GlooCommunicator final : public Communicator {
     group->prefix_ = prefix;
     return group;
   }
-  void barrier() override {
+  void barrier() override { barrier_within(timeout_); }
+  void barrier_within(std::chrono::milliseconds limit) override {
     guarded("barrier", [&] {
       gloo::BarrierOptions options(context_);
-      options.setTimeout(timeout_);
+      options.setTimeout(std::max(limit, timeout_));
       gloo::barrier(options);
     });
   }

@@ -298,6 +298,19 @@ Coordinator::Coordinator(model::GptConfig model_config, train::TrainConfig confi
 Coordinator::~Coordinator() = default;
 
 void Coordinator::run(const std::atomic<bool>* stop) {
+  try {
+    train_and_export(stop);
+  } catch (const InputError&) {
+    // Wrong input (a checkpoint of other settings, data past the vocabulary): a relaunched chief
+    // would fail alike, so the ps tasks and workers are told to exit rather than wait for one.
+    // Other failures leave them up for the chief that is relaunched to resume.
+    impl_->shut_down_cluster();
+    throw;
+  }
+  impl_->shut_down_cluster();
+}
+
+void Coordinator::train_and_export(const std::atomic<bool>* stop) {
   Impl& m = *impl_;
   const train::TrainConfig& config = m.config;
   fmt::print(stderr, "parameter servers: {} ps task(s), {} worker(s), {} mode{}; {}\nplacement {}:\n{}",
@@ -370,7 +383,6 @@ void Coordinator::run(const std::atomic<bool>* stop) {
   model::save_model_dir(export_dir, m.model_config, m.whole);
   if (!config.tokenizer_dir.empty()) data::Tokenizer::load(config.tokenizer_dir).save(export_dir);
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), export_dir.string());
-  m.shut_down_cluster();
 }
 
 }  // namespace paraflow::ps

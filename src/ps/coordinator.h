@@ -32,10 +32,11 @@ class Coordinator {
   ~Coordinator();
 
   // Trains until train.steps (or stop_at_step) or until *stop, then checkpoints, exports and
-  // shuts the ps and worker tasks down.
+  // shuts the ps and worker tasks down (also when it fails on wrong input).
   void run(const std::atomic<bool>* stop);
 
  private:
+  void train_and_export(const std::atomic<bool>* stop);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -286,6 +286,7 @@ bool Trainer::initialize_or_resume() {
       }
     }
   }
+  wait_for_chief_io();
   scatter_from_chief(loaded.flat(), parameters_.flat());
   scatter_from_chief(whole_first, first_moment);
   scatter_from_chief(whole_second, second_moment);
@@ -579,14 +580,25 @@ std::filesystem::path Trainer::save_checkpoint() {
     first_moment = whole_first;
     second_moment = whole_second;
   }
-  if (!is_chief()) return {};
+  if (!is_chief()) {
+    wait_for_chief_io();
+    return {};
+  }
   first_moment = backend_.on_host(first_moment);
   second_moment = backend_.on_host(second_moment);
   nlohmann::json state = {{"run_settings", run_settings(model_config_, config_)},
                           {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
                           {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
                                           {"skipped_steps", loss_scaler_.skipped_steps}}}};
-  return checkpoints_.save(step_, model_config_, *saved, first_moment, second_moment, optimizer_->steps_taken(), state);
+  std::filesystem::path path =
+      checkpoints_.save(step_, model_config_, *saved, first_moment, second_moment, optimizer_->steps_taken(), state);
+  wait_for_chief_io();
+  return path;
+}
+
+void Trainer::wait_for_chief_io() {
+  constexpr std::chrono::minutes kChiefIoLimit{30};
+  if (communicator_.size() > 1) communicator_.barrier_within(kChiefIoLimit);
 }
 
 void Trainer::export_model(const std::filesystem::path& dir) const {

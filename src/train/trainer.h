@@ -171,6 +171,9 @@ class Trainer {
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
   void refresh_half_parameters();
   bool is_chief() const { return communicator_.rank() == 0; }
+  // Every rank waits here (up to 30 minutes, past dist.timeout_seconds) while the chief alone
+  // loads or saves a checkpoint.
+  void wait_for_chief_io();
   // ZeRO stage 1 in effect: each replica keeps and updates one shard of the optimizer state.
   bool shards_optimizer_state() const { return config_.sync.zero && replicas().size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the

@@ -154,5 +154,13 @@ TEST(ConfigSchema, ReadmeListsEveryKeyAsTheSchemaDoes) {
       << "README.md's key table is stale: replace it with the output of `paraflow config keys`";
 }
 
+// configs/gpt-small.yaml, which the README's parallel commands and deploy/kubernetes run as they
+// stand, opens its data (the fortunes text that scripts/setup.sh installs) without an override.
+TEST(ShippedConfigs, GptSmallOpensItsDataAsWritten) {
+  const cli::RunSetup setup = cli::RunSetup::load((testing::source_dir() / "configs/gpt-small.yaml").string(), {});
+  EXPECT_EQ(setup.data_format, "text");
+  EXPECT_FALSE(setup.train_files.empty());
+}
+
 }  // namespace
 }  // namespace paraflow

@@ -91,6 +91,17 @@ TEST_F(DataParallel, ZeroOneShardsTheOptimizerAndKeepsTheResults) {
   EXPECT_LE(error, 1e-5);
 }
 
+// Only the chief writes checkpoints; the other ranks wait for it past dist.timeout_seconds (a
+// save on slow storage is not a dead peer). Here every fsync takes 0.4 s, so each save takes
+// seconds against a 2 s timeout, and the resumed run waits while the chief loads.
+TEST_F(DataParallel, GlooRanksWaitForTheChiefsSlowCheckpoints) {
+  const std::string slow = fmt::format("env LD_PRELOAD={} PARAFLOW_TEST_FSYNC_MS=400 ", SLOW_FSYNC_LIBRARY);
+  const std::string settings = "--set dist.timeout_seconds=2 --set train.checkpoint_every=2 --set train.steps=6 ";
+  ASSERT_EQ(run(tf_config(2) + slow + train_command("slow_io", settings + "--set train.stop_at_step=4")), 0);
+  ASSERT_EQ(run(tf_config(2) + slow + train_command("slow_io", settings)), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "slow_io" / "ckpt-000000006"));
+}
+
 TEST_F(DataParallel, CheckpointFromTwoRanksResumesOnOneOrThree) {
   ASSERT_EQ(run(train_command("straight", "--set train.grad_accumulation=6")), 0);
   for (int ranks : {1, 3}) {

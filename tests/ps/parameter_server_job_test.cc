@@ -295,6 +295,30 @@ TEST_F(ParameterServerJob, BadClustersAndSettingsAreRefusedByName) {
   message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"worker\",\"index\":0}}}}' {}", cluster,
                                         train_command("bad", "--set dist.ps_mode=eventually")));
   EXPECT_NE(message.find("dist.ps_mode"), std::string::npos) << message;
+  // A batch the workers cannot split is refused by every task, the ps task too (before, only the
+  // workers refused it, and the chief and the ps task waited for them).
+  message = failure_message(fmt::format("TF_CONFIG='{{{},\"task\":{{\"type\":\"ps\",\"index\":0}}}}' {}",
+                                        make_cluster(1, 2), train_command("bad", "--set train.batch_size=7")));
+  EXPECT_NE(message.find("multiple of the worker tasks (2)"), std::string::npos) << message;
+}
+
+// A chief that fails on its input (here the run directory holds a checkpoint of another model)
+// tells the ps tasks and workers to exit: none is left waiting for a chief that would fail again.
+TEST_F(ParameterServerJob, AChiefRefusingItsInputEndsTheWholeJob) {
+  ASSERT_EQ(run(launch(1, 2) + train_command("taken", "--set train.steps=20")), 0);
+  const std::string cluster = make_cluster(1, 2), other_model = "--set model.n_embd=16";
+  const char* types[] = {"ps", "worker", "worker", "chief"};
+  const int indices[] = {0, 0, 1, 0};
+  std::vector<pid_t> tasks;
+  for (int task = 0; task < 4; ++task) {
+    tasks.push_back(start(fmt::format("(TF_CONFIG='{{{},\"task\":{{\"type\":\"{}\",\"index\":{}}}}}' timeout 120 {} "
+                                      ">> {} 2>&1)", cluster, types[task], indices[task],
+                                      train_command("taken", other_model),
+                                      log_path("taken", types[task], indices[task]).string())));
+  }
+  EXPECT_EQ(exit_status(tasks[3]), 1) << log("taken", "chief", 0);
+  EXPECT_NE(log("taken", "chief", 0).find("other settings"), std::string::npos) << log("taken", "chief", 0);
+  for (int task = 0; task < 3; ++task) EXPECT_EQ(exit_status(tasks[task]), 0) << types[task] << " (124: still waiting)";
 }
 
 }  // namespace
