@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 
@@ -15,8 +17,15 @@ class ApiError : public Error {
       : Error(message), status_(status), type_(std::move(type)), param_(std::move(param)), code_(std::move(code)) {}
   int status() const { return status_; }
   std::string body() const;  // the JSON text of the error object
+  // Headers the status asks for (Allow with a 405, WWW-Authenticate with a 401).
+  ApiError&& with_header(std::string name, std::string value) && {
+    headers_.emplace_back(std::move(name), std::move(value));
+    return std::move(*this);
+  }
+  const std::vector<std::pair<std::string, std::string>>& headers() const { return headers_; }
 
  private:
+  std::vector<std::pair<std::string, std::string>> headers_;
   int status_;
   std::string type_;
   std::string param_;

@@ -35,9 +35,15 @@ int64_t schedulable_cpus() {
 }
 
 void validate(const BatchingOptions& options) {
+  // The upper bounds are far past any useful setting; past them arithmetic on the values overflows.
+  constexpr int64_t kMaxRows = int64_t{1} << 30, kMaxTimeoutMicros = int64_t{3600} * 1000 * 1000;
   check(options.max_batch_size >= 1, "max_batch_size: must be positive (got {})", options.max_batch_size);
+  check(options.max_batch_size <= kMaxRows, "max_batch_size: must be at most {} (got {})", kMaxRows,
+        options.max_batch_size);
   check(options.batch_timeout_micros >= 0, "batch_timeout_micros: must be non-negative (got {})",
         options.batch_timeout_micros);
+  check(options.batch_timeout_micros <= kMaxTimeoutMicros, "batch_timeout_micros: must be at most {} (an hour; got {})",
+        kMaxTimeoutMicros, options.batch_timeout_micros);
   check(options.max_enqueued_batches >= 1, "max_enqueued_batches: must be positive (got {})",
         options.max_enqueued_batches);
   check(options.num_batch_threads >= 1, "num_batch_threads: must be positive (got {})", options.num_batch_threads);

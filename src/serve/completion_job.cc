@@ -19,6 +19,17 @@ std::string dump(const json& value) { return value.dump(-1, ' ', false, json::er
 
 std::string sse_event(const json& value) { return "data: " + dump(value) + "\n\n"; }
 
+// A token as logprobs name it: its text, or, when its bytes are not whole UTF-8 characters (a
+// byte-level token inside a character), "bytes:" and the bytes escaped, as OpenAI's API writes
+// them ("bytes:\\xc3"), so two such tokens never share a name.
+std::string token_name(const std::string& bytes) {
+  const std::string text = to_valid_utf8(bytes);
+  if (text == bytes) return text;
+  std::string name = "bytes:";
+  for (unsigned char byte : bytes) name += fmt::format("\\x{:02x}", byte);
+  return name;
+}
+
 // One choice: its text so far and, when asked for, the legacy logprobs lists.
 struct Choice {
   explicit Choice(const std::vector<std::string>& stops) : text(stops) {}
@@ -145,9 +156,14 @@ bool Completion::on_token(size_t index, const infer::TokenEvent& event) {
 }
 
 json Completion::token_logprobs(Choice& choice, const infer::TokenEvent& event) const {
-  const std::string token = to_valid_utf8(codec_.decode(event.token));
+  const std::string token = token_name(codec_.decode(event.token));
   json top = json::object();
-  for (const infer::TokenLogprob& alternative : event.top) top[to_valid_utf8(codec_.decode(alternative.token))] = alternative.logprob;
+  // Most likely first; a name two tokens share (ids past a padded vocabulary decode to nothing)
+  // keeps the likelier one's value.
+  for (const infer::TokenLogprob& alternative : event.top) {
+    const std::string name = token_name(codec_.decode(alternative.token));
+    if (!top.contains(name)) top[name] = alternative.logprob;
+  }
   // Offsets count characters of the completion before the token (an unfinished one not yet).
   const size_t offset = utf8_length(std::string_view(choice.raw_bytes).substr(0, complete_utf8_prefix(choice.raw_bytes)));
   choice.logprobs["tokens"].push_back(token);

@@ -190,7 +190,14 @@ ModelRegistry::ModelRegistry(std::vector<ModelSource> sources, Loader loader, Lo
                              std::chrono::milliseconds unload_grace)
     : loader_(std::move(loader)), log_(std::move(log)), unload_grace_(unload_grace),
       reaper_(std::make_shared<Reaper>()) {
-  for (ModelSource& source : sources) models_.push_back(Model{.source = std::move(source)});
+  for (ModelSource& source : sources) {
+    // ':' would read as a version label in OpenAI's `model` field ("name:label"), '/' as a path
+    // step in TF Serving's REST paths: a model so named could not be reached.
+    check(source.name.find_first_of(":/") == std::string::npos,
+          "model name \"{}\": ':' and '/' cannot be in a model name (\"name:label\" selects a version; TF "
+          "Serving's paths split at '/')", source.name);
+    models_.push_back(Model{.source = std::move(source)});
+  }
 }
 
 ModelRegistry::~ModelRegistry() {

@@ -229,6 +229,9 @@ std::variant<std::string, std::vector<int32_t>> decode_prompt(const Fields& fiel
   return token_ids(*prompt, "prompt");
 }
 
+// The roles a chat message may take, each a turn of the template ("<role>: <content>\n").
+constexpr const char* kChatRoles[] = {"system", "developer", "user", "assistant"};
+
 std::vector<ChatMessage> decode_messages(const Fields& fields) {
   const json* messages = fields.find("messages");
   if (!messages) refuse("messages", "messages is required");
@@ -239,10 +242,13 @@ std::vector<ChatMessage> decode_messages(const Fields& fields) {
     const json& message = (*messages)[i];
     const std::string path = fmt::format("messages[{}]", i);
     if (!message.is_object()) refuse(path, "{} must be an object, not {}", path, Fields::describe(message));
-    const Fields members(message, {"role", "content"}, path + ".");
+    // `name` (a participant's name, which OpenAI's API accepts) is read and not used: the plain
+    // template has no place for it.
+    const Fields members(message, {"role", "content", "name"}, path + ".");
+    members.string("name");
     ChatMessage chat;
     chat.role = members.string("role").value_or("");
-    if (chat.role != "system" && chat.role != "developer" && chat.role != "user" && chat.role != "assistant") {
+    if (std::find(std::begin(kChatRoles), std::end(kChatRoles), chat.role) == std::end(kChatRoles)) {
       refuse(members.name("role"), "{} must be one of system, developer, user, assistant (got '{}')",
              members.name("role"), chat.role);
     }
@@ -257,7 +263,9 @@ std::vector<ChatMessage> decode_messages(const Fields& fields) {
         if (!(*content)[k].is_object()) refuse(part_path, "{} must be an object", part_path);
         const Fields part((*content)[k], {"type", "text"}, part_path + ".");
         if (part.string("type") != "text") refuse(part.name("type"), "{} must be \"text\" (only text is supported)", part.name("type"));
-        chat.content += part.string("text").value_or("");
+        const std::optional<std::string> text = part.string("text");
+        if (!text) refuse(part.name("text"), "{} is required in a text part", part.name("text"));
+        chat.content += *text;
       }
     } else {
       refuse(members.name("content"), "{} must be a string or a list of text parts, not {}", members.name("content"),
@@ -305,6 +313,11 @@ std::string chat_prompt(const std::vector<ChatMessage>& messages) {
   std::string prompt;
   for (const ChatMessage& message : messages) prompt += message.role + ": " + message.content + "\n";
   return prompt + "assistant:";
+}
+
+std::vector<std::string> chat_stops(std::vector<std::string> stops) {
+  for (const char* role : kChatRoles) stops.push_back(fmt::format("\n{}:", role));
+  return stops;
 }
 
 }  // namespace paraflow::serve

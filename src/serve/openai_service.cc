@@ -42,7 +42,7 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchan
   try {
     answer(route(request, api_key_), request, exchange);
   } catch (const ApiError& error) {
-    HttpHeaders headers;
+    HttpHeaders headers = error.headers();
     if (error.status() == 429) headers.emplace_back("Retry-After", "1");
     exchange->respond(error.status(), "application/json", error.body(), headers);
   } catch (const std::exception& error) {
@@ -152,7 +152,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
   spec.id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", random_number());
   spec.model = params.model.value_or(version->model);
   spec.created = unix_seconds();
-  spec.stops = params.stop;
+  spec.stops = chat ? chat_stops(params.stop) : params.stop;
   spec.stream = params.stream;
   spec.include_usage = params.include_usage;
   spec.logprobs = params.logprobs >= 0;

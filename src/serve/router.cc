@@ -46,7 +46,8 @@ Endpoint route(const HttpRequest& request, const std::string& api_key) {
     throw ApiError(401, "invalid_request_error",
                    request.authorization.empty() ? "no API key: send the header Authorization: Bearer <key>"
                                                  : "incorrect API key",
-                   "", "invalid_api_key");
+                   "", "invalid_api_key")
+        .with_header("WWW-Authenticate", "Bearer");
   }
   if (path.starts_with(tf_serving_prefix)) return Endpoint::tf_serving;
   if (!found) {
@@ -59,8 +60,10 @@ Endpoint route(const HttpRequest& request, const std::string& api_key) {
   // HEAD wherever GET is (HTTP asks it of every server): answered as GET, sent without the body.
   const bool head_of_get = request.method == "HEAD" && std::string_view(found->method) == "GET";
   if (request.method != found->method && !head_of_get) {
+    const std::string allowed = std::string_view(found->method) == "GET" ? "GET, HEAD" : found->method;
     throw ApiError(405, "invalid_request_error",
-                   fmt::format("{} {} is not supported; use {}", request.method, path, found->method));
+                   fmt::format("{} {} is not supported; use {}", request.method, path, found->method))
+        .with_header("Allow", allowed);
   }
   return found->endpoint;
 }

@@ -110,6 +110,10 @@ TEST_F(BatchingParametersTest, ValuesOutOfRangeAreRefusedNamingTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"max_batch_size { value: 0 }", "max_batch_size: must be positive (got 0)"},
       {"batch_timeout_micros { value: -1 }", "batch_timeout_micros: must be non-negative (got -1)"},
+      // Past these, the batch-size histogram's buckets and the deadlines overflowed (a hang at start).
+      {"max_batch_size { value: 9223372036854775807 }",
+       "max_batch_size: must be at most 1073741824 (got 9223372036854775807)"},
+      {"batch_timeout_micros { value: 9223372036854775807 }", "batch_timeout_micros: must be at most 3600000000"},
       {"max_enqueued_batches { value: 0 }", "max_enqueued_batches: must be positive (got 0)"},
       {"num_batch_threads { value: 0 }", "num_batch_threads: must be positive (got 0)"},
       {"max_batch_size { value: 32 } allowed_batch_sizes: [8, 4, 32]",

@@ -73,6 +73,15 @@ TEST(ModelConfigFile, ErrorsNameTheFileLineAndField) {
   testing::expect_error<InputError>([&] { read_model_config_file(write(file, "")); }, {"names no model"});
 }
 
+// A name with ':' or '/' could not be reached ("a:b" reads as model a, label b), so it is
+// refused when the server starts, from a config file or a flag alike.
+TEST(ModelRegistryNames, ColonsAndSlashesAreRefused) {
+  for (const char* name : {"llama:7b", "team/gpt"}) {
+    testing::expect_error<InputError>(
+        [&] { ModelRegistry({{.name = name, .base_path = "/nowhere"}}, nullptr, nullptr, 1s); }, {name, "cannot be in a model name"});
+  }
+}
+
 // Export dirs of tiny random GPTs under <base>/<version>/; each version has its own weights.
 class VersionsTest : public ::testing::Test {
  protected:

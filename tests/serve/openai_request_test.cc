@@ -151,6 +151,35 @@ TEST(ChatRequest, RefusesBadInputNamingTheField) {
                "max_completion_tokens", "disagree");
   chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs", "not supported");
   chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "x"})", "prompt", "unknown field");
+  chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text",
+               "required");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x", "name": 7}]})", "messages[0].name", "string");
+}
+
+// OpenAI's `name` on a message (a participant's name) is accepted; the plain template leaves it out.
+TEST(ChatRequest, AcceptsAParticipantsName) {
+  const ChatRequest request = decode_chat_request(R"({"messages": [{"role": "user", "content": "Hi", "name": "ann"}]})");
+  EXPECT_EQ(chat_prompt(request.messages), "user: Hi\nassistant:");
+}
+
+// A chat reply ends where the model starts a turn of the template itself: every turn after the
+// first in a conversation of every role begins with one of the stops, which come after the
+// request's own.
+TEST(ChatRequest, StopsAtTheStartOfEveryTurnOfTheTemplate) {
+  const std::vector<std::string> stops = chat_stops({"END"});
+  ASSERT_GE(stops.size(), 2u);
+  EXPECT_EQ(stops[0], "END");
+  const ChatRequest conversation = decode_chat_request(
+      R"({"messages": [{"role": "system", "content": "a"}, {"role": "developer", "content": "b"},
+                       {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]})");
+  const std::string prompt = chat_prompt(conversation.messages) + " e";
+  std::vector<std::string> turns;
+  for (size_t at = prompt.find('\n'); at != std::string::npos; at = prompt.find('\n', at + 1)) {
+    turns.push_back(prompt.substr(at, prompt.find(' ', at) - at));
+  }
+  EXPECT_EQ(turns, (std::vector<std::string>{"\ndeveloper:", "\nuser:", "\nassistant:", "\nassistant:"}));
+  for (const std::string& turn : turns) EXPECT_NE(std::find(stops.begin(), stops.end(), turn), stops.end()) << turn;
+  EXPECT_NE(std::find(stops.begin(), stops.end(), "\nsystem:"), stops.end());
 }
 
 }  // namespace

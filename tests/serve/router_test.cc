@@ -41,6 +41,22 @@ TEST(Router, RefusalsCheckTheKeyFirst) {
   EXPECT_EQ(refusal(request("HEAD", "/v1/completions")), 405);
 }
 
+std::vector<std::pair<std::string, std::string>> refusal_headers(const HttpRequest& request) {
+  try {
+    route(request, "key");
+  } catch (const ApiError& error) {
+    return error.headers();
+  }
+  return {};
+}
+
+TEST(Router, RefusalsCarryTheHeadersTheirStatusAsksFor) {
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(refusal_headers(request("GET", "/v1/completions")), (Headers{{"Allow", "POST"}}));
+  EXPECT_EQ(refusal_headers(request("POST", "/health")), (Headers{{"Allow", "GET, HEAD"}}));
+  EXPECT_EQ(refusal_headers(request("GET", "/v1/models", "")), (Headers{{"WWW-Authenticate", "Bearer"}}));
+}
+
 TEST(Router, HeadGoesWhereGetDoes) {
   EXPECT_EQ(route(request("HEAD", "/", ""), "key"), Endpoint::web_page);
   EXPECT_EQ(route(request("HEAD", "/health", ""), "key"), Endpoint::health);

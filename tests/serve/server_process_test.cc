@@ -288,6 +288,25 @@ TEST_F(ServeTest, ChoicesSeedsAndLogprobs) {
   for (const json& logprob : logprobs["token_logprobs"]) EXPECT_LE(logprob.get<double>(), 0.0);
 }
 
+// Greedy through "caf" + "\xC3\xA9": the byte inside the character is named "bytes:\\xc3" (OpenAI's
+// form), and every top list holds `logprobs` distinct names, the chosen token's with its own
+// value. (Named by their replacement character, the high bytes of this byte-level model shared
+// one key, and the least likely of them overwrote the others.)
+TEST_F(ServeTest, LogprobsNameEveryTokenApart) {
+  const json request = {{"prompt", "the lazy dog at the caf"}, {"max_tokens", 4}, {"logprobs", 5}, {"temperature", 0}};
+  const json answer = completion(request);
+  const json& logprobs = answer["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), 4u);
+  EXPECT_EQ(logprobs["tokens"][0], "bytes:\\xc3") << logprobs.dump();
+  for (size_t i = 0; i < 4; ++i) {
+    const json& top = logprobs["top_logprobs"][i];
+    EXPECT_EQ(top.size(), 5u) << top.dump();
+    const std::string token = logprobs["tokens"][i];
+    ASSERT_TRUE(top.contains(token)) << token << " " << top.dump();
+    EXPECT_EQ(top[token], logprobs["token_logprobs"][i]) << top.dump();
+  }
+}
+
 TEST_F(ServeTest, OpenAiPythonClient) {
   run(fmt::format("{} {} --base-url {}/v1 --api-key {}", python(), (source_dir() / "tests/serve/openai_client_check.py").string(),
                   server_->url(), api_key));
@@ -359,7 +378,13 @@ TEST_F(ServeTest, BadRequestsGetClearErrors) {
     EXPECT_FALSE(error["message"].get<std::string>().empty());
     EXPECT_TRUE(error.contains("type") && error.contains("code"));
   }
-  EXPECT_EQ(testing::http_request(server_->port(), "GET", "/v1/completions", "", api_key).status, 405);
+  // A 405 says what is allowed, a 401 how to authenticate (RFC 9110 asks both).
+  const testing::HttpReply wrong_method = testing::http_request(server_->port(), "GET", "/v1/completions", "", api_key);
+  EXPECT_EQ(wrong_method.status, 405);
+  EXPECT_NE(wrong_method.headers.find("Allow: POST"), std::string::npos) << wrong_method.headers;
+  const testing::HttpReply no_key = testing::http_request(server_->port(), "GET", "/v1/models", "", "");
+  EXPECT_EQ(no_key.status, 401);
+  EXPECT_NE(no_key.headers.find("WWW-Authenticate: Bearer"), std::string::npos) << no_key.headers;
   // A body over the 1 MiB limit: refused from its Content-Length, before it is read.
   testing::HttpReply large = testing::http_request(server_->port(), "POST", "/v1/completions",
                                                    std::string((1 << 20) + 1, ' '), api_key);
