@@ -31,15 +31,29 @@ void run_tokenizer_train(const TokenizerTrainOptions& options) {
   train_options.threads = options.threads;
   data::BpeTrainer trainer(train_options);
   int64_t documents = 0;
+  // Documents are counted in batches of about 64 MiB on --threads threads (the counts, and so
+  // the tokenizer, do not depend on the batching).
+  constexpr size_t kBatchBytes = 64 << 20;
+  std::vector<std::string> batch;
+  size_t batch_bytes = 0;
+  auto count_batch = [&] {
+    const std::vector<std::string_view> views(batch.begin(), batch.end());
+    trainer.add_texts(views);
+    batch.clear();
+    batch_bytes = 0;
+  };
   for (const auto& path : data::expand_inputs(options.inputs)) {
     data::for_each_document(
         path, options.text_field,
         [&](std::string_view text) {
-          trainer.add_text(text);
+          batch.emplace_back(text);
+          batch_bytes += text.size();
           ++documents;
+          if (batch_bytes >= kBatchBytes) count_batch();
         },
         [](std::string message) -> bool { throw InputError(message); });
   }
+  count_batch();
   data::Tokenizer tokenizer = trainer.train();
   tokenizer.save(options.out);
   fmt::print(stderr, "trained a {}-token byte-level BPE on {} documents ({} distinct words) -> {}\n",

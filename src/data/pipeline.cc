@@ -778,25 +778,29 @@ int32_t InputPipeline::max_token() const {
   fs::path manifest_path = m.files.front().parent_path() / "manifest.json";
   if (fs::exists(manifest_path)) {
     json manifest = json::parse(read_file(manifest_path), nullptr, false);
-    if (!manifest.is_discarded() && manifest.contains("splits")) {
-      std::map<std::string, int64_t> listed;  // shard file -> its split's max token
-      for (const auto& [name, split] : manifest["splits"].items()) {
-        for (const json& shard : split.value("shards", json::array())) {
-          listed[shard.value("file", "")] = split.value("max_token", int64_t{-1});
+    std::map<std::string, int64_t> listed;  // shard file -> its split's max token
+    try {
+      if (!manifest.is_discarded() && manifest.contains("splits")) {
+        for (const auto& [name, split] : manifest["splits"].items()) {
+          for (const json& shard : split.value("shards", json::array())) {
+            listed[shard.value("file", "")] = split.value("max_token", int64_t{-1});
+          }
         }
       }
-      int64_t best = -1;
-      bool all = true;
-      for (const auto& f : m.files) {
-        auto it = listed.find(f.filename().string());
-        if (it == listed.end() || f.parent_path() != manifest_path.parent_path()) {
-          all = false;
-          break;
-        }
-        best = std::max(best, it->second);
-      }
-      if (all) return *(m.max_token_cache = static_cast<int32_t>(best));
+    } catch (const json::exception&) {  // a manifest of another shape lists nothing: the shards are read
+      listed.clear();
     }
+    int64_t best = -1;
+    bool all = true;
+    for (const auto& f : m.files) {
+      auto it = listed.find(f.filename().string());
+      if (it == listed.end() || f.parent_path() != manifest_path.parent_path()) {
+        all = false;
+        break;
+      }
+      best = std::max(best, it->second);
+    }
+    if (all) return *(m.max_token_cache = static_cast<int32_t>(best));
   }
   int32_t best = -1;
   std::vector<int64_t> scratch;

@@ -79,18 +79,20 @@ void for_each_line(InputStream& stream, LineFn&& line_fn) {
   std::string buffer;
   std::string chunk(1 << 20, '\0');
   int64_t number = 0;
+  size_t searched = 0;  // bytes of `buffer` known to hold no '\n' (a long line is searched once)
   for (;;) {
     size_t got = stream.read(chunk.data(), chunk.size());
     if (got == 0) break;
     buffer.append(chunk.data(), got);
     size_t start = 0;
     for (;;) {
-      size_t nl = buffer.find('\n', start);
+      size_t nl = buffer.find('\n', std::max(start, searched));
       if (nl == std::string::npos) break;
       line_fn(std::string_view(buffer).substr(start, nl - start), ++number);
       start = nl + 1;
     }
     buffer.erase(0, start);
+    searched = buffer.size();
   }
   if (!buffer.empty()) line_fn(std::string_view(buffer), ++number);
 }
@@ -424,8 +426,17 @@ json read_manifest(const fs::path& prepared_dir) {
 std::vector<fs::path> list_shards(const fs::path& prepared_dir, const std::string& split) {
   check(split == "train" || split == "val", "split '{}' is not one of train, val", split);
   json manifest = read_manifest(prepared_dir);
+  const std::string where = (prepared_dir / "manifest.json").string();
+  const json& splits = manifest["splits"];
+  check(splits.is_object() && splits.contains(split) && splits[split].is_object(), "{}: splits has no '{}' split",
+        where, split);
+  const json& listed = splits[split].value("shards", json());
+  check(listed.is_array(), "{}: splits.{}.shards must be a list", where, split);
   std::vector<fs::path> shards;
-  for (const json& shard : manifest["splits"][split]["shards"]) {
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const json& shard = listed[i];
+    check(shard.is_object() && shard.contains("file") && shard["file"].is_string(),
+          "{}: splits.{}.shards[{}] has no string 'file'", where, split, i);
     fs::path path = prepared_dir / shard["file"].get<std::string>();
     check(fs::exists(path), "{}: listed in the manifest but missing", path.string());
     shards.push_back(path);

@@ -308,17 +308,41 @@ Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) {
         "{}: pre_tokenizer must be ByteLevel with use_regex and without add_prefix_space (GPT-2's), got {}", where,
         pre.dump());
   std::vector<std::string> specials;
+  std::vector<std::pair<int64_t, std::string>> added_ids;  // (id, content)
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& added : j["added_tokens"]) {
       check(added.is_object(), "{}: added_tokens entries must be objects", where);
+      const std::string content = added.value("content", std::string());
       // A non-special added token (GPT-NeoX's runs of spaces) is matched before BPE: not supported.
       check(added.value("special", false), "{}: added token \"{}\" is not special; only special added tokens are supported",
-            where, added.value("content", std::string()));
-      specials.push_back(added.value("content", std::string()));
+            where, content);
+      check(added.contains("id") && added["id"].is_number_integer(), "{}: added token \"{}\" has no integer id", where,
+            content);
+      for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+        check(!added.value(flag, false), "{}: added token \"{}\": {} = true is not supported", where, content, flag);
+      }
+      specials.push_back(content);
+      added_ids.emplace_back(added["id"].get<int64_t>(), content);
     }
   }
   check(model.contains("vocab"), "{}: model.vocab is missing", where);
   Vocab v = read_vocab(model["vocab"], where + ": model.vocab", specials);
+  // An added token is in model.vocab with the same id (GPT-2's <|endoftext|>), or, added later
+  // (add_special_tokens), takes the next id after it.
+  std::sort(added_ids.begin(), added_ids.end());
+  for (const auto& [id, content] : added_ids) {
+    if (auto found = v.by_string.find(content); found != v.by_string.end()) {
+      check(found->second == id, "{}: added token \"{}\" has id {}, model.vocab gives it {}", where, content, id,
+            found->second);
+      continue;
+    }
+    check(id == static_cast<int64_t>(v.tokens.size()),
+          "{}: added token \"{}\" has id {}; one not in model.vocab must take the next id, {}", where, content, id,
+          v.tokens.size());
+    v.tokens.push_back(content);
+    v.special_ids.push_back(static_cast<TokenId>(id));
+    v.by_string.emplace(content, static_cast<TokenId>(id));
+  }
   check(model.contains("merges") && model["merges"].is_array(), "{}: model.merges must be an array", where);
   std::vector<std::pair<TokenId, TokenId>> merges;
   size_t index = 0;

@@ -253,6 +253,21 @@ TEST(Prepare, InputErrors) {
   EXPECT_THROW(prepare(o), InputError);
   EXPECT_THROW(list_shards(dir, "train"), InputError);
   EXPECT_THROW(parse_bad_line_policy("ignore"), InputError);
+  // A manifest of another shape is refused naming it and the field, not with a JSON type error.
+  const std::string manifest = (dir / "manifest.json").string();
+  for (const auto& [text, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"splits": {"train": {"shards": [{"name": "x"}]}}})", "splits.train.shards[0] has no string 'file'"},
+           {R"({"splits": {"train": {"shards": {}}}})", "splits.train.shards must be a list"},
+           {R"({"splits": []})", "splits has no 'train' split"},
+           {R"({"splits": {"val": {"shards": []}}})", "splits has no 'train' split"}}) {
+    write_text(dir / "manifest.json", text);
+    try {
+      list_shards(dir, "train");
+      ADD_FAILURE() << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(manifest + ": " + field), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Runs tests/reference/tf_pipeline.py; false (and a test failure) without the interpreter.

@@ -176,6 +176,35 @@ TEST(TokenizerInterop, TrainedVocabularyMatchesTiktokenAndHuggingFace) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// A special token added by Hugging Face after training (add_special_tokens: a pad token) is not
+// in model.vocab: it takes the next id, and text holding it encodes to that id as tokenizers does.
+TEST(TokenizerInterop, AnAddedSpecialTokenTakesTheNextIdAsInHuggingFace) {
+  BpeTrainOptions options;
+  options.vocab_size = 400;
+  BpeTrainer trainer(options);
+  const std::string corpus = "the quick brown fox jumps over the lazy dog. <|endoftext|> pack my box with jugs ";
+  std::vector<std::string_view> views(20, corpus);
+  trainer.add_texts(views);
+  Tokenizer tok = trainer.train();
+  fs::path dir = temp_dir("added");
+  tok.save(dir);
+  const std::vector<std::string> texts = {"<|pad|>", "the fox<|pad|><|pad|> jumps", "no pad here <|endoftext|>",
+                                          "a<|pad|>b<|endoftext|><|pad|>"};
+  json result = run_oracle(dir, texts, "--add-special '<|pad|>' --skip tiktoken --skip tokenizers_files "
+                                      "--skip transformers_fast --skip transformers_fast_files --skip transformers_slow");
+  ASSERT_TRUE(result.is_object()) << "no oracle output";
+  const Tokenizer added = Tokenizer::load_tokenizer_json(dir / "added" / "tokenizer.json");
+  EXPECT_EQ(added.vocab_size(), tok.vocab_size() + 1);
+  EXPECT_EQ(added.encode("<|pad|>"), (std::vector<TokenId>{tok.vocab_size()}));
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(added.encode(texts[i]), result["ids"]["tokenizers_added"][i].get<std::vector<TokenId>>()) << texts[i];
+  }
+  // Saved and loaded again, the token stays.
+  added.save(dir / "again");
+  EXPECT_EQ(Tokenizer::load(dir / "again").encode("<|pad|>"), (std::vector<TokenId>{tok.vocab_size()}));
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 TEST(TokenizerInterop, Gpt2VocabularyMatchesTiktokenAndHuggingFace) {
   fs::path ranks = source_dir() / ".venv-data/assets/gpt2.tiktoken";
   ASSERT_TRUE(fs::exists(ranks)) << ranks << " missing: run scripts/setup_python_data.sh";

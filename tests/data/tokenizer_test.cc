@@ -304,6 +304,19 @@ TEST(Files, BadFilesGiveClearErrors) {
   added["added_tokens"].push_back({{"id", 0}, {"content", "  "}, {"special", false}});
   write_file_atomic(t, added.dump());
   expect_error([&] { Tokenizer::load_tokenizer_json(t); }, {t.string(), "added token \"  \" is not special"});
+  // An added special token not in model.vocab takes the next id; one in it, the id it has there.
+  nlohmann::json gap = full;
+  gap["added_tokens"].push_back({{"id", 100000}, {"content", "<|pad|>"}, {"special", true}});
+  write_file_atomic(t, gap.dump());
+  expect_error([&] { Tokenizer::load_tokenizer_json(t); }, {t.string(), "\"<|pad|>\" has id 100000", "must take the next id"});
+  nlohmann::json moved = full;
+  for (auto& token : moved["added_tokens"]) token["id"] = 0;
+  write_file_atomic(t, moved.dump());
+  expect_error([&] { Tokenizer::load_tokenizer_json(t); }, {t.string(), "\"<|endoftext|>\" has id 0, model.vocab gives it"});
+  nlohmann::json stripped = full;
+  stripped["added_tokens"][0]["lstrip"] = true;
+  write_file_atomic(t, stripped.dump());
+  expect_error([&] { Tokenizer::load_tokenizer_json(t); }, {t.string(), "lstrip = true is not supported"});
   // Nested 100,000 deep: refused while parsing (copying or printing it would overflow the stack).
   write_file_atomic(v, "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
   expect_error([&] { Tokenizer::load_vocab_merges(v, m); }, {v.string(), "JSON nested deeper than 64 levels"});

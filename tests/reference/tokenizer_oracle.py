@@ -20,6 +20,8 @@ for these encoders (special token text `<|endoftext|>` becomes its id in all of 
   transformers_fast_files  GPT2TokenizerFast.from_pretrained on a copy of DIR without
                      tokenizer.json (transformers converts vocab.json + merges.txt itself)
   transformers_slow  transformers.GPT2Tokenizer (pure Python, `regex` module) from the same files
+  tokenizers_added   with --add-special TOKEN: tokenizers_json's tokenizer after add_special_tokens,
+                     saved as DIR/added/tokenizer.json (the token takes the next id)
 Exit status 0 on success, 1 on any error (reason on stderr).
 """
 import argparse
@@ -121,6 +123,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--tiktoken-file")
     parser.add_argument("--skip", action="append", default=[], help="encoder names to leave out")
+    parser.add_argument("--add-special", help="also: tokenizers with this special token added (add_special_tokens), "
+                        "saved as DIR/added/tokenizer.json, its ids under \"tokenizers_added\"")
     args = parser.parse_args()
     try:
         warnings.filterwarnings("ignore")
@@ -146,6 +150,14 @@ def main():
                 continue
             encode = build()
             ids[name] = [encode(t) for t in texts]
+        if args.add_special:
+            from tokenizers import Tokenizer
+
+            added = Tokenizer.from_file(os.path.join(args.dir, "tokenizer.json"))
+            added.add_special_tokens([args.add_special])
+            os.makedirs(os.path.join(args.dir, "added"), exist_ok=True)
+            added.save(os.path.join(args.dir, "added", "tokenizer.json"))
+            ids["tokenizers_added"] = [added.encode(t).ids for t in texts]
         from tokenizers import pre_tokenizers
 
         splitter = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
