@@ -49,15 +49,24 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The split of document `doc` of input `input`: uniform in [0,1) from the seed, compared to F.
-bool goes_to_val(uint64_t seed, size_t input, uint64_t doc, double val_fraction) {
+// FNV-1a over a document's bytes: its split depends on its text alone, so adding, removing or
+// fixing other lines or files moves no document between splits, and copies share one split.
+uint64_t text_hash(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// The split of a document of text hash `hash`: uniform in [0,1) from the seed, compared to F.
+bool goes_to_val(uint64_t seed, uint64_t hash, double val_fraction) {
   if (val_fraction <= 0.0) return false;
-  uint64_t h = splitmix64(splitmix64(seed) ^ splitmix64((static_cast<uint64_t>(input) << 40) ^ doc));
+  uint64_t h = splitmix64(splitmix64(seed) ^ splitmix64(hash));
   return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
 }
 
 struct Document {
   std::vector<TokenId> tokens;  // ends with <|endoftext|>
+  uint64_t hash = 0;            // text_hash of its text
 };
 
 // What one worker made of one input file.
@@ -109,6 +118,7 @@ void process_file(const fs::path& path, const Tokenizer& tokenizer, const Prepar
           return;
         }
         Document doc;
+        doc.hash = text_hash(text);
         tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
         doc.tokens.push_back(eot);
         result.docs.push_back(std::move(doc));
@@ -357,10 +367,9 @@ json prepare(const PrepareOptions& options) {
       room_cv.notify_all();
       if (result.error) std::rethrow_exception(result.error);
       int64_t file_tokens = 0;
-      for (size_t d = 0; d < result.docs.size(); ++d) {
-        const auto& doc = result.docs[d].tokens;
-        (goes_to_val(options.seed, i, d, options.val_fraction) ? val : train).write_document(doc);
-        file_tokens += static_cast<int64_t>(doc.size());
+      for (const Document& doc : result.docs) {
+        (goes_to_val(options.seed, doc.hash, options.val_fraction) ? val : train).write_document(doc.tokens);
+        file_tokens += static_cast<int64_t>(doc.tokens.size());
       }
       for (const auto& message : result.skipped) log(message);
       skipped_lines += static_cast<int64_t>(result.skipped.size());

@@ -6,9 +6,10 @@
 // written as one tf.train.Example{input_ids: int64 list} record, or as consecutive records of at
 // most `record_tokens` tokens when it is longer.
 //
-// Split: a document goes to "val" when a hash of (seed, input index, document index) falls below
-// val_fraction, else to "train" — a pure function of the seed and the sorted input list, so the
-// output is byte-identical for any thread count. Within a split, records keep input order
+// Split: a document goes to "val" when a hash of (seed, the document's text) falls below
+// val_fraction, else to "train" — a pure function of the seed and the text, so the output is
+// byte-identical for any thread count, a document keeps its split when other lines or files are
+// added, removed or fixed, and copies of one text never straddle the splits. Within a split, records keep input order
 // (inputs sorted by path, documents in file order); the input pipeline does the shuffling.
 //
 // Output directory:

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "base/error.h"
 #include "base/file_io.h"
@@ -238,6 +239,50 @@ TEST(Prepare, BadLinesFailOrAreSkippedWithFileAndLine) {
   o.text_field = "body";
   o.on_bad_line = BadLinePolicy::skip;
   EXPECT_EQ(prepare(o)["documents"], 1);
+}
+
+// A document's split follows its text: fixing a bad line, or adding a file that sorts first,
+// moves no other document between train and val. (Keyed by position, it moved every document
+// after the change.)
+TEST(Prepare, ADocumentKeepsItsSplitWhenOtherLinesChange) {
+  fs::path dir = temp_dir("stable_split");
+  std::string before, after;
+  for (int i = 0; i < 40; ++i) {
+    const std::string line = json{{"text", fmt::format("document number {} of forty", i)}}.dump() + "\n";
+    before += line;
+    after += line;
+    if (i == 10) before += "{\"text\": broken\n";  // skipped, then removed
+  }
+  fs::create_directories(dir / "one");
+  fs::create_directories(dir / "two");
+  write_text(dir / "one" / "b.jsonl", before);
+  write_text(dir / "two" / "b.jsonl", after);
+  write_text(dir / "two" / "a.jsonl", json{{"text", "a new file sorted first"}}.dump() + "\n");
+  // The val split's documents, decoded.
+  auto val_texts = [&](const std::string& name) {
+    PrepareOptions o;
+    o.tokenizer = tokenizer_dir();
+    o.inputs = {(dir / name / "*.jsonl").string()};
+    o.out = dir / (name + "_out");
+    o.val_fraction = 0.5;
+    o.seed = 3;
+    o.progress = false;
+    o.on_bad_line = BadLinePolicy::skip;
+    prepare(o);
+    const Tokenizer tokenizer = Tokenizer::load(tokenizer_dir());
+    std::set<std::string> texts;
+    for (const fs::path& shard : list_shards(o.out, "val")) {
+      for (const auto& record : read_records(shard, Compression::none)) {
+        texts.insert(tokenizer.decode(std::vector<TokenId>(record.begin(), record.end() - 1)));
+      }
+    }
+    return texts;
+  };
+  std::set<std::string> one = val_texts("one"), two = val_texts("two");
+  two.erase("a new file sorted first");
+  EXPECT_GT(one.size(), 5u);
+  EXPECT_LT(one.size(), 35u);
+  EXPECT_EQ(one, two);
 }
 
 TEST(Prepare, InputErrors) {
