@@ -315,12 +315,14 @@ void Engine::Impl::schedule(std::vector<Chunk>& batch) {
       sequence.computed = 0;
       break;
     }
-    if (sequence.generated == 0) {  // counted once admitted (a refused admission is tried again)
+    // Counted at the first admission only (a refused admission is tried again; a preempted
+    // sequence is admitted again).
+    if (sequence.admitted == Clock::time_point{}) {
       sequence.cached_prompt_tokens = sequence.computed;
       cached_prompt_tokens_total.add(static_cast<double>(sequence.computed));
+      queue_time.observe(seconds_between(sequence.arrived, Clock::now()));
     }
     sequence.admitted = Clock::now();
-    queue_time.observe(seconds_between(sequence.arrived, sequence.admitted));
     batch.push_back(Chunk{&sequence, sequence.computed, count});
     budget -= count;
     running.push_back(std::move(waiting.front()));

@@ -325,6 +325,9 @@ TEST_F(EngineTest, PreemptedSequencesRecomputeAndGiveTheSameOutput) {
   std::printf("  %lld preemptions\n", static_cast<long long>(engine.stats().preemptions));
   EXPECT_GT(engine.stats().preemptions, 0);
   EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+  // A preempted sequence's second admission is not a second request's wait.
+  EXPECT_NE(engine.metrics().render().find("paraflow_request_queue_seconds_count 8\n"), std::string::npos)
+      << engine.metrics().render();
 }
 
 TEST_F(EngineTest, SharedPromptPrefixesReuseBlocksWithCopyOnWrite) {
