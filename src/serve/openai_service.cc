@@ -31,7 +31,7 @@ int64_t unix_seconds() {
 }  // namespace
 
 OpenAiService::OpenAiService(const ModelRegistry& registry, std::string api_key)
-    : registry_(registry), api_key_(std::move(api_key)), started_at_(unix_seconds()), tf_serving_(registry) {}
+    : registry_(registry), api_key_(std::move(api_key)), started_at_(unix_seconds()), tf_serving_(registry, started_at_) {}
 
 void OpenAiService::draining() {
   draining_.store(true);

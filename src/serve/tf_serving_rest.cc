@@ -199,7 +199,11 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
                           {"status", {{"error_code", status.error.empty() ? "OK" : "UNKNOWN"},
                                       {"error_message", status.error}}}});
       }
-      exchange->respond(200, "application/json", json{{"model_version_status", answer}}.dump());
+      json body{{"model_version_status", answer}};
+      if (!target.version && !target.label) {  // OpenAI's GET /v1/models/{id} too (client.models.retrieve)
+        body.update({{"id", target.name}, {"object", "model"}, {"created", created_}, {"owned_by", "paraflow"}});
+      }
+      exchange->respond(200, "application/json", body.dump());
       return;
     }
     std::shared_ptr<ServedVersion> version = registry_.find(target.name, target.version, target.label.value_or(""));

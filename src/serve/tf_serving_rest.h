@@ -1,5 +1,8 @@
 // TF Serving's REST API (its paths, JSON shapes and status codes) on the serving engine:
-//   GET  /v1/models/{name}[/versions/{v}|/labels/{l}]           the version's status
+//   GET  /v1/models/{name}[/versions/{v}|/labels/{l}]           the version's status (for the
+//                                                              bare name also OpenAI's model
+//                                                              object: id, object, created,
+//                                                              owned_by; the two share the path)
 //   GET  /v1/models/{name}[/versions/{v}|/labels/{l}]/metadata  the signature (serve/predict.h)
 //   POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict   row ({"instances": [...]}) or
 //                                                              columnar ({"inputs": ...}) form,
@@ -22,7 +25,8 @@ namespace paraflow::serve {
 
 class TfServingRest {
  public:
-  explicit TfServingRest(const ModelRegistry& registry) : registry_(registry) {}
+  // `created`: the Unix time OpenAI's model objects give (the server's start).
+  TfServingRest(const ModelRegistry& registry, int64_t created) : registry_(registry), created_(created) {}
 
   // Answers every request itself, errors included.
   void handle(const HttpRequest& request, const std::string& path, const std::shared_ptr<Exchange>& exchange) const;
@@ -30,6 +34,7 @@ class TfServingRest {
 
  private:
   const ModelRegistry& registry_;
+  int64_t created_;
   std::atomic<bool> draining_{false};
 };
 

@@ -18,6 +18,9 @@ def main():
     models = client.models.list()
     model = models.data[0].id
     assert model == "tiny-gpt", models
+    retrieved = client.models.retrieve(model)
+    assert retrieved.id == model and retrieved.object == "model", retrieved
+    assert retrieved.created == models.data[0].created and retrieved.owned_by == "paraflow", retrieved
 
     whole = client.completions.create(model=model, prompt="the quick", max_tokens=12, temperature=0)
     assert whole.object == "text_completion" and whole.id.startswith("cmpl-"), whole

@@ -72,7 +72,7 @@ class TfServingRestTest : public ::testing::Test {
       },
       [](const std::string&) {},
       std::chrono::seconds(1)};
-  serve::TfServingRest rest{registry};
+  serve::TfServingRest rest{registry, 1700000000};
 };
 
 TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
@@ -82,9 +82,13 @@ TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
   registry.poll();
   std::tie(status, body) = call("GET", "/v1/models/gpt");
   EXPECT_EQ(status, 200);
+  // TF Serving's status, and OpenAI's model object on the same path (GET /v1/models/{id}).
   EXPECT_EQ(body, json::parse(R"({"model_version_status": [{"version": "1", "state": "AVAILABLE",
-                                  "status": {"error_code": "OK", "error_message": ""}}]})"));
-  EXPECT_EQ(call("GET", "/v1/models/gpt/versions/1").first, 200);
+                                  "status": {"error_code": "OK", "error_message": ""}}],
+                                  "id": "gpt", "object": "model", "created": 1700000000, "owned_by": "paraflow"})"));
+  std::tie(status, body) = call("GET", "/v1/models/gpt/versions/1");
+  EXPECT_EQ(status, 200);
+  EXPECT_FALSE(body.contains("id")) << body;
   std::tie(status, body) = call("GET", "/v1/models/gpt/versions/1/metadata");
   EXPECT_EQ(status, 200);
   EXPECT_EQ(body["model_spec"]["version"], "1");
