@@ -86,7 +86,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void respond(uint64_t serial, int status, const std::string& content_type, std::string body,
                const HttpHeaders& headers) {
     if (serial != serial_) return;
-    http::response<http::string_body> response{static_cast<http::status>(status), 11};
+    http::response<http::string_body> response{static_cast<http::status>(status), version_};
     response.set(http::field::content_type, content_type);
     for (const auto& [name, value] : headers) response.set(name, value);
     response.keep_alive(keep_alive_);
@@ -99,20 +99,22 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void start_stream(uint64_t serial, const std::string& content_type) {
     if (serial != serial_) return;
-    http::response<http::empty_body> response{http::status::ok, 11};
+    http::response<http::empty_body> response{http::status::ok, version_};
     response.set(http::field::content_type, content_type);
     response.set(http::field::cache_control, "no-cache");
+    // HTTP/1.0 has no chunked encoding: the body is the bytes until the connection closes.
+    if (!chunked()) keep_alive_ = false;
     response.keep_alive(keep_alive_);
-    response.chunked(true);
+    response.chunked(chunked());
     server_.observer(target_, 200);
     queue(serialize(response.base()), false);
   }
   void send(uint64_t serial, const std::string& data) {
     if (serial != serial_ || data.empty()) return;  // an empty chunk would end the body
-    queue(fmt::format("{:x}\r\n{}\r\n", data.size(), data), false);
+    queue(chunked() ? fmt::format("{:x}\r\n{}\r\n", data.size(), data) : data, false);
   }
   void end_stream(uint64_t serial) {
-    if (serial == serial_) queue("0\r\n\r\n", true);
+    if (serial == serial_) queue(chunked() ? "0\r\n\r\n" : "", true);
   }
   void on_disconnect(uint64_t serial, std::function<void()> callback) {
     if (serial != serial_) return;
@@ -134,6 +136,7 @@ class Session : public std::enable_shared_from_this<Session> {
   net::any_io_executor executor() { return stream_.get_executor(); }
 
  private:
+  bool chunked() const { return version_ >= 11; }  // a streamed body's framing
   void on_header(beast::error_code error) {
     if (error) return on_read_error(error);
     if (auto refusal = refuse_header(*parser_, server_.limits)) return answer_alone(*refusal);
@@ -165,6 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     RequestMessage request = parser_->release();
     keep_alive_ = request.keep_alive();
+    version_ = request.version() >= 11 ? 11 : 10;  // answered in the request's version
     target_ = std::string(request.target());
     head_ = request.method() == http::verb::head;
     ++server_.answering;
@@ -266,6 +270,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::array<char, 4096> discarded_;
   std::string target_;
   bool keep_alive_ = false;
+  unsigned version_ = 11;  // the request's HTTP version, 10 or 11, which the answer takes
   bool head_ = false;  // the request being answered is a HEAD
   uint64_t serial_ = 0;  // the answer in progress; calls for earlier ones are ignored
   std::deque<std::string> writes_;

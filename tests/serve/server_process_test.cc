@@ -307,6 +307,37 @@ TEST_F(ServeTest, LogprobsNameEveryTokenApart) {
   }
 }
 
+// An HTTP/1.0 client is answered in HTTP/1.0: a stream without chunked encoding (which 1.0 does
+// not have), its body ending when the connection closes; a 1.0 keep-alive is confirmed.
+TEST_F(ServeTest, Http10ClientsGetHttp10Answers) {
+  const std::string body = json{{"prompt", "the quick"}, {"max_tokens", 5}, {"stream", true}}.dump();
+  testing::Connection streaming(server_->port());
+  ASSERT_TRUE(streaming.send(fmt::format("POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Type: "
+                                         "application/json\r\nContent-Length: {}\r\n\r\n{}",
+                                         api_key, body.size(), body)));
+  bool closed = false;
+  const std::string answer = streaming.receive_all(30s, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.0 200", 0), 0u) << answer;
+  const std::string header = answer.substr(0, answer.find("\r\n\r\n"));
+  EXPECT_EQ(header.find("chunked"), std::string::npos) << header;
+  const std::vector<json> chunks = events(answer.substr(header.size() + 4));
+  EXPECT_GE(chunks.size(), 2u);
+
+  testing::Connection kept(server_->port());
+  ASSERT_TRUE(kept.send("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  std::string first;
+  while (first.find("\"ok\"") == std::string::npos && kept.receive(first, 5000ms)) {
+  }
+  EXPECT_EQ(first.rfind("HTTP/1.0 200", 0), 0u) << first;
+  EXPECT_NE(first.find("Connection: keep-alive"), std::string::npos) << first;
+  ASSERT_TRUE(kept.send("GET /health HTTP/1.0\r\n\r\n"));  // the same connection, a second answer
+  bool second_closed = false;
+  const std::string second = kept.receive_all(10s, &second_closed);
+  EXPECT_EQ(second.rfind("HTTP/1.0 200", 0), 0u) << second;
+  EXPECT_TRUE(second_closed);
+}
+
 TEST_F(ServeTest, OpenAiPythonClient) {
   run(fmt::format("{} {} --base-url {}/v1 --api-key {}", python(), (source_dir() / "tests/serve/openai_client_check.py").string(),
                   server_->url(), api_key));
