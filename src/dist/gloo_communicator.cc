@@ -9,6 +9,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -214,9 +218,45 @@ class GlooCommunicator final : public Communicator {
   int splits_ = 0;                // groups split from this one so far (the same count on every rank)
 };
 
+// Whether `host`'s first address (the one Gloo binds) is a loopback one: 127.0.0.0/8 or ::1.
+// A name that does not resolve (yet) is not.
+bool resolves_to_loopback(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool loopback = false;
+  if (found->ai_family == AF_INET) {
+    loopback = (ntohl(reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+  } else if (found->ai_family == AF_INET6) {
+    loopback = IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(found->ai_addr)->sin6_addr);
+  }
+  freeaddrinfo(found);
+  return loopback;
+}
+
+// Gloo listens on (and tells its peers) the address this task's TF_CONFIG host resolves to. A
+// loopback one in a job that spans hosts (Debian maps the machine's own name to 127.0.1.1 in
+// /etc/hosts) would leave the other hosts failing to connect after the timeout: refused now.
+void check_reachable_address(const ClusterSpec& spec) {
+  const std::string host = split_host_port(spec.address(), "TF_CONFIG").first;
+  if (!resolves_to_loopback(host)) return;
+  for (const char* job : {"chief", "worker"}) {
+    if (!spec.jobs.count(job)) continue;
+    for (size_t i = 0; i < spec.jobs.at(job).size(); ++i) {
+      const std::string& peer = spec.jobs.at(job)[i];
+      if (resolves_to_loopback(split_host_port(peer, "TF_CONFIG").first)) continue;
+      fail("TF_CONFIG: this task's host \"{}\" resolves to a loopback address, but the job spans other hosts ({} {} "
+           "at {}), which could not reach it: give this task's routable address or a name that resolves to it "
+           "(check /etc/hosts)", host, job, i, peer);
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const ClusterSpec& spec, std::chrono::milliseconds timeout) {
+  check_reachable_address(spec);
   auto connection = std::make_shared<GlooConnection>();
   connection->timeout = timeout;
   const int rank = spec.training_rank();

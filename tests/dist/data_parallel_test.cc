@@ -175,5 +175,16 @@ TEST_F(DataParallel, UnreachablePeerFailsWithinTheTimeoutNamingIt) {
   EXPECT_NE(message.find("127.0.0.1:1"), std::string::npos) << message;
 }
 
+// A task whose host is a loopback address in a job that spans hosts (Debian's /etc/hosts maps the
+// machine's own name to 127.0.1.1) is refused at once, naming it, instead of Gloo publishing an
+// address the other hosts cannot reach and failing there after the timeout.
+TEST_F(DataParallel, ALoopbackHostInAJobAcrossHostsIsRefused) {
+  std::string cluster = R"({"cluster":{"chief":["127.0.0.1:1"],"worker":["192.0.2.1:2"]},"task":{"type":"chief","index":0}})";
+  const std::string message = failure_message(fmt::format("TF_CONFIG='{}' {} --set dist.timeout_seconds=30", cluster,
+                                                          train_command("loopback")));
+  EXPECT_NE(message.find("\"127.0.0.1\" resolves to a loopback address"), std::string::npos) << message;
+  EXPECT_NE(message.find("worker 0 at 192.0.2.1:2"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace paraflow
