@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
@@ -155,6 +156,12 @@ void EventWriter::add_scalar(std::string_view tag, double value, int64_t step) {
 }
 
 void EventWriter::add_histogram(std::string_view tag, std::span<const double> values, int64_t step) {
+  // As TensorFlow's histogram summary op ("Nan in summary histogram for: ..."): a NaN or an
+  // infinity has no bucket, and would make the sum meaningless.
+  for (size_t i = 0; i < values.size(); ++i) {
+    check(std::isfinite(values[i]), "histogram '{}': value {} of {} is {} (only finite values have a bucket)", tag, i,
+          values.size(), values[i]);
+  }
   tf::Summary::Value summary;
   summary.set_tag(std::string(tag));
   *summary.mutable_histo() = make_histogram(values);
@@ -189,14 +196,14 @@ void EventWriter::flush() {
 void EventWriter::close() {
   {
     std::lock_guard lock(mutex_);
-    if (closing_) return;
+    if (closed_) return;
     closing_ = true;
   }
   wake_.notify_all();
   if (flusher_.joinable()) flusher_.join();
   std::lock_guard lock(mutex_);
+  writer_.close();  // may fail (a full disk): the events stay buffered and close() can be called again
   closed_ = true;
-  writer_.close();
 }
 
 }  // namespace paraflow::data

@@ -71,8 +71,8 @@ void TFRecordWriter::write(std::string_view record) {
 
 void TFRecordWriter::close() {
   if (closed_) return;
+  stream_->close();  // a failure (a full disk) leaves the writer open: close() may be tried again
   closed_ = true;
-  stream_->close();
 }
 
 // --- reader -------------------------------------------------------------------------------

@@ -3,12 +3,16 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <regex>
 #include <thread>
 
+#include "base/error.h"
 #include "data/tfrecord.h"
 
 namespace paraflow::data {
@@ -70,6 +74,39 @@ TEST(Events, FileNameVersionAndSummaries) {
   EXPECT_EQ(text.metadata().plugin_data().plugin_name(), "text");
   EXPECT_EQ(text.tensor().dtype(), tf::DT_STRING);
   EXPECT_EQ(text.tensor().string_val(0), "hello **world**");
+}
+
+// A close that fails (a full disk: here a file-size limit) can be retried once the disk takes
+// bytes again, and then every event is in the file. (The first close used to mark the writer
+// closed before failing, so a second close returned at once and the events were lost.)
+TEST(Events, AFailedCloseCanBeRetried) {
+  fs::path dir = fresh_dir("retry");
+  EventWriter writer(dir);
+  rlimit unlimited{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &unlimited), 0);
+  auto previous = signal(SIGXFSZ, SIG_IGN);  // over the limit: EFBIG instead of the signal
+  const std::string long_text(4000, 'x');
+  for (int step = 0; step < 100; ++step) writer.add_text("notes", long_text, step);  // ~400 kB
+  rlimit small = unlimited;
+  small.rlim_cur = 50'000;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_THROW(writer.close(), IoError);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &unlimited), 0);
+  signal(SIGXFSZ, previous);
+  writer.close();
+  EXPECT_EQ(read_events(writer.path()).size(), 101u);  // the version record and 100 texts
+}
+
+// As TensorFlow's histogram summary: a NaN or an infinity is refused, naming the tag.
+TEST(Events, NonFiniteHistogramValuesAreRefused) {
+  EventWriter writer(fresh_dir("nan"));
+  const std::vector<double> values = {1.0, std::nan(""), 2.0};
+  try {
+    writer.add_histogram("weights/h0", values, 1);
+    ADD_FAILURE() << "a NaN was put in a histogram";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("histogram 'weights/h0': value 1 of 3 is nan"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Events, DefaultBucketsAreTensorFlows) {
