@@ -81,6 +81,9 @@ struct FileReader {
   std::deque<Record> queue;
   int64_t queued_tokens = 0;
   bool exhausted = false, busy = false, in_cycle = false;
+  // A read or parse failure, raised when the sequencer reaches it (after the records before it):
+  // read-ahead does not decide at which batch the failure shows.
+  std::exception_ptr error;
 };
 
 struct Stopped {};
@@ -258,7 +261,9 @@ struct InputPipeline::Impl {
   FileReader* pick() {
     FileReader* best = nullptr;
     for (auto& [g, fr] : readers) {
-      if (fr.busy || fr.exhausted || fr.queue.size() >= queue_records || fr.queued_tokens >= queue_tokens) continue;
+      if (fr.busy || fr.exhausted || fr.error || fr.queue.size() >= queue_records || fr.queued_tokens >= queue_tokens) {
+        continue;
+      }
       if (!best || (fr.in_cycle && !best->in_cycle) ||
           (fr.in_cycle == best->in_cycle && fr.queue.size() < best->queue.size())) {
         best = &fr;
@@ -279,6 +284,7 @@ struct InputPipeline::Impl {
         fr->busy = true;
       }
       bool eof = false;
+      std::exception_ptr failure;
       got.clear();
       try {
         if (!fr->reader) {
@@ -303,18 +309,7 @@ struct InputPipeline::Impl {
         records_parsed += static_cast<int64_t>(got.size());
         tokens_parsed += chunk_tokens;
       } catch (...) {
-        {
-          std::lock_guard lock(mu);
-          if (!error) error = std::current_exception();
-          fr->busy = false;
-        }
-        data_cv.notify_all();
-        work_cv.notify_all();
-        {
-          std::lock_guard lock(out_mu);  // the consumer checks `error` under out_mu
-        }
-        out_cv.notify_all();
-        return;
+        failure = std::current_exception();  // the records read before it are queued first
       }
       {
         std::lock_guard lock(mu);
@@ -323,6 +318,7 @@ struct InputPipeline::Impl {
           fr->queue.push_back(std::move(r));
         }
         fr->exhausted = eof;
+        fr->error = failure;
         fr->busy = false;
       }
       data_cv.notify_all();
@@ -338,8 +334,9 @@ struct InputPipeline::Impl {
       if (g >= 0) {
         std::unique_lock lock(mu);
         FileReader& fr = readers.at(g);
-        data_cv.wait(lock, [&] { return stop || error || !fr.queue.empty() || fr.exhausted; });
+        data_cv.wait(lock, [&] { return stop || error || !fr.queue.empty() || fr.exhausted || fr.error; });
         if (stop || error) throw Stopped{};
+        if (fr.queue.empty() && fr.error) std::rethrow_exception(fr.error);
         if (!fr.queue.empty()) {
           Record r = std::move(fr.queue.front());
           fr.queue.pop_front();

@@ -397,6 +397,41 @@ TEST(Pipeline, CorruptRecordNamesTheFile) {
   EXPECT_THROW(q.global_batch(0), InputError);  // token 2 >= vocab_size
 }
 
+// A bad record is reported when the interleave reaches it, whatever the read-ahead did: here the
+// third file's first record, read ahead (lookahead) while the first two files are interleaved.
+// Every batch made of the first two files comes out first. (Before, a reader thread's failure
+// stopped the pipeline at once, at a batch the thread timing chose.)
+TEST(Pipeline, ABadRecordIsReportedWhereTheInterleaveReachesIt) {
+  Corpus c = make_corpus("late_error", 4, 300);
+  {
+    TFRecordWriter w(c.files[2]);
+    w.write("\x0a\x05garbage-not-an-example");
+    for (const Tokens& record : c.records[2]) w.write(make_input_ids_example(std::vector<int64_t>(record.begin(), record.end())));
+  }
+  PipelineOptions o = base_options();
+  o.shuffle_buffer = 1;
+  o.shuffle_files = false;
+  o.cycle_length = 2;
+  o.num_parallel_calls = 2;
+  int64_t first_two = 0;
+  for (int f = 0; f < 2; ++f) {
+    for (const Tokens& record : c.records[static_cast<size_t>(f)]) first_two += static_cast<int64_t>(record.size());
+  }
+  // Batches whose tokens all come from the first two files.
+  const int64_t clean_batches = (first_two - 1) / o.sequence_length / o.global_batch;
+  ASSERT_GT(clean_batches, 20);
+  InputPipeline p(c.files, o);
+  p.global_batch(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the lookahead reads the bad record
+  for (int64_t k = 1; k < clean_batches; ++k) ASSERT_NO_THROW(p.global_batch(k)) << "batch " << k;
+  try {
+    for (int64_t k = clean_batches; k < clean_batches + 3; ++k) p.global_batch(k);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(c.files[2].filename().string()), std::string::npos) << e.what();
+  }
+}
+
 TEST(Pipeline, MaxTokenScansShardsWithoutManifest) {
   Corpus c = make_corpus("maxtok", 3, 4);
   InputPipeline p(c.files, base_options());
