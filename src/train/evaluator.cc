@@ -12,6 +12,18 @@
 
 namespace paraflow::train {
 
+namespace {
+
+// The sequences of one evaluation slice: a training micro-batch (checked before a graph is built).
+int64_t slice_sequences(const TrainConfig& train) {
+  const int64_t slices = train.micro_batches_per_step();
+  check(train.batch_size % slices == 0, "train.batch_size ({}) must split into {} micro-batches", train.batch_size,
+        slices);
+  return train.batch_size / slices;
+}
+
+}  // namespace
+
 Evaluator::Evaluator(const model::GptConfig& config, BatchSource& data, Backend& backend, const TrainConfig& train)
     : config_(config),
       data_(data),
@@ -19,10 +31,8 @@ Evaluator::Evaluator(const model::GptConfig& config, BatchSource& data, Backend&
       batches_(train.eval_batches),
       slices_(train.micro_batches_per_step()),
       seed_(train.seed),
-      graph_(model::build_gpt_training_graph(config, train.batch_size / slices_, train.sequence_length)),
+      graph_(model::build_gpt_training_graph(config, slice_sequences(train), train.sequence_length)),
       parameters_(model::gpt_tensor_specs(config), backend) {
-  check(train.batch_size % slices_ == 0, "train.batch_size ({}) must split into {} micro-batches", train.batch_size,
-        slices_);
   executor_ = std::make_unique<graph::Executor>(graph_.graph, backend);
   model::bind_parameters(*executor_, graph_, parameters_, nullptr);
 }

@@ -117,6 +117,15 @@ TEST(Evaluator, RunsEachBatchInTheTrainingMicroBatches) {
   EXPECT_EQ(evaluator.gpt_graph().graph.value(evaluator.gpt_graph().tokens).shape, (Shape{2, train_config.sequence_length}));
   const double expected = trainer.evaluate(train_config.eval_batches);
   EXPECT_NEAR(evaluator.evaluate(trainer.parameters()).loss, expected, 1e-6 * expected);
+  // A batch that does not split into the micro-batches is refused by name.
+  train_config.batch_size = 6;
+  try {
+    train::Evaluator uneven(config, data, cpu_backend(), train_config);
+    ADD_FAILURE() << "a batch of 6 in 4 micro-batches was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.batch_size (6) must split into 4 micro-batches"), std::string::npos)
+        << e.what();
+  }
 }
 
 // An evaluator that cannot evaluate a checkpoint that stays (here: no validation split) stops
