@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <deque>
 #include <optional>
 #include <regex>
 #include <set>
@@ -69,14 +70,23 @@ struct Document {
   uint64_t hash = 0;            // text_hash of its text
 };
 
-// What one worker made of one input file.
-struct FileResult {
+// A run of one input file's documents, in file order: what a worker hands to the writer, so
+// that memory holds a few segments per file in flight, not whole files.
+struct Segment {
   std::vector<Document> docs;
-  std::vector<std::string> skipped;  // "file:line: problem" (policy skip)
+  std::vector<std::string> skipped;  // "file:line: problem" (policy skip), in order
   int64_t empty_documents = 0;
-  uint64_t bytes = 0;
-  std::exception_ptr error;  // the first bad line under policy fail, or any other failure
 };
+constexpr size_t kQueuedSegments = 2;  // per file, made and not yet written
+
+// One input file as the writer receives it.
+struct FileStream {
+  std::deque<Segment> segments;
+  bool done = false;          // its last segment is in, or it failed
+  std::exception_ptr error;   // the first bad line under policy fail, or any other failure
+};
+
+struct Aborted {};  // the writer stopped: a worker waiting to hand a segment over gives up
 
 std::string describe_type(const json& value) {
   return value.type_name();
@@ -106,31 +116,44 @@ void for_each_line(InputStream& stream, LineFn&& line_fn) {
   if (!buffer.empty()) line_fn(std::string_view(buffer), ++number);
 }
 
+// Tokenizes one input file, handing its documents over in segments (the last one even when
+// empty: it carries the skipped lines and empty documents after the others).
+template <typename HandOver>
 void process_file(const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options,
-                  FileResult& result) {
+                  HandOver&& hand_over) {
   const TokenId eot = tokenizer.eot_id();
-  result.bytes = fs::file_size(path);
+  Segment segment;
+  int64_t segment_tokens = 0;
+  std::exception_ptr bad_line;
   for_each_document(
       path, options.text_field,
       [&](std::string_view text) {
         if (text.empty()) {
-          ++result.empty_documents;
+          ++segment.empty_documents;
           return;
         }
         Document doc;
         doc.hash = text_hash(text);
         tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
         doc.tokens.push_back(eot);
-        result.docs.push_back(std::move(doc));
+        segment_tokens += static_cast<int64_t>(doc.tokens.size());
+        segment.docs.push_back(std::move(doc));
+        if (segment_tokens >= options.segment_tokens) {
+          hand_over(std::move(segment));
+          segment = Segment{};
+          segment_tokens = 0;
+        }
       },
       [&](std::string message) {
         if (options.on_bad_line == BadLinePolicy::fail) {
-          result.error = std::make_exception_ptr(InputError(message));
+          bad_line = std::make_exception_ptr(InputError(message));
           return false;
         }
-        result.skipped.push_back(std::move(message));
+        segment.skipped.push_back(std::move(message));
         return true;
       });
+  if (bad_line) std::rethrow_exception(bad_line);
+  hand_over(std::move(segment));
 }
 
 std::string shard_suffix(Compression compression) {
@@ -288,6 +311,7 @@ json prepare(const PrepareOptions& options) {
         options.val_fraction);
   check(options.shard_bytes > 0, "--shard-mb must be positive");
   check(options.record_tokens > 0, "record_tokens must be positive");
+  check(options.segment_tokens > 0, "segment_tokens must be positive");
   check(!options.text_field.empty(), "--text-field must not be empty");
   const std::vector<fs::path> inputs = expand_inputs(options.inputs);
   Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
@@ -298,11 +322,13 @@ json prepare(const PrepareOptions& options) {
   auto log = options.log ? options.log : [](const std::string& m) { fmt::print(stderr, "{}\n", m); };
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min<int>(threads, static_cast<int>(inputs.size()));
-  const size_t window = static_cast<size_t>(2 * threads);  // results in flight (memory bound)
+  const size_t window = static_cast<size_t>(2 * threads);  // files in flight
 
-  // Workers claim inputs in order, at most `window` ahead of the writer; the writer (this
-  // thread) consumes results strictly in input order, so the output does not depend on timing.
-  std::vector<std::optional<FileResult>> results(inputs.size());
+  // Workers claim inputs in order, at most `window` ahead of the writer, and hand each file over
+  // in segments, at most kQueuedSegments ahead of it (memory stays bounded whatever the file
+  // sizes); the writer (this thread) consumes segments strictly in input order, so the output
+  // does not depend on timing.
+  std::vector<FileStream> streams(inputs.size());
   std::mutex mu;
   std::condition_variable ready_cv, room_cv;
   size_t next_claim = 0, consumed = 0;
@@ -316,15 +342,28 @@ json prepare(const PrepareOptions& options) {
         if (abort || next_claim >= inputs.size()) return;
         index = next_claim++;
       }
-      FileResult result;
+      FileStream& stream = streams[index];
+      auto hand_over = [&](Segment segment) {
+        {
+          std::unique_lock lock(mu);
+          room_cv.wait(lock, [&] { return abort || stream.segments.size() < kQueuedSegments; });
+          if (abort) throw Aborted{};
+          stream.segments.push_back(std::move(segment));
+        }
+        ready_cv.notify_all();
+      };
+      std::exception_ptr error;
       try {
-        process_file(inputs[index], tokenizer, options, result);
+        process_file(inputs[index], tokenizer, options, hand_over);
+      } catch (const Aborted&) {
+        return;
       } catch (...) {
-        result.error = std::current_exception();
+        error = std::current_exception();
       }
       {
         std::lock_guard lock(mu);
-        results[index] = std::move(result);
+        stream.done = true;
+        stream.error = error;
       }
       ready_cv.notify_all();
     }
@@ -356,33 +395,47 @@ json prepare(const PrepareOptions& options) {
   uint64_t done_bytes = 0;
   try {
     for (size_t i = 0; i < inputs.size(); ++i) {
-      FileResult result;
-      {
-        std::unique_lock lock(mu);
-        ready_cv.wait(lock, [&] { return results[i].has_value(); });
-        result = std::move(*results[i]);
-        results[i].reset();
-        consumed = i + 1;
+      int64_t file_documents = 0, file_tokens = 0, file_skipped = 0, file_empty = 0;
+      for (;;) {
+        std::optional<Segment> segment;
+        std::exception_ptr error;
+        {
+          std::unique_lock lock(mu);
+          ready_cv.wait(lock, [&] { return !streams[i].segments.empty() || streams[i].done; });
+          if (!streams[i].segments.empty()) {
+            segment = std::move(streams[i].segments.front());
+            streams[i].segments.pop_front();
+          } else {
+            error = streams[i].error;
+            consumed = i + 1;
+          }
+        }
+        room_cv.notify_all();
+        if (!segment) {
+          if (error) std::rethrow_exception(error);
+          break;
+        }
+        for (const Document& doc : segment->docs) {
+          (goes_to_val(options.seed, doc.hash, options.val_fraction) ? val : train).write_document(doc.tokens);
+          file_tokens += static_cast<int64_t>(doc.tokens.size());
+        }
+        for (const auto& message : segment->skipped) log(message);
+        file_documents += static_cast<int64_t>(segment->docs.size());
+        file_skipped += static_cast<int64_t>(segment->skipped.size());
+        file_empty += segment->empty_documents;
       }
-      room_cv.notify_all();
-      if (result.error) std::rethrow_exception(result.error);
-      int64_t file_tokens = 0;
-      for (const Document& doc : result.docs) {
-        (goes_to_val(options.seed, doc.hash, options.val_fraction) ? val : train).write_document(doc.tokens);
-        file_tokens += static_cast<int64_t>(doc.tokens.size());
-      }
-      for (const auto& message : result.skipped) log(message);
-      skipped_lines += static_cast<int64_t>(result.skipped.size());
-      empty_documents += result.empty_documents;
-      documents += static_cast<int64_t>(result.docs.size());
+      const uint64_t file_bytes = fs::file_size(inputs[i]);
+      skipped_lines += file_skipped;
+      empty_documents += file_empty;
+      documents += file_documents;
       tokens += file_tokens;
-      done_bytes += result.bytes;
+      done_bytes += file_bytes;
       input_list.push_back(json{{"path", inputs[i].string()},
-                                {"bytes", result.bytes},
-                                {"documents", result.docs.size()},
+                                {"bytes", file_bytes},
+                                {"documents", file_documents},
                                 {"tokens", file_tokens},
-                                {"skipped_lines", result.skipped.size()},
-                                {"empty_documents", result.empty_documents}});
+                                {"skipped_lines", file_skipped},
+                                {"empty_documents", file_empty}});
       if (options.progress) {
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         progress.update(static_cast<long>(i + 1),

@@ -46,6 +46,9 @@ struct PrepareOptions {
   uint64_t seed = 0;
   int64_t record_tokens = 1 << 16;       // longer documents are cut into several records
   int threads = 0;                       // 0: all cores
+  // A file's documents go to the writer in runs of about this many tokens, at most two runs per
+  // file waiting: what bounds memory, whatever the file sizes.
+  int64_t segment_tokens = 1 << 22;
   bool progress = true;                  // a progress line on stderr
   // Called with "file:line: problem" for every skipped line (policy skip); default: stderr.
   std::function<void(const std::string&)> log;
