@@ -261,12 +261,17 @@ void ModelRegistry::poll(Model& model) {
                      model.source.name, model.source.base_path.string()));
   }
   model.said_empty = on_disk.empty();
-  // The versions the policy wants, newest first, leaving out those that failed on these files.
+  // The versions the policy wants, newest first, leaving out those that failed on these files,
+  // and those this poll tried already (a version still being copied changes its files between
+  // tries: it waits for the next poll, not a tight loop of failing loads).
+  std::set<int64_t> tried;
   auto wanted = [&] {
     std::vector<int64_t> versions;
     for (auto it = on_disk.rbegin(); it != on_disk.rend(); ++it) {
       const auto failed = model.failed.find(it->first);
-      if (failed != model.failed.end() && failed->second == fingerprint(it->second)) continue;
+      if (failed != model.failed.end() && (tried.contains(it->first) || failed->second == fingerprint(it->second))) {
+        continue;
+      }
       const VersionPolicy& policy = model.source.policy;
       if (policy.kind == VersionPolicy::Kind::specific &&
           std::find(policy.versions.begin(), policy.versions.end(), it->first) == policy.versions.end()) {
@@ -292,6 +297,7 @@ void ModelRegistry::poll(Model& model) {
         loaded = model.available.contains(version);
       }
       if (loaded) continue;
+      tried.insert(version);
       load(model, version, on_disk.at(version));
       std::lock_guard lock(mutex_);
       if (!model.available.contains(version)) loaded_all = false;

@@ -4,11 +4,13 @@
 // The versions are real export dirs (tiny random GPTs) loaded with real engines.
 #include "serve/model_registry.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <future>
 
+#include "base/file_io.h"
 #include "expect_error.h"
 #include "model/model_files.h"
 #include "model_configs.h"
@@ -188,6 +190,33 @@ TEST_F(VersionsTest, AVersionThatFailsToLoadIsReportedAndThePreviousKeepsServing
   models.poll();
   EXPECT_EQ(models.find("gpt")->version, 2);
   EXPECT_EQ(states(), (std::map<int64_t, std::string>{{1, "END"}, {2, "AVAILABLE"}}));
+}
+
+// A version whose files keep changing (a copy in progress: here each failure is followed by one
+// more file) is tried once per poll, and loads on a later poll once it is whole. (Every failure
+// made it wanted again at once: a tight loop of failing loads for as long as the copy lasted.)
+TEST_F(VersionsTest, AVersionStillBeingCopiedIsTriedOncePerPoll) {
+  add_version(1);
+  int calls = 0;
+  ModelRegistry models({{.name = "gpt", .base_path = base()}},
+                       [&](const ModelSource&, int64_t, const fs::path& version_dir) {
+                         if (++calls <= 3) throw InputError("still being copied");
+                         return load_export_dir(version_dir, cpu_backend(), {.kv_cache_gb = 0.002});
+                       },
+                       [&](const std::string& line) {
+                         if (line.find("failed to load") != std::string::npos) {
+                           write_file_atomic(base() / "1" / fmt::format("part-{}", calls), "more bytes");
+                         }
+                       },
+                       10s);
+  models.poll();
+  EXPECT_EQ(calls, 1);
+  models.poll();
+  EXPECT_EQ(calls, 2);
+  models.poll();
+  models.poll();
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(models.find("gpt")->version, 1);
 }
 
 // Counts the tokens of one engine request; after the first, the engine waits for open().
