@@ -276,6 +276,7 @@ bool Engine::Impl::collect() {
   for (const auto& [id, error] : cancelled) finish_by_id(id, error);
   std::erase_if(waiting, [](const std::unique_ptr<Sequence>& sequence) { return !sequence->sink; });
   std::erase_if(running, [](const std::unique_ptr<Sequence>& sequence) { return !sequence->sink; });
+  update_stats();  // the requests moved to `waiting` count there now (submit's queue check reads them)
   std::lock_guard lock(mutex);
   return !(stopping && running.empty() && waiting.empty() && incoming.empty());
 }
@@ -328,6 +329,7 @@ void Engine::Impl::schedule(std::vector<Chunk>& batch) {
     running.push_back(std::move(waiting.front()));
     waiting.pop_front();
   }
+  update_stats();  // admitted and preempted sequences, before the step runs
 }
 
 std::optional<int32_t> Engine::Impl::take_block(const Sequence& sequence, bool may_preempt) {

@@ -469,6 +469,38 @@ TEST_F(EngineTest, NoWaitingRoomStillRunsARequestThatFindsAFreeSlot) {
   EXPECT_EQ(sink->wait().generated_tokens, 4);
 }
 
+// The queue check counts a request that the engine moved to its waiting queue and that waits
+// while a step runs. (It was left out until the step ended: with room for one waiting request,
+// a second was taken.)
+TEST_F(EngineTest, ARequestCollectedBeforeAStepCountsAsWaitingDuringIt) {
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = 1, .max_waiting = 1});
+  // Holds the engine thread on each of its first two tokens until the test lets it go on.
+  class SteppingSink : public RecordingSink {
+   public:
+    bool on_token(const infer::TokenEvent& event) override {
+      const size_t index = events.size();
+      if (index < 2) {
+        arrived[index].set_value();
+        go[index].get_future().wait();
+      }
+      return RecordingSink::on_token(event);
+    }
+    std::promise<void> arrived[2], go[2];
+  };
+  auto running = std::make_shared<SteppingSink>();
+  engine.submit(greedy({1}, 6), running);
+  running->arrived[0].get_future().wait();  // in its first step
+  auto waiting = std::make_shared<RecordingSink>();
+  engine.submit(greedy({2}, 3), waiting);    // the one place in the queue
+  running->go[0].set_value();
+  running->arrived[1].get_future().wait();  // the next step: the second request waits in the engine's queue
+  EXPECT_THROW(engine.submit(greedy({3}, 3), std::make_shared<RecordingSink>()), infer::QueueFull);
+  running->go[1].set_value();
+  EXPECT_EQ(running->wait().generated_tokens, 6);
+  EXPECT_EQ(waiting->wait().generated_tokens, 3);
+}
+
 TEST_F(EngineTest, AFullQueueRefusesAndDrainCancelsWhatOutlivesTheGrace) {
   Engine engine(config, trainer->parameters(), cpu_backend(),
                 EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = 1, .max_batched_tokens = 1, .max_waiting = 2});
