@@ -84,9 +84,9 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   check(config.precision != graph::PrecisionPolicy::mixed_float16,
         "train.precision mixed_float16 needs loss scaling, which ps mode lacks: use mixed_bfloat16");
   // Every task refuses this alike (the workers could not start, and the chief would wait for them).
-  check(!setup.ps_synchronous || config.batch_size % static_cast<int64_t>(cluster.jobs.at("worker").size()) == 0,
-        "train.batch_size ({}) must be a multiple of the worker tasks ({}) in synchronous parameter-server mode",
-        config.batch_size, cluster.jobs.at("worker").size());
+  if (setup.ps_synchronous) {
+    ps::check_synchronous_batch(config.batch_size, static_cast<int>(cluster.jobs.at("worker").size()));
+  }
   const std::vector<model::TensorSpec> specs = model::gpt_tensor_specs(setup.model, config.decay_embeddings);
   const std::vector<std::string>& ps_addresses = cluster.jobs.at("ps");
   const std::vector<std::string>& worker_addresses = cluster.jobs.at("worker");

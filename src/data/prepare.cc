@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <deque>
 #include <optional>
 #include <regex>
@@ -370,8 +371,9 @@ json prepare(const PrepareOptions& options) {
   };
   // Everything that may throw before the loop below is set up first: a pool of joinable
   // threads must not be left behind by an exception (std::terminate).
-  uint64_t total_bytes = 0;
-  for (const auto& p : inputs) total_bytes += fs::file_size(p);
+  std::vector<uint64_t> input_bytes;
+  for (const auto& p : inputs) input_bytes.push_back(fs::file_size(p));
+  const uint64_t total_bytes = std::accumulate(input_bytes.begin(), input_bytes.end(), uint64_t{0});
   Progress progress("prepare", static_cast<long>(inputs.size()),
                     std::max<long>(1, static_cast<long>(inputs.size()) / 20));
   auto start = std::chrono::steady_clock::now();
@@ -424,7 +426,7 @@ json prepare(const PrepareOptions& options) {
         file_skipped += static_cast<int64_t>(segment->skipped.size());
         file_empty += segment->empty_documents;
       }
-      const uint64_t file_bytes = fs::file_size(inputs[i]);
+      const uint64_t file_bytes = input_bytes[i];
       skipped_lines += file_skipped;
       empty_documents += file_empty;
       documents += file_documents;

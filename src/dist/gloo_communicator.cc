@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -218,6 +219,22 @@ class GlooCommunicator final : public Communicator {
   int splits_ = 0;                // groups split from this one so far (the same count on every rank)
 };
 
+// A task of the training group, as TF_CONFIG lists it.
+struct TrainingTask {
+  std::string job;
+  size_t index;
+  std::string address;
+};
+
+std::vector<TrainingTask> training_tasks(const ClusterSpec& spec) {
+  std::vector<TrainingTask> tasks;
+  for (const char* job : {"chief", "worker"}) {
+    if (!spec.jobs.count(job)) continue;
+    for (size_t i = 0; i < spec.jobs.at(job).size(); ++i) tasks.push_back({job, i, spec.jobs.at(job)[i]});
+  }
+  return tasks;
+}
+
 // Whether `host`'s first address (the one Gloo binds) is a loopback one: 127.0.0.0/8 or ::1.
 // A name that does not resolve (yet) is not.
 bool resolves_to_loopback(const std::string& host) {
@@ -241,15 +258,11 @@ bool resolves_to_loopback(const std::string& host) {
 void check_reachable_address(const ClusterSpec& spec) {
   const std::string host = split_host_port(spec.address(), "TF_CONFIG").first;
   if (!resolves_to_loopback(host)) return;
-  for (const char* job : {"chief", "worker"}) {
-    if (!spec.jobs.count(job)) continue;
-    for (size_t i = 0; i < spec.jobs.at(job).size(); ++i) {
-      const std::string& peer = spec.jobs.at(job)[i];
-      if (resolves_to_loopback(split_host_port(peer, "TF_CONFIG").first)) continue;
-      fail("TF_CONFIG: this task's host \"{}\" resolves to a loopback address, but the job spans other hosts ({} {} "
-           "at {}), which could not reach it: give this task's routable address or a name that resolves to it "
-           "(check /etc/hosts)", host, job, i, peer);
-    }
+  for (const TrainingTask& peer : training_tasks(spec)) {
+    if (resolves_to_loopback(split_host_port(peer.address, "TF_CONFIG").first)) continue;
+    fail("TF_CONFIG: this task's host \"{}\" resolves to a loopback address, but the job spans other hosts ({} {} "
+         "at {}), which could not reach it: give this task's routable address or a name that resolves to it "
+         "(check /etc/hosts)", host, peer.job, peer.index, peer.address);
   }
 }
 
@@ -260,11 +273,9 @@ std::unique_ptr<Communicator> make_gloo_communicator(const ClusterSpec& spec, st
   auto connection = std::make_shared<GlooConnection>();
   connection->timeout = timeout;
   const int rank = spec.training_rank();
-  for (const char* job : {"chief", "worker"}) {
-    if (!spec.jobs.count(job)) continue;
-    for (size_t i = 0; i < spec.jobs.at(job).size(); ++i) {
-      connection->peers += fmt::format("{}{}:{} at {}", connection->peers.empty() ? "" : ", ", job, i, spec.jobs.at(job)[i]);
-    }
+  for (const TrainingTask& task : training_tasks(spec)) {
+    connection->peers += fmt::format("{}{}:{} at {}", connection->peers.empty() ? "" : ", ", task.job, task.index,
+                                     task.address);
   }
   if (rank == 0) connection->server = std::make_unique<RendezvousServer>(split_host_port(spec.address(), "TF_CONFIG").second);
   connection->client = std::make_unique<RendezvousClient>(spec.chief_address(), timeout);

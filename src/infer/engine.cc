@@ -38,7 +38,8 @@ struct Sequence {
   int64_t computed = 0;            // tokens[0, computed) have their KV in `blocks`
   int64_t generated = 0;
   int64_t cached_prompt_tokens = 0;
-  Clock::time_point arrived, admitted, last_token;
+  Clock::time_point arrived, last_token;
+  bool admitted = false;  // once: a preempted sequence is admitted again
 
   Sequence(uint64_t id, Request request, std::shared_ptr<RequestSink> sink)
       : id(id), request(std::move(request)), sink(std::move(sink)), sampler(this->request.sampling),
@@ -318,12 +319,12 @@ void Engine::Impl::schedule(std::vector<Chunk>& batch) {
     }
     // Counted at the first admission only (a refused admission is tried again; a preempted
     // sequence is admitted again).
-    if (sequence.admitted == Clock::time_point{}) {
+    if (!sequence.admitted) {
       sequence.cached_prompt_tokens = sequence.computed;
       cached_prompt_tokens_total.add(static_cast<double>(sequence.computed));
       queue_time.observe(seconds_between(sequence.arrived, Clock::now()));
     }
-    sequence.admitted = Clock::now();
+    sequence.admitted = true;
     batch.push_back(Chunk{&sequence, sequence.computed, count});
     budget -= count;
     running.push_back(std::move(waiting.front()));

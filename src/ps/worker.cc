@@ -14,6 +14,12 @@
 
 namespace paraflow::ps {
 
+void check_synchronous_batch(int64_t batch_size, int workers) {
+  check(batch_size % workers == 0,
+        "train.batch_size ({}) must be a multiple of the worker tasks ({}) in synchronous parameter-server mode",
+        batch_size, workers);
+}
+
 namespace {
 
 class WorkerService final : public Worker::Service {
@@ -22,9 +28,7 @@ class WorkerService final : public Worker::Service {
                 Backend& backend, Placement placement, WorkerSettings settings)
       : config_(config), data_(data), backend_(backend), placement_(std::move(placement)),
         placement_digest_(placement_.digest()), settings_(std::move(settings)) {
-    check(config_.batch_size % settings_.slices == 0,
-          "train.batch_size ({}) must be a multiple of the worker tasks ({}) in synchronous parameter-server mode",
-          config_.batch_size, settings_.slices);
+    check_synchronous_batch(config_.batch_size, settings_.slices);
     train::check_tokens_fit(data_, model_config.vocab_size);
     const int64_t micro_batch = config_.batch_size / settings_.slices;
     graph_ = train::build_training_graph(model_config, micro_batch, config_.sequence_length, config_.recompute,

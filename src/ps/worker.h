@@ -26,6 +26,10 @@ struct WorkerSettings {
   int slices = 1;  // a step's batch is split into this many slices (synchronous: one per worker task)
 };
 
+// Refuses, by name, a batch that the worker tasks cannot split in synchronous mode: every task
+// (ps, worker, chief) checks it at start.
+void check_synchronous_batch(int64_t batch_size, int workers);
+
 class WorkerTask {
  public:
   WorkerTask(const model::GptConfig& model_config, const train::TrainConfig& config, train::BatchSource& data,
