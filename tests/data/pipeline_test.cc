@@ -285,6 +285,35 @@ TEST(Pipeline, RestoreRefusesFieldsOutOfRange) {
   EXPECT_NO_THROW(intact.restore(state));
 }
 
+// A slot's offset past the end of its file (uncompressed bytes for a compressed one) is refused
+// naming the file when the pipeline opens it; it read as a finished file, silently skipping the
+// rest of it.
+TEST(Pipeline, RestoreRefusesAnOffsetPastTheEndOfAFile) {
+  for (Compression compression : {Compression::none, Compression::gzip}) {
+    SCOPED_TRACE(compression_name(compression));
+    Corpus c = make_corpus(fmt::format("past_end_{}", compression_name(compression)), 3, 200, compression);
+    InputPipeline p(c.files, base_options());
+    p.global_batch(0);
+    nlohmann::json state = p.state();
+    const auto slots = state["interleave"]["slots"].get<std::vector<int64_t>>();
+    const auto open = std::find_if(slots.begin(), slots.end(), [](int64_t slot) { return slot >= 0; });
+    ASSERT_NE(open, slots.end());
+    const size_t k = static_cast<size_t>(open - slots.begin());
+    state["interleave"]["offsets"][k] = 1'000'000'000;
+    InputPipeline q(c.files, base_options());
+    q.restore(state);
+    try {
+      for (int64_t batch = 1; batch < 10; ++batch) q.global_batch(batch);
+      ADD_FAILURE() << "an offset past the end was read as a finished file";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(std::any_of(c.files.begin(), c.files.end(), [&](const fs::path& file) {
+        return what.rfind(file.string() + ": byte offset 1000000000 is past the end of the file", 0) == 0;
+      })) << what;
+    }
+  }
+}
+
 TEST(Pipeline, RankSlicesConcatenateToTheGlobalBatch) {
   Corpus c = make_corpus("ranks", 3, 8);
   PipelineOptions o = base_options();
