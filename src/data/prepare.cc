@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -71,26 +72,64 @@ struct Document {
   uint64_t hash = 0;            // text_hash of its text
 };
 
-// A run of one input file's documents, in file order: what a worker hands to the writer, so
-// that memory holds a few segments per file in flight, not whole files.
-struct Segment {
+// A run of one input's bytes, the unit of work: a .txt file whole, or whole lines of a .jsonl
+// file. The reader cuts the inputs into chunks in order, any worker tokenizes one into its
+// documents, and the writer takes them in order again: one file keeps every thread busy, and
+// memory holds a bounded number of chunks whatever the file sizes.
+struct Chunk {
+  size_t input = 0;
+  std::string text;
+  int64_t first_line = 1;      // the number of its first line (.jsonl)
+  bool last = false;           // the input's last chunk (an empty input has one, empty)
+  uint64_t input_bytes = 0;    // how far through the input file it takes the progress line
+  // Made by the worker that took it (or by the reader, for an input it could not read):
+  bool ready = false;
   std::vector<Document> docs;
   std::vector<std::string> skipped;  // "file:line: problem" (policy skip), in order
   int64_t empty_documents = 0;
-};
-constexpr size_t kQueuedSegments = 2;  // per file, made and not yet written
-
-// One input file as the writer receives it.
-struct FileStream {
-  std::deque<Segment> segments;
-  bool done = false;          // its last segment is in, or it failed
-  std::exception_ptr error;   // the first bad line under policy fail, or any other failure
+  std::exception_ptr error;          // the first bad line under policy fail, or any other failure
 };
 
-struct Aborted {};  // the writer stopped: a worker waiting to hand a segment over gives up
+struct Aborted {};  // the writer stopped: the reader waiting to hand a chunk over gives up
 
 std::string describe_type(const json& value) {
   return value.type_name();
+}
+
+// The document a .jsonl line holds: true with `text` (a view into `object`), or false with what
+// keeps the line from being one in `problem`.
+bool document_of_line(std::string_view line, const std::string& text_field, json& object, std::string_view& text,
+                      std::string& problem) {
+  try {
+    object = json::parse(line, json_depth_limit("the line"));
+  } catch (const InputError& e) {  // nested too deep
+    problem = e.what();
+    return false;
+  } catch (const json::exception& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
+    size_t cut = what.find("] ");
+    problem = fmt::format("invalid JSON ({})", cut == std::string::npos ? what : what.substr(cut + 2));
+    return false;
+  }
+  if (!object.is_object()) {
+    problem = fmt::format("a JSON {}, not an object", describe_type(object));
+    return false;
+  }
+  auto it = object.find(text_field);
+  if (it == object.end()) {
+    problem = fmt::format("no \"{}\" field", text_field);
+    return false;
+  }
+  if (!it->is_string()) {
+    problem = fmt::format("field \"{}\" is a {}, not a string", text_field, describe_type(*it));
+    return false;
+  }
+  text = it->get_ref<const std::string&>();
+  return true;
+}
+
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
 // Calls `line_fn(line, number)` for every line of the stream (without its '\n').
@@ -117,44 +156,102 @@ void for_each_line(InputStream& stream, LineFn&& line_fn) {
   if (!buffer.empty()) line_fn(std::string_view(buffer), ++number);
 }
 
-// Tokenizes one input file, handing its documents over in segments (the last one even when
-// empty: it carries the skipped lines and empty documents after the others).
-template <typename HandOver>
-void process_file(const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options,
-                  HandOver&& hand_over) {
+// Cuts the inputs, in order, into chunks for `emit`: a .txt file whole, a .jsonl file's lines
+// in runs of at least `chunk_bytes` (a longer line makes a larger chunk). An input that cannot
+// be read ends the reading with a chunk that carries the error. `emit` throws Aborted when the
+// writer has stopped.
+template <typename Emit>
+void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&& emit) {
+  for (size_t index = 0; index < inputs.size(); ++index) {
+    const fs::path& path = inputs[index];
+    auto make_chunk = [&] {
+      Chunk chunk;
+      chunk.input = index;
+      return chunk;
+    };
+    try {
+      const InputKind kind = input_kind(path);
+      if (kind == InputKind::txt) {
+        Chunk chunk = make_chunk();
+        chunk.text = read_file(path);
+        chunk.input_bytes = chunk.text.size();
+        chunk.last = true;
+        emit(std::move(chunk));
+        continue;
+      }
+      auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
+      const bool compressed = kind == InputKind::jsonl_gz;  // its read bytes are not the file's
+      std::string block(1 << 20, '\0');
+      Chunk chunk = make_chunk();
+      size_t last_newline = std::string::npos;  // in chunk.text; only new bytes are searched
+      for (;;) {
+        const size_t got = stream->read(block.data(), block.size());
+        if (got == 0) break;
+        if (const void* nl = memrchr(block.data(), '\n', got)) {
+          last_newline = chunk.text.size() + static_cast<size_t>(static_cast<const char*>(nl) - block.data());
+        }
+        chunk.text.append(block.data(), got);
+        if (chunk.text.size() < static_cast<size_t>(chunk_bytes) || last_newline == std::string::npos) continue;
+        Chunk next = make_chunk();
+        next.text = chunk.text.substr(last_newline + 1);
+        chunk.text.resize(last_newline + 1);
+        next.first_line = chunk.first_line + std::count(chunk.text.begin(), chunk.text.end(), '\n');
+        if (!compressed) chunk.input_bytes = chunk.text.size();
+        last_newline = std::string::npos;
+        emit(std::exchange(chunk, std::move(next)));
+      }
+      chunk.input_bytes = compressed ? fs::file_size(path) : chunk.text.size();
+      chunk.last = true;
+      emit(std::move(chunk));
+    } catch (const Aborted&) {
+      throw;
+    } catch (...) {
+      Chunk failed = make_chunk();
+      failed.error = std::current_exception();
+      failed.last = failed.ready = true;
+      emit(std::move(failed));
+      return;
+    }
+  }
+}
+
+// Tokenizes a chunk of `path` into its documents (throws InputError on a bad line under policy
+// fail).
+void tokenize_chunk(Chunk& chunk, const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options) {
   const TokenId eot = tokenizer.eot_id();
-  Segment segment;
-  int64_t segment_tokens = 0;
-  std::exception_ptr bad_line;
-  for_each_document(
-      path, options.text_field,
-      [&](std::string_view text) {
-        if (text.empty()) {
-          ++segment.empty_documents;
-          return;
-        }
-        Document doc;
-        doc.hash = text_hash(text);
-        tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
-        doc.tokens.push_back(eot);
-        segment_tokens += static_cast<int64_t>(doc.tokens.size());
-        segment.docs.push_back(std::move(doc));
-        if (segment_tokens >= options.segment_tokens) {
-          hand_over(std::move(segment));
-          segment = Segment{};
-          segment_tokens = 0;
-        }
-      },
-      [&](std::string message) {
-        if (options.on_bad_line == BadLinePolicy::fail) {
-          bad_line = std::make_exception_ptr(InputError(message));
-          return false;
-        }
-        segment.skipped.push_back(std::move(message));
-        return true;
-      });
-  if (bad_line) std::rethrow_exception(bad_line);
-  hand_over(std::move(segment));
+  auto add_document = [&](std::string_view text) {
+    if (text.empty()) {
+      ++chunk.empty_documents;
+      return;
+    }
+    Document doc;
+    doc.hash = text_hash(text);
+    tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
+    doc.tokens.push_back(eot);
+    chunk.docs.push_back(std::move(doc));
+  };
+  if (input_kind(path) == InputKind::txt) {
+    add_document(chunk.text);
+    return;
+  }
+  json object;
+  std::string_view text;
+  std::string problem;
+  const std::string_view all(chunk.text);
+  int64_t number = chunk.first_line;
+  for (size_t start = 0; start < all.size(); ++number) {
+    const size_t end = std::min(all.find('\n', start), all.size());
+    const std::string_view line = all.substr(start, end - start);
+    start = end + 1;
+    if (is_blank(line)) continue;
+    if (document_of_line(line, options.text_field, object, text, problem)) {
+      add_document(text);
+      continue;
+    }
+    std::string message = fmt::format("{}:{}: {}", path.string(), number, problem);
+    if (options.on_bad_line == BadLinePolicy::fail) throw InputError(message);
+    chunk.skipped.push_back(std::move(message));
+  }
 }
 
 std::string shard_suffix(Compression compression) {
@@ -242,36 +339,14 @@ void for_each_document(const fs::path& path, const std::string& text_field,
   }
   auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
   bool stop = false;
+  json object;
+  std::string_view text;
+  std::string problem;
   for_each_line(*stream, [&](std::string_view line, int64_t number) {
-    if (stop) return;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank line
-    std::string problem;
-    json object;
-    bool parsed = true;
-    try {
-      object = json::parse(line, json_depth_limit("the line"));
-    } catch (const InputError& e) {  // nested too deep
-      parsed = false;
-      problem = e.what();
-    } catch (const json::exception& e) {
-      parsed = false;
-      std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
-      size_t cut = what.find("] ");
-      problem = fmt::format("invalid JSON ({})", cut == std::string::npos ? what : what.substr(cut + 2));
-    }
-    if (!parsed) {
-    } else if (!object.is_object()) {
-      problem = fmt::format("a JSON {}, not an object", describe_type(object));
-    } else {
-      auto it = object.find(text_field);
-      if (it == object.end()) {
-        problem = fmt::format("no \"{}\" field", text_field);
-      } else if (!it->is_string()) {
-        problem = fmt::format("field \"{}\" is a {}, not a string", text_field, describe_type(*it));
-      } else {
-        on_document(it->get_ref<const std::string&>());
-        return;
-      }
+    if (stop || is_blank(line)) return;
+    if (document_of_line(line, text_field, object, text, problem)) {
+      on_document(text);
+      return;
     }
     stop = !on_bad_line(fmt::format("{}:{}: {}", path.string(), number, problem));
   });
@@ -312,7 +387,7 @@ json prepare(const PrepareOptions& options) {
         options.val_fraction);
   check(options.shard_bytes > 0, "--shard-mb must be positive");
   check(options.record_tokens > 0, "record_tokens must be positive");
-  check(options.segment_tokens > 0, "segment_tokens must be positive");
+  check(options.chunk_bytes > 0, "chunk_bytes must be positive");
   check(!options.text_field.empty(), "--text-field must not be empty");
   const std::vector<fs::path> inputs = expand_inputs(options.inputs);
   Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
@@ -321,52 +396,57 @@ json prepare(const PrepareOptions& options) {
   remove_stale_outputs(options.out);
 
   auto log = options.log ? options.log : [](const std::string& m) { fmt::print(stderr, "{}\n", m); };
-  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min<int>(threads, static_cast<int>(inputs.size()));
-  const size_t window = static_cast<size_t>(2 * threads);  // files in flight
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t window = static_cast<size_t>(2 * threads + 1);  // chunks read and not yet written
 
-  // Workers claim inputs in order, at most `window` ahead of the writer, and hand each file over
-  // in segments, at most kQueuedSegments ahead of it (memory stays bounded whatever the file
-  // sizes); the writer (this thread) consumes segments strictly in input order, so the output
-  // does not depend on timing.
-  std::vector<FileStream> streams(inputs.size());
+  // The reader thread cuts the inputs into chunks, at most `window` ahead of the writer; the
+  // workers tokenize them in any order; the writer (this thread) takes them strictly in order,
+  // so the output does not depend on timing or on where the chunks were cut.
+  std::deque<Chunk> in_flight;  // in order; references stay valid while others are added or taken
+  uint64_t front_sequence = 0, next_work = 0;  // sequence numbers: of in_flight.front(), of the next to tokenize
+  bool reading_done = false, abort = false;
   std::mutex mu;
-  std::condition_variable ready_cv, room_cv;
-  size_t next_claim = 0, consumed = 0;
-  bool abort = false;
-  auto worker = [&] {
-    for (;;) {
-      size_t index;
-      {
-        std::unique_lock lock(mu);
-        room_cv.wait(lock, [&] { return abort || next_claim >= inputs.size() || next_claim < consumed + window; });
-        if (abort || next_claim >= inputs.size()) return;
-        index = next_claim++;
-      }
-      FileStream& stream = streams[index];
-      auto hand_over = [&](Segment segment) {
+  std::condition_variable changed;
+  auto reader = [&] {
+    try {
+      read_chunks(inputs, options.chunk_bytes, [&](Chunk chunk) {
         {
           std::unique_lock lock(mu);
-          room_cv.wait(lock, [&] { return abort || stream.segments.size() < kQueuedSegments; });
+          changed.wait(lock, [&] { return abort || in_flight.size() < window; });
           if (abort) throw Aborted{};
-          stream.segments.push_back(std::move(segment));
+          in_flight.push_back(std::move(chunk));
         }
-        ready_cv.notify_all();
-      };
-      std::exception_ptr error;
+        changed.notify_all();
+      });
+    } catch (const Aborted&) {
+    }
+    {
+      std::lock_guard lock(mu);
+      reading_done = true;
+    }
+    changed.notify_all();
+  };
+  auto worker = [&] {
+    for (;;) {
+      Chunk* chunk = nullptr;
+      {
+        std::unique_lock lock(mu);
+        changed.wait(lock, [&] { return abort || reading_done || next_work < front_sequence + in_flight.size(); });
+        if (abort || next_work == front_sequence + in_flight.size()) return;  // stopped, or read and all taken
+        chunk = &in_flight[next_work++ - front_sequence];
+        if (chunk->ready) continue;  // the error of an input that could not be read
+      }
       try {
-        process_file(inputs[index], tokenizer, options, hand_over);
-      } catch (const Aborted&) {
-        return;
+        tokenize_chunk(*chunk, inputs[chunk->input], tokenizer, options);
       } catch (...) {
-        error = std::current_exception();
+        chunk->error = std::current_exception();
       }
       {
         std::lock_guard lock(mu);
-        stream.done = true;
-        stream.error = error;
+        chunk->ready = true;
       }
-      ready_cv.notify_all();
+      changed.notify_all();
     }
   };
   // Everything that may throw before the loop below is set up first: a pool of joinable
@@ -374,75 +454,78 @@ json prepare(const PrepareOptions& options) {
   std::vector<uint64_t> input_bytes;
   for (const auto& p : inputs) input_bytes.push_back(fs::file_size(p));
   const uint64_t total_bytes = std::accumulate(input_bytes.begin(), input_bytes.end(), uint64_t{0});
-  Progress progress("prepare", static_cast<long>(inputs.size()),
-                    std::max<long>(1, static_cast<long>(inputs.size()) / 20));
+  constexpr uint64_t kMiB = 1 << 20;
+  const long total_mib = static_cast<long>(std::max<uint64_t>(1, (total_bytes + kMiB - 1) / kMiB));
+  Progress progress("prepare MiB", total_mib, std::max<long>(1, total_mib / 20));
   auto start = std::chrono::steady_clock::now();
 
   ShardSet train("train", options), val("val", options);
 
   std::vector<std::thread> pool;
+  pool.emplace_back(reader);
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   auto stop_pool = [&] {
     {
       std::lock_guard lock(mu);
       abort = true;
     }
-    room_cv.notify_all();
+    changed.notify_all();
     for (auto& t : pool) t.join();
     pool.clear();
   };
 
   json input_list = json::array();
   int64_t skipped_lines = 0, empty_documents = 0, documents = 0, tokens = 0;
-  uint64_t done_bytes = 0;
+  int64_t file_documents = 0, file_tokens = 0, file_skipped = 0, file_empty = 0;
+  uint64_t done_bytes = 0, file_done_bytes = 0;
+  long shown_mib = -1;
   try {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      int64_t file_documents = 0, file_tokens = 0, file_skipped = 0, file_empty = 0;
-      for (;;) {
-        std::optional<Segment> segment;
-        std::exception_ptr error;
-        {
-          std::unique_lock lock(mu);
-          ready_cv.wait(lock, [&] { return !streams[i].segments.empty() || streams[i].done; });
-          if (!streams[i].segments.empty()) {
-            segment = std::move(streams[i].segments.front());
-            streams[i].segments.pop_front();
-          } else {
-            error = streams[i].error;
-            consumed = i + 1;
-          }
-        }
-        room_cv.notify_all();
-        if (!segment) {
-          if (error) std::rethrow_exception(error);
-          break;
-        }
-        for (const Document& doc : segment->docs) {
-          (goes_to_val(options.seed, doc.hash, options.val_fraction) ? val : train).write_document(doc.tokens);
-          file_tokens += static_cast<int64_t>(doc.tokens.size());
-        }
-        for (const auto& message : segment->skipped) log(message);
-        file_documents += static_cast<int64_t>(segment->docs.size());
-        file_skipped += static_cast<int64_t>(segment->skipped.size());
-        file_empty += segment->empty_documents;
+    for (size_t finished_inputs = 0; finished_inputs < inputs.size();) {
+      Chunk chunk;
+      {
+        std::unique_lock lock(mu);
+        changed.wait(lock, [&] { return !in_flight.empty() && in_flight.front().ready; });
+        chunk = std::move(in_flight.front());
+        in_flight.pop_front();
+        ++front_sequence;
       }
-      const uint64_t file_bytes = input_bytes[i];
-      skipped_lines += file_skipped;
-      empty_documents += file_empty;
-      documents += file_documents;
-      tokens += file_tokens;
-      done_bytes += file_bytes;
-      input_list.push_back(json{{"path", inputs[i].string()},
-                                {"bytes", file_bytes},
-                                {"documents", file_documents},
-                                {"tokens", file_tokens},
-                                {"skipped_lines", file_skipped},
-                                {"empty_documents", file_empty}});
-      if (options.progress) {
+      changed.notify_all();
+      if (chunk.error) std::rethrow_exception(chunk.error);
+      for (const Document& doc : chunk.docs) {
+        (goes_to_val(options.seed, doc.hash, options.val_fraction) ? val : train).write_document(doc.tokens);
+        file_tokens += static_cast<int64_t>(doc.tokens.size());
+      }
+      for (const auto& message : chunk.skipped) log(message);
+      file_documents += static_cast<int64_t>(chunk.docs.size());
+      file_skipped += static_cast<int64_t>(chunk.skipped.size());
+      file_empty += chunk.empty_documents;
+      file_done_bytes += chunk.input_bytes;
+      if (chunk.last) {
+        const uint64_t file_bytes = input_bytes[chunk.input];
+        skipped_lines += file_skipped;
+        empty_documents += file_empty;
+        documents += file_documents;
+        tokens += file_tokens;
+        input_list.push_back(json{{"path", inputs[chunk.input].string()},
+                                  {"bytes", file_bytes},
+                                  {"documents", file_documents},
+                                  {"tokens", file_tokens},
+                                  {"skipped_lines", file_skipped},
+                                  {"empty_documents", file_empty}});
+        file_documents = file_tokens = file_skipped = file_empty = 0;
+        file_done_bytes = 0;
+        done_bytes += file_bytes;
+        ++finished_inputs;
+      }
+      const long done_mib = static_cast<long>(
+          finished_inputs == inputs.size() ? total_mib : (done_bytes + std::min(file_done_bytes, total_bytes)) / kMiB);
+      if (options.progress && done_mib != shown_mib) {
+        shown_mib = done_mib;
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        progress.update(static_cast<long>(i + 1),
-                        fmt::format("docs {} | tokens {} | {:.1f}/{:.1f} MB | {:.1f} MB/s", documents, tokens,
-                                    done_bytes / 1e6, total_bytes / 1e6, done_bytes / 1e6 / std::max(seconds, 1e-9)));
+        const double done_mb = static_cast<double>(done_bytes + file_done_bytes) / 1e6;
+        progress.update(done_mib, fmt::format("files {}/{} | docs {} | tokens {} | {:.1f} MB/s", finished_inputs,
+                                              inputs.size(), documents + file_documents, tokens + file_tokens,
+                                              done_mb / std::max(seconds, 1e-9)));
       }
     }
   } catch (...) {

@@ -126,12 +126,14 @@ std::vector<std::vector<int64_t>> read_records(const fs::path& path, Compression
 TEST(Prepare, DeterministicForAnyThreadCountAndCountsMatch) {
   Corpus c = make_corpus();
   PrepareOptions o1 = options_for(c, "out1", 1), o4 = options_for(c, "out4", 4);
-  // Files handed over a few documents at a time (a segment fills at 100 tokens; two wait per
-  // file), the writer holding the workers back: the same output.
-  PrepareOptions segmented = options_for(c, "out_segmented", 3);
-  segmented.segment_tokens = 100;
+  // Files cut into chunks of a line or two (at least 100 bytes: most lines are shorter), tokenized
+  // on three threads in any order, the writer holding the reader back (7 chunks in flight): the
+  // same output; and with every line a chunk of its own.
+  PrepareOptions chunked = options_for(c, "out_chunked", 3), line_by_line = options_for(c, "out_lines", 2);
+  chunked.chunk_bytes = 100;
+  line_by_line.chunk_bytes = 1;
   json m1 = prepare(o1);
-  for (const PrepareOptions* other : {&o4, &segmented}) {
+  for (const PrepareOptions* other : {&o4, &chunked, &line_by_line}) {
     json m = prepare(*other);
     // Same manifest except the output-independent fields, and byte-identical shards.
     EXPECT_EQ(m1["splits"], m["splits"]);
@@ -216,31 +218,43 @@ TEST(Prepare, BadLinesFailOrAreSkippedWithFileAndLine) {
              "{\"text\": 42}\n"
              "[1, 2]\n"
              "{\"text\": \"fine four\"}\n");
+  std::string where = (dir / "bad.jsonl").string();
+  // Read whole, or a line or two per chunk on two threads (a later chunk's bad line may be
+  // found first): the same first bad line, the same numbers.
+  for (int64_t chunk_bytes : {int64_t{4} << 20, int64_t{30}}) {
+    SCOPED_TRACE(fmt::format("chunk_bytes {}", chunk_bytes));
+    PrepareOptions o;
+    o.tokenizer = tokenizer_dir();
+    o.inputs = {(dir / "*.jsonl").string()};
+    o.out = dir / "out";
+    o.progress = false;
+    o.threads = 2;
+    o.chunk_bytes = chunk_bytes;
+    try {
+      prepare(o);
+      FAIL() << "a bad line did not fail";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(where + ":3: invalid JSON", 0), 0u) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(o.out / "manifest.json"));
+    std::vector<std::string> logged;
+    o.on_bad_line = BadLinePolicy::skip;
+    o.log = [&](const std::string& m) { logged.push_back(m); };
+    json m = prepare(o);
+    EXPECT_EQ(m["skipped_lines"], 4);
+    EXPECT_EQ(m["inputs"][0]["skipped_lines"], 4);
+    EXPECT_EQ(m["documents"], 4);
+    ASSERT_EQ(logged.size(), 4u);
+    EXPECT_EQ(logged[0].rfind(where + ":3: invalid JSON", 0), 0u) << logged[0];
+    EXPECT_EQ(logged[1], where + ":5: no \"text\" field");
+    EXPECT_EQ(logged[2], where + ":6: field \"text\" is a number, not a string");
+    EXPECT_EQ(logged[3], where + ":7: a JSON array, not an object");
+  }
   PrepareOptions o;
   o.tokenizer = tokenizer_dir();
   o.inputs = {(dir / "*.jsonl").string()};
   o.out = dir / "out";
   o.progress = false;
-  std::string where = (dir / "bad.jsonl").string();
-  try {
-    prepare(o);
-    FAIL() << "a bad line did not fail";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(where + ":3: invalid JSON", 0), 0u) << e.what();
-  }
-  EXPECT_FALSE(fs::exists(o.out / "manifest.json"));
-  std::vector<std::string> logged;
-  o.on_bad_line = BadLinePolicy::skip;
-  o.log = [&](const std::string& m) { logged.push_back(m); };
-  json m = prepare(o);
-  EXPECT_EQ(m["skipped_lines"], 4);
-  EXPECT_EQ(m["inputs"][0]["skipped_lines"], 4);
-  EXPECT_EQ(m["documents"], 4);
-  ASSERT_EQ(logged.size(), 4u);
-  EXPECT_EQ(logged[0].rfind(where + ":3: invalid JSON", 0), 0u) << logged[0];
-  EXPECT_EQ(logged[1], where + ":5: no \"text\" field");
-  EXPECT_EQ(logged[2], where + ":6: field \"text\" is a number, not a string");
-  EXPECT_EQ(logged[3], where + ":7: a JSON array, not an object");
   // Other text field.
   o.text_field = "body";
   o.on_bad_line = BadLinePolicy::skip;
@@ -304,6 +318,24 @@ TEST(Prepare, InputErrors) {
   EXPECT_THROW(prepare(o), InputError);
   EXPECT_THROW(list_shards(dir, "train"), InputError);
   EXPECT_THROW(parse_bad_line_policy("ignore"), InputError);
+  // A .jsonl.gz cut short, read in small chunks after a good file: refused naming it, nothing
+  // written.
+  std::string lines;
+  for (int i = 0; i < 2000; ++i) lines += json{{"text", document(i)}}.dump() + "\n";
+  write_text(dir / "a.jsonl", lines);
+  write_text(dir / "b.jsonl.gz", lines, Compression::gzip);
+  const std::string gzipped = read_file(dir / "b.jsonl.gz");
+  write_text(dir / "b.jsonl.gz", gzipped.substr(0, gzipped.size() / 2));
+  o.inputs = {(dir / "*.jsonl*").string()};
+  o.chunk_bytes = 1000;
+  try {
+    prepare(o);
+    ADD_FAILURE() << "a truncated input was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / "b.jsonl.gz").string() + ": GZIP stream truncated"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.out / "manifest.json"));
   // A manifest of another shape is refused naming it and the field, not with a JSON type error.
   const std::string manifest = (dir / "manifest.json").string();
   for (const auto& [text, field] : std::vector<std::pair<std::string, std::string>>{
