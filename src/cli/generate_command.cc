@@ -137,6 +137,14 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--top-p", options->sampling.top_p, "Nucleus sampling mass, in (0, 1]")
       ->capture_default_str()
       ->check(in_range({.low = 0, .high = 1, .low_open = true}));
+  command->add_option("--frequency-penalty", options->sampling.frequency_penalty,
+                      "Lower each token's logit by this much per time it was generated already (OpenAI's frequency_penalty)")
+      ->capture_default_str()
+      ->check(in_range(between(-2, 2)));
+  command->add_option("--presence-penalty", options->sampling.presence_penalty,
+                      "Lower the logit of every token generated already by this much (OpenAI's presence_penalty)")
+      ->capture_default_str()
+      ->check(in_range(between(-2, 2)));
   command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
   command->add_option("--stop", options->stops,
                       "End the completion before this text, wherever it appears (repeatable; bash: --stop $'\\n\\n' "

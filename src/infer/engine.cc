@@ -585,6 +585,10 @@ uint64_t Engine::submit(Request request, std::shared_ptr<RequestSink> sink) {
         "temperature: must be a finite number >= 0 (got {})", sampling.temperature);
   check(sampling.top_p > 0 && sampling.top_p <= 1, "top_p: must be in (0, 1] (got {})", sampling.top_p);
   check(sampling.top_k >= 0, "top_k: must be >= 0 (got {})", sampling.top_k);
+  for (const auto& [token, bias] : sampling.logit_bias) {
+    check(token >= 0 && token < config.vocab_size, "logit_bias: token id {} is outside the vocabulary of {}", token,
+          config.vocab_size);
+  }
   check(sink != nullptr, "submit: a request needs a sink");
 
   std::lock_guard lock(impl_->mutex);

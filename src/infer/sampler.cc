@@ -13,9 +13,37 @@ Sampler::Sampler(const SamplingConfig& config) : config_(config), rng_(config.se
   check(config.temperature >= 0, "--temperature must be >= 0, got {}", config.temperature);
   check(config.top_k >= 0, "--top-k must be >= 0, got {}", config.top_k);
   check(config.top_p > 0 && config.top_p <= 1, "--top-p must be in (0, 1], got {}", config.top_p);
+  check(std::abs(config.frequency_penalty) <= 2, "--frequency-penalty must be in [-2, 2], got {}",
+        config.frequency_penalty);
+  check(std::abs(config.presence_penalty) <= 2, "--presence-penalty must be in [-2, 2], got {}",
+        config.presence_penalty);
+  for (const auto& [token, bias] : config.logit_bias) {
+    check(token >= 0, "logit_bias: token id {} is negative", token);
+    check(std::abs(bias) <= 100, "logit_bias: the bias of token {} must be in [-100, 100], got {}", token, bias);
+  }
+  adjusts_ = config.frequency_penalty != 0 || config.presence_penalty != 0 || !config.logit_bias.empty();
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab_size) {
+  const int32_t token = choose(adjust(logits, vocab_size), vocab_size);
+  if (config_.frequency_penalty != 0 || config_.presence_penalty != 0) ++chosen_[token];
+  return token;
+}
+
+const float* Sampler::adjust(const float* logits, int64_t vocab_size) {
+  if (!adjusts_) return logits;
+  adjusted_.assign(logits, logits + vocab_size);
+  for (const auto& [token, count] : chosen_) {
+    adjusted_[static_cast<size_t>(token)] -= static_cast<float>(count * config_.frequency_penalty + config_.presence_penalty);
+  }
+  for (const auto& [token, bias] : config_.logit_bias) {
+    check(token < vocab_size, "logit_bias: token id {} is outside the vocabulary of {} tokens", token, vocab_size);
+    adjusted_[static_cast<size_t>(token)] += bias;
+  }
+  return adjusted_.data();
+}
+
+int32_t Sampler::choose(const float* logits, int64_t vocab_size) {
   // NaN (or +inf, whose softmax is NaN) would make any choice arbitrary, the same whatever the
   // seed: a model whose weights or activations overflowed is reported instead. (One pass of
   // integer compares without an early exit, so that it vectorises: it runs for every token.)

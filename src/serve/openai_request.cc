@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cctype>
+#include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -171,6 +173,29 @@ std::vector<std::string> decode_stop(const Fields& fields) {
   return texts;
 }
 
+// OpenAI's logit_bias: an object from token ids, as decimal strings, to biases in [-100, 100].
+std::vector<std::pair<int32_t, float>> decode_logit_bias(const Fields& fields) {
+  const json* biases = fields.find("logit_bias");
+  if (!biases) return {};
+  if (!biases->is_object()) {
+    refuse("logit_bias", "logit_bias must be an object from token ids to biases, not {}", Fields::describe(*biases));
+  }
+  std::vector<std::pair<int32_t, float>> decoded;
+  for (const auto& [key, bias] : biases->items()) {
+    int32_t id = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || !std::isdigit(static_cast<unsigned char>(key[0])) || error != std::errc() ||
+        end != key.data() + key.size()) {
+      refuse("logit_bias", "logit_bias keys must be token ids (decimal integers); got '{}'", key);
+    }
+    if (!bias.is_number() || bias.get<double>() < -100 || bias.get<double>() > 100) {
+      refuse("logit_bias", "logit_bias['{}'] must be a number from -100 to 100, not {}", key, bias.dump());
+    }
+    decoded.emplace_back(id, bias.get<float>());
+  }
+  return decoded;
+}
+
 // The members both endpoints share.
 GenerationParams decode_params(const Fields& fields) {
   GenerationParams params;
@@ -183,6 +208,9 @@ GenerationParams decode_params(const Fields& fields) {
   params.stop = decode_stop(fields);
   params.n = fields.integer("n", 1, 16).value_or(1);
   params.stream = fields.boolean("stream").value_or(false);
+  params.frequency_penalty = fields.number("frequency_penalty", -2, 2).value_or(0.0);
+  params.presence_penalty = fields.number("presence_penalty", -2, 2).value_or(0.0);
+  params.logit_bias = decode_logit_bias(fields);
   fields.string("user");  // accepted for OpenAI clients that send it; checked, not used
   if (const json* options = fields.find("stream_options")) {
     if (!options->is_object()) {
@@ -281,7 +309,8 @@ std::vector<ChatMessage> decode_messages(const Fields& fields) {
 CompletionRequest decode_completion_request(std::string_view body) {
   const json request = parse_body(body);
   const Fields fields(request, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
-                                "stream", "stream_options", "logprobs", "echo", "user"});
+                                "stream", "stream_options", "logprobs", "echo", "user", "frequency_penalty",
+                                "presence_penalty", "logit_bias"});
   CompletionRequest decoded;
   decoded.prompt = decode_prompt(fields);
   decoded.params = decode_params(fields);
@@ -293,7 +322,8 @@ CompletionRequest decode_completion_request(std::string_view body) {
 ChatRequest decode_chat_request(std::string_view body) {
   const json request = parse_body(body);
   const Fields fields(request, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-                                "top_k", "seed", "stop", "n", "stream", "stream_options", "logprobs", "user"});
+                                "top_k", "seed", "stop", "n", "stream", "stream_options", "logprobs", "user",
+                                "frequency_penalty", "presence_penalty", "logit_bias"});
   ChatRequest decoded;
   decoded.messages = decode_messages(fields);
   decoded.params = decode_params(fields);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int64_t logprobs = -1;              // completions: -1 none, else alternatives per token (0..5)
+  double frequency_penalty = 0;       // -2..2
+  double presence_penalty = 0;        // -2..2
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id (a decimal key) -> -100..100
 };
 
 struct CompletionRequest {

@@ -24,6 +24,11 @@ uint64_t random_number() {
   return generator();
 }
 
+void check_in_vocabulary(const char* field, int32_t id, const ServedVersion& version) {
+  const int64_t vocabulary = version.engine->config().vocab_size;
+  if (id >= vocabulary) refuse(field, "token id {} is outside the model's vocabulary of {} tokens", id, vocabulary);
+}
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -116,10 +121,7 @@ void OpenAiService::complete(const CompletionRequest& request, const std::shared
     prompt = version->codec->encode(*text);
   } else {
     prompt = std::get<std::vector<int32_t>>(request.prompt);
-    const int64_t vocabulary = version->engine->config().vocab_size;
-    for (int32_t id : prompt) {
-      if (id >= vocabulary) refuse("prompt", "token id {} is outside the model's vocabulary of {} tokens", id, vocabulary);
-    }
+    for (int32_t id : prompt) check_in_vocabulary("prompt", id, *version);
   }
   start(false, request.params, std::move(prompt), std::move(version), exchange);
 }
@@ -140,6 +142,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
     refuse(prompt_field, "the prompt is {} tokens; the model's context is {} positions, and one must be left to generate",
            length, context);
   }
+  for (const auto& [id, bias] : params.logit_bias) check_in_vocabulary("logit_bias", id, *version);
   const int64_t room = context - length;
   const int64_t max_tokens = params.max_tokens.value_or(chat ? room : std::min<int64_t>(16, room));
   if (max_tokens > room) {
@@ -162,7 +165,13 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
     infer::Request request;
     request.prompt = prompt;
     request.max_tokens = max_tokens;
-    request.sampling = {params.temperature, params.top_k, params.top_p, seed + static_cast<uint64_t>(i)};
+    request.sampling = {.temperature = params.temperature,
+                        .top_k = params.top_k,
+                        .top_p = params.top_p,
+                        .seed = seed + static_cast<uint64_t>(i),
+                        .frequency_penalty = params.frequency_penalty,
+                        .presence_penalty = params.presence_penalty,
+                        .logit_bias = params.logit_bias};
     request.top_logprobs = params.logprobs;
     if (auto end = version->codec->end_of_text()) request.stop_tokens = {*end};
     spec.choices.push_back(std::move(request));

@@ -1,5 +1,7 @@
-// The sampler: greedy picks the argmax, top-k/top-p restrict the support, and sampled
-// frequencies follow softmax(logits / temperature) (a chi-square test against the exact law).
+// The sampler: greedy picks the argmax, top-k/top-p restrict the support, sampled frequencies
+// follow softmax(logits / temperature) (a chi-square test against the exact law), and OpenAI's
+// frequency and presence penalties and logit biases move the choice as their formula says
+// (sequences worked out by hand).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,10 +68,68 @@ TEST(Sampler, NonFiniteLogitsAreReported) {
   EXPECT_EQ(infer::Sampler({.temperature = 0}).sample(masked.data(), 3), 2);
 }
 
+std::vector<int32_t> greedy_run(const infer::SamplingConfig& config, const std::vector<float>& logits, int steps) {
+  infer::Sampler sampler(config);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < steps; ++i) tokens.push_back(sampler.sample(logits.data(), static_cast<int64_t>(logits.size())));
+  return tokens;
+}
+
+// Logits (2.0, 1.5, 0.0) every step, greedy. Presence 1.0: token 0 (2.0), then 0 at 1.0 against
+// 1 at 1.5 gives 1, then both penalised once (1.0, 0.5): 0 from then on. Frequency 0.6: 0, then
+// (1.4, 1.5): 1, (1.4, 0.9): 0, (0.8, 0.9): 1, (0.8, 0.3): 0, (0.2, 0.3): 1, (0.2, -0.3): 0, then
+// (-0.4, -0.3) leaves token 2 (0.0) the likeliest.
+TEST(Sampler, PenaltiesLowerTheTokensAlreadyChosen) {
+  const std::vector<float> logits{2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(greedy_run({.temperature = 0}, logits, 4), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(greedy_run({.temperature = 0, .presence_penalty = 1.0}, logits, 5), (std::vector<int32_t>{0, 1, 0, 0, 0}));
+  EXPECT_EQ(greedy_run({.temperature = 0, .frequency_penalty = 0.6}, logits, 9),
+            (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 0, 2, 1}));
+  // A negative penalty favours repeating: token 0 only.
+  EXPECT_EQ(greedy_run({.temperature = 0, .frequency_penalty = -0.5}, logits, 4), (std::vector<int32_t>{0, 0, 0, 0}));
+}
+
+// A bias of -100 bans a token and +100 forces one, greedy or sampled; a moderate bias moves the
+// sampled law to softmax(logits + bias).
+TEST(Sampler, LogitBiasIsAddedToTheLogits) {
+  EXPECT_EQ(greedy_run({.temperature = 0, .logit_bias = {{1, -100.0f}}}, kLogits, 1), (std::vector<int32_t>{3}));
+  infer::Sampler forced({.temperature = 1.0, .seed = 5, .logit_bias = {{4, 100.0f}}});
+  infer::Sampler banned({.temperature = 1.0, .seed = 6, .logit_bias = {{1, -100.0f}, {3, -100.0f}}});
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_EQ(forced.sample(kLogits.data(), 5), 4);
+    const int32_t token = banned.sample(kLogits.data(), 5);
+    EXPECT_TRUE(token != 1 && token != 3) << token;
+  }
+  // Logits (0, 0, 0, 0) with token 0 biased by ln 3: p = (1/2, 1/6, 1/6, 1/6).
+  const std::vector<float> flat(4, 0.0f);
+  infer::Sampler biased({.temperature = 1.0, .seed = 7, .logit_bias = {{0, static_cast<float>(std::log(3.0))}}});
+  const int draws = 12000;
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < draws; ++i) ++counts[static_cast<size_t>(biased.sample(flat.data(), 4))];
+  double chi_square = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    const double e = (i == 0 ? 0.5 : 1.0 / 6) * draws;
+    chi_square += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  EXPECT_LT(chi_square, 16.27);  // 3 degrees of freedom: P(chi2 > 16.27) = 0.001
+}
+
 TEST(Sampler, BadSettingsAreRefused) {
   EXPECT_THROW(infer::Sampler({-1.0, 0, 1.0, 0}), InputError);
   EXPECT_THROW(infer::Sampler({1.0, 0, 0.0, 0}), InputError);
   EXPECT_THROW(infer::Sampler({1.0, -2, 1.0, 0}), InputError);
+  EXPECT_THROW(infer::Sampler({.frequency_penalty = 2.5}), InputError);
+  EXPECT_THROW(infer::Sampler({.presence_penalty = -2.1}), InputError);
+  EXPECT_THROW(infer::Sampler({.logit_bias = {{3, 100.5f}}}), InputError);
+  EXPECT_THROW(infer::Sampler({.logit_bias = {{-1, 1.0f}}}), InputError);
+  infer::Sampler beyond({.logit_bias = {{5, 1.0f}}});
+  try {
+    beyond.sample(kLogits.data(), 5);
+    ADD_FAILURE() << "a bias for a token beyond the vocabulary was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 5 is outside the vocabulary of 5 tokens"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

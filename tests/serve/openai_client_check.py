@@ -49,6 +49,16 @@ def main():
     assert "".join(pieces) == chat.choices[0].message.content, (pieces, chat)
     assert finish_reason == "length" and usage.completion_tokens == 10, (finish_reason, usage)
 
+    # The client's own penalty and logit_bias parameters: the byte-level model's first greedy byte,
+    # banned, never appears; the penalties are taken.
+    banned = whole.choices[0].text[0]
+    steered = client.completions.create(model=model, prompt="the quick", max_tokens=12, temperature=0,
+                                        logit_bias={str(ord(banned)): -100})
+    assert banned not in steered.choices[0].text, (banned, steered.choices[0].text)
+    penalised = client.chat.completions.create(model=model, messages=messages, max_tokens=10, temperature=0,
+                                               frequency_penalty=1.0, presence_penalty=0.5)
+    assert penalised.usage.completion_tokens >= 1, penalised
+
     two = client.completions.create(model=model, prompt="the", max_tokens=5, n=2, seed=7)
     assert sorted(choice.index for choice in two.choices) == [0, 1], two
 

@@ -41,7 +41,8 @@ TEST(CompletionRequest, DecodesEveryField) {
   const CompletionRequest request = decode_completion_request(
       R"({"model": "m", "prompt": "Hi", "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 3, "seed": -7,
           "stop": ["a", "bc"], "n": 2, "stream": true, "stream_options": {"include_usage": true}, "logprobs": 2,
-          "echo": false, "user": "u"})");
+          "echo": false, "user": "u", "frequency_penalty": 0.5, "presence_penalty": -1.5,
+          "logit_bias": {"50256": -100, "7": 2.5}})");
   EXPECT_EQ(std::get<std::string>(request.prompt), "Hi");
   const GenerationParams& p = request.params;
   EXPECT_EQ(p.model, "m");
@@ -55,6 +56,9 @@ TEST(CompletionRequest, DecodesEveryField) {
   EXPECT_TRUE(p.stream);
   EXPECT_TRUE(p.include_usage);
   EXPECT_EQ(p.logprobs, 2);
+  EXPECT_EQ(p.frequency_penalty, 0.5);
+  EXPECT_EQ(p.presence_penalty, -1.5);
+  EXPECT_EQ(p.logit_bias, (std::vector<std::pair<int32_t, float>>{{50256, -100.0f}, {7, 2.5f}}));
 }
 
 TEST(CompletionRequest, DefaultsAndNulls) {
@@ -117,6 +121,16 @@ TEST(CompletionRequest, RefusesBadInputNamingTheField) {
                      "only allowed when stream is true");
   completion_refused(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})", "stream_options.usage",
                      "unknown field");
+  completion_refused(R"({"prompt": "x", "frequency_penalty": 2.5})", "frequency_penalty", "at most 2");
+  completion_refused(R"({"prompt": "x", "presence_penalty": -3})", "presence_penalty", "at least -2");
+  completion_refused(R"({"prompt": "x", "presence_penalty": "high"})", "presence_penalty", "number");
+  completion_refused(R"({"prompt": "x", "logit_bias": [1]})", "logit_bias", "an object from token ids");
+  completion_refused(R"({"prompt": "x", "logit_bias": {"hello": 1}})", "logit_bias", "token ids (decimal integers); got 'hello'");
+  completion_refused(R"({"prompt": "x", "logit_bias": {"-5": 1}})", "logit_bias", "got '-5'");
+  completion_refused(R"({"prompt": "x", "logit_bias": {"12x": 1}})", "logit_bias", "got '12x'");
+  completion_refused(R"({"prompt": "x", "logit_bias": {"99999999999": 1}})", "logit_bias", "got '99999999999'");
+  completion_refused(R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias", "logit_bias['5'] must be a number from -100 to 100");
+  completion_refused(R"({"prompt": "x", "logit_bias": {"5": "up"}})", "logit_bias", "not \"up\"");
   completion_refused(R"({"prompt": "x", "temprature": 1})", "temprature", "unknown field");
   completion_refused(R"({"prompt": "x", "messages": []})", "messages", "unknown field");
 }
@@ -125,8 +139,10 @@ TEST(ChatRequest, DecodesMessagesAndTheTemplate) {
   const ChatRequest request = decode_chat_request(
       R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."},
                                      {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}],
-          "max_completion_tokens": 7})");
+          "max_completion_tokens": 7, "frequency_penalty": 1, "logit_bias": {"3": 4}})");
   ASSERT_EQ(request.messages.size(), 2u);
+  EXPECT_EQ(request.params.frequency_penalty, 1.0);
+  EXPECT_EQ(request.params.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, 4.0f}}));
   EXPECT_EQ(request.messages[1].content, "Hi!");
   EXPECT_EQ(request.params.max_tokens, 7);
   EXPECT_EQ(chat_prompt(request.messages), "system: Be brief.\nuser: Hi!\nassistant:");

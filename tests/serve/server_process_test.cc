@@ -13,6 +13,7 @@
 #include <atomic>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -305,6 +306,45 @@ TEST_F(ServeTest, LogprobsNameEveryTokenApart) {
     ASSERT_TRUE(top.contains(token)) << token << " " << top.dump();
     EXPECT_EQ(top[token], logprobs["token_logprobs"][i]) << top.dump();
   }
+}
+
+// OpenAI's logit_bias and penalties reach the sampler. A token biased by -100 is never chosen.
+// With penalties each greedy choice is the best of the raw log-probabilities (what `logprobs`
+// reports, as vLLM does) less 1.5 per earlier choice of that token (frequency) and 2 if there
+// was one (presence); and the penalties do change some choices away from the raw argmax.
+TEST_F(ServeTest, LogitBiasAndPenaltiesSteerTheChoice) {
+  const json greedy = {{"prompt", "the quick"}, {"max_tokens", 16}, {"temperature", 0}};
+  const std::string plain = completion(greedy)["choices"][0]["text"];
+  ASSERT_FALSE(plain.empty());
+  json biased = greedy;
+  biased["logit_bias"] = {{std::to_string(static_cast<unsigned char>(plain[0])), -100}};
+  const std::string steered = completion(biased)["choices"][0]["text"];
+  EXPECT_EQ(steered.find(plain[0]), std::string::npos) << "'" << plain[0] << "' in " << steered;
+
+  constexpr double kFrequency = 1.5, kPresence = 2.0;
+  json penalised = greedy;
+  penalised["frequency_penalty"] = kFrequency;
+  penalised["presence_penalty"] = kPresence;
+  penalised["logprobs"] = 5;
+  const json logprobs = completion(penalised)["choices"][0]["logprobs"];
+  std::map<std::string, int> chosen;
+  int moved = 0;
+  for (size_t i = 0; i < logprobs["tokens"].size(); ++i) {
+    const std::string token = logprobs["tokens"][i];
+    const json& top = logprobs["top_logprobs"][i];
+    ASSERT_TRUE(top.contains(token)) << i << ": " << token << " not among " << top.dump();
+    auto adjusted = [&](const std::string& name) {
+      return top[name].get<double>() - kFrequency * chosen[name] - (chosen[name] > 0 ? kPresence : 0.0);
+    };
+    std::string raw_best;
+    for (const auto& [name, logprob] : top.items()) {
+      EXPECT_GE(adjusted(token), adjusted(name) - 1e-4) << i << ": " << token << " chosen over " << name;
+      if (raw_best.empty() || logprob.get<double>() > top[raw_best].get<double>()) raw_best = name;
+    }
+    moved += raw_best != token;
+    ++chosen[token];
+  }
+  EXPECT_GT(moved, 0) << logprobs.dump();
 }
 
 // An HTTP/1.0 client is answered in HTTP/1.0: a stream without chunked encoding (which 1.0 does
