@@ -30,14 +30,29 @@ std::string token_name(const std::string& bytes) {
   return name;
 }
 
-// One choice: its text so far and, when asked for, the legacy logprobs lists.
+// A token in chat's logprobs: its name, log-probability and bytes (OpenAI's
+// ChatCompletionTokenLogprob, less its top_logprobs).
+json chat_token(const std::string& bytes, float logprob) {
+  json list = json::array();
+  for (unsigned char byte : bytes) list.push_back(byte);
+  return {{"token", token_name(bytes)}, {"logprob", logprob}, {"bytes", list}};
+}
+
+// One choice: its text so far and, when asked for, its logprobs: chat's `content` list, or the
+// legacy lists of completions.
 struct Choice {
-  explicit Choice(const std::vector<std::string>& stops) : text(stops) {}
+  Choice(const std::vector<std::string>& stops, bool chat) : text(stops) {
+    if (chat) {
+      logprobs = {{"content", json::array()}, {"refusal", nullptr}};
+    } else {
+      logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                  {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    }
+  }
   TextAssembler text;
   std::string sent;       // the text given out (the whole completion once finished)
   std::string raw_bytes;  // the tokens' bytes, for text offsets
-  json logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                   {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  json logprobs;
   std::string finish_reason;
   std::string error;
   bool cancelled = false;
@@ -52,7 +67,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
         engine_(*version_->engine),
         codec_(*version_->codec),
         exchange_(std::move(exchange)) {
-    for (size_t i = 0; i < spec_.choices.size(); ++i) choices_.emplace_back(spec_.stops);
+    for (size_t i = 0; i < spec_.choices.size(); ++i) choices_.emplace_back(spec_.stops, spec_.chat);
     prompt_tokens_ = static_cast<int64_t>(spec_.choices.front().prompt.size());
   }
 
@@ -155,7 +170,17 @@ bool Completion::on_token(size_t index, const infer::TokenEvent& event) {
   return !choice.text.stopped();
 }
 
+// The token's logprobs, added to the choice's and returned as a stream chunk carries them.
 json Completion::token_logprobs(Choice& choice, const infer::TokenEvent& event) const {
+  if (spec_.chat) {
+    json entry = chat_token(codec_.decode(event.token), event.logprob);
+    entry["top_logprobs"] = json::array();
+    for (const infer::TokenLogprob& alternative : event.top) {
+      entry["top_logprobs"].push_back(chat_token(codec_.decode(alternative.token), alternative.logprob));
+    }
+    choice.logprobs["content"].push_back(entry);
+    return {{"content", {entry}}, {"refusal", nullptr}};
+  }
   const std::string token = token_name(codec_.decode(event.token));
   json top = json::object();
   // Most likely first; a name two tokens share (ids past a padded vocabulary decode to nothing)
@@ -225,11 +250,10 @@ void Completion::finish() {
     json entry = {{"index", i}, {"finish_reason", choice.finish_reason}};
     if (spec_.chat) {
       entry["message"] = {{"role", "assistant"}, {"content", choice.sent}};
-      entry["logprobs"] = nullptr;
     } else {
       entry["text"] = choice.sent;
-      entry["logprobs"] = spec_.logprobs ? choice.logprobs : json();
     }
+    entry["logprobs"] = spec_.logprobs ? choice.logprobs : json();
     response["choices"].push_back(entry);
   }
   exchange_->respond(200, "application/json", dump(response));
@@ -240,11 +264,10 @@ json Completion::chunk(size_t index, const std::string& text, const json& logpro
   json choice = {{"index", index}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)}};
   if (spec_.chat) {
     choice["delta"] = finish_reason.empty() || !text.empty() ? json{{"content", text}} : json::object();
-    choice["logprobs"] = nullptr;
   } else {
     choice["text"] = text;
-    choice["logprobs"] = logprobs;
   }
+  choice["logprobs"] = logprobs;
   return {{"id", spec_.id},
           {"object", spec_.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", spec_.created},

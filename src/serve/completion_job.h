@@ -24,7 +24,7 @@ struct CompletionSpec {
   std::vector<std::string> stops;
   bool stream = false;
   bool include_usage = false;
-  bool logprobs = false;  // completions: the legacy logprobs object per choice
+  bool logprobs = false;  // each choice's logprobs: chat's `content` list, or completions' legacy object
 };
 
 // Submits the choices' requests to the version's engine and answers through `exchange` as they

@@ -322,8 +322,8 @@ CompletionRequest decode_completion_request(std::string_view body) {
 ChatRequest decode_chat_request(std::string_view body) {
   const json request = parse_body(body);
   const Fields fields(request, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-                                "top_k", "seed", "stop", "n", "stream", "stream_options", "logprobs", "user",
-                                "frequency_penalty", "presence_penalty", "logit_bias"});
+                                "top_k", "seed", "stop", "n", "stream", "stream_options", "logprobs", "top_logprobs",
+                                "user", "frequency_penalty", "presence_penalty", "logit_bias"});
   ChatRequest decoded;
   decoded.messages = decode_messages(fields);
   decoded.params = decode_params(fields);
@@ -333,9 +333,10 @@ ChatRequest decode_chat_request(std::string_view body) {
     }
     decoded.params.max_tokens = max_completion_tokens;
   }
-  if (fields.boolean("logprobs").value_or(false)) {
-    refuse("logprobs", "logprobs is not supported for chat completions (it is for /v1/completions)");
-  }
+  const bool logprobs = fields.boolean("logprobs").value_or(false);
+  const std::optional<int64_t> top_logprobs = fields.integer("top_logprobs", 0, 20);
+  if (top_logprobs && !logprobs) refuse("top_logprobs", "top_logprobs needs logprobs: true");
+  decoded.params.logprobs = logprobs ? top_logprobs.value_or(0) : -1;
   return decoded;
 }
 

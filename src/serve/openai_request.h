@@ -27,7 +27,7 @@ struct GenerationParams {
   int64_t n = 1;                      // choices, 1..16
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
-  int64_t logprobs = -1;              // completions: -1 none, else alternatives per token (0..5)
+  int64_t logprobs = -1;              // -1 none, else alternatives per token (completions 0..5, chat 0..20)
   double frequency_penalty = 0;       // -2..2
   double presence_penalty = 0;        // -2..2
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id (a decimal key) -> -100..100

@@ -59,6 +59,14 @@ def main():
                                                frequency_penalty=1.0, presence_penalty=0.5)
     assert penalised.usage.completion_tokens >= 1, penalised
 
+    scored = client.chat.completions.create(model=model, messages=messages, max_tokens=5, temperature=0,
+                                            logprobs=True, top_logprobs=3)
+    content = scored.choices[0].logprobs.content
+    assert 1 <= len(content) <= 5, scored
+    for entry in content:
+        assert len(entry.top_logprobs) == 3 and entry.top_logprobs[0].token == entry.token, entry
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token or entry.token.startswith("bytes:"), entry
+
     two = client.completions.create(model=model, prompt="the", max_tokens=5, n=2, seed=7)
     assert sorted(choice.index for choice in two.choices) == [0, 1], two
 

@@ -143,6 +143,11 @@ TEST(ChatRequest, DecodesMessagesAndTheTemplate) {
   ASSERT_EQ(request.messages.size(), 2u);
   EXPECT_EQ(request.params.frequency_penalty, 1.0);
   EXPECT_EQ(request.params.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, 4.0f}}));
+  EXPECT_EQ(request.params.logprobs, -1);
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(decode_chat_request("{" + user + R"(, "logprobs": true})").params.logprobs, 0);
+  EXPECT_EQ(decode_chat_request("{" + user + R"(, "logprobs": true, "top_logprobs": 20})").params.logprobs, 20);
+  EXPECT_EQ(decode_chat_request("{" + user + R"(, "logprobs": false})").params.logprobs, -1);
   EXPECT_EQ(request.messages[1].content, "Hi!");
   EXPECT_EQ(request.params.max_tokens, 7);
   EXPECT_EQ(chat_prompt(request.messages), "system: Be brief.\nuser: Hi!\nassistant:");
@@ -165,7 +170,11 @@ TEST(ChatRequest, RefusesBadInputNamingTheField) {
   chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"\xe2\x82\"}]}", "messages[0].content", "UTF-8");
   chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "max_completion_tokens": 3})",
                "max_completion_tokens", "disagree");
-  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs", "not supported");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", "true or false");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs",
+               "needs logprobs: true");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
+               "top_logprobs", "between 0 and 20");
   chat_refused(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "x"})", "prompt", "unknown field");
   chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text",
                "required");

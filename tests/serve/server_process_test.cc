@@ -308,6 +308,51 @@ TEST_F(ServeTest, LogprobsNameEveryTokenApart) {
   }
 }
 
+// Chat's logprobs (OpenAI's `content` list) are those of the same tokens through /v1/completions
+// on the chat template's prompt; each entry names its token, its bytes and its alternatives,
+// likeliest first, the greedy token among them at the top; a stream carries the same entries.
+TEST_F(ServeTest, ChatLogprobsAreTheCompletionsOnesInChatsShape) {
+  const json chat_request = {{"messages", {{{"role", "user"}, {"content", "the quick"}}}},
+                             {"max_tokens", 6}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}};
+  testing::HttpReply reply = post("/v1/chat/completions", chat_request);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json content = json::parse(reply.body)["choices"][0]["logprobs"]["content"];
+  const json legacy = completion({{"prompt", "user: the quick\nassistant:"}, {"max_tokens", 6}, {"temperature", 0},
+                                  {"logprobs", 3}})["choices"][0]["logprobs"];
+  ASSERT_GE(content.size(), 1u) << reply.body;
+  ASSERT_LE(content.size(), legacy["tokens"].size());
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& entry = content[i];
+    EXPECT_EQ(entry["token"], legacy["tokens"][i]) << i;
+    EXPECT_EQ(entry["logprob"], legacy["token_logprobs"][i]) << i;
+    const std::string token = entry["token"];
+    EXPECT_EQ(entry["bytes"], json(std::vector<int>(token.begin(), token.end()))) << i;
+    const json& top = entry["top_logprobs"];
+    ASSERT_EQ(top.size(), 3u) << top.dump();
+    EXPECT_EQ(top[0]["token"], entry["token"]) << top.dump();
+    for (size_t k = 0; k < top.size(); ++k) {
+      EXPECT_EQ(top[k]["logprob"], legacy["top_logprobs"][i][top[k]["token"].get<std::string>()]) << top.dump();
+      if (k > 0) {
+        EXPECT_GE(top[k - 1]["logprob"].get<double>(), top[k]["logprob"].get<double>());
+      }
+    }
+  }
+  json streamed_request = chat_request;
+  streamed_request["stream"] = true;
+  json streamed = json::array();
+  for (const json& chunk : events(post("/v1/chat/completions", streamed_request).body)) {
+    const json& logprobs = chunk["choices"][0]["logprobs"];
+    if (!logprobs.is_null()) {
+      for (const json& entry : logprobs["content"]) streamed.push_back(entry);
+    }
+  }
+  EXPECT_EQ(streamed, content);
+  json plain = chat_request;
+  plain.erase("logprobs");
+  plain.erase("top_logprobs");
+  EXPECT_TRUE(json::parse(post("/v1/chat/completions", plain).body)["choices"][0]["logprobs"].is_null());
+}
+
 // OpenAI's logit_bias and penalties reach the sampler. A token biased by -100 is never chosen.
 // With penalties each greedy choice is the best of the raw log-probabilities (what `logprobs`
 // reports, as vLLM does) less 1.5 per earlier choice of that token (frequency) and 2 if there
