@@ -38,6 +38,7 @@ struct Sequence {
   int64_t computed = 0;            // tokens[0, computed) have their KV in `blocks`
   int64_t generated = 0;
   int64_t cached_prompt_tokens = 0;
+  int64_t prompt_scored = 1;       // prompt_logprobs: tokens[1, prompt_scored) have been scored
   Clock::time_point arrived, last_token;
   bool admitted = false;  // once: a preempted sequence is admitted again
 
@@ -54,6 +55,24 @@ struct Chunk {
   int64_t count;
   bool samples() const { return first + count == static_cast<int64_t>(sequence->tokens.size()); }
 };
+
+// Log-probabilities of the raw logits (OpenAI's logprobs): the chosen token's and the likeliest n.
+void add_logprobs(const float* logits, int64_t vocab_size, int64_t top, TokenEvent& event) {
+  const float max_logit = *std::max_element(logits, logits + vocab_size);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab_size; ++v) sum += std::exp(static_cast<double>(logits[v] - max_logit));
+  const double log_normalizer = max_logit + std::log(sum);
+  event.logprob = static_cast<float>(logits[event.token] - log_normalizer);
+  if (top <= 0) return;
+  std::vector<int32_t> order(static_cast<size_t>(vocab_size));
+  std::iota(order.begin(), order.end(), 0);
+  const auto n = static_cast<std::ptrdiff_t>(std::min(top, vocab_size));
+  std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    event.top.push_back({order[static_cast<size_t>(i)], static_cast<float>(logits[order[static_cast<size_t>(i)]] - log_normalizer)});
+  }
+}
 
 }  // namespace
 
@@ -73,6 +92,9 @@ struct Engine::Impl {
   void match_prefix(Sequence& sequence);
   void preempt(Sequence& sequence);
   void run(const std::vector<Chunk>& batch);
+  // The logits of `rows` rows of the decoder's hidden state (at most max_num_seqs) into `logits`.
+  void head_forward(const std::vector<int64_t>& rows);
+  void score_prompts(const std::vector<Chunk>& batch);
   void emit(Sequence& sequence, const float* logits);
   void finish(Sequence& sequence, const Outcome& outcome);
   void finish_by_id(uint64_t id, const std::string& error);
@@ -372,7 +394,8 @@ bool Engine::Impl::reserve_blocks(Sequence& sequence, int64_t count, bool may_pr
 }
 
 void Engine::Impl::match_prefix(Sequence& sequence) {
-  if (!sequence.blocks.empty()) return;
+  // A prompt to score is computed whole: its logits at every position are needed.
+  if (!sequence.blocks.empty() || sequence.request.prompt_logprobs) return;
   const int64_t block_size = options.block_size;
   const int64_t full = static_cast<int64_t>(sequence.tokens.size()) / block_size;
   uint64_t hash = 0;
@@ -415,7 +438,7 @@ void Engine::Impl::publish_full_blocks(Sequence& sequence) {
 }
 
 void Engine::Impl::run(const std::vector<Chunk>& batch) {
-  const int64_t capacity = options.max_batched_tokens, C = config.n_embd, V = config.vocab_size;
+  const int64_t capacity = options.max_batched_tokens, V = config.vocab_size;
   int64_t rows = 0;
   for (const Chunk& chunk : batch) rows += chunk.count;
   std::vector<int32_t> tokens(static_cast<size_t>(rows));
@@ -436,54 +459,80 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
   decoder->forward();
   batch_tokens.observe(static_cast<double>(rows));
 
+  score_prompts(batch);
   // The hidden state of each sequence's last token of the step, where it samples, to the head.
-  const Tensor& hidden = decoder->tensor(decoder_graph.hidden);
-  const Tensor& head_input = head->tensor(head_graph.hidden);
-  int64_t samples = 0;
+  std::vector<int64_t> sampled_rows;
   row = 0;
   for (const Chunk& chunk : batch) {
     row += chunk.count;
-    if (!chunk.samples()) continue;
-    backend.copy(hidden.slice_flat((row - 1) * C, C), head_input.slice_flat(samples * C, C));
-    ++samples;
+    if (chunk.samples()) sampled_rows.push_back(row - 1);
   }
-  if (samples > 0) {
-    head->set_rows(options.max_num_seqs, samples);
-    head->forward();
-    backend.download(head->tensor(head_graph.logits).slice_flat(0, samples * V), logits.data());
-  }
+  if (!sampled_rows.empty()) head_forward(sampled_rows);
   for (const Chunk& chunk : batch) {
     chunk.sequence->computed += chunk.count;
     if (chunk.sequence->generated == 0) prompt_tokens_total.add(static_cast<double>(chunk.count));
     publish_full_blocks(*chunk.sequence);
   }
-  samples = 0;
+  int64_t samples = 0;
   for (const Chunk& chunk : batch) {
-    if (chunk.samples()) emit(*chunk.sequence, logits.data() + samples++ * V);
+    if (!chunk.samples()) continue;  // (asked before emit adds the sequence's next token)
+    const float* row = logits.data() + samples++ * V;
+    if (chunk.sequence->sink) emit(*chunk.sequence, row);  // (a sink that failed on a prompt token has finished)
   }
 }
 
-namespace {
+void Engine::Impl::head_forward(const std::vector<int64_t>& rows) {
+  const int64_t C = config.n_embd, count = static_cast<int64_t>(rows.size());
+  const Tensor& hidden = decoder->tensor(decoder_graph.hidden);
+  const Tensor& head_input = head->tensor(head_graph.hidden);
+  for (int64_t i = 0; i < count; ++i) {
+    backend.copy(hidden.slice_flat(rows[static_cast<size_t>(i)] * C, C), head_input.slice_flat(i * C, C));
+  }
+  head->set_rows(options.max_num_seqs, count);
+  head->forward();
+  backend.download(head->tensor(head_graph.logits).slice_flat(0, count * config.vocab_size), logits.data());
+}
 
-// Log-probabilities of the raw logits (OpenAI's logprobs): the chosen token's and the likeliest n.
-void add_logprobs(const float* logits, int64_t vocab_size, int64_t top, TokenEvent& event) {
-  const float max_logit = *std::max_element(logits, logits + vocab_size);
-  double sum = 0;
-  for (int64_t v = 0; v < vocab_size; ++v) sum += std::exp(static_cast<double>(logits[v] - max_logit));
-  const double log_normalizer = max_logit + std::log(sum);
-  event.logprob = static_cast<float>(logits[event.token] - log_normalizer);
-  if (top <= 0) return;
-  std::vector<int32_t> order(static_cast<size_t>(vocab_size));
-  std::iota(order.begin(), order.end(), 0);
-  const auto n = static_cast<std::ptrdiff_t>(std::min(top, vocab_size));
-  std::partial_sort(order.begin(), order.begin() + n, order.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  for (std::ptrdiff_t i = 0; i < n; ++i) {
-    event.top.push_back({order[static_cast<size_t>(i)], static_cast<float>(logits[order[static_cast<size_t>(i)]] - log_normalizer)});
+// Prompt tokens to score in this step: the logits at position p score prompt token p + 1. The
+// head runs over them max_num_seqs rows at a time, before the step's sampling pass.
+void Engine::Impl::score_prompts(const std::vector<Chunk>& batch) {
+  struct Scored {
+    Sequence* sequence;
+    int64_t row;       // of the decoder's hidden state
+    int64_t position;  // of the prompt token scored
+  };
+  std::vector<Scored> pending;
+  int64_t row = 0;
+  for (const Chunk& chunk : batch) {
+    Sequence& sequence = *chunk.sequence;
+    const auto prompt_length = static_cast<int64_t>(sequence.request.prompt.size());
+    for (int64_t t = 0; t < chunk.count && sequence.request.prompt_logprobs; ++t) {
+      const int64_t position = chunk.first + t + 1;
+      if (position >= sequence.prompt_scored && position < prompt_length) pending.push_back({&sequence, row + t, position});
+    }
+    row += chunk.count;
+  }
+  for (size_t begin = 0; begin < pending.size(); begin += static_cast<size_t>(options.max_num_seqs)) {
+    const size_t end = std::min(pending.size(), begin + static_cast<size_t>(options.max_num_seqs));
+    std::vector<int64_t> rows;
+    for (size_t i = begin; i < end; ++i) rows.push_back(pending[i].row);
+    head_forward(rows);
+    for (size_t i = begin; i < end; ++i) {
+      Sequence& sequence = *pending[i].sequence;
+      if (!sequence.sink) continue;  // its sink failed on an earlier token
+      TokenEvent event{.token = sequence.request.prompt[static_cast<size_t>(pending[i].position)]};
+      add_logprobs(logits.data() + (i - begin) * config.vocab_size, config.vocab_size, sequence.request.top_logprobs,
+                   event);
+      sequence.prompt_scored = pending[i].position + 1;
+      try {
+        sequence.sink->on_prompt_token(event);
+      } catch (const std::exception& error) {
+        finish(sequence, Outcome{.error = std::string("the request's stream failed: ") + error.what()});
+      }
+    }
   }
 }
 
-}  // namespace
 
 void Engine::Impl::emit(Sequence& sequence, const float* row) {
   TokenEvent event{.token = sequence.sampler.sample(row, config.vocab_size)};
@@ -580,6 +629,7 @@ uint64_t Engine::submit(Request request, std::shared_ptr<RequestSink> sink) {
         request.max_tokens, config.n_positions);
   check(request.top_logprobs >= -1 && request.top_logprobs <= 20, "logprobs: must be between 0 and 20 (got {})",
         request.top_logprobs);
+  check(!request.prompt_logprobs || request.top_logprobs >= 0, "prompt_logprobs: needs top_logprobs >= 0");
   const SamplingConfig& sampling = request.sampling;
   check(std::isfinite(sampling.temperature) && sampling.temperature >= 0,
         "temperature: must be a finite number >= 0 (got {})", sampling.temperature);

@@ -41,6 +41,11 @@ struct Request {
   int64_t max_tokens = 16;          // >= 1
   infer::SamplingConfig sampling;   // greedy when temperature is 0; `seed` makes sampling reproducible
   int64_t top_logprobs = -1;        // -1: no log-probabilities; 0: the chosen token's; n (<= 20): plus the n likeliest
+  // Also score the prompt: each prompt token after the first gets its log-probability given
+  // the ones before it (and top_logprobs alternatives, which must then be >= 0), through
+  // RequestSink::on_prompt_token, before any generated token. Such a request computes its whole
+  // prompt (no shared prefix blocks).
+  bool prompt_logprobs = false;
   std::vector<int32_t> stop_tokens; // finish (reason stop) when one is generated; it is streamed, then the request ends
 };
 
@@ -70,6 +75,9 @@ struct Outcome {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
+  // Request::prompt_logprobs: prompt tokens 1, 2, ... in order, each once (a preempted request's
+  // prompt, computed again, is not scored again).
+  virtual void on_prompt_token(const TokenEvent& event) { (void)event; }
   virtual bool on_token(const TokenEvent& event) = 0;
   virtual void on_finish(const Outcome& outcome) = 0;
 };

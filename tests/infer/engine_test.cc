@@ -1,9 +1,13 @@
 // The serving engine against the single-sequence generator (itself checked against full
 // recomputation and transformers in generator_test): greedy outputs equal alone, batched with
 // 31 others, after preemption and with shared prefix blocks; seeded sampling reproducible;
-// log-probabilities equal to a log-softmax of the generator's logits; blocks never leak.
+// log-probabilities (of generated and of prompt tokens) equal to a log-softmax of the generator's
+// logits; blocks never leak.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <future>
 
@@ -27,6 +31,10 @@ class RecordingSink : public infer::RequestSink {
     events.push_back(event);
     return stop_after_ < 0 || static_cast<int64_t>(events.size()) < stop_after_;
   }
+  void on_prompt_token(const infer::TokenEvent& event) override {
+    EXPECT_TRUE(events.empty()) << "a prompt token after a generated one";
+    prompt_events.push_back(event);
+  }
   void on_finish(const infer::Outcome& outcome) override { done.set_value(outcome); }
   std::vector<int32_t> tokens() const {
     std::vector<int32_t> ids;
@@ -35,7 +43,7 @@ class RecordingSink : public infer::RequestSink {
   }
   infer::Outcome wait() { return finished.get(); }
 
-  std::vector<infer::TokenEvent> events;
+  std::vector<infer::TokenEvent> events, prompt_events;
   std::promise<infer::Outcome> done;
   std::shared_future<infer::Outcome> finished = done.get_future().share();
 
@@ -403,6 +411,85 @@ TEST_F(EngineTest, LogprobsAreTheLogSoftmaxOfTheLogits) {
     if (i > 0) {
       EXPECT_GE(event.top[i - 1].logprob, event.top[i].logprob);
     }
+  }
+}
+
+// Scored prompts: token i's log-probability (and alternatives) is the log-softmax of the
+// generator's logits after tokens [0, i), each token once and in order, whether the prompt runs
+// in several chunks (an 8-token budget), its head rows in several passes (two sequences at most,
+// so at most two rows a pass), after a preemption, or after its blocks were cached by another.
+TEST_F(EngineTest, PromptLogprobsAreTheLogSoftmaxOfThePrefixesLogits) {
+  Rng rng(testing::test_seed());
+  const std::vector<int32_t> prompt = random_prompt(rng, 21);
+  infer::Generator generator(config, trainer->parameters(), cpu_backend());
+  std::vector<std::vector<double>> reference;  // [i]: log-softmax after prompt[0, i)
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const std::vector<float> logits = generator.prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + i));
+    double normalizer = 0;
+    for (float logit : logits) normalizer += std::exp(static_cast<double>(logit));
+    std::vector<double> logprobs;
+    for (float logit : logits) logprobs.push_back(static_cast<double>(logit) - std::log(normalizer));
+    reference.push_back(std::move(logprobs));
+  }
+  const std::vector<int32_t> expected = generate(prompt, 3);
+  auto check_scored = [&](const RecordingSink& sink, const std::string& what) {
+    SCOPED_TRACE(what);
+    ASSERT_EQ(sink.prompt_events.size(), prompt.size() - 1);
+    for (size_t i = 0; i < sink.prompt_events.size(); ++i) {
+      const infer::TokenEvent& event = sink.prompt_events[i];
+      const std::vector<double>& expected_logprobs = reference[i];
+      EXPECT_EQ(event.token, prompt[i + 1]) << i;
+      EXPECT_NEAR(event.logprob, expected_logprobs[static_cast<size_t>(event.token)], 1e-4) << i;
+      ASSERT_EQ(event.top.size(), 3u);
+      const double best = *std::max_element(expected_logprobs.begin(), expected_logprobs.end());
+      EXPECT_NEAR(event.top[0].logprob, best, 1e-4) << i;
+      for (const infer::TokenLogprob& alternative : event.top) {
+        EXPECT_NEAR(alternative.logprob, expected_logprobs[static_cast<size_t>(alternative.token)], 1e-4) << i;
+      }
+    }
+    EXPECT_EQ(sink.tokens(), expected);
+  };
+  const Request scored{.prompt = prompt, .max_tokens = 3, .sampling = {.temperature = 0}, .top_logprobs = 3,
+                       .prompt_logprobs = true};
+  {
+    Engine engine(config, trainer->parameters(), cpu_backend(),
+                  EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = 2, .max_batched_tokens = 8});
+    auto other = std::make_shared<RecordingSink>(), first = std::make_shared<RecordingSink>();
+    engine.submit(greedy(random_prompt(rng, 30), 5), other);
+    engine.submit(scored, first);
+    first->wait();
+    check_scored(*first, "in chunks, two rows a pass");
+    EXPECT_TRUE(other->prompt_events.empty());
+    other->wait();
+    auto again = std::make_shared<RecordingSink>();
+    engine.submit(scored, again);  // its prompt's blocks are cached: it computes them anyway
+    EXPECT_EQ(again->wait().cached_prompt_tokens, 0);
+    check_scored(*again, "after its blocks were cached");
+    EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+  }
+  // Six blocks for eight sequences of ~40 tokens: preemptions (as in the test above).
+  const double block_bytes = 2.0 * static_cast<double>(config.n_layer * config.n_embd) * 16 * 4;
+  Engine engine(config, trainer->parameters(), cpu_backend(),
+                EngineOptions{.kv_cache_gb = 6.5 * block_bytes / (1024.0 * 1024 * 1024), .max_num_seqs = 8});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 8; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    if (i % 2 == 0) {
+      engine.submit(Request{.prompt = prompt, .max_tokens = 20, .sampling = {.temperature = 0}, .top_logprobs = 3,
+                            .prompt_logprobs = true},
+                    sinks.back());
+    } else {
+      engine.submit(greedy(random_prompt(rng, 25), 20), sinks.back());
+    }
+  }
+  for (auto& sink : sinks) EXPECT_TRUE(sink->wait().error.empty());
+  EXPECT_GT(engine.stats().preemptions, 0);
+  const std::vector<int32_t> longer = generate(prompt, 20);
+  for (int i = 0; i < 8; i += 2) {
+    RecordingSink& sink = *sinks[static_cast<size_t>(i)];
+    EXPECT_EQ(sink.tokens(), longer) << i;
+    sink.events.resize(3);  // check_scored compares the first three
+    check_scored(sink, fmt::format("request {} of 8, in a pool of 6 blocks", i));
   }
 }
 
