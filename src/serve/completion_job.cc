@@ -51,7 +51,9 @@ struct Choice {
   }
   TextAssembler text;
   std::string sent;       // the text given out (the whole completion once finished)
-  std::string raw_bytes;  // the tokens' bytes, for text offsets
+  std::string raw_bytes;  // the tokens' bytes (the prompt's first with echo), for text offsets
+  std::string echoed;     // echo: the prompt's text
+  bool echo_pending = false;  // echo in a stream: the prompt's chunk is still to be sent
   json logprobs;
   std::string finish_reason;
   std::string error;
@@ -68,10 +70,12 @@ class Completion : public std::enable_shared_from_this<Completion> {
         codec_(*version_->codec),
         exchange_(std::move(exchange)) {
     for (size_t i = 0; i < spec_.choices.size(); ++i) choices_.emplace_back(spec_.stops, spec_.chat);
+    if (spec_.echo) echo_prompts();
     prompt_tokens_ = static_cast<int64_t>(spec_.choices.front().prompt.size());
   }
 
   void start();
+  void on_prompt_token(size_t index, const infer::TokenEvent& event);
   bool on_token(size_t index, const infer::TokenEvent& event);
   void on_finish(size_t index, const infer::Outcome& outcome);
 
@@ -80,6 +84,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   class Sink : public infer::RequestSink {
    public:
     Sink(std::shared_ptr<Completion> completion, size_t index) : completion_(std::move(completion)), index_(index) {}
+    void on_prompt_token(const infer::TokenEvent& event) override { completion_->on_prompt_token(index_, event); }
     bool on_token(const infer::TokenEvent& event) override { return completion_->on_token(index_, event); }
     void on_finish(const infer::Outcome& outcome) override { completion_->on_finish(index_, outcome); }
 
@@ -90,6 +95,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
   json chunk(size_t index, const std::string& text, const json& logprobs, const std::string& finish_reason) const;
   json token_logprobs(Choice& choice, const infer::TokenEvent& event) const;
+  void echo_prompts();
+  void send_echo(size_t index);  // a stream's prompt chunk, once, before the choice's first other one
   json usage() const;
   void emit(std::string data);  // stream events wait until the stream has started
   void finish();                // every choice is done
@@ -156,10 +163,44 @@ void Completion::start() {
   }
 }
 
+// Echo: each choice's text starts with the prompt's; with logprobs, the lists start with the
+// first prompt token, which has no log-probability (null), as in OpenAI's API.
+void Completion::echo_prompts() {
+  const std::vector<int32_t>& prompt = spec_.choices.front().prompt;
+  std::string bytes;
+  for (int32_t token : prompt) bytes += codec_.decode(token);
+  for (Choice& choice : choices_) {
+    choice.echoed = to_valid_utf8(bytes);
+    choice.echo_pending = spec_.stream;
+    if (!spec_.logprobs) continue;
+    const std::string first = codec_.decode(prompt.front());
+    choice.logprobs["tokens"].push_back(token_name(first));
+    choice.logprobs["token_logprobs"].push_back(nullptr);
+    choice.logprobs["top_logprobs"].push_back(nullptr);
+    choice.logprobs["text_offset"].push_back(0);
+    choice.raw_bytes = first;
+  }
+}
+
+void Completion::on_prompt_token(size_t index, const infer::TokenEvent& event) {
+  std::lock_guard lock(mutex_);
+  Choice& choice = choices_[index];
+  token_logprobs(choice, event);
+  choice.raw_bytes += codec_.decode(event.token);
+}
+
+void Completion::send_echo(size_t index) {
+  Choice& choice = choices_[index];
+  if (!choice.echo_pending) return;
+  choice.echo_pending = false;
+  emit(sse_event(chunk(index, choice.echoed, spec_.logprobs ? choice.logprobs : json(), "")));
+}
+
 bool Completion::on_token(size_t index, const infer::TokenEvent& event) {
   std::lock_guard lock(mutex_);
   Choice& choice = choices_[index];
   if (refused_ || choice.text.stopped()) return false;
+  send_echo(index);
   if (codec_.is_end_of_text(event.token)) return true;  // the request ends with it: no text
   json logprobs = spec_.logprobs ? token_logprobs(choice, event) : json();
   const std::string bytes = codec_.decode(event.token);
@@ -212,6 +253,7 @@ void Completion::on_finish(size_t index, const infer::Outcome& outcome) {
   if (refused_) return;
   if (spec_.stream) {
     if (choice.error.empty()) {
+      send_echo(index);
       emit(sse_event(chunk(index, rest, nullptr, choice.finish_reason)));
     } else {
       emit(sse_event(json::parse(ApiError(503, "server_error", choice.error).body())));
@@ -251,7 +293,7 @@ void Completion::finish() {
     if (spec_.chat) {
       entry["message"] = {{"role", "assistant"}, {"content", choice.sent}};
     } else {
-      entry["text"] = choice.sent;
+      entry["text"] = choice.echoed + choice.sent;
     }
     entry["logprobs"] = spec_.logprobs ? choice.logprobs : json();
     response["choices"].push_back(entry);

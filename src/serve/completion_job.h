@@ -25,6 +25,10 @@ struct CompletionSpec {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;  // each choice's logprobs: chat's `content` list, or completions' legacy object
+  // Completions: each choice's text starts with the prompt's, and its logprobs with the prompt
+  // tokens' (the first one's null; the engine requests score their prompts); a stream sends the
+  // prompt as a choice's first chunk.
+  bool echo = false;
 };
 
 // Submits the choices' requests to the version's engine and answers through `exchange` as they

@@ -315,7 +315,7 @@ CompletionRequest decode_completion_request(std::string_view body) {
   decoded.prompt = decode_prompt(fields);
   decoded.params = decode_params(fields);
   decoded.params.logprobs = fields.integer("logprobs", 0, 5).value_or(-1);
-  if (fields.boolean("echo").value_or(false)) refuse("echo", "echo is not supported");
+  decoded.echo = fields.boolean("echo").value_or(false);
   return decoded;
 }
 

@@ -36,6 +36,7 @@ struct GenerationParams {
 struct CompletionRequest {
   GenerationParams params;
   std::variant<std::string, std::vector<int32_t>> prompt;  // text, or token ids
+  bool echo = false;  // the answer's text (and logprobs) start with the prompt's
 };
 
 struct ChatMessage {

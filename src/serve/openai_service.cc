@@ -123,17 +123,18 @@ void OpenAiService::complete(const CompletionRequest& request, const std::shared
     prompt = std::get<std::vector<int32_t>>(request.prompt);
     for (int32_t id : prompt) check_in_vocabulary("prompt", id, *version);
   }
-  start(false, request.params, std::move(prompt), std::move(version), exchange);
+  start(false, request.params, std::move(prompt), std::move(version), exchange, request.echo);
 }
 
 void OpenAiService::chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange) {
   std::shared_ptr<ServedVersion> version = find_version(request.params.model);
   std::vector<int32_t> prompt = version->codec->encode(chat_prompt(request.messages));
-  start(true, request.params, std::move(prompt), std::move(version), exchange);
+  start(true, request.params, std::move(prompt), std::move(version), exchange, false);
 }
 
 void OpenAiService::start(bool chat, const GenerationParams& params, std::vector<int32_t> prompt,
-                          std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange) {
+                          std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange,
+                          bool echo) {
   const char* prompt_field = chat ? "messages" : "prompt";
   const auto context = version->engine->config().n_positions;
   const auto length = static_cast<int64_t>(prompt.size());
@@ -159,6 +160,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
   spec.stream = params.stream;
   spec.include_usage = params.include_usage;
   spec.logprobs = params.logprobs >= 0;
+  spec.echo = echo;
   // Choice i samples with seed + i: a seeded request is reproducible, and its choices differ.
   const uint64_t seed = params.seed ? static_cast<uint64_t>(*params.seed) : random_number();
   for (int64_t i = 0; i < params.n; ++i) {
@@ -173,6 +175,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
                         .presence_penalty = params.presence_penalty,
                         .logit_bias = params.logit_bias};
     request.top_logprobs = params.logprobs;
+    request.prompt_logprobs = echo && spec.logprobs;
     if (auto end = version->codec->end_of_text()) request.stop_tokens = {*end};
     spec.choices.push_back(std::move(request));
   }

@@ -67,6 +67,14 @@ def main():
         assert len(entry.top_logprobs) == 3 and entry.top_logprobs[0].token == entry.token, entry
         assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token or entry.token.startswith("bytes:"), entry
 
+    # lm-evaluation-harness's loglikelihood request: the prompt scored, one token generated.
+    echoed = client.completions.create(model=model, prompt="the quick", max_tokens=1, temperature=0, logprobs=1,
+                                       echo=True)
+    scores = echoed.choices[0].logprobs
+    assert echoed.choices[0].text.startswith("the quick"), echoed
+    assert len(scores.tokens) == 10 and scores.token_logprobs[0] is None, scores
+    assert all(value < 0 for value in scores.token_logprobs[1:]), scores
+
     two = client.completions.create(model=model, prompt="the", max_tokens=5, n=2, seed=7)
     assert sorted(choice.index for choice in two.choices) == [0, 1], two
 

@@ -56,6 +56,8 @@ TEST(CompletionRequest, DecodesEveryField) {
   EXPECT_TRUE(p.stream);
   EXPECT_TRUE(p.include_usage);
   EXPECT_EQ(p.logprobs, 2);
+  EXPECT_FALSE(request.echo);
+  EXPECT_TRUE(decode_completion_request(R"({"prompt": "x", "echo": true})").echo);
   EXPECT_EQ(p.frequency_penalty, 0.5);
   EXPECT_EQ(p.presence_penalty, -1.5);
   EXPECT_EQ(p.logit_bias, (std::vector<std::pair<int32_t, float>>{{50256, -100.0f}, {7, 2.5f}}));
@@ -116,7 +118,7 @@ TEST(CompletionRequest, RefusesBadInputNamingTheField) {
   completion_refused(R"({"prompt": "x", "stop": ""})", "stop", "empty");
   completion_refused(R"({"prompt": "x", "logprobs": 6})", "logprobs", "between 0 and 5");
   completion_refused(R"({"prompt": "x", "logprobs": true})", "logprobs", "integer");
-  completion_refused(R"({"prompt": "x", "echo": true})", "echo", "not supported");
+  completion_refused(R"({"prompt": "x", "echo": 1})", "echo", "true or false");
   completion_refused(R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options",
                      "only allowed when stream is true");
   completion_refused(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})", "stream_options.usage",

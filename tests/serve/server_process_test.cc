@@ -353,6 +353,50 @@ TEST_F(ServeTest, ChatLogprobsAreTheCompletionsOnesInChatsShape) {
   EXPECT_TRUE(json::parse(post("/v1/chat/completions", plain).body)["choices"][0]["logprobs"].is_null());
 }
 
+// echo: the text starts with the prompt's (in a stream, as the first chunk); with logprobs the
+// lists start with the prompt's tokens, the first without a log-probability, each other one's
+// the same as the log-probability a request for its prefix reports for it (lm-evaluation-harness
+// scores continuations this way).
+TEST_F(ServeTest, EchoReturnsThePromptAndItsLogprobs) {
+  const std::string prompt = "the quick";
+  const json plain = completion({{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}});
+  const json echoed = completion({{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"echo", true}});
+  EXPECT_EQ(echoed["choices"][0]["text"], prompt + plain["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(echoed["usage"], plain["usage"]);
+
+  const json scored = completion({{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}, {"echo", true},
+                                  {"logprobs", 5}})["choices"][0];
+  const json& logprobs = scored["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), prompt.size() + 1) << logprobs.dump();
+  EXPECT_TRUE(logprobs["token_logprobs"][0].is_null());
+  EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+  int compared = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    EXPECT_EQ(logprobs["tokens"][i], prompt.substr(i, 1)) << i;
+    EXPECT_EQ(logprobs["text_offset"][i], i) << i;
+    if (i == 0) continue;
+    const json next = completion({{"prompt", prompt.substr(0, i)}, {"max_tokens", 1}, {"temperature", 0},
+                                  {"logprobs", 5}})["choices"][0]["logprobs"]["top_logprobs"][0];
+    EXPECT_EQ(logprobs["top_logprobs"][i], next) << i;
+    if (next.contains(prompt.substr(i, 1))) {
+      EXPECT_EQ(logprobs["token_logprobs"][i], next[prompt.substr(i, 1)]) << i;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 4);  // the model, trained on this sentence, mostly expects the prompt's letters
+  EXPECT_EQ(logprobs["text_offset"][prompt.size()], prompt.size());
+
+  std::string streamed, first;
+  for (const json& chunk : events(post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0},
+                                                           {"echo", true}, {"stream", true}}).body)) {
+    if (chunk["choices"].empty()) continue;
+    if (first.empty()) first = chunk["choices"][0]["text"];
+    streamed += chunk["choices"][0]["text"];
+  }
+  EXPECT_EQ(first, prompt);
+  EXPECT_EQ(streamed, echoed["choices"][0]["text"]);
+}
+
 // OpenAI's logit_bias and penalties reach the sampler. A token biased by -100 is never chosen.
 // With penalties each greedy choice is the best of the raw log-probabilities (what `logprobs`
 // reports, as vLLM does) less 1.5 per earlier choice of that token (frequency) and 2 if there
