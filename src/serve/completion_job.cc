@@ -71,7 +71,6 @@ class Completion : public std::enable_shared_from_this<Completion> {
         exchange_(std::move(exchange)) {
     for (size_t i = 0; i < spec_.choices.size(); ++i) choices_.emplace_back(spec_.stops, spec_.chat);
     if (spec_.echo) echo_prompts();
-    prompt_tokens_ = static_cast<int64_t>(spec_.choices.front().prompt.size());
   }
 
   void start();
@@ -114,7 +113,6 @@ class Completion : public std::enable_shared_from_this<Completion> {
   bool started_ = false;            // all requests submitted (and for a stream, its header sent)
   bool refused_ = false;            // a submit failed: the service answers with the error
   size_t finished_ = 0;
-  int64_t prompt_tokens_ = 0;      // once, whatever n
   int64_t completion_tokens_ = 0;  // all choices'
 };
 
@@ -166,10 +164,11 @@ void Completion::start() {
 // Echo: each choice's text starts with the prompt's; with logprobs, the lists start with the
 // first prompt token, which has no log-probability (null), as in OpenAI's API.
 void Completion::echo_prompts() {
-  const std::vector<int32_t>& prompt = spec_.choices.front().prompt;
-  std::string bytes;
-  for (int32_t token : prompt) bytes += codec_.decode(token);
-  for (Choice& choice : choices_) {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& choice = choices_[i];
+    const std::vector<int32_t>& prompt = spec_.choices[i].prompt;
+    std::string bytes;
+    for (int32_t token : prompt) bytes += codec_.decode(token);
     choice.echoed = to_valid_utf8(bytes);
     choice.echo_pending = spec_.stream;
     if (!spec_.logprobs) continue;
@@ -318,9 +317,9 @@ json Completion::chunk(size_t index, const std::string& text, const json& logpro
 }
 
 json Completion::usage() const {
-  return {{"prompt_tokens", prompt_tokens_},
+  return {{"prompt_tokens", spec_.prompt_tokens},
           {"completion_tokens", completion_tokens_},
-          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+          {"total_tokens", spec_.prompt_tokens + completion_tokens_}};
 }
 
 void Completion::emit(std::string data) {

@@ -21,6 +21,7 @@ struct CompletionSpec {
   std::string model;
   int64_t created = 0;                   // Unix seconds
   std::vector<infer::Request> choices;   // one engine request per choice
+  int64_t prompt_tokens = 0;             // usage: each prompt once, whatever n
   std::vector<std::string> stops;
   bool stream = false;
   bool include_usage = false;

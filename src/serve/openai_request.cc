@@ -234,27 +234,35 @@ std::vector<int32_t> token_ids(const json& list, const std::string& field) {
   return ids;
 }
 
-// A string, a list of one string, a list of token ids, or a list of one list of token ids.
-std::variant<std::string, std::vector<int32_t>> decode_prompt(const Fields& fields) {
+// One prompt: a string, or a list of token ids.
+Prompt decode_one_prompt(const json& prompt) {
+  if (prompt.is_string()) {
+    if (prompt.get_ref<const std::string&>().empty()) refuse("prompt", "prompt must not be empty");
+    return prompt.get<std::string>();
+  }
+  if (!prompt.is_array()) {
+    refuse("prompt", "prompt must be a string or a list of token ids, not {}", Fields::describe(prompt));
+  }
+  if (prompt.empty()) refuse("prompt", "prompt must not be empty");
+  return token_ids(prompt, "prompt");
+}
+
+// A string or a list of token ids; or a batch: a list of strings, or a list of lists of ids.
+std::vector<Prompt> decode_prompts(const Fields& fields) {
   const json* prompt = fields.find("prompt");
   if (!prompt) refuse("prompt", "prompt is required");
-  if (prompt->is_array() && prompt->size() == 1 && !(*prompt)[0].is_number()) {
-    if ((*prompt)[0].is_string()) prompt = &(*prompt)[0];
-    else if ((*prompt)[0].is_array()) prompt = &(*prompt)[0];
+  if (!prompt->is_array() || prompt->empty() || (*prompt)[0].is_number()) return {decode_one_prompt(*prompt)};
+  if (static_cast<int64_t>(prompt->size()) > kMaxChoices) {
+    refuse("prompt", "a batch holds up to {} prompts (got {})", kMaxChoices, prompt->size());
   }
-  if (prompt->is_string()) {
-    if (prompt->get_ref<const std::string&>().empty()) refuse("prompt", "prompt must not be empty");
-    return prompt->get<std::string>();
+  std::vector<Prompt> prompts;
+  for (const json& each : *prompt) {
+    if (each.type() != (*prompt)[0].type()) {
+      refuse("prompt", "a batch of prompts must be all strings or all lists of token ids");
+    }
+    prompts.push_back(decode_one_prompt(each));
   }
-  if (!prompt->is_array()) {
-    refuse("prompt", "prompt must be a string or a list of token ids, not {}", Fields::describe(*prompt));
-  }
-  if (prompt->empty()) refuse("prompt", "prompt must not be empty");
-  if ((*prompt)[0].is_string()) {
-    refuse("prompt", "one prompt per request is supported (got a list of {}); send them as separate requests",
-           prompt->size());
-  }
-  return token_ids(*prompt, "prompt");
+  return prompts;
 }
 
 // The roles a chat message may take, each a turn of the template ("<role>: <content>\n").
@@ -312,8 +320,12 @@ CompletionRequest decode_completion_request(std::string_view body) {
                                 "stream", "stream_options", "logprobs", "echo", "user", "frequency_penalty",
                                 "presence_penalty", "logit_bias"});
   CompletionRequest decoded;
-  decoded.prompt = decode_prompt(fields);
+  decoded.prompts = decode_prompts(fields);
   decoded.params = decode_params(fields);
+  if (static_cast<int64_t>(decoded.prompts.size()) * decoded.params.n > kMaxChoices) {
+    refuse("n", "{} prompts x n {} is more than {} choices in one request", decoded.prompts.size(), decoded.params.n,
+           kMaxChoices);
+  }
   decoded.params.logprobs = fields.integer("logprobs", 0, 5).value_or(-1);
   decoded.echo = fields.boolean("echo").value_or(false);
   return decoded;

@@ -33,9 +33,14 @@ struct GenerationParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id (a decimal key) -> -100..100
 };
 
+// A completion request's prompts, each text or token ids: one, or a batch (whose choices are
+// numbered prompt by prompt, n for each, as OpenAI's API does).
+using Prompt = std::variant<std::string, std::vector<int32_t>>;
+constexpr int64_t kMaxChoices = 128;  // prompts x n in one request
+
 struct CompletionRequest {
   GenerationParams params;
-  std::variant<std::string, std::vector<int32_t>> prompt;  // text, or token ids
+  std::vector<Prompt> prompts;  // at least one
   bool echo = false;  // the answer's text (and logprobs) start with the prompt's
 };
 

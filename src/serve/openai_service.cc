@@ -116,40 +116,45 @@ std::shared_ptr<ServedVersion> OpenAiService::find_version(const std::optional<s
 
 void OpenAiService::complete(const CompletionRequest& request, const std::shared_ptr<Exchange>& exchange) {
   std::shared_ptr<ServedVersion> version = find_version(request.params.model);
-  std::vector<int32_t> prompt;
-  if (const auto* text = std::get_if<std::string>(&request.prompt)) {
-    prompt = version->codec->encode(*text);
-  } else {
-    prompt = std::get<std::vector<int32_t>>(request.prompt);
-    for (int32_t id : prompt) check_in_vocabulary("prompt", id, *version);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const Prompt& prompt : request.prompts) {
+    if (const auto* text = std::get_if<std::string>(&prompt)) {
+      prompts.push_back(version->codec->encode(*text));
+    } else {
+      prompts.push_back(std::get<std::vector<int32_t>>(prompt));
+      for (int32_t id : prompts.back()) check_in_vocabulary("prompt", id, *version);
+    }
   }
-  start(false, request.params, std::move(prompt), std::move(version), exchange, request.echo);
+  start(false, request.params, std::move(prompts), std::move(version), exchange, request.echo);
 }
 
 void OpenAiService::chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange) {
   std::shared_ptr<ServedVersion> version = find_version(request.params.model);
-  std::vector<int32_t> prompt = version->codec->encode(chat_prompt(request.messages));
-  start(true, request.params, std::move(prompt), std::move(version), exchange, false);
+  start(true, request.params, {version->codec->encode(chat_prompt(request.messages))}, version, exchange, false);
 }
 
-void OpenAiService::start(bool chat, const GenerationParams& params, std::vector<int32_t> prompt,
+void OpenAiService::start(bool chat, const GenerationParams& params, std::vector<std::vector<int32_t>> prompts,
                           std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange,
                           bool echo) {
   const char* prompt_field = chat ? "messages" : "prompt";
   const auto context = version->engine->config().n_positions;
-  const auto length = static_cast<int64_t>(prompt.size());
-  if (length == 0) refuse(prompt_field, "the prompt must not be empty");
-  if (length >= context) {
-    refuse(prompt_field, "the prompt is {} tokens; the model's context is {} positions, and one must be left to generate",
-           length, context);
+  std::vector<int64_t> max_tokens;  // per prompt
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::string which = prompts.size() > 1 ? fmt::format("prompt {} of the batch", p) : "the prompt";
+    const auto length = static_cast<int64_t>(prompts[p].size());
+    if (length == 0) refuse(prompt_field, "{} must not be empty", which);
+    if (length >= context) {
+      refuse(prompt_field, "{} is {} tokens; the model's context is {} positions, and one must be left to generate",
+             which, length, context);
+    }
+    const int64_t room = context - length;
+    max_tokens.push_back(params.max_tokens.value_or(chat ? room : std::min<int64_t>(16, room)));
+    if (max_tokens.back() > room) {
+      refuse("max_tokens", "{} ({} tokens) + max_tokens ({}) is beyond the model's context of {} positions", which,
+             length, max_tokens.back(), context);
+    }
   }
   for (const auto& [id, bias] : params.logit_bias) check_in_vocabulary("logit_bias", id, *version);
-  const int64_t room = context - length;
-  const int64_t max_tokens = params.max_tokens.value_or(chat ? room : std::min<int64_t>(16, room));
-  if (max_tokens > room) {
-    refuse("max_tokens", "the prompt ({} tokens) + max_tokens ({}) is beyond the model's context of {} positions", length,
-           max_tokens, context);
-  }
 
   CompletionSpec spec;
   spec.chat = chat;
@@ -161,12 +166,15 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
   spec.include_usage = params.include_usage;
   spec.logprobs = params.logprobs >= 0;
   spec.echo = echo;
-  // Choice i samples with seed + i: a seeded request is reproducible, and its choices differ.
+  // Choice i (n per prompt, prompt by prompt) samples with seed + i: a seeded request is
+  // reproducible, and its choices differ.
   const uint64_t seed = params.seed ? static_cast<uint64_t>(*params.seed) : random_number();
-  for (int64_t i = 0; i < params.n; ++i) {
+  for (int64_t i = 0; i < static_cast<int64_t>(prompts.size()) * params.n; ++i) {
+    const auto p = static_cast<size_t>(i / params.n);
+    if (i % params.n == 0) spec.prompt_tokens += static_cast<int64_t>(prompts[p].size());
     infer::Request request;
-    request.prompt = prompt;
-    request.max_tokens = max_tokens;
+    request.prompt = prompts[p];
+    request.max_tokens = max_tokens[p];
     request.sampling = {.temperature = params.temperature,
                         .top_k = params.top_k,
                         .top_p = params.top_p,

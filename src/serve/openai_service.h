@@ -44,7 +44,7 @@ class OpenAiService {
   void complete(const CompletionRequest& request, const std::shared_ptr<Exchange>& exchange);
   void chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange);
   // The engine requests of a completion, its prompt checked against the model.
-  void start(bool chat, const GenerationParams& params, std::vector<int32_t> prompt,
+  void start(bool chat, const GenerationParams& params, std::vector<std::vector<int32_t>> prompts,
              std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange, bool echo);
   // The version a request's `model` names. Throws ApiError (404, or 503 while it loads).
   std::shared_ptr<ServedVersion> find_version(const std::optional<std::string>& model) const;

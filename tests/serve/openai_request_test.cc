@@ -43,7 +43,8 @@ TEST(CompletionRequest, DecodesEveryField) {
           "stop": ["a", "bc"], "n": 2, "stream": true, "stream_options": {"include_usage": true}, "logprobs": 2,
           "echo": false, "user": "u", "frequency_penalty": 0.5, "presence_penalty": -1.5,
           "logit_bias": {"50256": -100, "7": 2.5}})");
-  EXPECT_EQ(std::get<std::string>(request.prompt), "Hi");
+  ASSERT_EQ(request.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(request.prompts[0]), "Hi");
   const GenerationParams& p = request.params;
   EXPECT_EQ(p.model, "m");
   EXPECT_EQ(p.max_tokens, 5);
@@ -75,11 +76,23 @@ TEST(CompletionRequest, DefaultsAndNulls) {
 }
 
 TEST(CompletionRequest, PromptShapes) {
-  EXPECT_EQ(std::get<std::string>(decode_completion_request(R"({"prompt": ["one"]})").prompt), "one");
-  EXPECT_EQ(std::get<std::vector<int32_t>>(decode_completion_request(R"({"prompt": [1, 2, 3]})").prompt),
-            (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(std::get<std::vector<int32_t>>(decode_completion_request(R"({"prompt": [[4, 5]]})").prompt),
-            (std::vector<int32_t>{4, 5}));
+  using Ids = std::vector<int32_t>;
+  const auto prompts = [](const std::string& body) { return decode_completion_request(body).prompts; };
+  EXPECT_EQ(prompts(R"({"prompt": ["one"]})"), std::vector<Prompt>{"one"});
+  EXPECT_EQ(prompts(R"({"prompt": [1, 2, 3]})"), (std::vector<Prompt>{Ids{1, 2, 3}}));
+  EXPECT_EQ(prompts(R"({"prompt": [[4, 5]]})"), (std::vector<Prompt>{Ids{4, 5}}));
+  // Batches: choices prompt by prompt.
+  EXPECT_EQ(prompts(R"({"prompt": ["one", "two"]})"), (std::vector<Prompt>{"one", "two"}));
+  EXPECT_EQ(prompts(R"({"prompt": [[4, 5], [6]]})"), (std::vector<Prompt>{Ids{4, 5}, Ids{6}}));
+  completion_refused(R"({"prompt": ["a", [1]]})", "prompt", "all strings or all lists of token ids");
+  completion_refused(R"({"prompt": ["a", ""]})", "prompt", "must not be empty");
+  completion_refused(R"({"prompt": [[1], []]})", "prompt", "must not be empty");
+  completion_refused(R"({"prompt": [[1], [-1]]})", "prompt", "non-negative");
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i < 129; ++i) many += std::string(i ? ", " : "") + "\"x\"";
+  completion_refused(many + "]}", "prompt", "up to 128 prompts (got 129)");
+  completion_refused(R"({"prompt": ["a", "b", "c", "d", "e", "f", "g", "h", "i"], "n": 15})", "n",
+                     "9 prompts x n 15 is more than 128 choices");
   // Invalid UTF-8 in a JSON string is refused while parsing, naming the field it was in.
   completion_refused("{\"prompt\": \"ab\xff\"}", "prompt", "invalid JSON");
   completion_refused("{\"max_tokens\": 3, \"prompt\": \"\xc3\x28\"}", "prompt", "UTF-8");
@@ -94,7 +107,6 @@ TEST(CompletionRequest, RefusesBadInputNamingTheField) {
   completion_refused(R"({"prompt": ""})", "prompt", "empty");
   completion_refused(R"({"prompt": []})", "prompt", "empty");
   completion_refused(R"({"prompt": 5})", "prompt", "must be a string");
-  completion_refused(R"({"prompt": ["a", "b"]})", "prompt", "one prompt per request");
   completion_refused(R"({"prompt": [1, -2]})", "prompt", "non-negative");
   completion_refused(R"({"prompt": [1, "a"]})", "prompt", "token ids");
   completion_refused(R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "at least 1");

@@ -397,6 +397,37 @@ TEST_F(ServeTest, EchoReturnsThePromptAndItsLogprobs) {
   EXPECT_EQ(streamed, echoed["choices"][0]["text"]);
 }
 
+// A batch of prompts: n choices per prompt, numbered prompt by prompt, each the completion its
+// prompt gets alone (echoed with its own prompt), whole and streamed; usage counts each prompt
+// once.
+TEST_F(ServeTest, ABatchOfPromptsAnswersEachInTurn) {
+  const std::vector<std::string> prompts{"the quick", "the lazy dog"};
+  std::vector<std::string> alone;
+  for (const std::string& prompt : prompts) {
+    alone.push_back(completion({{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}})["choices"][0]["text"]);
+  }
+  const json batch = {{"prompt", prompts}, {"max_tokens", 5}, {"temperature", 0}, {"n", 2}, {"echo", true}};
+  const json whole = completion(batch);
+  ASSERT_EQ(whole["choices"].size(), 4u) << whole.dump();
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], prompts[0].size() + prompts[1].size());
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 20);
+  std::map<int, std::string> streamed;
+  json stream_request = batch;
+  stream_request["stream"] = true;
+  for (const json& chunk : events(post("/v1/completions", stream_request).body)) {
+    for (const json& choice : chunk["choices"]) streamed[choice["index"].get<int>()] += choice["text"].get<std::string>();
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    const json& choice = whole["choices"][i];
+    EXPECT_EQ(choice["index"], i);
+    EXPECT_EQ(choice["text"], prompts[i / 2] + alone[i / 2]) << i;
+    EXPECT_EQ(streamed[static_cast<int>(i)], prompts[i / 2] + alone[i / 2]) << i;
+  }
+  const testing::HttpReply too_long = post("/v1/completions", {{"prompt", {"the", std::string(200, 'x')}}});
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_NE(too_long.body.find("prompt 1 of the batch is 200 tokens"), std::string::npos) << too_long.body;
+}
+
 // OpenAI's logit_bias and penalties reach the sampler. A token biased by -100 is never chosen.
 // With penalties each greedy choice is the best of the raw log-probabilities (what `logprobs`
 // reports, as vLLM does) less 1.5 per earlier choice of that token (frequency) and 2 if there
