@@ -442,6 +442,7 @@ json prepare(const PrepareOptions& options) {
       } catch (...) {
         chunk->error = std::current_exception();
       }
+      std::string().swap(chunk->text);  // its tokens wait for the writer, not its text too
       {
         std::lock_guard lock(mu);
         chunk->ready = true;
@@ -488,6 +489,9 @@ json prepare(const PrepareOptions& options) {
         chunk = std::move(in_flight.front());
         in_flight.pop_front();
         ++front_sequence;
+        // An input's error chunk is ready when read: the writer may take it before any worker
+        // has passed it.
+        next_work = std::max(next_work, front_sequence);
       }
       changed.notify_all();
       if (chunk.error) std::rethrow_exception(chunk.error);

@@ -239,15 +239,15 @@ void TFRecordReader::seek(uint64_t offset) {
     return;
   }
   stream_->seek(offset);
+  base_ = stream_->position();
+  begin_ = end_ = 0;
+  eof_ = false;
   // A plain file seeks past its end without complaint, a compressed one stops at it; an offset
   // there (a damaged or edited pipeline state) would read as a file done.
   const std::optional<uint64_t> size = stream_->size();
   check(stream_->position() == offset && (!size || offset <= *size),
         "{}: byte offset {} is past the end of the file ({} bytes{})", stream_->name(), offset,
-        size ? *size : stream_->position(), size ? "" : " uncompressed");
-  base_ = stream_->position();
-  begin_ = end_ = 0;
-  eof_ = false;
+        size ? *size : stream_->position(), size ? "" : " once decompressed");
 }
 
 std::vector<uint64_t> index_records(const std::filesystem::path& path, Compression compression) {

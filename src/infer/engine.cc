@@ -469,6 +469,7 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
   }
   if (!sampled_rows.empty()) head_forward(sampled_rows);
   for (const Chunk& chunk : batch) {
+    if (!chunk.sequence->sink) continue;  // finished in score_prompts: its blocks are back in the pool
     chunk.sequence->computed += chunk.count;
     if (chunk.sequence->generated == 0) prompt_tokens_total.add(static_cast<double>(chunk.count));
     publish_full_blocks(*chunk.sequence);

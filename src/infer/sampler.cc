@@ -13,9 +13,9 @@ Sampler::Sampler(const SamplingConfig& config) : config_(config), rng_(config.se
   check(config.temperature >= 0, "--temperature must be >= 0, got {}", config.temperature);
   check(config.top_k >= 0, "--top-k must be >= 0, got {}", config.top_k);
   check(config.top_p > 0 && config.top_p <= 1, "--top-p must be in (0, 1], got {}", config.top_p);
-  check(std::abs(config.frequency_penalty) <= 2, "--frequency-penalty must be in [-2, 2], got {}",
+  check(std::abs(config.frequency_penalty) <= 2, "frequency penalty must be in [-2, 2], got {}",
         config.frequency_penalty);
-  check(std::abs(config.presence_penalty) <= 2, "--presence-penalty must be in [-2, 2], got {}",
+  check(std::abs(config.presence_penalty) <= 2, "presence penalty must be in [-2, 2], got {}",
         config.presence_penalty);
   for (const auto& [token, bias] : config.logit_bias) {
     check(token >= 0, "logit_bias: token id {} is negative", token);

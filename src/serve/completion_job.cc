@@ -200,7 +200,15 @@ bool Completion::on_token(size_t index, const infer::TokenEvent& event) {
   Choice& choice = choices_[index];
   if (refused_ || choice.text.stopped()) return false;
   send_echo(index);
-  if (codec_.is_end_of_text(event.token)) return true;  // the request ends with it: no text
+  if (codec_.is_end_of_text(event.token)) {  // the request ends with it: no text
+    // Completions' logprobs still list it, as OpenAI's do: a client that reads the last entry as
+    // the generated token (lm-evaluation-harness) finds it there.
+    if (spec_.logprobs && !spec_.chat) {
+      const json logprobs = token_logprobs(choice, event);
+      if (spec_.stream) emit(sse_event(chunk(index, "", logprobs, "")));
+    }
+    return true;
+  }
   json logprobs = spec_.logprobs ? token_logprobs(choice, event) : json();
   const std::string bytes = codec_.decode(event.token);
   choice.raw_bytes += bytes;

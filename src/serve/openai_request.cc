@@ -222,36 +222,37 @@ GenerationParams decode_params(const Fields& fields) {
   return params;
 }
 
-std::vector<int32_t> token_ids(const json& list, const std::string& field) {
+// A prompt's token ids; `name`: what messages call it ("prompt", or "prompt[2]" in a batch).
+std::vector<int32_t> token_ids(const json& list, const std::string& name) {
   std::vector<int32_t> ids;
   for (const json& id : list) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
         (id.is_number_unsigned() && id.get<uint64_t>() > std::numeric_limits<int32_t>::max())) {
-      refuse(field, "{} token ids must be non-negative integers (got {})", field, id.dump());
+      refuse("prompt", "{} token ids must be non-negative integers (got {})", name, id.dump());
     }
     ids.push_back(id.get<int32_t>());
   }
   return ids;
 }
 
-// One prompt: a string, or a list of token ids.
-Prompt decode_one_prompt(const json& prompt) {
+// One prompt: a string, or a list of token ids; `name` says which ("prompt", "prompt[2]").
+Prompt decode_one_prompt(const json& prompt, const std::string& name) {
   if (prompt.is_string()) {
-    if (prompt.get_ref<const std::string&>().empty()) refuse("prompt", "prompt must not be empty");
+    if (prompt.get_ref<const std::string&>().empty()) refuse("prompt", "{} must not be empty", name);
     return prompt.get<std::string>();
   }
   if (!prompt.is_array()) {
-    refuse("prompt", "prompt must be a string or a list of token ids, not {}", Fields::describe(prompt));
+    refuse("prompt", "{} must be a string or a list of token ids, not {}", name, Fields::describe(prompt));
   }
-  if (prompt.empty()) refuse("prompt", "prompt must not be empty");
-  return token_ids(prompt, "prompt");
+  if (prompt.empty()) refuse("prompt", "{} must not be empty", name);
+  return token_ids(prompt, name);
 }
 
 // A string or a list of token ids; or a batch: a list of strings, or a list of lists of ids.
 std::vector<Prompt> decode_prompts(const Fields& fields) {
   const json* prompt = fields.find("prompt");
   if (!prompt) refuse("prompt", "prompt is required");
-  if (!prompt->is_array() || prompt->empty() || (*prompt)[0].is_number()) return {decode_one_prompt(*prompt)};
+  if (!prompt->is_array() || prompt->empty() || (*prompt)[0].is_number()) return {decode_one_prompt(*prompt, "prompt")};
   if (static_cast<int64_t>(prompt->size()) > kMaxChoices) {
     refuse("prompt", "a batch holds up to {} prompts (got {})", kMaxChoices, prompt->size());
   }
@@ -260,7 +261,7 @@ std::vector<Prompt> decode_prompts(const Fields& fields) {
     if (each.type() != (*prompt)[0].type()) {
       refuse("prompt", "a batch of prompts must be all strings or all lists of token ids");
     }
-    prompts.push_back(decode_one_prompt(each));
+    prompts.push_back(decode_one_prompt(each, fmt::format("prompt[{}]", prompts.size())));
   }
   return prompts;
 }

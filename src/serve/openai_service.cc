@@ -24,9 +24,12 @@ uint64_t random_number() {
   return generator();
 }
 
-void check_in_vocabulary(const char* field, int32_t id, const ServedVersion& version) {
+// `name`: what the message calls the ids' holder ("prompt[1]", "logit_bias").
+void check_in_vocabulary(const char* field, const std::string& name, int32_t id, const ServedVersion& version) {
   const int64_t vocabulary = version.engine->config().vocab_size;
-  if (id >= vocabulary) refuse(field, "token id {} is outside the model's vocabulary of {} tokens", id, vocabulary);
+  if (id >= vocabulary) {
+    refuse(field, "{}: token id {} is outside the model's vocabulary of {} tokens", name, id, vocabulary);
+  }
 }
 
 int64_t unix_seconds() {
@@ -122,7 +125,8 @@ void OpenAiService::complete(const CompletionRequest& request, const std::shared
       prompts.push_back(version->codec->encode(*text));
     } else {
       prompts.push_back(std::get<std::vector<int32_t>>(prompt));
-      for (int32_t id : prompts.back()) check_in_vocabulary("prompt", id, *version);
+      const std::string name = request.prompts.size() > 1 ? fmt::format("prompt[{}]", prompts.size() - 1) : "prompt";
+      for (int32_t id : prompts.back()) check_in_vocabulary("prompt", name, id, *version);
     }
   }
   start(false, request.params, std::move(prompts), std::move(version), exchange, request.echo);
@@ -154,7 +158,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
              length, max_tokens.back(), context);
     }
   }
-  for (const auto& [id, bias] : params.logit_bias) check_in_vocabulary("logit_bias", id, *version);
+  for (const auto& [id, bias] : params.logit_bias) check_in_vocabulary("logit_bias", "logit_bias", id, *version);
 
   CompletionSpec spec;
   spec.chat = chat;

@@ -493,6 +493,41 @@ TEST_F(EngineTest, PromptLogprobsAreTheLogSoftmaxOfThePrefixesLogits) {
   }
 }
 
+// A sink that fails on a prompt token ends its request with the error, in the middle of a step
+// whose chunk covers whole blocks: the blocks go back to the pool (none published for it), and
+// the engine goes on serving.
+TEST_F(EngineTest, ASinkFailingOnAPromptTokenEndsOnlyItsRequest) {
+  class FailingSink : public RecordingSink {
+   public:
+    void on_prompt_token(const infer::TokenEvent& event) override {
+      RecordingSink::on_prompt_token(event);
+      if (prompt_events.size() == 3) throw std::runtime_error("the client went away");
+    }
+  };
+  Rng rng(testing::test_seed());
+  const std::vector<int32_t> prompt = random_prompt(rng, 40), other = random_prompt(rng, 10);
+  const std::vector<int32_t> expected = generate(other, 5);
+  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  auto failing = std::make_shared<FailingSink>();
+  auto alongside = std::make_shared<RecordingSink>();
+  engine.submit(Request{.prompt = prompt, .max_tokens = 4, .sampling = {.temperature = 0}, .top_logprobs = 0,
+                        .prompt_logprobs = true},
+                failing);
+  engine.submit(greedy(other, 5), alongside);
+  const infer::Outcome outcome = failing->wait();
+  EXPECT_NE(outcome.error.find("the request's stream failed: the client went away"), std::string::npos)
+      << outcome.error;
+  EXPECT_EQ(failing->prompt_events.size(), 3u);
+  EXPECT_TRUE(failing->events.empty());
+  alongside->wait();
+  EXPECT_EQ(alongside->tokens(), expected);
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+  // The failed prompt published nothing: the same prompt again finds no cached block.
+  auto again = std::make_shared<RecordingSink>();
+  engine.submit(greedy(prompt, 2), again);
+  EXPECT_EQ(again->wait().cached_prompt_tokens, 0);
+}
+
 TEST_F(EngineTest, StoppedCancelledAndStopTokenRequestsReturnTheirBlocks) {
   Rng rng(testing::test_seed());
   std::vector<int32_t> prompt = random_prompt(rng, 20);

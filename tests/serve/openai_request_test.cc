@@ -85,9 +85,9 @@ TEST(CompletionRequest, PromptShapes) {
   EXPECT_EQ(prompts(R"({"prompt": ["one", "two"]})"), (std::vector<Prompt>{"one", "two"}));
   EXPECT_EQ(prompts(R"({"prompt": [[4, 5], [6]]})"), (std::vector<Prompt>{Ids{4, 5}, Ids{6}}));
   completion_refused(R"({"prompt": ["a", [1]]})", "prompt", "all strings or all lists of token ids");
-  completion_refused(R"({"prompt": ["a", ""]})", "prompt", "must not be empty");
-  completion_refused(R"({"prompt": [[1], []]})", "prompt", "must not be empty");
-  completion_refused(R"({"prompt": [[1], [-1]]})", "prompt", "non-negative");
+  completion_refused(R"({"prompt": ["a", ""]})", "prompt", "prompt[1] must not be empty");
+  completion_refused(R"({"prompt": [[1], []]})", "prompt", "prompt[1] must not be empty");
+  completion_refused(R"({"prompt": [[1], [2, -1]]})", "prompt", "prompt[1] token ids must be non-negative");
   std::string many = R"({"prompt": [)";
   for (int i = 0; i < 129; ++i) many += std::string(i ? ", " : "") + "\"x\"";
   completion_refused(many + "]}", "prompt", "up to 128 prompts (got 129)");

@@ -19,6 +19,7 @@
 #include <regex>
 #include <thread>
 
+#include "data/tokenizer_train.h"
 #include "faults/process.h"
 #include "model_configs.h"
 #include "reference_runner.h"
@@ -426,6 +427,10 @@ TEST_F(ServeTest, ABatchOfPromptsAnswersEachInTurn) {
   const testing::HttpReply too_long = post("/v1/completions", {{"prompt", {"the", std::string(200, 'x')}}});
   EXPECT_EQ(too_long.status, 400);
   EXPECT_NE(too_long.body.find("prompt 1 of the batch is 200 tokens"), std::string::npos) << too_long.body;
+  const testing::HttpReply outside = post("/v1/completions", {{"prompt", {{1, 2}, {3, 256}}}});
+  EXPECT_EQ(outside.status, 400);
+  EXPECT_NE(outside.body.find("prompt[1]: token id 256 is outside the model's vocabulary of 256"), std::string::npos)
+      << outside.body;
 }
 
 // OpenAI's logit_bias and penalties reach the sampler. A token biased by -100 is never chosen.
@@ -465,6 +470,46 @@ TEST_F(ServeTest, LogitBiasAndPenaltiesSteerTheChoice) {
     ++chosen[token];
   }
   EXPECT_GT(moved, 0) << logprobs.dump();
+}
+
+// A completion that ends with the end-of-text token lists it last in its logprobs (named as its
+// tokenizer names it, adding no text), whole and streamed: lm-evaluation-harness reads the last
+// entry as the generated token. (A model with a BPE tokenizer; logit_bias makes it end at once.)
+TEST(ServeTokenizer, AnEndOfTextTokenIsListedInTheLogprobs) {
+  testing::TempDir dir;
+  data::BpeTrainOptions options;
+  options.vocab_size = 300;
+  data::BpeTrainer bpe(options);
+  bpe.add_text("the quick brown fox jumps over the lazy dog ");
+  const data::Tokenizer tokenizer = bpe.train();
+  const model::GptConfig config = testing::gpt_config(tokenizer.vocab_size(), context, 48, 2, 2);
+  train::TokenSource data = train::TokenSource::from_tokens(std::vector<int32_t>(2000, 5), 0.1);
+  train::Trainer trainer(config, testing::short_training(dir.path() / "run", 1), data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.export_model(dir.path() / "bpe-gpt");
+  tokenizer.save(dir.path() / "bpe-gpt");
+  Server server(dir.path(), "", "--model " + (dir.path() / "bpe-gpt").string());
+  const int64_t prompt_tokens = static_cast<int64_t>(tokenizer.encode("the quick").size());
+  json request = {{"prompt", "the quick"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 1}, {"echo", true},
+                  {"logit_bias", {{std::to_string(tokenizer.eot_id()), 100}}}};
+  const testing::HttpReply reply = testing::http_request(server.port(), "POST", "/v1/completions", request.dump());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json choice = json::parse(reply.body)["choices"][0];
+  EXPECT_EQ(choice["text"], "the quick");
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  const json& logprobs = choice["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), static_cast<size_t>(prompt_tokens + 1)) << logprobs.dump();
+  EXPECT_EQ(logprobs["tokens"].back(), "<|endoftext|>");
+  EXPECT_TRUE(logprobs["token_logprobs"].back().is_number());
+  EXPECT_EQ(logprobs["text_offset"].back(), 9);
+  request["stream"] = true;
+  json streamed = json::array();
+  for (const json& chunk : events(testing::http_request(server.port(), "POST", "/v1/completions", request.dump()).body)) {
+    if (!chunk["choices"].empty() && !chunk["choices"][0]["logprobs"].is_null()) {
+      for (const json& token : chunk["choices"][0]["logprobs"]["tokens"]) streamed.push_back(token);
+    }
+  }
+  EXPECT_EQ(streamed, logprobs["tokens"]);
 }
 
 // An HTTP/1.0 client is answered in HTTP/1.0: a stream without chunked encoding (which 1.0 does
