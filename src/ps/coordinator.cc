@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "base/clock.h"
@@ -168,10 +169,41 @@ struct Coordinator::Impl {
     });
   }
 
+  // After a failure under a synchronous step: the version every ps task holds, when they all
+  // still hold this generation at one version; nullopt when one restarted or they differ.
+  std::optional<int64_t> common_version() {
+    std::optional<int64_t> version;
+    for (size_t task = 0; task < shards.size(); ++task) {
+      const StatusReply status = call(task, "Status", &ParameterServer::Stub::Status, StatusRequest());
+      if (status.generation() != generation || (version && *version != status.version())) return std::nullopt;
+      version = status.version();
+    }
+    return version;
+  }
+
+  // A failure that left every ps task's state whole (a slow or briefly hung task, a lost answer)
+  // costs nothing in synchronous mode: the step runs again (its pushes are kept per slice, a
+  // repeat replacing the first), or, when every shard applied it, the run goes on after it
+  // (without its log line and, were it one, its periodic checkpoint). Otherwise (a task that
+  // restarted empty, a step applied on some shards only, any asynchronous failure) every shard
+  // is reloaded from the latest checkpoint.
   void recover(const std::string& reason) {
-    fmt::print(stderr, "a ps task failed ({}): waiting for every ps task, then reloading them from the latest "
-               "checkpoint\n", reason);
+    fmt::print(stderr, "a ps task failed ({}): waiting for every ps task\n", reason);
     wait_for_shards();
+    if (settings.synchronous) {
+      const std::optional<int64_t> version = common_version();
+      if (version == step) {
+        fmt::print(stderr, "every ps task still holds step {}: it runs again\n", step);
+        return;
+      }
+      if (version == step + 1) {
+        fmt::print(stderr, "every ps task applied step {}: the run goes on\n", step);
+        ++step;
+        ++optimizer_steps;
+        return;
+      }
+    }
+    fmt::print(stderr, "reloading every ps task from the latest checkpoint\n");
     load_shards();
   }
 

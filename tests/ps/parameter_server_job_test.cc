@@ -188,6 +188,30 @@ TEST_F(ParameterServerJob, HungWorkerStepRunsElsewhereAfterItsDeadline) {
   EXPECT_TRUE(bitwise_equal("hung_worker", "whole"));
 }
 
+// A ps task that hangs (SIGSTOP) past dist.timeout_seconds and comes back with its state: the
+// chief finds every shard whole at its step, so the failed step runs again (or, had every shard
+// applied it, the run goes on); nothing is reloaded from a checkpoint (before, every such failure
+// rolled the run back to its latest one), and the result is the uninterrupted run's bit for bit.
+TEST_F(ParameterServerJob, HungPsTaskComesBackWithoutAReload) {
+  ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0);
+  const std::string cluster = make_cluster(1, 2);
+  std::vector<pid_t> tasks = start_job(cluster, "hung_ps", "--set dist.timeout_seconds=2");
+  ASSERT_TRUE(wait_for(dir.path() / "hung_ps/ckpt-000000020"));
+  kill_task(tasks[0], SIGSTOP);
+  // Past a ps call's deadline (2 s), within the chief's wait for every ps task (2 s more).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2800));
+  kill_task(tasks[0], SIGCONT);
+  EXPECT_EQ(exit_status(tasks[3]), 0) << log("hung_ps", "chief", 0);
+  for (size_t task = 0; task < 3; ++task) EXPECT_EQ(exit_status(tasks[task]), 0) << "task " << task;
+  const std::string chief = log("hung_ps", "chief", 0);
+  EXPECT_NE(chief.find("a ps task failed"), std::string::npos) << chief;
+  EXPECT_TRUE(chief.find("it runs again") != std::string::npos || chief.find("the run goes on") != std::string::npos)
+      << chief;
+  EXPECT_EQ(chief.find("reloading"), std::string::npos) << chief;
+  EXPECT_EQ(chief.find("resumed from"), std::string::npos) << chief;
+  EXPECT_TRUE(bitwise_equal("hung_ps", "whole"));
+}
+
 // SIGTERM to every task at once (a preempted job): the ps tasks and workers stay until the chief
 // has taken its last snapshot, and everything exits 0 with a checkpoint.
 TEST_F(ParameterServerJob, SigtermToEveryTaskEndsWithACheckpoint) {
