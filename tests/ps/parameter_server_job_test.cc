@@ -74,15 +74,24 @@ class ParameterServerJob : public testing::TrainingJob {
   }
   static void kill_task(pid_t task, int signal = SIGKILL) { kill(-task, signal); }
 
+  // Runs an uninterrupted 1-ps, 2-worker job into "whole", then starts the same job as `cluster`
+  // into `out` (with `extra` settings) and waits for its checkpoint 20; returns its tasks as
+  // start_job does.
+  std::vector<pid_t> whole_run_then_job_at_checkpoint_20(const std::string& cluster, const std::string& out,
+                                                         const std::string& extra = "") {
+    EXPECT_EQ(run(launch(1, 2) + train_command("whole")), 0);
+    std::vector<pid_t> tasks = start_job(cluster, out, extra);
+    EXPECT_TRUE(wait_for(dir.path() / out / "ckpt-000000020"));
+    return tasks;
+  }
+
   // Runs an uninterrupted 1-ps, 2-worker job into "whole", then the same job into `out`, whose
   // task `victim` (0: the ps task, 1 and 2: the workers, 3: the chief) is SIGKILLed once
   // checkpoint 20 exists and, when `relaunch`, started again. Every task left must exit 0, and
   // the export must equal the uninterrupted run's bit for bit.
   void kill_mid_run(const std::string& out, size_t victim, bool relaunch) {
-    ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0);
     const std::string cluster = make_cluster(1, 2);
-    std::vector<pid_t> tasks = start_job(cluster, out);
-    ASSERT_TRUE(wait_for(dir.path() / out / "ckpt-000000020"));
+    std::vector<pid_t> tasks = whole_run_then_job_at_checkpoint_20(cluster, out);
     kill_task(tasks[victim]);
     exit_status(tasks[victim]);
     EXPECT_FALSE(std::filesystem::exists(dir.path() / out / "export")) << "killed before the end";
@@ -173,10 +182,8 @@ TEST_F(ParameterServerJob, RelaunchedChiefResumesFromItsLatestCheckpoint) {
 // A worker that hangs (SIGSTOP) mid-run: its step runs past the deadline (3 x
 // dist.timeout_seconds), goes to the other worker, and the result is again the uninterrupted one.
 TEST_F(ParameterServerJob, HungWorkerStepRunsElsewhereAfterItsDeadline) {
-  ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0);
-  const std::string cluster = make_cluster(1, 2);
-  std::vector<pid_t> tasks = start_job(cluster, "hung_worker", "--set dist.timeout_seconds=1");
-  ASSERT_TRUE(wait_for(dir.path() / "hung_worker/ckpt-000000020"));
+  std::vector<pid_t> tasks =
+      whole_run_then_job_at_checkpoint_20(make_cluster(1, 2), "hung_worker", "--set dist.timeout_seconds=1");
   kill_task(tasks[2], SIGSTOP);
   EXPECT_EQ(exit_status(tasks[3]), 0) << log("hung_worker", "chief", 0);
   kill_task(tasks[2]);
@@ -193,10 +200,8 @@ TEST_F(ParameterServerJob, HungWorkerStepRunsElsewhereAfterItsDeadline) {
 // applied it, the run goes on); nothing is reloaded from a checkpoint (before, every such failure
 // rolled the run back to its latest one), and the result is the uninterrupted run's bit for bit.
 TEST_F(ParameterServerJob, HungPsTaskComesBackWithoutAReload) {
-  ASSERT_EQ(run(launch(1, 2) + train_command("whole")), 0);
-  const std::string cluster = make_cluster(1, 2);
-  std::vector<pid_t> tasks = start_job(cluster, "hung_ps", "--set dist.timeout_seconds=2");
-  ASSERT_TRUE(wait_for(dir.path() / "hung_ps/ckpt-000000020"));
+  std::vector<pid_t> tasks =
+      whole_run_then_job_at_checkpoint_20(make_cluster(1, 2), "hung_ps", "--set dist.timeout_seconds=2");
   kill_task(tasks[0], SIGSTOP);
   // Past a ps call's deadline (2 s), within the chief's wait for every ps task (2 s more).
   std::this_thread::sleep_for(std::chrono::milliseconds(2800));
