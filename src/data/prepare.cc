@@ -132,30 +132,6 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
-// Calls `line_fn(line, number)` for every line of the stream (without its '\n').
-template <typename LineFn>
-void for_each_line(InputStream& stream, LineFn&& line_fn) {
-  std::string buffer;
-  std::string chunk(1 << 20, '\0');
-  int64_t number = 0;
-  size_t searched = 0;  // bytes of `buffer` known to hold no '\n' (a long line is searched once)
-  for (;;) {
-    size_t got = stream.read(chunk.data(), chunk.size());
-    if (got == 0) break;
-    buffer.append(chunk.data(), got);
-    size_t start = 0;
-    for (;;) {
-      size_t nl = buffer.find('\n', std::max(start, searched));
-      if (nl == std::string::npos) break;
-      line_fn(std::string_view(buffer).substr(start, nl - start), ++number);
-      start = nl + 1;
-    }
-    buffer.erase(0, start);
-    searched = buffer.size();
-  }
-  if (!buffer.empty()) line_fn(std::string_view(buffer), ++number);
-}
-
 // Cuts the inputs, in order, into chunks for `emit`: a .txt file whole, a .jsonl file's lines
 // in runs of at least `chunk_bytes` (a longer line makes a larger chunk). An input that cannot
 // be read ends the reading with a chunk that carries the error. `emit` throws Aborted when the
@@ -215,24 +191,16 @@ void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&
   }
 }
 
-// Tokenizes a chunk of `path` into its documents (throws InputError on a bad line under policy
-// fail).
-void tokenize_chunk(Chunk& chunk, const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options) {
-  const TokenId eot = tokenizer.eot_id();
-  auto add_document = [&](std::string_view text) {
-    if (text.empty()) {
-      ++chunk.empty_documents;
-      return;
-    }
-    Document doc;
-    doc.hash = text_hash(text);
-    tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
-    doc.tokens.push_back(eot);
-    chunk.docs.push_back(std::move(doc));
-  };
+// The documents of a chunk of `path`, in order: a .txt file's whole text, or the `text_field`
+// string of each line of a .jsonl one (blank lines are none). A bad line goes to
+// `on_bad_line("file:line: problem")`, which returns whether to go on; returns false when it
+// said not to.
+template <typename OnDocument, typename OnBadLine>
+bool for_each_chunk_document(const Chunk& chunk, const fs::path& path, const std::string& text_field,
+                             OnDocument&& on_document, OnBadLine&& on_bad_line) {
   if (input_kind(path) == InputKind::txt) {
-    add_document(chunk.text);
-    return;
+    on_document(std::string_view(chunk.text));
+    return true;
   }
   json object;
   std::string_view text;
@@ -244,14 +212,37 @@ void tokenize_chunk(Chunk& chunk, const fs::path& path, const Tokenizer& tokeniz
     const std::string_view line = all.substr(start, end - start);
     start = end + 1;
     if (is_blank(line)) continue;
-    if (document_of_line(line, options.text_field, object, text, problem)) {
-      add_document(text);
-      continue;
+    if (document_of_line(line, text_field, object, text, problem)) {
+      on_document(text);
+    } else if (!on_bad_line(fmt::format("{}:{}: {}", path.string(), number, problem))) {
+      return false;
     }
-    std::string message = fmt::format("{}:{}: {}", path.string(), number, problem);
-    if (options.on_bad_line == BadLinePolicy::fail) throw InputError(message);
-    chunk.skipped.push_back(std::move(message));
   }
+  return true;
+}
+
+// Tokenizes a chunk of `path` into its documents (throws InputError on a bad line under policy
+// fail).
+void tokenize_chunk(Chunk& chunk, const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options) {
+  const TokenId eot = tokenizer.eot_id();
+  for_each_chunk_document(
+      chunk, path, options.text_field,
+      [&](std::string_view text) {
+        if (text.empty()) {
+          ++chunk.empty_documents;
+          return;
+        }
+        Document doc;
+        doc.hash = text_hash(text);
+        tokenizer.encode_append(text, doc.tokens, /*allow_special=*/false);
+        doc.tokens.push_back(eot);
+        chunk.docs.push_back(std::move(doc));
+      },
+      [&](std::string message) {
+        if (options.on_bad_line == BadLinePolicy::fail) throw InputError(message);
+        chunk.skipped.push_back(std::move(message));
+        return true;
+      });
 }
 
 std::string shard_suffix(Compression compression) {
@@ -332,24 +323,18 @@ void remove_stale_outputs(const fs::path& out) {
 void for_each_document(const fs::path& path, const std::string& text_field,
                        const std::function<void(std::string_view)>& on_document,
                        const std::function<bool(std::string)>& on_bad_line) {
-  InputKind kind = input_kind(path);
-  if (kind == InputKind::txt) {
-    on_document(read_file(path));
-    return;
-  }
-  auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
-  bool stop = false;
-  json object;
-  std::string_view text;
-  std::string problem;
-  for_each_line(*stream, [&](std::string_view line, int64_t number) {
-    if (stop || is_blank(line)) return;
-    if (document_of_line(line, text_field, object, text, problem)) {
-      on_document(text);
-      return;
+  // What `data prepare` reads, one chunk at a time: a failure while reading, or one thrown by a
+  // callback, ends the reading with an error chunk and is raised here.
+  std::exception_ptr error;
+  bool go_on = true;
+  read_chunks({path}, PrepareOptions{}.chunk_bytes, [&](const Chunk& chunk) {
+    if (chunk.error) {
+      error = chunk.error;
+    } else if (go_on) {
+      go_on = for_each_chunk_document(chunk, path, text_field, on_document, on_bad_line);
     }
-    stop = !on_bad_line(fmt::format("{}:{}: {}", path.string(), number, problem));
   });
+  if (error) std::rethrow_exception(error);
 }
 
 BadLinePolicy parse_bad_line_policy(std::string_view name) {
