@@ -144,7 +144,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
   const auto context = version->engine->config().n_positions;
   std::vector<int64_t> max_tokens;  // per prompt
   for (size_t p = 0; p < prompts.size(); ++p) {
-    const std::string which = prompts.size() > 1 ? fmt::format("prompt {} of the batch", p) : "the prompt";
+    const std::string which = prompts.size() > 1 ? fmt::format("prompt[{}]", p) : "the prompt";
     const auto length = static_cast<int64_t>(prompts[p].size());
     if (length == 0) refuse(prompt_field, "{} must not be empty", which);
     if (length >= context) {

@@ -426,7 +426,7 @@ TEST_F(ServeTest, ABatchOfPromptsAnswersEachInTurn) {
   }
   const testing::HttpReply too_long = post("/v1/completions", {{"prompt", {"the", std::string(200, 'x')}}});
   EXPECT_EQ(too_long.status, 400);
-  EXPECT_NE(too_long.body.find("prompt 1 of the batch is 200 tokens"), std::string::npos) << too_long.body;
+  EXPECT_NE(too_long.body.find("prompt[1] is 200 tokens"), std::string::npos) << too_long.body;
   const testing::HttpReply outside = post("/v1/completions", {{"prompt", {{1, 2}, {3, 256}}}});
   EXPECT_EQ(outside.status, 400);
   EXPECT_NE(outside.body.find("prompt[1]: token id 256 is outside the model's vocabulary of 256"), std::string::npos)
