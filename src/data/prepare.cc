@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "base/directory_lock.h"
 #include "base/error.h"
 #include "base/json.h"
 #include "base/file_io.h"
@@ -377,7 +378,9 @@ json prepare(const PrepareOptions& options) {
   const std::vector<fs::path> inputs = expand_inputs(options.inputs);
   Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
   check(tokenizer.eot_id() >= 0, "{}: the tokenizer has no {} token", options.tokenizer.string(), kEndOfText);
-  fs::create_directories(options.out);
+  // Held to the end: a second prepare into the same directory (whose stale-output sweep would
+  // delete this one's shards as they are written) is refused, naming this process.
+  const DirectoryLock out_lock(options.out);
   remove_stale_outputs(options.out);
 
   auto log = options.log ? options.log : [](const std::string& m) { fmt::print(stderr, "{}\n", m); };

@@ -16,7 +16,8 @@
 //   train-00000.tfrecord[.gz|.zlib], ...   shards of at most shard_bytes (uncompressed record
 //   val-00000.tfrecord[.gz|.zlib], ...     bytes; a single larger record gets a shard of its own)
 //   manifest.json                          written last (atomically): its presence means done
-// Stale shards of an earlier run in the directory are removed first.
+// Stale shards of an earlier run in the directory are removed first; the directory is locked
+// (<out>/.lock) while it is written, so a second prepare into it is refused.
 #pragma once
 
 #include <cstdint>

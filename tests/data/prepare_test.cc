@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "base/directory_lock.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/example.h"
@@ -318,6 +319,24 @@ TEST(Prepare, InputErrors) {
   EXPECT_THROW(prepare(o), InputError);
   EXPECT_THROW(list_shards(dir, "train"), InputError);
   EXPECT_THROW(parse_bad_line_policy("ignore"), InputError);
+  // A second prepare into a directory being written (here, held by this test) is refused, naming
+  // the holder; nothing of the first is touched.
+  {
+    write_text(dir / "one.jsonl", "{\"text\": \"a document\"}\n");
+    PrepareOptions busy = o;
+    busy.inputs = {(dir / "one.jsonl").string()};
+    busy.out = dir / "busy";
+    const DirectoryLock held(busy.out);
+    write_text(busy.out / "train-00000.tfrecord", "being written");
+    try {
+      prepare(busy);
+      ADD_FAILURE() << "a second prepare into a locked directory went ahead";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("is in use by process " + std::to_string(::getpid())), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(read_file(busy.out / "train-00000.tfrecord"), "being written");
+  }
   // A .jsonl.gz cut short, read in small chunks after a good file: refused naming it, nothing
   // written.
   std::string lines;
