@@ -81,16 +81,18 @@ def free_port():
 
 
 def ensure_model(name, llama_src, ref_python):
+    """The export for paraflow, and its GGUF files for llama-server unless llama_src is None (no
+    llama-server in this run: nothing of llama.cpp is needed)."""
     model = MODELS[name]
     directory = model["dir"]
     if not os.path.exists(os.path.join(directory, "config.json")):
-        python = ref_python if name == "gpt2-124m" and os.path.exists(ref_python) else GGUF_PYTHON
+        python = ref_python if os.path.exists(ref_python) else GGUF_PYTHON
         subprocess.run([python, model["maker"], directory], check=True)
     os.makedirs(os.path.join(directory, "gguf"), exist_ok=True)
     ggufs = {}
     for dtype, outtype in GGUF_OUTTYPE.items():
         ggufs[dtype] = os.path.join(directory, f"gguf/model-{outtype}.gguf")
-        if not os.path.exists(ggufs[dtype]):
+        if llama_src is not None and not os.path.exists(ggufs[dtype]):
             done = subprocess.run([GGUF_PYTHON, os.path.join(HERE, "convert_gguf.py"), llama_src, directory, "--outtype",
                                    outtype, "--outfile", ggufs[dtype]], capture_output=True, text=True)
             if done.returncode != 0:
@@ -330,9 +332,11 @@ def main():
     if high + args.max_tokens > args.seq_context:
         sys.exit(f"--seq-context {args.seq_context} < longest prompt {high} + max_tokens {args.max_tokens}")
 
-    build_llama = [os.path.join(ROOT, "bench/infer/build_llama_cpp.sh")] + (["--dir"] if args.skip_build else [])
-    llama_src = subprocess.run(build_llama, check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
-    args.llama_server = os.path.join(llama_src, "build/bin/llama-server")
+    llama_src = None
+    if "llama-server" in servers:
+        build_llama = [os.path.join(ROOT, "bench/infer/build_llama_cpp.sh")] + (["--dir"] if args.skip_build else [])
+        llama_src = subprocess.run(build_llama, check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+        args.llama_server = os.path.join(llama_src, "build/bin/llama-server")
     if any(s.startswith("paraflow") for s in servers) and not args.skip_build:
         subprocess.run(["cmake", "-S", ROOT, "-B", os.path.join(ROOT, "build"), "-DCMAKE_BUILD_TYPE=Release"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -350,9 +354,11 @@ def main():
     model, isa = cpu_description()
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
-    llama_version = subprocess.run([args.llama_server, "--version"], capture_output=True, text=True)
-    llama_version = " ".join(line.strip() for line in (llama_version.stdout + llama_version.stderr).splitlines()
-                             if line.startswith(("version", "built")))
+    llama_version = "not run"
+    if llama_src is not None:
+        llama_version = subprocess.run([args.llama_server, "--version"], capture_output=True, text=True)
+        llama_version = " ".join(line.strip() for line in (llama_version.stdout + llama_version.stderr).splitlines()
+                                 if line.startswith(("version", "built")))
     print(f"cpu: {model}, {os.cpu_count()} cpus; ISA: {' '.join(isa)}")
     print(f"paraflow: {commit} ({args.paraflow_bin}); llama.cpp: {llama_version} (llama-cpp-python 0.3.36's vendor/llama.cpp)")
     print(f"python {sys.version.split()[0]}; threads {args.threads}; prompts {low}-{high} words; max_tokens "
@@ -372,7 +378,8 @@ def main():
         for dtype in args.dtypes.split(","):
             args.dtype = dtype
             print(f"\n== {model_name} ({config['n_layer']} layers, {config['n_embd']} wide, vocabulary "
-                  f"{config['vocab_size']}), {dtype}; GGUF {os.path.relpath(ggufs[dtype], ROOT)}")
+                  f"{config['vocab_size']}), {dtype}"
+                  + (f"; GGUF {os.path.relpath(ggufs[dtype], ROOT)}" if llama_src is not None else ""))
             print(load_generator.HEADER + f" {'prompt':>6} {'load':>9}")
             results, printed_notes = [], set()
             for concurrency in args.concurrency:
