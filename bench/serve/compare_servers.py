@@ -88,11 +88,11 @@ def ensure_model(name, llama_src, ref_python):
     if not os.path.exists(os.path.join(directory, "config.json")):
         python = ref_python if os.path.exists(ref_python) else GGUF_PYTHON
         subprocess.run([python, model["maker"], directory], check=True)
-    os.makedirs(os.path.join(directory, "gguf"), exist_ok=True)
     ggufs = {}
     for dtype, outtype in GGUF_OUTTYPE.items():
         ggufs[dtype] = os.path.join(directory, f"gguf/model-{outtype}.gguf")
         if llama_src is not None and not os.path.exists(ggufs[dtype]):
+            os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
             done = subprocess.run([GGUF_PYTHON, os.path.join(HERE, "convert_gguf.py"), llama_src, directory, "--outtype",
                                    outtype, "--outfile", ggufs[dtype]], capture_output=True, text=True)
             if done.returncode != 0:
@@ -359,8 +359,9 @@ def main():
         llama_version = subprocess.run([args.llama_server, "--version"], capture_output=True, text=True)
         llama_version = " ".join(line.strip() for line in (llama_version.stdout + llama_version.stderr).splitlines()
                                  if line.startswith(("version", "built")))
+        llama_version += " (llama-cpp-python 0.3.36's vendor/llama.cpp)"
     print(f"cpu: {model}, {os.cpu_count()} cpus; ISA: {' '.join(isa)}")
-    print(f"paraflow: {commit} ({args.paraflow_bin}); llama.cpp: {llama_version} (llama-cpp-python 0.3.36's vendor/llama.cpp)")
+    print(f"paraflow: {commit} ({args.paraflow_bin}); llama.cpp: {llama_version}")
     print(f"python {sys.version.split()[0]}; threads {args.threads}; prompts {low}-{high} words; max_tokens "
           f"{args.max_tokens}; temperature 0; {'quick' if args.quick else 'full'} request counts; "
           f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
