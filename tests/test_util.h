@@ -25,13 +25,15 @@ inline uint64_t test_seed() {
   return seed;
 }
 
-// An [rows, columns] weight's values (row-major) arranged out_in_interleaved.
+// An [rows, columns] weight's values (row-major) arranged by a layout's offset function
+// (interleaved_offset for out_in_interleaved, tiles_offset for out_in_tiles).
 template <typename T>
-std::vector<T> interleaved(const std::vector<T>& plain, int64_t rows, int64_t columns) {
+std::vector<T> arranged(const std::vector<T>& plain, int64_t rows, int64_t columns,
+                        int64_t (*offset)(int64_t, int64_t, int64_t, int64_t)) {
   std::vector<T> stored(plain.size());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < columns; ++c) {
-      stored[static_cast<size_t>(interleaved_offset(r, c, rows, columns))] = plain[static_cast<size_t>(r * columns + c)];
+      stored[static_cast<size_t>(offset(r, c, rows, columns))] = plain[static_cast<size_t>(r * columns + c)];
     }
   }
   return stored;

@@ -1,6 +1,6 @@
 // The serving engine's matmul at decoding batch sizes: the row-invariant kernel (each row's
 // arithmetic independent of the batch; serving's determinism), on [out, in] rows and, where the
-// backend prefers it (as serving then stores its weights), out_in_interleaved, against oneDNN's
+// backend prefers one (as serving then stores its weights), out_in_interleaved or out_in_tiles, against oneDNN's
 // GEMM (AMX or AVX512 as oneDNN picks; its blocking, and so its rounding, changes with the rows)
 // on one weight matrix, f32 out. Prints per row count the GMAC/s of each and the ratio of the
 // layout serving uses to oneDNN, per second of wall time and per second of this process's CPU
@@ -50,10 +50,14 @@ int main(int argc, char** argv) {
   if (dtype == DType::bf16 && !backend.supports(KernelOp::matmul_backward, DType::bf16)) {
     fmt::print("no native bf16 GEMMs on this CPU: the onednn column runs the few-rows kernel too\n");
   }
-  const bool interleaved = backend.prefers_interleaved_weights(dtype);
+  // The layout decoding stores these weights in (out_in: [out, in] rows, as they are).
+  const WeightLayout decoding = backend.prefers_tiled_weights(dtype) && in % 32 == 0 ? WeightLayout::out_in_tiles
+                                : backend.prefers_interleaved_weights(dtype)        ? WeightLayout::out_in_interleaved
+                                                                                    : WeightLayout::out_in;
+  const bool stored_otherwise = decoding != WeightLayout::out_in;
   fmt::print("GMAC/s per second of wall / cpu time{}\n{:>6} {:>22} {:>22} {:>22} {:>8}\n",
-             interleaved ? "" : " (this backend reads no interleaved weights)", "rows", "row_invariant rows",
-             "row_invariant inter.", "onednn", "ratio");
+             stored_otherwise ? "" : " (decoding keeps these weights [out, in])", "rows", "row_invariant rows",
+             decoding == WeightLayout::out_in_tiles ? "row_invariant tiles" : "row_invariant inter.", "onednn", "ratio");
   Tensor weight = Tensor::zeros(Shape{out, in}, dtype);
   Tensor bias = Tensor::zeros(Shape{out}, DType::f32);
   for (int64_t n : rows) {
@@ -75,8 +79,8 @@ int main(int argc, char** argv) {
       return Rate{gmac / elapsed, gmac / (cpu_seconds() - cpu_start)};
     };
     const Rate rows_rate = rate(WeightLayout::out_in, true), library = rate(WeightLayout::out_in, false);
-    const Rate panels = interleaved ? rate(WeightLayout::out_in_interleaved, true) : Rate{0, 0};
-    const Rate& serving = interleaved ? panels : rows_rate;
+    const Rate panels = stored_otherwise ? rate(decoding, true) : Rate{0, 0};
+    const Rate& serving = stored_otherwise ? panels : rows_rate;
     fmt::print("{:>6} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>8.2f}\n", n, rows_rate.wall,
                rows_rate.cpu, panels.wall, panels.cpu, library.wall, library.cpu, serving.cpu / library.cpu);
   }

@@ -94,6 +94,12 @@ class Backend {
     (void)dtype;
     return false;
   }
+  // Whether decoding should store `dtype` matmul weights out_in_tiles (those with a multiple of
+  // 32 columns that only matmuls read): true where matmul_forward runs that layout on AMX tiles.
+  virtual bool prefers_tiled_weights(DType dtype) const {
+    (void)dtype;
+    return false;
+  }
   template <typename Args>
   void launch(const Args& args) {
     (*kernel(Args::op, args.dtype()))(&args);

@@ -57,4 +57,15 @@ std::vector<ValueId> interleave_weights(Graph& graph, const std::vector<ValueId>
       [](Value&) {});
 }
 
+std::vector<ValueId> tile_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend) {
+  return change_weight_layouts(
+      graph, weights, WeightLayout::out_in_tiles,
+      [&](const Node& node, size_t input) {
+        const Value& weight = graph.value(node.inputs[1]);
+        return node.kind == OpKind::matmul && input == 1 && has_layout(node, WeightLayout::out_in) &&
+               backend.prefers_tiled_weights(weight.dtype) && weight.shape[1] % 32 == 0;
+      },
+      [](Value&) {});
+}
+
 }  // namespace paraflow::graph

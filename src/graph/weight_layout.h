@@ -1,7 +1,8 @@
 // Layout passes for decoding: at batch 1 each token reads every weight once, and the few-rows
 // matmul kernel reads an [out, in] weight as one contiguous row per output (a dot product, where
 // AVX512_BF16 multiplies bf16 pairs directly), or, where the backend prefers it, sixteen rows at
-// a time from one interleaved stream (outer products). These passes change the given weights'
+// a time from one interleaved stream (outer products), or, on AMX, as whole 1 KiB tiles of 16
+// rows by 32 columns (tile products). These passes change the given weights'
 // layouts in graphs that only run forward; the caller binds copies stored that way.
 #pragma once
 
@@ -20,5 +21,10 @@ std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<Va
 // embeddings, is read out_in_interleaved where `backend` prefers that for its dtype
 // (Backend::prefers_interleaved_weights). Returns those it changed.
 std::vector<ValueId> interleave_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend);
+
+// Each of `weights` read only as the weight of forward out_in matmuls is read out_in_tiles where
+// `backend` prefers that for its dtype (Backend::prefers_tiled_weights) and its columns are a
+// multiple of 32 (whole tiles). Returns those it changed.
+std::vector<ValueId> tile_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend);
 
 }  // namespace paraflow::graph

@@ -113,8 +113,8 @@ struct Engine::Impl {
   int64_t max_blocks_per_sequence;
   KvBlockPool pool;
   // What decoding reads: the bf16 weights (with `parameters` for the rest), or every parameter
-  // in f32; either way the linear layers' weights [out, in], interleaved where the backend
-  // prefers it (model::StoredLayouts).
+  // in f32; either way the linear layers' weights [out, in], interleaved or tiled where the
+  // backend prefers it (model::StoredLayouts).
   model::ParameterSet decoding_parameters;
   model::GptGraph decoder_graph, head_graph;
   std::unique_ptr<graph::Executor> decoder, head;
@@ -224,11 +224,16 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
       check(!reads(other, name) || theirs.interleaved.count(name),
             "engine: the decoder and the head would store {} in different layouts", name);
     }
+    for (const std::string& name : mine.tiled) {
+      check(!reads(other, name) || theirs.tiled.count(name),
+            "engine: the decoder and the head would store {} in different layouts", name);
+    }
   };
   check_agree(layouts, head_layouts, head_graph);
   check_agree(head_layouts, layouts, decoder_graph);
   layouts.transposed.insert(head_layouts.transposed.begin(), head_layouts.transposed.end());
   layouts.interleaved.insert(head_layouts.interleaved.begin(), head_layouts.interleaved.end());
+  layouts.tiled.insert(head_layouts.tiled.begin(), head_layouts.tiled.end());
   decoding_parameters = parameters.converted_copy(backend, options.weights, layouts);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);

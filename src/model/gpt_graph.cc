@@ -193,6 +193,7 @@ StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::stri
   StoredLayouts layouts;
   layouts.transposed = names(graph::transpose_matmul_weights(graph, ids));
   layouts.interleaved = names(graph::interleave_weights(graph, ids, backend));
+  layouts.tiled = names(graph::tile_weights(graph, ids, backend));
   return layouts;
 }
 

@@ -49,7 +49,7 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 
 // bf16 weights for a forward-only graph: applies mixed_bfloat16 (logits kept f32; the serving
 // decoder's hidden output becomes bf16) and stores the linear layers' 16-bit weights [out, in]
-// for the few-rows decoding kernel, and those weights (the head's too) interleaved where
+// for the few-rows decoding kernel, and those weights (the head's too) interleaved or tiled where
 // `backend` prefers it. Returns the layouts, for ParameterSet::converted_copy.
 StoredLayouts use_half_weights_for_decoding(GptGraph& g, Backend& backend);
 // float32 weights for a forward-only graph: the linear layers' weights themselves stored

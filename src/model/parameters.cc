@@ -161,8 +161,8 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
   std::vector<TensorSpec> specs = specs_;
   for (TensorSpec& spec : specs) {
     if (layouts.transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
-    check(!layouts.interleaved.count(spec.name) || spec.shape.rank() == 2,
-          "converted_copy: {} {} cannot be stored interleaved (not 2-D)", spec.name, spec.shape.to_string());
+    check((!layouts.interleaved.count(spec.name) && !layouts.tiled.count(spec.name)) || spec.shape.rank() == 2,
+          "converted_copy: {} {} cannot be stored interleaved or tiled (not 2-D)", spec.name, spec.shape.to_string());
   }
   const ParameterSet source = on_host();
   ParameterSet copy(std::move(specs), backend, dtype);
@@ -175,6 +175,7 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const Shape& shape = specs_[i].shape;  // the source's
       const bool transpose = layouts.transposed.count(specs_[i].name) > 0;
       const bool interleave = layouts.interleaved.count(specs_[i].name) > 0;
+      const bool tile = layouts.tiled.count(specs_[i].name) > 0;
       const int64_t rows = shape[0], columns = shape.numel() / rows;
       const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
       for (int64_t r = 0; r < rows; ++r) {
@@ -182,6 +183,7 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
           const float value = from[r * columns + c];
           const int64_t row = transpose ? c : r, column = transpose ? r : c;
           const int64_t at = interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
+                             : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
                                         : row * stored_columns + column;
           if (f32) {
             to_f32[at] = value;

@@ -65,9 +65,9 @@ bool is_replicated(const std::string& name);
 
 // Names of 2-D tensors that decoding stores in another layout than the checkpoint's [rows,
 // columns]: transposed ([columns, rows]), then, if also interleaved, out_in_interleaved
-// (interleaved_offset in backend/kernel_args.h).
+// (interleaved_offset in backend/kernel_args.h), or, if tiled, out_in_tiles (tiles_offset).
 struct StoredLayouts {
-  std::set<std::string> transposed, interleaved;
+  std::set<std::string> transposed, interleaved, tiled;
 };
 
 class ParameterSet {

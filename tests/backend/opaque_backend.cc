@@ -35,6 +35,7 @@ class OpaqueBackend final : public Backend {
   bool prefers_interleaved_weights(DType dtype) const override {
     return cpu_backend().prefers_interleaved_weights(dtype);
   }
+  bool prefers_tiled_weights(DType dtype) const override { return cpu_backend().prefers_tiled_weights(dtype); }
 };
 
 }  // namespace

@@ -191,14 +191,16 @@ TEST_P(OpsTest, Matmul) {
 
 // Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
 // computed alone (and the reference within the usual bound), in f32 and, where the backend has
-// it, with bf16 operands — the weights in each layout, with bias and GELU; 96 input features
-// take the AMX tiles where the CPU has them (65 the vdpbf16ps kernel), 91 outputs leave a tail
-// (11 rows after the last group of 16, out_in_interleaved). Where the backend reads the
-// interleaved layout, a product not marked row-invariant takes the same kernel, bit for bit.
+// it, with bf16 operands — the weights in each layout, with bias and GELU; where the CPU has
+// AMX, bf16 weights of 96 input features also out_in_tiles (65 do not make whole tiles). 91 and
+// 325 outputs leave a tail (11 and 5 rows after the last group of 16, kept out_in), and 325 give
+// each thread's share two groups at a time. A product of weights stored for decoding
+// (interleaved or tiled) not marked row-invariant takes the same kernel, bit for bit.
 TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
-  const int64_t N = 37, OC = 3 * d.C + 1;
+  const int64_t N = 37;
   std::vector<DType> dtypes{DType::f32};
   if (backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
+  for (int64_t OC : {3 * d.C + 1, int64_t{325}})
   for (int64_t C : {int64_t{65}, int64_t{96}})
   for (DType dtype : dtypes) {
     // One set of operands for every layout (w read as [C, OC] by in_out, [OC, C] by the others).
@@ -207,16 +209,21 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
       w = values(to_bf16(w, {C * OC}));
       x = values(to_bf16(x, {N * C}));
     }
-    for (WeightLayout layout : {WeightLayout::in_out, WeightLayout::out_in, WeightLayout::out_in_interleaved}) {
-      const bool interleaved = layout == WeightLayout::out_in_interleaved;
+    for (WeightLayout layout : {WeightLayout::in_out, WeightLayout::out_in, WeightLayout::out_in_interleaved,
+                                WeightLayout::out_in_tiles}) {
+      const bool interleaved = layout == WeightLayout::out_in_interleaved, tiled = layout == WeightLayout::out_in_tiles;
+      if (tiled && !(dtype == DType::bf16 && C % 32 == 0 && backend().prefers_tiled_weights(dtype))) continue;
       // The layout wherever the backend's kernel reads it (its f32 row-invariant matmul prefers
       // it then), bf16 too even where decoding keeps bf16 rows for the AVX512_BF16/AMX kernels.
       const bool reads_interleaved = backend().prefers_interleaved_weights(DType::f32);
       if (interleaved && !reads_interleaved) continue;
       const bool transposed = layout != WeightLayout::in_out;
-      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " layout=" << static_cast<int>(layout));
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " OC=" << OC
+                                        << " layout=" << static_cast<int>(layout));
       const Shape w_shape = transposed ? Shape{OC, C} : Shape{C, OC};
-      const Vec stored = interleaved ? testing::interleaved(w, OC, C) : w;
+      const Vec stored = interleaved ? testing::arranged(w, OC, C, interleaved_offset)
+                         : tiled     ? testing::arranged(w, OC, C, tiles_offset)
+                                     : w;
       Tensor w_t = dtype == DType::bf16 ? to_bf16(stored, w_shape) : put(stored, w_shape);
       auto run = [&](int64_t first, int64_t rows, bool row_invariant = true) {
         Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
@@ -227,8 +234,8 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
         return get(out);
       };
       // Blocks of every size the kernels take rows in: the batch of 37 (dot products: blocks of
-      // 3, then the rest; panels: blocks of 5 and 6), seven rows (panels: 3 and 4), a pair, and
-      // rows alone.
+      // 3, then the rest; panels: blocks of 5 and 6; tiles: two of 16, then one of 5), seven rows
+      // (panels: 3 and 4), a pair, and rows alone.
       const Vec batched = run(0, N), seven = run(3, 7), pair = run(5, 2);
       for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
         const Vec alone = run(row, 1);
@@ -243,8 +250,8 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
       Vec reference_out;
       reference::matmul_forward(reference_out, x, w, &b, N, C, OC, transposed, true);
       EXPECT_CLOSE(batched, reference_out, C, "row-invariant matmul out");
-      if (interleaved) {
-        EXPECT_EQ(run(0, N, false), batched) << "interleaved, not marked row-invariant";
+      if (interleaved || tiled) {
+        EXPECT_EQ(run(0, N, false), batched) << "stored for decoding, not marked row-invariant";
       }
     }
   }

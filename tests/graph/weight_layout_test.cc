@@ -69,8 +69,8 @@ TEST(WeightLayout, InterleavesOnlyWeightsEveryReaderOfWhichTheBackendPrefersSo) 
   const Attributes out_in = Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in)).set("row_invariant", 1);
   const ValueId y = g.add_node(OpKind::matmul, "linear", {x, w}, out_in)[0];
   const ValueId embedded = g.add_node(OpKind::embedding, "embed", {tokens, table, wpe})[0];
-  g.add_node(OpKind::matmul, "head", {embedded, table}, out_in);
-  g.add_node(OpKind::matmul, "in_out", {x, v}, Attributes().set("layout", static_cast<int64_t>(WeightLayout::in_out)));
+  g.add_node(OpKind::matmul, "head matmul", {embedded, table}, out_in);
+  g.add_node(OpKind::matmul, "in_out matmul", {x, v}, Attributes().set("layout", static_cast<int64_t>(WeightLayout::in_out)));
 
   const bool prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
   Rng rng(testing::test_seed());
@@ -110,7 +110,7 @@ TEST(WeightLayout, InterleavesOnlyWeightsEveryReaderOfWhichTheBackendPrefersSo) 
     }
   }
   const auto [y_after, embedded_after] =
-      run(testing::interleaved(ws, OC, C), testing::interleaved(table_values, V, C));
+      run(testing::arranged(ws, OC, C, interleaved_offset), testing::arranged(table_values, V, C, interleaved_offset));
   // The same products, each output summed in another order: f32's bound over C terms.
   EXPECT_CLOSE(std::vector<double>(y_after.begin(), y_after.end()), std::vector<double>(y_before.begin(), y_before.end()),
                C, "linear output, weight interleaved");
@@ -129,6 +129,55 @@ TEST(WeightLayout, InterleavedOffsetsPlaceAGroupsRowsColumnByColumn) {
   EXPECT_EQ(interleaved_offset(15, 2, 18, 3), 47);
   EXPECT_EQ(interleaved_offset(16, 0, 18, 3), 48);
   EXPECT_EQ(interleaved_offset(17, 2, 18, 3), 53);
+}
+
+// Hand-placed: an [OC = 18, C = 64] weight holds one group of 16 rows as two 1 KiB tiles of
+// column pairs (a pair's two values side by side per row), then two rows as in out_in.
+TEST(WeightLayout, TilesOffsetsPlaceAGroupsRowsAsColumnPairs) {
+  struct Place {
+    int64_t row, column, offset;
+  };
+  for (const Place& place : {Place{0, 0, 0}, Place{0, 1, 1}, Place{1, 0, 2}, Place{15, 1, 31}, Place{0, 2, 32},
+                             Place{3, 5, 71}, Place{0, 32, 512}, Place{15, 63, 1023}, Place{16, 0, 1024},
+                             Place{17, 63, 1151}}) {
+    EXPECT_EQ(tiles_offset(place.row, place.column, 18, 64), place.offset) << place.row << ", " << place.column;
+  }
+}
+
+// Only bf16 weights that out_in matmuls alone read, in whole tiles of 32 columns, become
+// out_in_tiles, and only where the backend prefers that; the rest keep their layouts.
+TEST(WeightLayout, TilesOnlyWholeTileWeightsOfOutInMatmuls) {
+  const int64_t N = 4, V = 40;
+  graph::Graph g;
+  auto value = [&](const char* name, Shape shape, DType dtype, ValueRole role) {
+    return g.add_value(name, std::move(shape), dtype, role);
+  };
+  const ValueId x = value("x", Shape{N, 64}, DType::bf16, ValueRole::input);
+  const ValueId x48 = value("x48", Shape{N, 48}, DType::bf16, ValueRole::input);
+  const ValueId w = value("w", Shape{19, 64}, DType::bf16, ValueRole::parameter);
+  const ValueId narrow = value("narrow", Shape{19, 48}, DType::bf16, ValueRole::parameter);  // 1.5 tiles
+  const ValueId v = value("v", Shape{64, 19}, DType::bf16, ValueRole::parameter);          // read in_out
+  const ValueId f32 = value("f32", Shape{19, 64}, DType::f32, ValueRole::parameter);
+  const ValueId tokens = value("tokens", Shape{1, N}, DType::i32, ValueRole::input);
+  const ValueId table = value("table", Shape{V, 64}, DType::bf16, ValueRole::parameter);  // also embedded
+  const ValueId wpe = value("wpe", Shape{N, 64}, DType::f32, ValueRole::parameter);
+  const Attributes out_in = Attributes().set("layout", static_cast<int64_t>(WeightLayout::out_in));
+  g.add_node(OpKind::matmul, "tiled matmul", {x, w}, out_in);
+  g.add_node(OpKind::matmul, "narrow matmul", {x48, narrow}, out_in);
+  g.add_node(OpKind::matmul, "in_out matmul", {x, v}, Attributes().set("layout", static_cast<int64_t>(WeightLayout::in_out)));
+  g.add_node(OpKind::matmul, "f32 matmul", {x, f32}, out_in);
+  const ValueId embedded = g.add_node(OpKind::embedding, "embed", {tokens, table, wpe})[0];
+  g.add_node(OpKind::matmul, "head matmul", {embedded, table}, out_in);
+
+  const std::vector<ValueId> changed = graph::tile_weights(g, {w, narrow, v, f32, table}, cpu_backend());
+  const bool prefers = cpu_backend().prefers_tiled_weights(DType::bf16);
+  EXPECT_EQ(changed, prefers ? std::vector<ValueId>{w} : std::vector<ValueId>{});
+  for (const graph::Node& node : g.nodes()) {
+    if (node.name == "embed" || node.name == "in_out matmul") continue;  // not out_in matmuls: as they were
+    const WeightLayout expected = prefers && node.name == "tiled matmul" ? WeightLayout::out_in_tiles : WeightLayout::out_in;
+    EXPECT_EQ(node.attributes.get("layout", 0), static_cast<int64_t>(expected)) << node.name;
+  }
+  EXPECT_FALSE(cpu_backend().prefers_tiled_weights(DType::f32));
 }
 
 }  // namespace

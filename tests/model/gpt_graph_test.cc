@@ -130,6 +130,37 @@ TEST(GptGraph, GeneratorWeightsInterleaveWhereTheKernelPrefersIt) {
   } else {
     EXPECT_TRUE(layouts.interleaved.empty());
   }
+  // On AMX they are tiled instead (every width here a multiple of 32).
+  EXPECT_EQ(layouts.tiled.size(), cpu_backend().prefers_tiled_weights(DType::bf16) ? 4 * config.n_layer + 1 : 0);
+  EXPECT_EQ(layouts.tiled.count("wte.weight"), cpu_backend().prefers_tiled_weights(DType::bf16) ? 1 : 0);
+}
+
+// A tiled weight's copy puts each bf16 value where tiles_offset says: a linear layer's,
+// transposed first, and the head's [vocab, C] table.
+TEST(GptGraph, TiledWeightsAreCopiedWhereTheTilesOffsetSays) {
+  const GptConfig config = small_config();
+  ParameterSet parameters(gpt_tensor_specs(config), cpu_backend());
+  float* values = parameters.flat().data<float>();
+  for (int64_t i = 0; i < parameters.numel(); ++i) values[i] = static_cast<float>(i % 251) - 125.0f;  // exact in bf16
+  StoredLayouts layouts;
+  layouts.transposed = {"h.1.mlp.c_fc.weight"};
+  layouts.tiled = {"h.1.mlp.c_fc.weight", "wte.weight"};
+  const ParameterSet copy = parameters.converted_copy(cpu_backend(), DType::bf16, layouts);
+  const int64_t C = config.n_embd, OC = 4 * config.n_embd, V = config.vocab_size;
+  const float* fc = parameters.get("h.1.mlp.c_fc.weight").data<float>();
+  const uint16_t* fc_stored = copy.get("h.1.mlp.c_fc.weight").data<uint16_t>();
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t o = 0; o < OC; ++o) {
+      ASSERT_EQ(bf16_to_f32(fc_stored[tiles_offset(o, c, OC, C)]), fc[c * OC + o]) << "column " << c << " output " << o;
+    }
+  }
+  const float* wte = parameters.get("wte.weight").data<float>();
+  const uint16_t* wte_stored = copy.get("wte.weight").data<uint16_t>();
+  for (int64_t token = 0; token < V; ++token) {
+    for (int64_t c = 0; c < C; ++c) {
+      ASSERT_EQ(bf16_to_f32(wte_stored[tiles_offset(token, c, V, C)]), wte[token * C + c]) << "token " << token;
+    }
+  }
 }
 
 }  // namespace

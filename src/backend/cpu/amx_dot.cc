@@ -14,7 +14,7 @@
 
 namespace paraflow::cpu {
 
-bool amx_dot_available() {
+bool amx_tiles_available() {
 #ifdef PARAFLOW_HAVE_AMX
   // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
   static const bool granted = __builtin_cpu_supports("amx-bf16") && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
@@ -22,25 +22,6 @@ bool amx_dot_available() {
 #else
   return false;
 #endif
-}
-
-AmxRows pack_amx_rows(const uint16_t* x, int64_t rows, int64_t columns) {
-  AmxRows out{.rows = rows, .columns = columns, .row_blocks = (rows + 15) / 16};
-  const int64_t chunks = columns / 32;
-  out.packed.assign(static_cast<size_t>(chunks * out.row_blocks * 16 * 16 * 2), 0);
-  // packed[chunk][row block][pair p][row j][t] = x[row block * 16 + j][chunk * 32 + 2p + t]
-  for (int64_t n = 0; n < rows; ++n) {
-    const int64_t block = n / 16, j = n % 16;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      uint16_t* tile = out.packed.data() + (chunk * out.row_blocks + block) * 512;
-      const uint16_t* source = x + n * columns + chunk * 32;
-      for (int64_t p = 0; p < 16; ++p) {
-        tile[(p * 16 + j) * 2] = source[2 * p];
-        tile[(p * 16 + j) * 2 + 1] = source[2 * p + 1];
-      }
-    }
-  }
-  return out;
 }
 
 #ifdef PARAFLOW_HAVE_AMX
@@ -54,54 +35,78 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles: 0 a block of 16 weight rows, 1 and 2 two blocks of 16 input rows, 4 and 5 their sums.
-void configure_tiles() {
+// Tiles 0-1: two blocks of input rows (A, first_rows and second_rows of 32 columns); 2-3: two
+// groups of 16 outputs (B, a 1 KiB weight tile each); 4-7: their products, 4 + group + 2 * block
+// ([input row][output], the block's rows). A block of fewer than 16 rows is a shorter tile, so
+// nothing past the last row is read or written.
+void configure_tiles(int first_rows, int second_rows) {
   TileConfig config;
-  for (int tile : {0, 1, 2, 4, 5}) {
+  const int rows[8] = {first_rows, second_rows, 16, 16, first_rows, first_rows, second_rows, second_rows};
+  for (int tile = 0; tile < 8; ++tile) {
     config.bytes_per_row[tile] = 64;
-    config.rows[tile] = 16;
+    config.rows[tile] = static_cast<uint8_t>(std::max(rows[tile], 1));
   }
   _tile_loadconfig(&config);
 }
 
+// BLOCKS blocks of input rows (x the first's first row) times GROUPS groups of 16 outputs (w the
+// first group's start): each tile loaded serves every tile of the other side, and the two to four
+// products accumulate side by side, so that no tile product waits for the one before it. Every
+// sum still adds the same 32-column chunks in order.
+template <int BLOCKS, int GROUPS>
+void tile_products(float* sums, int64_t sums_ld, const uint16_t* x, int64_t C, const uint16_t* w) {
+  const int64_t chunks = C / 32, x_stride = C * 2, sums_stride = sums_ld * 4;
+  const uint16_t* second_group = w + 16 * C;
+  _tile_zero(4);
+  if constexpr (GROUPS == 2) _tile_zero(5);
+  if constexpr (BLOCKS == 2) _tile_zero(6);
+  if constexpr (BLOCKS == 2 && GROUPS == 2) _tile_zero(7);
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    _tile_loadd(0, x + chunk * 32, x_stride);
+    if constexpr (BLOCKS == 2) _tile_loadd(1, x + 16 * C + chunk * 32, x_stride);
+    _tile_loadd(2, w + chunk * 512, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    if constexpr (BLOCKS == 2) _tile_dpbf16ps(6, 1, 2);
+    if constexpr (GROUPS == 2) {
+      _tile_loadd(3, second_group + chunk * 512, 64);
+      _tile_dpbf16ps(5, 0, 3);
+      if constexpr (BLOCKS == 2) _tile_dpbf16ps(7, 1, 3);
+    }
+  }
+  _tile_stored(4, sums, sums_stride);
+  if constexpr (GROUPS == 2) _tile_stored(5, sums + 16, sums_stride);
+  if constexpr (BLOCKS == 2) _tile_stored(6, sums + 16 * sums_ld, sums_stride);
+  if constexpr (BLOCKS == 2 && GROUPS == 2) _tile_stored(7, sums + 16 * sums_ld + 16, sums_stride);
+}
+
+template <int BLOCKS>
+void tile_products_all_groups(float* sums, int64_t sums_ld, const uint16_t* x, int64_t C, const uint16_t* weight,
+                              int64_t begin, int64_t end) {
+  int64_t o = begin;
+  for (; o + 32 <= end; o += 32) tile_products<BLOCKS, 2>(sums + (o - begin), sums_ld, x, C, weight + o * C);
+  if (o < end) tile_products<BLOCKS, 1>(sums + (o - begin), sums_ld, x, C, weight + o * C);
+}
+
 }  // namespace
 
-void amx_dot_rows(float* sums, int64_t sums_ld, const AmxRows& x, const uint16_t* weight, int64_t begin, int64_t end) {
-  configure_tiles();
-  const int64_t C = x.columns, chunks = C / 32, stride = C * 2;
-  alignas(64) float block[2][16][16];  // [input block][weight row][input row]
-  for (int64_t o = begin; o < end; o += 16) {
-    const uint16_t* w = weight + o * C;
-    for (int64_t b = 0; b < x.row_blocks; b += 2) {
-      const bool pair = b + 1 < x.row_blocks;
-      _tile_zero(4);
-      _tile_zero(5);
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        const uint16_t* tiles = x.packed.data() + (chunk * x.row_blocks + b) * 512;
-        _tile_loadd(0, w + chunk * 32, stride);
-        _tile_loadd(1, tiles, 64);
-        _tile_dpbf16ps(4, 0, 1);
-        if (pair) {
-          _tile_loadd(2, tiles + 512, 64);
-          _tile_dpbf16ps(5, 0, 2);
-        }
-      }
-      _tile_stored(4, block[0], 64);
-      if (pair) _tile_stored(5, block[1], 64);
-      for (int half = 0; half < (pair ? 2 : 1); ++half) {
-        const int64_t first = (b + half) * 16, count = std::min<int64_t>(16, x.rows - first);
-        for (int64_t j = 0; j < count; ++j) {
-          float* row = sums + (first + j) * sums_ld + (o - begin);
-          for (int64_t k = 0; k < 16; ++k) row[k] = block[half][k][j];
-        }
-      }
-    }
+void amx_tile_products(float* sums, int64_t sums_ld, const uint16_t* x, int64_t rows, int64_t columns,
+                       const uint16_t* weight, int64_t begin, int64_t end) {
+  // Two blocks of input rows at a time, the share's weight groups (in L2 after the first pass)
+  // under them.
+  for (int64_t first = 0; first < rows; first += 32) {
+    const int first_rows = static_cast<int>(std::min<int64_t>(16, rows - first));
+    const int second_rows = static_cast<int>(std::clamp<int64_t>(rows - first - 16, 0, 16));
+    configure_tiles(first_rows, second_rows);
+    const uint16_t* block = x + first * columns;
+    float* block_sums = sums + first * sums_ld;
+    if (second_rows > 0) tile_products_all_groups<2>(block_sums, sums_ld, block, columns, weight, begin, end);
+    else tile_products_all_groups<1>(block_sums, sums_ld, block, columns, weight, begin, end);
   }
   _tile_release();
 }
 #else
-void amx_dot_rows(float*, int64_t, const AmxRows&, const uint16_t*, int64_t, int64_t) {
-  throw Error("amx_dot_rows: this build has no AMX code (check amx_dot_available() first)");
+void amx_tile_products(float*, int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t) {
+  throw Error("amx_tile_products: this build has no AMX code (check amx_tiles_available() first)");
 }
 #endif
 

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/amx_dot.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
@@ -83,6 +84,7 @@ class CpuBackend final : public Backend {
     (void)dtype;
     return false;
   }
+  bool prefers_tiled_weights(DType dtype) const override { return dtype == DType::bf16 && cpu::amx_tiles_available(); }
 };
 
 }  // namespace

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -28,16 +27,18 @@ constexpr float kGeluCubic = 0.044715f;
 
 struct MatmulDims {
   int64_t N, C, OC;
-  bool transposed;   // weight [OC,C] (out_in or out_in_interleaved) rather than [C,OC]
+  bool transposed;   // weight [OC,C] (out_in, out_in_interleaved or out_in_tiles) rather than [C,OC]
   bool interleaved;  // out_in_interleaved: only the row-streaming kernel reads it
+  bool tiled;        // out_in_tiles: only the AMX kernel reads it
   int64_t weight_ld() const { return transposed ? C : OC; }
+  bool stored_for_decoding() const { return interleaved || tiled; }
 };
 
 template <typename Args>
 MatmulDims dims_of(const Args& args, const Tensor& output) {
   const int64_t C = args.inp.shape()[args.inp.shape().rank() - 1];
   return {args.inp.numel() / C, C, output.shape()[output.shape().rank() - 1], args.layout != WeightLayout::in_out,
-          args.layout == WeightLayout::out_in_interleaved};
+          args.layout == WeightLayout::out_in_interleaved, args.layout == WeightLayout::out_in_tiles};
 }
 
 // out[n, o] = gelu(pre[n, o]) (tanh form), optionally adding the bias to pre first.
@@ -150,8 +151,7 @@ constexpr bool has_bf16_dot_rows() {
 
 // Runs bf16_dot_rows where it applies.
 template <typename X, typename W>
-bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end,
-                         const AmxRows* amx);
+bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end);
 
 #ifdef __AVX512BF16__
 // GCC 12's _mm512_reduce_add_ps extracts from an _mm256_undefined_pd() it then flags as
@@ -253,23 +253,25 @@ void bf16_dot_rows(float* sums, int64_t width, const BFloat16* inp, const BFloat
 #endif
 
 template <typename X, typename W>
-bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end,
-                         const AmxRows* amx) {
+bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end) {
 #ifdef __AVX512BF16__
   if constexpr (has_bf16_dot_rows<X, W>()) {
     if (d.interleaved) return false;  // the f32 kernel reads that layout
     const int64_t width = end - begin;
-    int64_t aligned_end = begin;
-    if (amx != nullptr) {
-      // Blocks of 16 weight rows on AMX tiles; the last few (OC not a multiple of 16) below.
-      aligned_end = begin + width / 16 * 16;
-      amx_dot_rows(sums, width, *amx, reinterpret_cast<const uint16_t*>(weight), begin, aligned_end);
+    int64_t rows_begin = begin;  // the first output bf16_dot_rows takes
+    if (d.tiled) {
+      // Whole groups of 16 outputs on AMX tiles; the rows after the last group, stored out_in, below.
+      rows_begin = std::max(begin, std::min(end, d.OC / 16 * 16));
+      if (begin < rows_begin) {
+        amx_tile_products(sums, width, reinterpret_cast<const uint16_t*>(inp), d.N, d.C,
+                          reinterpret_cast<const uint16_t*>(weight), begin, rows_begin);
+      }
     }
-    bf16_dot_rows(sums + (aligned_end - begin), width, inp, weight, d, aligned_end, end);
+    bf16_dot_rows(sums + (rows_begin - begin), width, inp, weight, d, rows_begin, end);
     return true;
   }
 #endif
-  (void)sums, (void)inp, (void)weight, (void)d, (void)begin, (void)end, (void)amx;
+  (void)sums, (void)inp, (void)weight, (void)d, (void)begin, (void)end;
   return false;
 }
 
@@ -445,6 +447,8 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
                        bool gelu) {
   check(!d.interleaved || kReadsInterleavedWeights,
         "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
+  check(!d.tiled || (has_bf16_dot_rows<X, W>() && amx_tiles_available()),
+        "matmul: out_in_tiles weights are read only by the AMX kernel, from bf16 inputs on a CPU with AMX-BF16");
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
   // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves.
   const bool reads_f32_rows = !d.transposed || d.interleaved || !has_bf16_dot_rows<X, W>();
@@ -455,14 +459,6 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
     float* rows = thread_scratch<InputRows, float>(d.N * d.C);
     for (int64_t i = 0; i < d.N * d.C; ++i) rows[i] = to_float(inp[i]);
     x = rows;
-  }
-  // bf16 rows times an [out, in] bf16 weight run on AMX tiles where the CPU has them (same
-  // invariance, several times the speed at a few dozen rows); the rows are repacked once here.
-  std::optional<AmxRows> amx;
-  if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<W, BFloat16>) {
-    if (d.transposed && !d.interleaved && d.C % 32 == 0 && amx_dot_available()) {
-      amx = pack_amx_rows(reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
-    }
   }
   // Outputs (weight rows of out_in, columns of in_out) in shares that are multiples of 16. An
   // [out, in] weight's rows go in shares of 16-64 (at least four per thread), handed to threads
@@ -502,7 +498,7 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
-    } else if (bf16_dot_rows_apply(sums, inp, weight, d, begin, end, amx ? &*amx : nullptr)) {
+    } else if (bf16_dot_rows_apply(sums, inp, weight, d, begin, end)) {
 #if defined(__AVX2__) && defined(__FMA__)
     } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16>) {
       f32_dot_rows(sums, width, x, weight, d, begin, end);
@@ -558,7 +554,7 @@ void matmul_forward(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   const float* bias = pointer<float>(args.bias);
-  if (d.N <= kSmallRows || args.row_invariant || d.interleaved) {
+  if (d.N <= kSmallRows || args.row_invariant || d.stored_for_decoding()) {
     small_rows_matmul_in_passes<float, float, float>(args, d);
     return;
   }
@@ -574,7 +570,7 @@ void matmul_forward(const MatmulForward& args) {
 
 void matmul_backward(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
-  check(!d.interleaved, "matmul backward: out_in_interleaved weights are for decoding (forward only)");
+  check(!d.stored_for_decoding(), "matmul backward: out_in_interleaved and out_in_tiles weights are for decoding (forward only)");
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   float* dout = pointer<float>(args.dout);
   // dout becomes the pre-activation gradient in place (with GELU); the bias gradient is summed in
@@ -605,7 +601,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   static const bool native_bf16 = has_native_bf16();
-  if (d.N <= kSmallRows || args.row_invariant || d.interleaved || !native_bf16) {
+  if (d.N <= kSmallRows || args.row_invariant || d.stored_for_decoding() || !native_bf16) {
     if (args.out.dtype() == DType::bf16) small_rows_matmul_in_passes<BFloat16, BFloat16, BFloat16>(args, d);
     else small_rows_matmul_in_passes<BFloat16, BFloat16, float>(args, d);
     return;
@@ -625,7 +621,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
 // inp and of the weight's bf16 copy).
 void matmul_backward_bf16(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
-  check(!d.interleaved, "matmul backward: out_in_interleaved weights are for decoding (forward only)");
+  check(!d.stored_for_decoding(), "matmul backward: out_in_interleaved and out_in_tiles weights are for decoding (forward only)");
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   // The GEMMs' operand: dout itself when it is bf16 and nothing applies to it, else a bf16 copy
   // made in the pass that applies the GELU's derivative and sums the bias gradient.

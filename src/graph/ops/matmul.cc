@@ -1,5 +1,5 @@
 // matmul: out (...,OC) = x (...,C) · W [+ bias], optionally GELU(tanh) fused.
-// inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in and out_in_interleaved) [, bias (OC)]
+// inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in, out_in_interleaved and out_in_tiles) [, bias (OC)]
 // attributes: layout (WeightLayout as int), gelu (0/1), row_invariant (0/1: MatmulForward's)
 // outputs: out; with gelu also the saved pre-activation
 #include "graph/ops/ops.h"
