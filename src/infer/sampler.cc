@@ -46,19 +46,23 @@ const float* Sampler::adjust(const float* logits, int64_t vocab_size) {
 int32_t Sampler::choose(const float* logits, int64_t vocab_size) {
   // NaN (or +inf, whose softmax is NaN) would make any choice arbitrary, the same whatever the
   // seed: a model whose weights or activations overflowed is reported instead. (One pass of
-  // integer compares without an early exit, so that it vectorises: it runs for every token.)
+  // integer compares and a max without an early exit, so that it vectorises: it runs for every
+  // token of every sequence.)
   constexpr uint32_t kInfinity = 0x7f800000;  // the bits of +inf; past it (sign aside): NaN
   uint32_t overflowed = 0;
+  float max_logit = -INFINITY;
+#pragma omp simd reduction(| : overflowed) reduction(max : max_logit)
   for (int64_t i = 0; i < vocab_size; ++i) {
     const uint32_t bits = std::bit_cast<uint32_t>(logits[i]);
     overflowed |= static_cast<uint32_t>((bits & 0x7fffffff) > kInfinity) | static_cast<uint32_t>(bits == kInfinity);
+    max_logit = std::max(max_logit, logits[i]);
   }
   if (overflowed != 0) {
     const float* bad = std::find_if(logits, logits + vocab_size, [](float x) { return !(x < INFINITY); });
     fail("sampling: the logit of token {} is {}: the model's weights or activations have overflowed", bad - logits, *bad);
   }
-  if (config_.temperature == 0) {
-    return static_cast<int32_t>(std::max_element(logits, logits + vocab_size) - logits);
+  if (config_.temperature == 0) {  // the first token of the largest logit
+    return static_cast<int32_t>(std::find(logits, logits + vocab_size, max_logit) - logits);
   }
   // Candidates sorted by logit (stable on ties: lower id first), cut by top-k. Without top-k or
   // top-p the order does not matter: the whole vocabulary in id order, no sort (a sixth of a
@@ -75,9 +79,8 @@ int32_t Sampler::choose(const float* logits, int64_t vocab_size) {
   }
   std::vector<double>& probs = probs_;
   probs.resize(order.size());
-  const double max_logit = *std::max_element(logits, logits + vocab_size);
   double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) sum += probs[i] = std::exp((logits[order[i]] - max_logit) / config_.temperature);
+  for (size_t i = 0; i < order.size(); ++i) sum += probs[i] = std::exp((logits[order[i]] - static_cast<double>(max_logit)) / config_.temperature);
   // Nucleus: the smallest prefix whose probability reaches top_p.
   double cumulative = 0;
   size_t cut = order.size();
