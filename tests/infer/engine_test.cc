@@ -232,7 +232,8 @@ TEST_F(EngineTest, Bf16KvCacheHoldsTheKeysOfBf16WeightsExactlyInTwiceTheBlocks) 
 }
 
 // The same with model widths that are multiples of 32: where the CPU has AMX, the serving
-// matmuls run on its tiles (cpu/amx_dot), which must keep every row's arithmetic its own.
+// matmuls run on its tiles (cpu/amx_tiles, the weights stored out_in_tiles), which must keep
+// every row's arithmetic its own.
 // Random weights: near-ties abound, so any row-to-row leak would show.
 TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
   if (!cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) {

@@ -1,7 +1,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
-#include "backend/cpu/amx_dot.h"
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"

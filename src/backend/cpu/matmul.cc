@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cpu/amx_dot.h"
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/avx2.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"

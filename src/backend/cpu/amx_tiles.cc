@@ -1,4 +1,4 @@
-#include "backend/cpu/amx_dot.h"
+#include "backend/cpu/amx_tiles.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
