@@ -1,5 +1,6 @@
 // Model files: GPT-2 dirs saved by transformers load in paraflow and give transformers' logits;
 // malformed safetensors and config files are refused with an error naming the file and problem.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/error.h"
@@ -20,8 +21,7 @@ class HfSavedModel : public ::testing::TestWithParam<const char*> {};
 TEST_P(HfSavedModel, LoadsAndGivesTransformersLogits) {
   testing::TempDir dir;
   const std::vector<int32_t> tokens{5, 17, 0, 42, 42, 8, 60, 3, 11};
-  std::string token_text;
-  for (int32_t token : tokens) token_text += (token_text.empty() ? "" : ",") + std::to_string(token);
+  const std::string token_text = fmt::format("{}", fmt::join(tokens, ","));
   ASSERT_TRUE(testing::run_oracle(
       "gpt2_hf.py",
       fmt::format("save --kind {} --config '{}' --seed 3 --dir {} --tokens {} --out {}", GetParam(),
