@@ -53,9 +53,10 @@ int32_t Sampler::choose(const float* logits, int64_t vocab_size) {
   float max_logit = -INFINITY;
 #pragma omp simd reduction(| : overflowed) reduction(max : max_logit)
   for (int64_t i = 0; i < vocab_size; ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(logits[i]);
+    const float logit = logits[i];
+    const uint32_t bits = std::bit_cast<uint32_t>(logit);
     overflowed |= static_cast<uint32_t>((bits & 0x7fffffff) > kInfinity) | static_cast<uint32_t>(bits == kInfinity);
-    max_logit = std::max(max_logit, logits[i]);
+    max_logit = logit > max_logit ? logit : max_logit;  // (GCC 12 keeps std::max's references scalar)
   }
   if (overflowed != 0) {
     const float* bad = std::find_if(logits, logits + vocab_size, [](float x) { return !(x < INFINITY); });
