@@ -357,7 +357,8 @@ TEST_P(OpsTest, PagedAttentionOfARaggedBatch) {
 // keys by eight from the first; the paged one takes blocks of 16 (the same groups), of 5 (a
 // group of eight never whole, and every key in another lane) and of 6 (a head's scores 42 floats
 // after the previous head's: buffers of another alignment), and the last token again alone.
-// Heads of 64 and 24 (vector path), 10 (scalar path); and within float64's bound.
+// Heads of 64 (vector path), 24 (vector path with AVX2's 8 lanes; scalar with AVX-512's 16), 10
+// (scalar path); and within float64's bound.
 TEST_P(OpsTest, PagedAndContiguousCachesGiveATokenTheSameBits) {
   const int64_t T = 37, prefill = 30, pool_blocks = 10;
   const std::vector<int32_t> pool_order{9, 3, 0, 7, 1, 5, 8, 2};  // blocks as tables use them

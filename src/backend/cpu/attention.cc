@@ -231,6 +231,36 @@ void attention_backward_bf16(const AttentionBackward& args) {
 namespace {
 
 #if defined(__AVX2__) && defined(__FMA__)
+// The widest f32 vector the build has: 16 lanes with AVX-512, else 8. A value column's weighted
+// sum is a chain of its own whatever the width, so the width changes none of its bits; a key's
+// score sums its lanes, so a 16-lane chain is folded to 8 lanes (lane l + lane l + 8) before the
+// 8-lane tree below. Every path (one row or a tile, paged or contiguous) takes the same steps.
+#ifdef __AVX512F__
+using Wide = __m512;
+constexpr int64_t kWide = 16;
+inline Wide wide_zero() { return _mm512_setzero_ps(); }
+inline Wide wide_set1(float value) { return _mm512_set1_ps(value); }
+inline Wide wide_load(const float* from) { return _mm512_loadu_ps(from); }
+inline Wide wide_load(const BFloat16* from) { return load16(from); }
+inline Wide wide_fmadd(Wide a, Wide b, Wide c) { return _mm512_fmadd_ps(a, b, c); }
+inline void wide_store(float* to, Wide value) { _mm512_storeu_ps(to, value); }
+inline __m256 fold(Wide lanes) {  // (zero-masked extracts, as in load16: GCC 12's casts warn too)
+  const __m512d both = _mm512_castps_pd(lanes);
+  return _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, both, 0)),
+                       _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, both, 1)));
+}
+#else
+using Wide = __m256;
+constexpr int64_t kWide = 8;
+inline Wide wide_zero() { return _mm256_setzero_ps(); }
+inline Wide wide_set1(float value) { return _mm256_set1_ps(value); }
+inline Wide wide_load(const float* from) { return load8(from); }
+inline Wide wide_load(const BFloat16* from) { return load8(from); }
+inline Wide wide_fmadd(Wide a, Wide b, Wide c) { return _mm256_fmadd_ps(a, b, c); }
+inline void wide_store(float* to, Wide value) { _mm256_storeu_ps(to, value); }
+inline __m256 fold(Wide lanes) { return lanes; }
+#endif
+
 // Lane j of the result is the sum of acc[j]'s lanes, by the same tree for every j:
 // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
 inline __m256 lane_sums(const __m256 acc[8]) {
@@ -240,29 +270,35 @@ inline __m256 lane_sums(const __m256 acc[8]) {
 }
 
 // acc[j] = q · key j as 8 lane sums, for `Keys` consecutive key rows: one chain of FMAs per key
-// over its 8-column chunks in order (so a key's lanes do not depend on how many go together).
+// over its kWide-column chunks in order (so a key's lanes do not depend on how many go together),
+// folded to 8 lanes.
 template <int Keys, typename KV>
 inline void key_lanes(__m256* acc, const float* q, const KV* key, int64_t hs) {
-  for (int64_t c = 0; c < hs; c += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + c);
+  Wide wide[Keys];
 #pragma GCC unroll 8
-    for (int j = 0; j < Keys; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(key + j * hs + c), acc[j]);
+  for (int j = 0; j < Keys; ++j) wide[j] = wide_zero();
+  for (int64_t c = 0; c < hs; c += kWide) {
+    const Wide qv = wide_load(q + c);
+#pragma GCC unroll 8
+    for (int j = 0; j < Keys; ++j) wide[j] = wide_fmadd(qv, wide_load(key + j * hs + c), wide[j]);
   }
+#pragma GCC unroll 8
+  for (int j = 0; j < Keys; ++j) acc[j] = fold(wide[j]);
 }
 
-// y[0, 8 Vectors) += Σ_j weights[j] · value_j, value by value in order, y kept in registers.
+// y[0, kWide Vectors) += Σ_j weights[j] · value_j, value by value in order, y kept in registers.
 template <int Vectors, typename KV>
 inline void add_weighted_slice(float* y, const float* weights, const KV* values, int64_t count, int64_t hs) {
-  __m256 acc[Vectors];
+  Wide acc[Vectors];
 #pragma GCC unroll 8
-  for (int v = 0; v < Vectors; ++v) acc[v] = _mm256_loadu_ps(y + 8 * v);
+  for (int v = 0; v < Vectors; ++v) acc[v] = wide_load(y + kWide * v);
   for (int64_t j = 0; j < count; ++j) {
-    const __m256 weight = _mm256_set1_ps(weights[j]);
+    const Wide weight = wide_set1(weights[j]);
 #pragma GCC unroll 8
-    for (int v = 0; v < Vectors; ++v) acc[v] = _mm256_fmadd_ps(weight, load8(values + j * hs + 8 * v), acc[v]);
+    for (int v = 0; v < Vectors; ++v) acc[v] = wide_fmadd(weight, wide_load(values + j * hs + kWide * v), acc[v]);
   }
 #pragma GCC unroll 8
-  for (int v = 0; v < Vectors; ++v) _mm256_storeu_ps(y + 8 * v, acc[v]);
+  for (int v = 0; v < Vectors; ++v) wide_store(y + kWide * v, acc[v]);
 }
 
 // Eight keys' scores (the first n of `sums`) to scores[0, n), and into the running maximum
@@ -297,7 +333,7 @@ template <typename KV>
 float key_scores(float* scores, const float* q, const KV* keys, int64_t count, int64_t hs, float scale,
                  float max_value) {
 #if defined(__AVX2__) && defined(__FMA__)
-  if (hs % 8 == 0) {
+  if (hs % kWide == 0) {
     // Eight keys at a time: eight independent FMA chains instead of one, then one reduction.
     __m256 max_lanes = _mm256_set1_ps(-INFINITY);
     for (int64_t first = 0; first < count; first += 8) {
@@ -348,10 +384,10 @@ inline void softmax_in_place(float* scores, int64_t count, float max_value) {
 template <typename KV>
 void add_weighted_values(float* y, const float* weights, const KV* values, int64_t count, int64_t hs) {
 #if defined(__AVX2__) && defined(__FMA__)
-  if (hs % 8 == 0) {
+  if (hs % kWide == 0) {
     int64_t d = 0;
-    for (; d + 64 <= hs; d += 64) add_weighted_slice<8>(y + d, weights, values + d, count, hs);
-    for (; d < hs; d += 8) add_weighted_slice<1>(y + d, weights, values + d, count, hs);
+    for (; d + 64 <= hs; d += 64) add_weighted_slice<64 / kWide>(y + d, weights, values + d, count, hs);
+    for (; d < hs; d += kWide) add_weighted_slice<1>(y + d, weights, values + d, count, hs);
     return;
   }
 #endif
@@ -383,25 +419,25 @@ struct QueryRows {
 template <int Queries, int Keys, typename KV>
 inline void tile_key_lanes(__m256 (&lanes)[kQueries][8], int64_t first, const QueryRows& rows, const KV* key,
                            int64_t hs) {
-  __m256 acc[Queries][Keys];
+  Wide acc[Queries][Keys];
 #pragma GCC unroll 4
   for (int r = 0; r < Queries; ++r) {
 #pragma GCC unroll 2
-    for (int k = 0; k < Keys; ++k) acc[r][k] = _mm256_setzero_ps();
+    for (int k = 0; k < Keys; ++k) acc[r][k] = wide_zero();
   }
-  for (int64_t c = 0; c < hs; c += 8) {
-    __m256 kv[Keys];
+  for (int64_t c = 0; c < hs; c += kWide) {
+    Wide kv[Keys];
 #pragma GCC unroll 2
-    for (int k = 0; k < Keys; ++k) kv[k] = load8(key + k * hs + c);
+    for (int k = 0; k < Keys; ++k) kv[k] = wide_load(key + k * hs + c);
 #pragma GCC unroll 4
     for (int r = 0; r < Queries; ++r) {
-      const __m256 qv = _mm256_loadu_ps(rows.q[r] + c);
+      const Wide qv = wide_load(rows.q[r] + c);
 #pragma GCC unroll 2
-      for (int k = 0; k < Keys; ++k) acc[r][k] = _mm256_fmadd_ps(qv, kv[k], acc[r][k]);
+      for (int k = 0; k < Keys; ++k) acc[r][k] = wide_fmadd(qv, kv[k], acc[r][k]);
     }
   }
   for (int r = 0; r < Queries; ++r) {
-    for (int k = 0; k < Keys; ++k) lanes[r][first + k] = acc[r][k];
+    for (int k = 0; k < Keys; ++k) lanes[r][first + k] = fold(acc[r][k]);
   }
 }
 
@@ -426,38 +462,38 @@ void tile_key_scores(const QueryRows& rows, const KV* keys, int64_t count, int64
   for (int r = 0; r < Queries; ++r) *rows.max_value[r] = lanes_max(max_lanes[r], *rows.max_value[r]);
 }
 
-// Row r's y[d, d + 8 Vectors) += Σ_j weights_r[j] · value_j, as add_weighted_slice.
+// Row r's y[d, d + kWide Vectors) += Σ_j weights_r[j] · value_j, as add_weighted_slice.
 template <int Queries, int Vectors, typename KV>
 inline void tile_weighted_slice(const QueryRows& rows, const KV* values, int64_t count, int64_t hs, int64_t d) {
-  __m256 acc[Queries][Vectors];
+  Wide acc[Queries][Vectors];
 #pragma GCC unroll 4
   for (int r = 0; r < Queries; ++r) {
 #pragma GCC unroll 2
-    for (int v = 0; v < Vectors; ++v) acc[r][v] = _mm256_loadu_ps(rows.y[r] + d + 8 * v);
+    for (int v = 0; v < Vectors; ++v) acc[r][v] = wide_load(rows.y[r] + d + kWide * v);
   }
   for (int64_t j = 0; j < count; ++j) {
-    __m256 value[Vectors];
+    Wide value[Vectors];
 #pragma GCC unroll 2
-    for (int v = 0; v < Vectors; ++v) value[v] = load8(values + j * hs + d + 8 * v);
+    for (int v = 0; v < Vectors; ++v) value[v] = wide_load(values + j * hs + d + kWide * v);
 #pragma GCC unroll 4
     for (int r = 0; r < Queries; ++r) {
-      const __m256 weight = _mm256_set1_ps(rows.scores[r][j]);
+      const Wide weight = wide_set1(rows.scores[r][j]);
 #pragma GCC unroll 2
-      for (int v = 0; v < Vectors; ++v) acc[r][v] = _mm256_fmadd_ps(weight, value[v], acc[r][v]);
+      for (int v = 0; v < Vectors; ++v) acc[r][v] = wide_fmadd(weight, value[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 4
   for (int r = 0; r < Queries; ++r) {
 #pragma GCC unroll 2
-    for (int v = 0; v < Vectors; ++v) _mm256_storeu_ps(rows.y[r] + d + 8 * v, acc[r][v]);
+    for (int v = 0; v < Vectors; ++v) wide_store(rows.y[r] + d + kWide * v, acc[r][v]);
   }
 }
 
 template <int Queries, typename KV>
 void tile_weighted_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs) {
   int64_t d = 0;
-  for (; d + 16 <= hs; d += 16) tile_weighted_slice<Queries, 2>(rows, values, count, hs, d);
-  for (; d < hs; d += 8) tile_weighted_slice<Queries, 1>(rows, values, count, hs, d);
+  for (; d + 2 * kWide <= hs; d += 2 * kWide) tile_weighted_slice<Queries, 2>(rows, values, count, hs, d);
+  for (; d < hs; d += kWide) tile_weighted_slice<Queries, 1>(rows, values, count, hs, d);
 }
 #endif
 
@@ -466,7 +502,7 @@ void tile_weighted_values(const QueryRows& rows, const KV* values, int64_t count
 template <typename KV>
 void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale) {
 #if defined(__AVX2__) && defined(__FMA__)
-  if (hs % 8 == 0) {
+  if (hs % kWide == 0) {
     switch (rows.count) {
       case 4: return tile_key_scores<4>(rows, keys, count, hs, scale);
       case 3: return tile_key_scores<3>(rows, keys, count, hs, scale);
@@ -483,7 +519,7 @@ void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t h
 template <typename KV>
 void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs) {
 #if defined(__AVX2__) && defined(__FMA__)
-  if (hs % 8 == 0) {
+  if (hs % kWide == 0) {
     switch (rows.count) {
       case 4: return tile_weighted_values<4>(rows, values, count, hs);
       case 3: return tile_weighted_values<3>(rows, values, count, hs);
