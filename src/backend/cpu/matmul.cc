@@ -149,9 +149,10 @@ constexpr bool has_bf16_dot_rows() {
 #endif
 }
 
-// Runs bf16_dot_rows where it applies.
+// Runs bf16_dot_rows (and the AMX tiles) where they apply: sums[n * sums_ld + (o - begin)].
 template <typename X, typename W>
-bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end);
+bool bf16_dot_rows_apply(float* sums, int64_t sums_ld, const X* inp, const W* weight, const MatmulDims& d,
+                         int64_t begin, int64_t end);
 
 #ifdef __AVX512BF16__
 // GCC 12's _mm512_reduce_add_ps extracts from an _mm256_undefined_pd() it then flags as
@@ -215,10 +216,10 @@ void bf16_dot_block(float* sums, int64_t sums_ld, const BFloat16* x, const BFloa
   Bf16DotBlock<R>().run(sums, sums_ld, x, w, C, prefetch);
 }
 
-// sums[n * width + (o - begin)] = x[n] · weight[o] for weight rows [begin, end) of length C, bf16
+// sums[n * sums_ld + (o - begin)] = x[n] · weight[o] for weight rows [begin, end) of length C, bf16
 // pairs multiplied exactly and summed in f32 by AVX512_BF16's vdpbf16ps. Weight rows outermost:
 // four of them stay in L1 while the input rows pass by, four at a time.
-void bf16_dot_rows(float* sums, int64_t width, const BFloat16* inp, const BFloat16* weight, const MatmulDims& d,
+void bf16_dot_rows(float* sums, int64_t sums_ld, const BFloat16* inp, const BFloat16* weight, const MatmulDims& d,
                    int64_t begin, int64_t end) {
   const int64_t full = d.C / 32 * 32;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (d.C - full)) - 1);
@@ -226,13 +227,13 @@ void bf16_dot_rows(float* sums, int64_t width, const BFloat16* inp, const BFloat
   for (; o + 4 <= end; o += 4) {
     const BFloat16* w = weight + o * d.C;
     int64_t n = 0;
-    for (; n + 4 <= d.N; n += 4) bf16_dot_block<4>(sums + n * width + (o - begin), width, inp + n * d.C, w, d.C, n == 0);
+    for (; n + 4 <= d.N; n += 4) bf16_dot_block<4>(sums + n * sums_ld + (o - begin), sums_ld, inp + n * d.C, w, d.C, n == 0);
     const BFloat16* x = inp + n * d.C;
-    float* row = sums + n * width + (o - begin);
+    float* row = sums + n * sums_ld + (o - begin);
     switch (d.N - n) {
-      case 3: bf16_dot_block<3>(row, width, x, w, d.C, n == 0); break;
-      case 2: bf16_dot_block<2>(row, width, x, w, d.C, n == 0); break;
-      case 1: bf16_dot_block<1>(row, width, x, w, d.C, n == 0); break;
+      case 3: bf16_dot_block<3>(row, sums_ld, x, w, d.C, n == 0); break;
+      case 2: bf16_dot_block<2>(row, sums_ld, x, w, d.C, n == 0); break;
+      case 1: bf16_dot_block<1>(row, sums_ld, x, w, d.C, n == 0); break;
       default: break;
     }
   }
@@ -245,7 +246,7 @@ void bf16_dot_rows(float* sums, int64_t width, const BFloat16* inp, const BFloat
         acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(mask, x + c),
                                (__m512bh)_mm512_maskz_loadu_epi16(mask, weight + o * d.C + c));
       }
-      sums[n * width + (o - begin)] = _mm512_reduce_add_ps(acc);
+      sums[n * sums_ld + (o - begin)] = _mm512_reduce_add_ps(acc);
     }
   }
 }
@@ -253,25 +254,25 @@ void bf16_dot_rows(float* sums, int64_t width, const BFloat16* inp, const BFloat
 #endif
 
 template <typename X, typename W>
-bool bf16_dot_rows_apply(float* sums, const X* inp, const W* weight, const MatmulDims& d, int64_t begin, int64_t end) {
+bool bf16_dot_rows_apply(float* sums, int64_t sums_ld, const X* inp, const W* weight, const MatmulDims& d,
+                         int64_t begin, int64_t end) {
 #ifdef __AVX512BF16__
   if constexpr (has_bf16_dot_rows<X, W>()) {
     if (d.interleaved) return false;  // the f32 kernel reads that layout
-    const int64_t width = end - begin;
     int64_t rows_begin = begin;  // the first output bf16_dot_rows takes
     if (d.tiled) {
       // Whole groups of 16 outputs on AMX tiles; the rows after the last group, stored out_in, below.
       rows_begin = std::max(begin, std::min(end, d.OC / 16 * 16));
       if (begin < rows_begin) {
-        amx_tile_products(sums, width, reinterpret_cast<const uint16_t*>(inp), d.N, d.C,
+        amx_tile_products(sums, sums_ld, reinterpret_cast<const uint16_t*>(inp), d.N, d.C,
                           reinterpret_cast<const uint16_t*>(weight), begin, rows_begin);
       }
     }
-    bf16_dot_rows(sums + (rows_begin - begin), width, inp, weight, d, rows_begin, end);
+    bf16_dot_rows(sums + (rows_begin - begin), sums_ld, inp, weight, d, rows_begin, end);
     return true;
   }
 #endif
-  (void)sums, (void)inp, (void)weight, (void)d, (void)begin, (void)end;
+  (void)sums, (void)sums_ld, (void)inp, (void)weight, (void)d, (void)begin, (void)end;
   return false;
 }
 
@@ -376,7 +377,7 @@ inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w
 // latency); the rows after the last whole group, and every row of an out_in weight, as dot
 // products: four weight rows and three input rows at a time.
 template <typename W>
-void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
+void f32_dot_rows(float* sums, int64_t sums_ld, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
                   int64_t end) {
   int64_t o = begin;
   if (d.interleaved) {
@@ -386,7 +387,7 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
     // weight's); with more, the first block prefetches this thread's next group (8-32 rows: up to 1.2x).
     const bool prefetch = d.N > 6;
     auto panels = [&]<int R, int P>(int64_t n) {
-      panel_block<R, P>(sums + n * width + (o - begin), width, x + n * d.C, weight + o * d.C, d.C, group_stride,
+      panel_block<R, P>(sums + n * sums_ld + (o - begin), sums_ld, x + n * d.C, weight + o * d.C, d.C, group_stride,
                         prefetch && n == 0 && o + kGroup * P < groups_end);
     };
     if (d.N <= 2) {
@@ -414,7 +415,7 @@ void f32_dot_rows(float* sums, int64_t width, const float* x, const W* weight, c
   auto rows = [&]<int K>(int64_t o) {
     const W* w = weight + o * d.C;
     auto block = [&]<int R>(int64_t n) {
-      f32_dot_block<R, K>(sums + n * width + (o - begin), width, x + n * d.C, w, d.C, n == 0);
+      f32_dot_block<R, K>(sums + n * sums_ld + (o - begin), sums_ld, x + n * d.C, w, d.C, n == 0);
     };
     int64_t n = 0;
     for (; n + kRows <= d.N; n += kRows) block.template operator()<kRows>(n);
@@ -472,7 +473,15 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t index = 0; index < shares; ++index) {
     const int64_t begin = index * share, end = std::min(d.OC, begin + share), width = end - begin;
-    float* sums = thread_scratch<OutputSums, float>(d.N * share);
+    // f32 outputs of an [out, in] product with no bias or GELU to add (the head's logits) are
+    // summed in place: no copy of N x OC floats from a scratch buffer.
+    float* sums = nullptr;
+    if constexpr (std::is_same_v<Out, float>) {
+      if (d.transposed && !gelu && bias == nullptr) sums = out + begin;
+    }
+    const bool in_place = sums != nullptr;
+    if (!in_place) sums = thread_scratch<OutputSums, float>(d.N * share);
+    const int64_t sums_ld = in_place ? d.OC : width;
     if (!d.transposed) {
       std::fill(sums, sums + d.N * width, 0.0f);
       // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.
@@ -498,10 +507,10 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
-    } else if (bf16_dot_rows_apply(sums, inp, weight, d, begin, end)) {
+    } else if (bf16_dot_rows_apply(sums, sums_ld, inp, weight, d, begin, end)) {
 #if defined(__AVX2__) && defined(__FMA__)
     } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16>) {
-      f32_dot_rows(sums, width, x, weight, d, begin, end);
+      f32_dot_rows(sums, sums_ld, x, weight, d, begin, end);
 #endif
     } else {
       for (int64_t o = begin; o < end; ++o) {
@@ -511,11 +520,11 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t c = 0; c < d.C; ++c) dot += xn[c] * to_float(row[c]);
-          sums[n * width + (o - begin)] = dot;
+          sums[n * sums_ld + (o - begin)] = dot;
         }
       }
     }
-    for (int64_t n = 0; n < d.N; ++n) {
+    for (int64_t n = 0; n < d.N && !in_place; ++n) {
       const float* acc = sums + n * width;
       Out* out_row = out + n * d.OC + begin;
       Pre* pre_row = gelu ? pre + n * d.OC + begin : nullptr;
