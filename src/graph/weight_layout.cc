@@ -61,9 +61,9 @@ std::vector<ValueId> tile_weights(Graph& graph, const std::vector<ValueId>& weig
   return change_weight_layouts(
       graph, weights, WeightLayout::out_in_tiles,
       [&](const Node& node, size_t input) {
+        if (node.kind != OpKind::matmul || input != 1 || !has_layout(node, WeightLayout::out_in)) return false;
         const Value& weight = graph.value(node.inputs[1]);
-        return node.kind == OpKind::matmul && input == 1 && has_layout(node, WeightLayout::out_in) &&
-               backend.prefers_tiled_weights(weight.dtype) && weight.shape[1] % 32 == 0;
+        return backend.prefers_tiled_weights(weight.dtype) && weight.shape[1] % 32 == 0;
       },
       [](Value&) {});
 }

@@ -62,8 +62,9 @@ int32_t Sampler::choose(const float* logits, int64_t vocab_size) {
     const float* bad = std::find_if(logits, logits + vocab_size, [](float x) { return !(x < INFINITY); });
     fail("sampling: the logit of token {} is {}: the model's weights or activations have overflowed", bad - logits, *bad);
   }
-  if (config_.temperature == 0) {  // the first token of the largest logit
-    return static_cast<int32_t>(std::find(logits, logits + vocab_size, max_logit) - logits);
+  if (config_.temperature == 0) {  // the first token of the largest logit (every one -inf: token 0)
+    const float* best = std::find(logits, logits + vocab_size, max_logit);
+    return best == logits + vocab_size ? 0 : static_cast<int32_t>(best - logits);
   }
   // Candidates sorted by logit (stable on ties: lower id first), cut by top-k. Without top-k or
   // top-p the order does not matter: the whole vocabulary in id order, no sort (a sixth of a

@@ -175,8 +175,8 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 namespace {
 
 // Stores those of `values` (name -> value) that only in_out matmuls read as [out, in], then
-// interleaves those of the [out, in] weights (and embedding tables) the backend prefers so;
-// returns their names.
+// interleaves or tiles those of the [out, in] weights (and embedding tables, interleaved only)
+// the backend prefers so; returns their names.
 StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::string, graph::ValueId>& values,
                                    const Backend& backend) {
   std::vector<graph::ValueId> ids;

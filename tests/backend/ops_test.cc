@@ -191,16 +191,18 @@ TEST_P(OpsTest, Matmul) {
 
 // Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
 // computed alone (and the reference within the usual bound), in f32 and, where the backend has
-// it, with bf16 operands — the weights in each layout, with bias and GELU; where the CPU has
-// AMX, bf16 weights of 96 input features also out_in_tiles (65 do not make whole tiles). 91 and
-// 325 outputs leave a tail (11 and 5 rows after the last group of 16, kept out_in), and 325 give
-// each thread's share two groups at a time. A product of weights stored for decoding
-// (interleaved or tiled) not marked row-invariant takes the same kernel, bit for bit.
+// it, with bf16 operands — the weights in each layout, with bias and GELU, and without either
+// (f32 outputs then summed in place); where the CPU has AMX, bf16 weights of 96 input features
+// also out_in_tiles (65 do not make whole tiles). 91 and 2053 outputs leave a tail (11 and 5 rows
+// after the last group of 16, kept out_in), and 2053 give each thread's share (up to 16 threads)
+// two groups at a time. A product of weights stored for decoding (interleaved or tiled) not
+// marked row-invariant takes the same kernel, bit for bit.
 TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
   const int64_t N = 37;
   std::vector<DType> dtypes{DType::f32};
   if (backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
-  for (int64_t OC : {3 * d.C + 1, int64_t{325}})
+  for (int64_t OC : {3 * d.C + 1, int64_t{2053}})
+  for (bool finished : {true, false})
   for (int64_t C : {int64_t{65}, int64_t{96}})
   for (DType dtype : dtypes) {
     // One set of operands for every layout (w read as [C, OC] by in_out, [OC, C] by the others).
@@ -219,7 +221,7 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
       if (interleaved && !reads_interleaved) continue;
       const bool transposed = layout != WeightLayout::in_out;
       SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " C=" << C << " OC=" << OC
-                                        << " layout=" << static_cast<int>(layout));
+                                        << " layout=" << static_cast<int>(layout) << " bias and GELU " << finished);
       const Shape w_shape = transposed ? Shape{OC, C} : Shape{C, OC};
       const Vec stored = interleaved ? testing::arranged(w, OC, C, interleaved_offset)
                          : tiled     ? testing::arranged(w, OC, C, tiles_offset)
@@ -229,8 +231,9 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
         Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
         Tensor x_t = dtype == DType::bf16 ? to_bf16(part, {rows, C}) : put(part, {rows, C});
         Tensor out = zeros({rows, OC}), pre = zeros({rows, OC});
-        backend().launch(MatmulForward{.out = out, .pre = pre, .inp = x_t, .weight = w_t, .bias = put(b, {OC}),
-                                       .layout = layout, .gelu = true, .row_invariant = row_invariant});
+        backend().launch(MatmulForward{.out = out, .pre = finished ? pre : Tensor{}, .inp = x_t, .weight = w_t,
+                                       .bias = finished ? put(b, {OC}) : Tensor{}, .layout = layout, .gelu = finished,
+                                       .row_invariant = row_invariant});
         return get(out);
       };
       // Blocks of every size the kernels take rows in: the batch of 37 (dot products: blocks of
@@ -248,7 +251,7 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
         }
       }
       Vec reference_out;
-      reference::matmul_forward(reference_out, x, w, &b, N, C, OC, transposed, true);
+      reference::matmul_forward(reference_out, x, w, finished ? &b : nullptr, N, C, OC, transposed, finished);
       EXPECT_CLOSE(batched, reference_out, C, "row-invariant matmul out");
       if (interleaved || tiled) {
         EXPECT_EQ(run(0, N, false), batched) << "stored for decoding, not marked row-invariant";

@@ -21,6 +21,21 @@ TEST(Sampler, GreedyAndTopKOneAreArgmax) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(top1.sample(kLogits.data(), 5), 1);
 }
 
+// A vocabulary of whole vector blocks and a remainder: greedy takes the first of tied maxima,
+// wherever they fall (in a block or in the remainder), and token 0 when every logit is -inf.
+TEST(Sampler, GreedyTakesTheFirstOfTiedMaxima) {
+  infer::Sampler greedy({0.0, 0, 1.0, 1});
+  std::vector<float> logits(1003);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 97) * 0.01f;  // largest 0.96
+  EXPECT_EQ(greedy.sample(logits.data(), 1003), 96);  // also at 193, 290, ...
+  logits[1002] = 5.0f;
+  EXPECT_EQ(greedy.sample(logits.data(), 1003), 1002);
+  logits[517] = 5.0f;
+  EXPECT_EQ(greedy.sample(logits.data(), 1003), 517);
+  std::fill(logits.begin(), logits.end(), -INFINITY);
+  EXPECT_EQ(greedy.sample(logits.data(), 1003), 0);
+}
+
 TEST(Sampler, TopKAndTopPRestrictTheSupport) {
   infer::Sampler top2({1.0, 2, 1.0, 2});
   infer::Sampler nucleus({1.0, 0, 0.5, 3});  // p(1) = 0.52 alone reaches 0.5

@@ -75,7 +75,8 @@ class CpuBackend final : public Backend {
 
   // Where the AVX2 kernel's outer products on 16-row panels match or beat the alternatives at
   // every row count: f32 weights (oneDNN's sgemm, for a prompt, measured level at 64-1024 rows),
-  // and bf16 weights without native bf16 (with it, the AVX512_BF16/AMX kernels read out_in rows).
+  // and bf16 weights without native bf16 (with it, the AVX512_BF16 kernel reads out_in rows, and
+  // AMX out_in_tiles).
   bool prefers_interleaved_weights(DType dtype) const override {
 #if defined(__AVX2__) && defined(__FMA__)
     if (dtype == DType::f32) return true;
@@ -84,7 +85,15 @@ class CpuBackend final : public Backend {
     (void)dtype;
     return false;
   }
-  bool prefers_tiled_weights(DType dtype) const override { return dtype == DType::bf16 && cpu::amx_tiles_available(); }
+  // Where matmul_forward runs that layout: AMX for the tiles, AVX512_BF16 for the rows after them.
+  bool prefers_tiled_weights(DType dtype) const override {
+#ifdef __AVX512BF16__
+    return dtype == DType::bf16 && cpu::amx_tiles_available();
+#else
+    (void)dtype;
+    return false;
+#endif
+  }
 };
 
 }  // namespace

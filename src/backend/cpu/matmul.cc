@@ -450,6 +450,8 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
         "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
   check(!d.tiled || (has_bf16_dot_rows<X, W>() && amx_tiles_available()),
         "matmul: out_in_tiles weights are read only by the AMX kernel, from bf16 inputs on a CPU with AMX-BF16");
+  check(!d.tiled || d.C % 32 == 0, "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32",
+        d.C);
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
   // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves.
   const bool reads_f32_rows = !d.transposed || d.interleaved || !has_bf16_dot_rows<X, W>();
@@ -541,9 +543,10 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
 }
 
 // small_rows_matmul over all of args' rows, in passes of at most kRowsPerPass, so that the
-// per-thread sums it keeps stay small (a 1024-token prefill's lm_head would otherwise hold 200 MB
-// of them for the life of the process). Each of its kernels sums a row alike whatever rows share
-// the pass, so passes change no result.
+// per-thread sums it keeps stay small (an [in, out] weight's outputs are shared out among the
+// threads whole: 1024 rows by a 50257-wide one would hold 200 MB of them for the life of the
+// process). Each of its kernels sums a row alike whatever rows share the pass, so passes change
+// no result.
 template <typename X, typename W, typename Out>
 void small_rows_matmul_in_passes(const MatmulForward& args, const MatmulDims& d) {
   constexpr int64_t kRowsPerPass = 64;
