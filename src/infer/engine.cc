@@ -218,22 +218,22 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   auto reads = [&](const model::GptGraph& g, const std::string& name) {
     return half ? g.half_parameters.count(name) > 0 : g.parameters.count(name) > 0;
   };
+  using Names = std::set<std::string> model::StoredLayouts::*;
+  const Names stored_for_decoding[] = {&model::StoredLayouts::interleaved, &model::StoredLayouts::tiled};
   auto check_agree = [&](const model::StoredLayouts& mine, const model::StoredLayouts& theirs,
                          const model::GptGraph& other) {
-    for (const std::string& name : mine.interleaved) {
-      check(!reads(other, name) || theirs.interleaved.count(name),
-            "engine: the decoder and the head would store {} in different layouts", name);
-    }
-    for (const std::string& name : mine.tiled) {
-      check(!reads(other, name) || theirs.tiled.count(name),
-            "engine: the decoder and the head would store {} in different layouts", name);
+    for (Names layout : stored_for_decoding) {
+      for (const std::string& name : mine.*layout) {
+        check(!reads(other, name) || (theirs.*layout).count(name),
+              "engine: the decoder and the head would store {} in different layouts", name);
+      }
     }
   };
   check_agree(layouts, head_layouts, head_graph);
   check_agree(head_layouts, layouts, decoder_graph);
-  layouts.transposed.insert(head_layouts.transposed.begin(), head_layouts.transposed.end());
-  layouts.interleaved.insert(head_layouts.interleaved.begin(), head_layouts.interleaved.end());
-  layouts.tiled.insert(head_layouts.tiled.begin(), head_layouts.tiled.end());
+  for (Names layout : {&model::StoredLayouts::transposed, &model::StoredLayouts::interleaved, &model::StoredLayouts::tiled}) {
+    (layouts.*layout).insert((head_layouts.*layout).begin(), (head_layouts.*layout).end());
+  }
   decoding_parameters = parameters.converted_copy(backend, options.weights, layouts);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);
