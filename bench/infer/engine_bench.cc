@@ -3,10 +3,12 @@
 // number of tokens each), run to the end by continuous batching. All are submitted at once, or
 // with --in-flight N as a closed loop (N at a time, the next submitted as one finishes, as the
 // serving benchmark's clients do). Prints the generated tokens per second, the steps and their
-// mean time, and the inter-token latency.
+// mean time, and the inter-token latency; with --profile, where a step's time goes (per op kind
+// and per part of the engine's host work, in ms per step: the warm-up's steps included).
 //
 //     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16] [--requests 32]
 //         [--in-flight N] [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
+//         [--profile]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
   CLI::App app{"paraflow serving engine benchmark"};
   std::string model_dir, dtype = "float32", kv_cache_dtype = "auto", prompt_range = "32:128";
   int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 0, seed = 1;
+  bool profile = false;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--kv-cache-dtype", kv_cache_dtype)->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-num-seqs", max_num_seqs, "Sequences running at once");
   app.add_option("--max-batched-tokens", max_batched_tokens, "Tokens per step (0: the engine's default)");
   app.add_option("--seed", seed, "Prompt seed");
+  app.add_flag("--profile", profile, "Time each op kind and the engine's host work (steps run a little slower)");
   CLI11_PARSE(app, argc, argv);
   int64_t prompt_min = 0, prompt_max = 0;
   if (std::sscanf(prompt_range.c_str(), "%ld:%ld", &prompt_min, &prompt_max) != 2 || prompt_min < 1 ||
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
   options.kv_cache_gb = 1.0;
   options.max_num_seqs = max_num_seqs;
   options.max_batched_tokens = max_batched_tokens;
+  options.profile = profile;
   options.max_waiting = std::max<int64_t>(options.max_waiting, requests);  // all may wait at once
   infer::Engine engine(model.config, model.parameters, backend, options);
 
@@ -166,5 +171,14 @@ int main(int argc, char** argv) {
   fmt::print("ttft_ms_p50 {:.2f}\nttft_ms_p99 {:.2f}\n", percentile(first_token_ms, 0.5),
              percentile(first_token_ms, 0.99));
   fmt::print("itl_ms_p50 {:.2f}\nitl_ms_p99 {:.2f}\n", percentile(gaps_ms, 0.5), percentile(gaps_ms, 0.99));
+  if (profile) {
+    const std::map<std::string, double> times = engine.profile();
+    double total = 0;
+    for (const auto& [part, part_seconds] : times) total += part_seconds;
+    for (const auto& [part, part_seconds] : times) {
+      fmt::print("profile {:<34} {:7.3f} ms/step {:5.1f}%\n", part, 1000 * part_seconds / static_cast<double>(after.steps),
+                 100 * part_seconds / total);
+    }
+  }
   return 0;
 }

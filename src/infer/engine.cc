@@ -101,6 +101,10 @@ struct Engine::Impl {
   void release_blocks(Sequence& sequence);
   void publish_full_blocks(Sequence& sequence);
   void update_stats();
+  // With EngineOptions::profile: adds the time since `since` to the host work `part`, and
+  // restarts `since`; publish_profile() copies the ops' and host times for Engine::profile().
+  void time_host(const char* part, Clock::time_point& since);
+  void publish_profile();
   EngineStats stats_snapshot() const {
     std::lock_guard lock(mutex);
     return stats;
@@ -120,6 +124,7 @@ struct Engine::Impl {
   std::unique_ptr<graph::Executor> decoder, head;
   std::vector<std::pair<Tensor, Tensor>> pools;  // per layer (keys, values)
   std::vector<float> logits;                     // host copy of one step's logit rows
+  std::map<std::string, double> host_profile;    // the engine thread's (EngineOptions::profile)
 
   // Owned by the engine thread.
   std::deque<std::unique_ptr<Sequence>> waiting;
@@ -133,6 +138,7 @@ struct Engine::Impl {
   std::vector<std::pair<uint64_t, std::string>> cancels;
   uint64_t next_id = 1;
   int64_t steps = 0;  // forward passes run (the engine thread's; copied into stats)
+  std::map<std::string, double> profile;  // publish_profile()'s copy
   int64_t queued_at_update = 0;  // incoming.size() when stats were last updated (counted in stats.waiting)
   bool draining = false, stopping = false;
   EngineStats stats;
@@ -250,6 +256,8 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   head->keep(head_graph.logits);
   decoder->memory_plan();
   head->memory_plan();
+  decoder->set_profiling(options.profile);
+  head->set_profiling(options.profile);
   logits.resize(static_cast<size_t>(options.max_num_seqs * config.vocab_size));
 
   metrics.gauge("paraflow_requests_running", "Requests with a sequence in the running batch",
@@ -275,8 +283,11 @@ void Engine::Impl::loop() {
   while (collect()) {
     std::vector<Chunk> batch;
     try {
+      Clock::time_point since = Clock::now();
       schedule(batch);
+      time_host("step: scheduling", since);
       if (!batch.empty()) run(batch);
+      publish_profile();
     } catch (const std::exception& error) {
       // A failed step fails its requests, not the server: the running ones, which every step
       // (or its scheduling, when that failed) takes whole.
@@ -442,7 +453,25 @@ void Engine::Impl::publish_full_blocks(Sequence& sequence) {
   }
 }
 
+void Engine::Impl::time_host(const char* part, Clock::time_point& since) {
+  if (!options.profile) return;
+  const Clock::time_point now = Clock::now();
+  host_profile[part] += seconds_between(since, now);
+  since = now;
+}
+
+void Engine::Impl::publish_profile() {
+  if (!options.profile) return;
+  std::map<std::string, double> total = host_profile;
+  for (const graph::Executor* executor : {decoder.get(), head.get()}) {
+    for (const auto& [key, seconds] : executor->profile()) total[key] += seconds;
+  }
+  std::lock_guard lock(mutex);
+  profile = std::move(total);
+}
+
 void Engine::Impl::run(const std::vector<Chunk>& batch) {
+  Clock::time_point since = Clock::now();
   const int64_t capacity = options.max_batched_tokens, V = config.vocab_size;
   int64_t rows = 0;
   for (const Chunk& chunk : batch) rows += chunk.count;
@@ -461,7 +490,9 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
   ++steps;
   decoder->set_rows(capacity, rows);
   backend.upload(tokens.data(), decoder->tensor(decoder_graph.tokens).slice_flat(0, rows));
+  time_host("step: batch setup", since);
   decoder->forward();
+  since = Clock::now();
   batch_tokens.observe(static_cast<double>(rows));
 
   score_prompts(batch);
@@ -473,6 +504,7 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
     if (chunk.samples()) sampled_rows.push_back(row - 1);
   }
   if (!sampled_rows.empty()) head_forward(sampled_rows);
+  since = Clock::now();
   for (const Chunk& chunk : batch) {
     if (!chunk.sequence->sink) continue;  // finished in score_prompts: its blocks are back in the pool
     chunk.sequence->computed += chunk.count;
@@ -485,6 +517,7 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
     const float* row = logits.data() + samples++ * V;
     if (chunk.sequence->sink) emit(*chunk.sequence, row);  // (a sink that failed on a prompt token has finished)
   }
+  time_host("step: sampling and streaming", since);
 }
 
 void Engine::Impl::head_forward(const std::vector<int64_t>& rows) {
@@ -496,7 +529,9 @@ void Engine::Impl::head_forward(const std::vector<int64_t>& rows) {
   }
   head->set_rows(options.max_num_seqs, count);
   head->forward();
+  Clock::time_point since = Clock::now();
   backend.download(head->tensor(head_graph.logits).slice_flat(0, count * config.vocab_size), logits.data());
+  time_host("step: logits download", since);
 }
 
 // Prompt tokens to score in this step: the logits at position p score prompt token p + 1. The
@@ -684,6 +719,11 @@ void Engine::drain(std::chrono::milliseconds grace) {
 }
 
 EngineStats Engine::stats() const { return impl_->stats_snapshot(); }
+
+std::map<std::string, double> Engine::profile() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->profile;
+}
 MetricsRegistry& Engine::metrics() { return impl_->metrics; }
 const model::GptConfig& Engine::config() const { return impl_->config; }
 const EngineOptions& Engine::options() const { return impl_->options; }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct EngineOptions {
   // whose keys and values are bf16 values already).
   DType kv_cache_dtype = DType::f32;
   int threads = 0;                  // OpenMP threads for the engine thread's compute; 0: OpenMP's default
+  // Time each step's ops (graph::Executor's profiling: the backend is synchronised around every
+  // node, so steps run a little slower) and its host work; read with Engine::profile().
+  bool profile = false;
 };
 
 struct Request {
@@ -124,6 +128,9 @@ class Engine {
   void drain(std::chrono::milliseconds grace);
 
   EngineStats stats() const;
+  // Seconds spent so far per op kind ("<op> forward"), and per part of a step's host work
+  // ("step: ..."), summed over the steps; empty unless EngineOptions::profile.
+  std::map<std::string, double> profile() const;
   // Prometheus metrics the engine records (queue time, time to first token, inter-token latency,
   // end-to-end latency, batch size per step, token counters); the front end adds its own.
   MetricsRegistry& metrics();

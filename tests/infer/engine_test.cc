@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <future>
+#include <map>
 
 #include "infer/engine.h"
 #include "reference_runner.h"
@@ -124,6 +126,36 @@ TEST_F(EngineTest, GreedyOutputAloneEqualsTheGenerator) {
     EXPECT_TRUE(outcome.error.empty()) << outcome.error;
   }
   EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
+}
+
+// Profiling times the step's ops and host work (within the wall time the requests took) and
+// changes no output; off, the engine keeps no profile.
+TEST_F(EngineTest, ProfileTimesAStepsOpsAndHostWorkOnlyWhenAsked) {
+  Rng rng(testing::test_seed());
+  const std::vector<int32_t> prompt = random_prompt(rng, 7);
+  const std::vector<int32_t> expected = generate(prompt, 6);
+  for (bool profile : {true, false}) {
+    Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01, .profile = profile});
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(greedy_together(engine, {prompt, prompt}, 6), (std::vector<std::vector<int32_t>>{expected, expected}));
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::map<std::string, double> times = engine.profile();
+    if (!profile) {
+      EXPECT_TRUE(times.empty());
+      continue;
+    }
+    double total = 0;
+    for (const auto& [part, seconds] : times) {
+      EXPECT_GE(seconds, 0) << part;
+      total += seconds;
+    }
+    for (const char* part : {"matmul forward", "attention_paged forward", "lm_head forward", "layernorm forward",
+                             "step: scheduling", "step: logits download", "step: sampling and streaming"}) {
+      ASSERT_TRUE(times.contains(part)) << part;
+      EXPECT_GT(times.at(part), 0) << part;
+    }
+    EXPECT_LE(total, wall);
+  }
 }
 
 TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEachEqualTheirOutputAlone) {
