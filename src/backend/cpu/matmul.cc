@@ -6,8 +6,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/amx_tiles.h"
@@ -370,11 +372,44 @@ inline void panel_block(float* sums, int64_t sums_ld, const float* x, const W* w
   }
 }
 
+#ifdef __AVX512F__
+// panel_block for one group with AVX-512: a panel's 16 weights are one vector, and blocks of up
+// to kWidePanelRows rows (20, 24 and 28 measured no faster, 28 spilled) keep their sums in the 32
+// registers, so that 32 rows read each panel from L1/L2 twice instead of six times, at twice the
+// lanes per FMA (f32 serving's 32-sequence step: 1.2x). Each output still sums its columns one by
+// one, in order: bit for bit panel_block's results.
+constexpr int kWidePanelRows = 16;
+
+template <int R, typename W>
+void wide_panel_block(float* sums, int64_t sums_ld, const float* x, const W* w, int64_t C, int64_t group_stride,
+                      bool prefetch) {
+  static_assert(kInterleavedRows == 16);
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < C; ++c) {
+    const W* panel = w + c * kInterleavedRows;
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(panel + group_stride), _MM_HINT_T0);
+    const __m512 weights = load16(panel);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * C + c]), weights, acc[r]);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * sums_ld, acc[r]);
+}
+
+// wide_panel_block<R> for R = 1 .. kWidePanelRows, by R - 1.
+template <typename W, size_t... Index>
+constexpr auto wide_panel_blocks(std::index_sequence<Index...>) {
+  return std::array{&wide_panel_block<static_cast<int>(Index) + 1, W>...};
+}
+#endif
+
 // Weight rows [begin, end) of an [out, in] weight (begin a multiple of kInterleavedRows).
 // out_in_interleaved: whole groups as panels, in blocks of at most six input rows (12
-// accumulators, two weight vectors and a broadcast: the 16 ymm registers) as even in size as can
-// be, or two groups at once for one or two rows (enough independent sums to hide the FMA
-// latency); the rows after the last whole group, and every row of an out_in weight, as dot
+// accumulators, two weight vectors and a broadcast: the 16 ymm registers; with AVX-512, blocks of
+// up to kWidePanelRows) as even in size as can be, or two groups at once for one or two rows
+// (enough independent sums to hide the FMA latency); the rows after the last whole group, and every row of an out_in weight, as dot
 // products: four weight rows and three input rows at a time.
 template <typename W>
 void f32_dot_rows(float* sums, int64_t sums_ld, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
@@ -396,6 +431,20 @@ void f32_dot_rows(float* sums, int64_t sums_ld, const float* x, const W* weight,
         else panels.template operator()<1, 2>(0);
       }
     }
+#ifdef __AVX512F__
+    if (d.N > 2) {
+      static constexpr auto kBlocks = wide_panel_blocks<W>(std::make_index_sequence<kWidePanelRows>());
+      const int64_t wide_blocks = (d.N + kWidePanelRows - 1) / kWidePanelRows;
+      for (; o < groups_end; o += kGroup) {
+        for (int64_t block = 0; block < wide_blocks; ++block) {
+          const int64_t n = d.N * block / wide_blocks, rows = d.N * (block + 1) / wide_blocks - n;
+          kBlocks[static_cast<size_t>(rows - 1)](sums + n * sums_ld + (o - begin), sums_ld, x + n * d.C,
+                                                 weight + o * d.C, d.C, group_stride,
+                                                 prefetch && n == 0 && o + kGroup < groups_end);
+        }
+      }
+    }
+#endif
     const int64_t blocks = (d.N + 5) / 6;
     for (; o < groups_end; o += kGroup) {
       for (int64_t block = 0; block < blocks; ++block) {
