@@ -4,6 +4,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <omp.h>
@@ -92,10 +93,11 @@ struct Engine::Impl {
   void match_prefix(Sequence& sequence);
   void preempt(Sequence& sequence);
   void run(const std::vector<Chunk>& batch);
-  // The logits of `rows` rows of the decoder's hidden state (at most max_num_seqs) into `logits`.
+  // The logits of `rows` rows of the decoder's hidden state (at most max_num_seqs), at `logits`.
   void head_forward(const std::vector<int64_t>& rows);
   void score_prompts(const std::vector<Chunk>& batch);
-  void emit(Sequence& sequence, const float* logits);
+  // Streams `token`, chosen by the sequence's sampler from `logits` (its row of the step's).
+  void emit(Sequence& sequence, const float* logits, int32_t token);
   void finish(Sequence& sequence, const Outcome& outcome);
   void finish_by_id(uint64_t id, const std::string& error);
   void release_blocks(Sequence& sequence);
@@ -123,7 +125,14 @@ struct Engine::Impl {
   model::GptGraph decoder_graph, head_graph;
   std::unique_ptr<graph::Executor> decoder, head;
   std::vector<std::pair<Tensor, Tensor>> pools;  // per layer (keys, values)
-  std::vector<float> logits;                     // host copy of one step's logit rows
+  // One step's logit rows: the head's output itself where the host can read it, else a copy.
+  const float* logits = nullptr;
+  std::vector<float> logits_copy;
+  // run()'s sampling: the sequences that sample this step (null: finished already), their tokens
+  // and failures; kept across steps (no allocation per token).
+  std::vector<Sequence*> sampling;
+  std::vector<int32_t> sampled_tokens;
+  std::vector<std::exception_ptr> sampling_errors;
   std::map<std::string, double> host_profile;    // the engine thread's (EngineOptions::profile)
 
   // Owned by the engine thread.
@@ -258,7 +267,9 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   head->memory_plan();
   decoder->set_profiling(options.profile);
   head->set_profiling(options.profile);
-  logits.resize(static_cast<size_t>(options.max_num_seqs * config.vocab_size));
+  if (!head->tensor(head_graph.logits).host_accessible()) {
+    logits_copy.resize(static_cast<size_t>(options.max_num_seqs * config.vocab_size));
+  }
 
   metrics.gauge("paraflow_requests_running", "Requests with a sequence in the running batch",
                 [this] { return static_cast<double>(stats_snapshot().running); });
@@ -511,11 +522,31 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
     if (chunk.sequence->generated == 0) prompt_tokens_total.add(static_cast<double>(chunk.count));
     publish_full_blocks(*chunk.sequence);
   }
-  int64_t samples = 0;
+  // Each sampling sequence's next token, the rows shared among the threads (a sequence's sampler
+  // is its own: the same token whatever thread draws it), then the tokens streamed in order; a
+  // row that fails (overflowed logits) fails the step where its token would have been streamed.
+  sampling.clear();
   for (const Chunk& chunk : batch) {
     if (!chunk.samples()) continue;  // (asked before emit adds the sequence's next token)
-    const float* row = logits.data() + samples++ * V;
-    if (chunk.sequence->sink) emit(*chunk.sequence, row);  // (a sink that failed on a prompt token has finished)
+    sampling.push_back(chunk.sequence->sink ? chunk.sequence : nullptr);  // (a sink that failed on a prompt token has finished)
+  }
+  const auto samples = static_cast<int64_t>(sampling.size());
+  sampled_tokens.resize(sampling.size());
+  sampling_errors.assign(sampling.size(), nullptr);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < samples; ++i) {
+    if (sampling[static_cast<size_t>(i)] == nullptr) continue;
+    try {
+      sampled_tokens[static_cast<size_t>(i)] = sampling[static_cast<size_t>(i)]->sampler.sample(logits + i * V, V);
+    } catch (...) {
+      sampling_errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  }
+  for (int64_t i = 0; i < samples; ++i) {
+    Sequence* sequence = sampling[static_cast<size_t>(i)];
+    if (sequence == nullptr) continue;
+    if (sampling_errors[static_cast<size_t>(i)]) std::rethrow_exception(sampling_errors[static_cast<size_t>(i)]);
+    emit(*sequence, logits + i * V, sampled_tokens[static_cast<size_t>(i)]);
   }
   time_host("step: sampling and streaming", since);
 }
@@ -529,9 +560,15 @@ void Engine::Impl::head_forward(const std::vector<int64_t>& rows) {
   }
   head->set_rows(options.max_num_seqs, count);
   head->forward();
-  Clock::time_point since = Clock::now();
-  backend.download(head->tensor(head_graph.logits).slice_flat(0, count * config.vocab_size), logits.data());
-  time_host("step: logits download", since);
+  const Tensor produced = head->tensor(head_graph.logits).slice_flat(0, count * config.vocab_size);
+  if (produced.host_accessible()) {
+    logits = produced.data<float>();
+  } else {
+    Clock::time_point since = Clock::now();
+    backend.download(produced, logits_copy.data());
+    time_host("step: logits download", since);
+    logits = logits_copy.data();
+  }
 }
 
 // Prompt tokens to score in this step: the logits at position p score prompt token p + 1. The
@@ -562,7 +599,7 @@ void Engine::Impl::score_prompts(const std::vector<Chunk>& batch) {
       Sequence& sequence = *pending[i].sequence;
       if (!sequence.sink) continue;  // its sink failed on an earlier token
       TokenEvent event{.token = sequence.request.prompt[static_cast<size_t>(pending[i].position)]};
-      add_logprobs(logits.data() + (i - begin) * config.vocab_size, config.vocab_size, sequence.request.top_logprobs,
+      add_logprobs(logits + (i - begin) * config.vocab_size, config.vocab_size, sequence.request.top_logprobs,
                    event);
       sequence.prompt_scored = pending[i].position + 1;
       try {
@@ -575,8 +612,8 @@ void Engine::Impl::score_prompts(const std::vector<Chunk>& batch) {
 }
 
 
-void Engine::Impl::emit(Sequence& sequence, const float* row) {
-  TokenEvent event{.token = sequence.sampler.sample(row, config.vocab_size)};
+void Engine::Impl::emit(Sequence& sequence, const float* row, int32_t token) {
+  TokenEvent event{.token = token};
   if (sequence.request.top_logprobs >= 0) add_logprobs(row, config.vocab_size, sequence.request.top_logprobs, event);
   sequence.tokens.push_back(event.token);
   ++sequence.generated;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <map>
 
 #include "infer/engine.h"
@@ -150,12 +151,37 @@ TEST_F(EngineTest, ProfileTimesAStepsOpsAndHostWorkOnlyWhenAsked) {
       total += seconds;
     }
     for (const char* part : {"matmul forward", "attention_paged forward", "lm_head forward", "layernorm forward",
-                             "step: scheduling", "step: logits download", "step: sampling and streaming"}) {
+                             "step: scheduling", "step: sampling and streaming"}) {
       ASSERT_TRUE(times.contains(part)) << part;
       EXPECT_GT(times.at(part), 0) << part;
     }
     EXPECT_LE(total, wall);
   }
+}
+
+// Logits that overflowed fail the step's requests with the sampler's message (the tokens are
+// drawn on every thread: the failure must come back to the engine thread, not end the process),
+// and their blocks go back to the pool.
+TEST_F(EngineTest, OverflowedLogitsFailTheStepsRequestsByName) {
+  model::ParameterSet broken = trainer->parameters().on_host();
+  broken.write_on_host([](model::ParameterSet& parameters) {
+    const Tensor& bias = parameters.get("ln_f.bias");
+    std::fill_n(bias.data<float>(), bias.numel(), std::numeric_limits<float>::infinity());
+  });
+  Rng rng(testing::test_seed());
+  Engine engine(config, broken, cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 4; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(greedy(random_prompt(rng, 3 + i), 4), sinks.back());
+  }
+  for (auto& sink : sinks) {
+    const infer::Outcome outcome = sink->wait();
+    EXPECT_TRUE(sink->events.empty());
+    EXPECT_TRUE(contains(outcome.error, "engine step failed")) << outcome.error;
+    EXPECT_TRUE(contains(outcome.error, "overflowed")) << outcome.error;
+  }
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
 }
 
 TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEachEqualTheirOutputAlone) {
