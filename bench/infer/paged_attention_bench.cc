@@ -4,7 +4,7 @@
 // in a step, not from the last call's L2). Prints the cache bytes read per second (keys and values
 // once each), to set against bandwidth_bench's read bandwidth.
 //   OMP_NUM_THREADS=2 build/bench/infer/paged_attention_bench [--rows 32] [--context 112] [--layers 12]
-//       [--kv-cache-dtype bfloat16|float32]
+//       [--n-head 12] [--head-size 64] [--kv-cache-dtype bfloat16|float32]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows, "Sequences decoding (one query row each)")->check(CLI::PositiveNumber);
   app.add_option("--context", context, "Tokens each sequence attends to")->check(CLI::PositiveNumber);
   app.add_option("--layers", layers, "Pools taken in turn")->check(CLI::PositiveNumber);
+  app.add_option("--n-head", n_head, "Heads")->check(CLI::PositiveNumber);
+  app.add_option("--head-size", head_size, "Columns per head")->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-dtype", kv_dtype_name)->check(CLI::IsMember({"bfloat16", "float32"}));
   CLI11_PARSE(app, argc, argv);
   Backend& backend = cpu_backend();
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   const double bytes = static_cast<double>(2 * rows * context * C * dtype_size(kv_dtype));
-  fmt::print("cpu {}\nonednn_isa {}\nrows {}\ncontext {}\nkv_cache_dtype {}\nlayers {}\n", bench::cpu_model(),
-             cpu::onednn_isa_name(), rows, context, kv_dtype_name, layers);
+  fmt::print("cpu {}\nonednn_isa {}\nrows {}\ncontext {}\nn_head {}\nhead_size {}\nkv_cache_dtype {}\nlayers {}\n",
+             bench::cpu_model(), cpu::onednn_isa_name(), rows, context, n_head, head_size, kv_dtype_name, layers);
   fmt::print("us_per_call {:.1f}\ncache_gb_per_s {:.2f}\n", 1e6 * elapsed / static_cast<double>(calls),
              bytes * static_cast<double>(calls) / elapsed / 1e9);
 }
