@@ -96,8 +96,8 @@ struct Engine::Impl {
   // The logits of `rows` rows of the decoder's hidden state (at most max_num_seqs), at `logits`.
   void head_forward(const std::vector<int64_t>& rows);
   void score_prompts(const std::vector<Chunk>& batch);
-  // Streams `token`, chosen by the sequence's sampler from `logits` (its row of the step's).
-  void emit(Sequence& sequence, const float* logits, int32_t token);
+  // Streams `token`, chosen by the sequence's sampler from `row` (its row of the step's logits).
+  void emit(Sequence& sequence, const float* row, int32_t token);
   void finish(Sequence& sequence, const Outcome& outcome);
   void finish_by_id(uint64_t id, const std::string& error);
   void release_blocks(Sequence& sequence);
@@ -503,7 +503,6 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
   backend.upload(tokens.data(), decoder->tensor(decoder_graph.tokens).slice_flat(0, rows));
   time_host("step: batch setup", since);
   decoder->forward();
-  since = Clock::now();
   batch_tokens.observe(static_cast<double>(rows));
 
   score_prompts(batch);
@@ -533,7 +532,7 @@ void Engine::Impl::run(const std::vector<Chunk>& batch) {
   const auto samples = static_cast<int64_t>(sampling.size());
   sampled_tokens.resize(sampling.size());
   sampling_errors.assign(sampling.size(), nullptr);
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (samples > 1)
   for (int64_t i = 0; i < samples; ++i) {
     if (sampling[static_cast<size_t>(i)] == nullptr) continue;
     try {
@@ -562,6 +561,7 @@ void Engine::Impl::head_forward(const std::vector<int64_t>& rows) {
   head->forward();
   const Tensor produced = head->tensor(head_graph.logits).slice_flat(0, count * config.vocab_size);
   if (produced.host_accessible()) {
+    backend.synchronize();  // (download waits for the head's kernels itself)
     logits = produced.data<float>();
   } else {
     Clock::time_point since = Clock::now();

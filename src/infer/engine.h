@@ -128,8 +128,10 @@ class Engine {
   void drain(std::chrono::milliseconds grace);
 
   EngineStats stats() const;
-  // Seconds spent so far per op kind ("<op> forward"), and per part of a step's host work
-  // ("step: ..."), summed over the steps; empty unless EngineOptions::profile.
+  // Seconds spent so far per op kind ("<op kind> forward"; "<node name> forward" for a node
+  // marked profile_apart, as the head's "lm_head forward") and per timed part of a step's host
+  // work ("step: ..."), summed over the steps (published after each); empty unless
+  // EngineOptions::profile.
   std::map<std::string, double> profile() const;
   // Prometheus metrics the engine records (queue time, time to first token, inter-token latency,
   // end-to-end latency, batch size per step, token counters); the front end adds its own.

@@ -237,9 +237,10 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
         return get(out);
       };
       // Blocks of every size the kernels take rows in: the batch of 37 (dot products: blocks of
-      // 3, then the rest; panels: blocks of 5 and 6; tiles: two of 16, then one of 5), seven rows
-      // (panels: 3 and 4), a pair, and rows alone.
-      const Vec batched = run(0, N), seven = run(3, 7), pair = run(5, 2);
+      // 3, then the rest; panels: blocks of 5 and 6 with AVX2, 12 and 13 with AVX-512; tiles: two
+      // of 16, then one of 5), 32 rows (AVX-512 panels: two of 16, the most they take), seven rows
+      // (AVX2 panels: 3 and 4), a pair, and rows alone.
+      const Vec batched = run(0, N), thirty_two = run(5, 32), seven = run(3, 7), pair = run(5, 2);
       for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
         const Vec alone = run(row, 1);
         for (int64_t o = 0; o < OC; ++o) {
@@ -247,6 +248,8 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
           if (row == 5 || row == 6) {
             ASSERT_EQ(alone[static_cast<size_t>(o)], seven[static_cast<size_t>((row - 3) * OC + o)]) << "of seven, row " << row;
             ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
+            ASSERT_EQ(alone[static_cast<size_t>(o)], thirty_two[static_cast<size_t>((row - 5) * OC + o)])
+                << "of 32, row " << row;
           }
         }
       }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cpu/avx2.h"
@@ -230,6 +231,14 @@ void attention_backward_bf16(const AttentionBackward& args) {
 // however the keys are grouped (blocks of a paged cache, or one run of a contiguous one).
 namespace {
 
+// Asks for the cache lines of [from, from + bytes) to be brought into L2 (a hint: it never faults).
+inline void prefetch_into_l2(const void* from, int64_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(from), end = begin + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = begin / 64 * 64; line < end; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);  // (prefetcht1 on x86)
+  }
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 // The widest f32 vector the build has: 16 lanes with AVX-512, else 8. A value column's weighted
 // sum is a chain of its own whatever the width, so the width changes none of its bits; a key's
@@ -286,13 +295,16 @@ inline void key_lanes(__m256* acc, const float* q, const KV* key, int64_t hs) {
   for (int j = 0; j < Keys; ++j) acc[j] = fold(wide[j]);
 }
 
-// y[0, kWide Vectors) += Σ_j weights[j] · value_j, value by value in order, y kept in registers.
+// y[0, kWide Vectors) += Σ_j weights[j] · value_j, value by value in order, y kept in registers;
+// `next` (or null) as in key_scores, a row at a time.
 template <int Vectors, typename KV>
-inline void add_weighted_slice(float* y, const float* weights, const KV* values, int64_t count, int64_t hs) {
+inline void add_weighted_slice(float* y, const float* weights, const KV* values, int64_t count, int64_t hs,
+                               const KV* next) {
   Wide acc[Vectors];
 #pragma GCC unroll 8
   for (int v = 0; v < Vectors; ++v) acc[v] = wide_load(y + kWide * v);
   for (int64_t j = 0; j < count; ++j) {
+    if (next != nullptr) prefetch_into_l2(next + j * hs, kWide * Vectors * static_cast<int64_t>(sizeof(KV)));
     const Wide weight = wide_set1(weights[j]);
 #pragma GCC unroll 8
     for (int v = 0; v < Vectors; ++v) acc[v] = wide_fmadd(weight, wide_load(values + j * hs + kWide * v), acc[v]);
@@ -328,10 +340,11 @@ inline float lanes_max(__m256 lanes, float max_value) {
 
 // scores[j] = scale · (q · key j) for the `count` key rows at `keys` (row stride hs); returns the
 // largest of max_value and these scores. Keys and values are f32 or (the engine's bf16 KV cache)
-// bf16, widened as they are read.
+// bf16, widened as they are read. `next` (or null): the rows read next, requested into L2 a few
+// at a time as these are read.
 template <typename KV>
 float key_scores(float* scores, const float* q, const KV* keys, int64_t count, int64_t hs, float scale,
-                 float max_value) {
+                 float max_value, const KV* next = nullptr) {
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % kWide == 0) {
     // Eight keys at a time: eight independent FMA chains instead of one, then one reduction.
@@ -341,6 +354,7 @@ float key_scores(float* scores, const float* q, const KV* keys, int64_t count, i
       __m256 acc[8];
       for (__m256& lanes : acc) lanes = _mm256_setzero_ps();
       const KV* key = keys + first * hs;
+      if (next != nullptr) prefetch_into_l2(next + first * hs, n * hs * static_cast<int64_t>(sizeof(KV)));
       if (n == 8) {
         key_lanes<8>(acc, q, key, hs);
       } else {
@@ -380,14 +394,18 @@ inline void softmax_in_place(float* scores, int64_t count, float max_value) {
   for (int64_t k = 0; k < count; ++k) scores[k] /= sum;
 }
 
-// y += Σ_j weights[j] · value j over the `count` value rows at `values` (row stride hs).
+// y += Σ_j weights[j] · value j over the `count` value rows at `values` (row stride hs); `next`
+// as in key_scores.
 template <typename KV>
-void add_weighted_values(float* y, const float* weights, const KV* values, int64_t count, int64_t hs) {
+void add_weighted_values(float* y, const float* weights, const KV* values, int64_t count, int64_t hs,
+                         const KV* next = nullptr) {
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % kWide == 0) {
     int64_t d = 0;
-    for (; d + 64 <= hs; d += 64) add_weighted_slice<64 / kWide>(y + d, weights, values + d, count, hs);
-    for (; d < hs; d += kWide) add_weighted_slice<1>(y + d, weights, values + d, count, hs);
+    for (; d + 64 <= hs; d += 64) {
+      add_weighted_slice<64 / kWide>(y + d, weights, values + d, count, hs, next ? next + d : nullptr);
+    }
+    for (; d < hs; d += kWide) add_weighted_slice<1>(y + d, weights, values + d, count, hs, next ? next + d : nullptr);
     return;
   }
 #endif
@@ -498,9 +516,12 @@ void tile_weighted_values(const QueryRows& rows, const KV* values, int64_t count
 #endif
 
 // A tile's scores against `count` keys, and its weighted sums of `count` values: several rows
-// at once where the AVX2 kernels apply, row by row otherwise.
+// at once where the AVX2 kernels apply, row by row otherwise. `next` (or null): the run of keys
+// (values) read next, requested into L2 meanwhile: spread over a single row's work, at once
+// before a tile's.
 template <typename KV>
-void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale) {
+void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale, const KV* next) {
+  if (rows.count > 1 && next != nullptr) prefetch_into_l2(next, count * hs * static_cast<int64_t>(sizeof(KV)));
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % kWide == 0) {
     switch (rows.count) {
@@ -512,12 +533,14 @@ void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t h
   }
 #endif
   for (int r = 0; r < rows.count; ++r) {
-    *rows.max_value[r] = key_scores(rows.scores[r], rows.q[r], keys, count, hs, scale, *rows.max_value[r]);
+    *rows.max_value[r] = key_scores(rows.scores[r], rows.q[r], keys, count, hs, scale, *rows.max_value[r],
+                                    rows.count == 1 ? next : nullptr);
   }
 }
 
 template <typename KV>
-void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs) {
+void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs, const KV* next) {
+  if (rows.count > 1 && next != nullptr) prefetch_into_l2(next, count * hs * static_cast<int64_t>(sizeof(KV)));
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % kWide == 0) {
     switch (rows.count) {
@@ -528,7 +551,9 @@ void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t
     }
   }
 #endif
-  for (int r = 0; r < rows.count; ++r) add_weighted_values(rows.y[r], rows.scores[r], values, count, hs);
+  for (int r = 0; r < rows.count; ++r) {
+    add_weighted_values(rows.y[r], rows.scores[r], values, count, hs, rows.count == 1 ? next : nullptr);
+  }
 }
 
 // This thread's scores, at least `count` of them: kept across calls (no allocation per token).
@@ -572,12 +597,6 @@ void attention_cached_forward(const AttentionCachedForward& args) {
 }
 
 namespace {
-
-// Asks for the cache lines of [from, from + bytes) to be brought into L2.
-inline void prefetch_into_l2(const void* from, int64_t bytes) {
-  const char* first = static_cast<const char*>(from);
-  for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(first + at, 0, 2);  // (prefetcht1 on x86)
-}
 
 // The pools' element type KV: f32, or bf16 (keys and values rounded as they are written).
 template <typename KV>
@@ -640,18 +659,18 @@ void attention_paged(const AttentionPagedForward& args) {
       const int64_t tile = item / parts, h_begin = NH * (item % parts) / parts, h_end = NH * (item % parts + 1) / parts;
       const int64_t first_row = tiles[tile], rows = tiles[tile + 1] - first_row;
       const int64_t shared = positions[first_row] + 1;  // keys every row of the tile sees
-      // Block by block, positions [begin, end) of row i's heads in a pool: visit(h, position, run, count).
-      // Blocks lie anywhere in the pool: a head's run in one is 2 KiB (GPT-2's), too short for
-      // the hardware prefetcher, which also stops at every 4 KiB page. So each head's run in the
-      // next block is requested into L2 while this block's is read (decoding attention read its
-      // cache at 19-28 GB/s without, 22-36 with: bench/infer/paged_attention_bench).
+      // Block by block, positions [begin, end) of row i's heads in a pool: visit(h, position, run,
+      // count, next run or null). Blocks lie anywhere in the pool: a head's run in one is 2 KiB
+      // (GPT-2's, bf16; 4 KiB in f32), too short for the hardware prefetcher, which also stops at
+      // every 4 KiB page. So the kernels request each head's run in the next block into L2 while
+      // they read this one's, a few lines per key or value row (decoding attention read a bf16
+      // cache from memory at 19-28 GB/s without, 25-40 with: bench/infer/paged_attention_bench).
       auto each_block = [&](int64_t i, const KV* pool, int64_t begin, int64_t end, auto&& visit) {
         for (int64_t first = begin; first < end;) {
           const int64_t count = std::min(end, (first / block_size + 1) * block_size) - first;
-          const int64_t next = first + count, next_bytes = std::min(end - next, block_size) * hs * sizeof(KV);
+          const int64_t next = first + count;
           for (int64_t h = h_begin; h < h_end; ++h) {
-            if (next < end) prefetch_into_l2(pool + pool_row(i, h, next), next_bytes);
-            visit(h, first, pool + pool_row(i, h, first), count);
+            visit(h, first, pool + pool_row(i, h, first), count, next < end ? pool + pool_row(i, h, next) : nullptr);
           }
           first = next;
         }
@@ -672,13 +691,14 @@ void attention_paged(const AttentionPagedForward& args) {
         std::fill(max_values + r * NH + h_begin, max_values + r * NH + h_end, -INFINITY);
         std::fill(out + (first_row + r) * C + h_begin * hs, out + (first_row + r) * C + h_end * hs, 0.0f);
       }
-      each_block(first_row, k_pool, 0, shared, [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
-        tile_scores(tile_rows(0, rows, h, first), keys, count, hs, args.scale);
-      });
+      each_block(first_row, k_pool, 0, shared,
+                 [&](int64_t h, int64_t first, const KV* keys, int64_t count, const KV* next) {
+                   tile_scores(tile_rows(0, rows, h, first), keys, count, hs, args.scale, next);
+                 });
       for (int64_t r = 1; r < rows; ++r) {
         each_block(first_row + r, k_pool, shared, positions[first_row + r] + 1,
-                   [&](int64_t h, int64_t first, const KV* keys, int64_t count) {
-                     tile_scores(tile_rows(r, 1, h, first), keys, count, hs, args.scale);
+                   [&](int64_t h, int64_t first, const KV* keys, int64_t count, const KV* next) {
+                     tile_scores(tile_rows(r, 1, h, first), keys, count, hs, args.scale, next);
                    });
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -686,13 +706,14 @@ void attention_paged(const AttentionPagedForward& args) {
           softmax_in_place(scores + (r * NH + h) * stride, positions[first_row + r] + 1, max_values[r * NH + h]);
         }
       }
-      each_block(first_row, v_pool, 0, shared, [&](int64_t h, int64_t first, const KV* values, int64_t count) {
-        tile_values(tile_rows(0, rows, h, first), values, count, hs);
-      });
+      each_block(first_row, v_pool, 0, shared,
+                 [&](int64_t h, int64_t first, const KV* values, int64_t count, const KV* next) {
+                   tile_values(tile_rows(0, rows, h, first), values, count, hs, next);
+                 });
       for (int64_t r = 1; r < rows; ++r) {
         each_block(first_row + r, v_pool, shared, positions[first_row + r] + 1,
-                   [&](int64_t h, int64_t first, const KV* values, int64_t count) {
-                     tile_values(tile_rows(r, 1, h, first), values, count, hs);
+                   [&](int64_t h, int64_t first, const KV* values, int64_t count, const KV* next) {
+                     tile_values(tile_rows(r, 1, h, first), values, count, hs, next);
                    });
       }
     }

@@ -15,9 +15,9 @@ inline __m256 load8(const BFloat16* from) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
 }
 #ifdef __AVX512F__
+inline __m512 load16(const float* from) { return _mm512_loadu_ps(from); }
 // Sixteen bf16 values as f32 lanes. (The zero-masked forms: GCC 12's plain ones pass an
 // _mm512_undefined_epi32() that it then warns "may be used uninitialized".)
-inline __m512 load16(const float* from) { return _mm512_loadu_ps(from); }
 inline __m512 load16(const BFloat16* from) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
