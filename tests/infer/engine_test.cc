@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 
+#include "backend/opaque_backend.h"
 #include "infer/engine.h"
 #include "reference_runner.h"
 #include "test_util.h"
@@ -157,6 +158,25 @@ TEST_F(EngineTest, ProfileTimesAStepsOpsAndHostWorkOnlyWhenAsked) {
     }
     EXPECT_LE(total, wall);
   }
+}
+
+// On a backend whose memory the host cannot read (tests/backend/opaque_backend.h: the CPU's
+// kernels), the engine copies each step's logits out before sampling, and its greedy tokens are
+// the CPU backend's, bit for bit.
+TEST_F(EngineTest, OpaqueMemoryBackendServesTheCpuBackendsTokens) {
+  Rng rng(testing::test_seed());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t length : {2, 9, 17}) prompts.push_back(random_prompt(rng, length));
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
+    expected = greedy_together(engine, prompts, 7);
+  }
+  const model::ParameterSet opaque_parameters =
+      trainer->parameters().converted_copy(testing::opaque_backend(), DType::f32, {});
+  Engine engine(config, opaque_parameters, testing::opaque_backend(), EngineOptions{.kv_cache_gb = 0.01});
+  EXPECT_EQ(greedy_together(engine, prompts, 7), expected);
+  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
 }
 
 // Logits that overflowed fail the step's requests with the sampler's message (the tokens are
