@@ -249,8 +249,10 @@ using Wide = __m512;
 constexpr int64_t kWide = 16;
 inline Wide wide_zero() { return _mm512_setzero_ps(); }
 inline Wide wide_set1(float value) { return _mm512_set1_ps(value); }
-inline Wide wide_load(const float* from) { return _mm512_loadu_ps(from); }
-inline Wide wide_load(const BFloat16* from) { return load16(from); }
+template <typename T>  // f32 or bf16 (avx2.h)
+inline Wide wide_load(const T* from) {
+  return load16(from);
+}
 inline Wide wide_fmadd(Wide a, Wide b, Wide c) { return _mm512_fmadd_ps(a, b, c); }
 inline void wide_store(float* to, Wide value) { _mm512_storeu_ps(to, value); }
 inline __m256 fold(Wide lanes) {  // (zero-masked extracts, as in load16: GCC 12's casts warn too)
@@ -263,8 +265,10 @@ using Wide = __m256;
 constexpr int64_t kWide = 8;
 inline Wide wide_zero() { return _mm256_setzero_ps(); }
 inline Wide wide_set1(float value) { return _mm256_set1_ps(value); }
-inline Wide wide_load(const float* from) { return load8(from); }
-inline Wide wide_load(const BFloat16* from) { return load8(from); }
+template <typename T>  // f32 or bf16 (avx2.h)
+inline Wide wide_load(const T* from) {
+  return load8(from);
+}
 inline Wide wide_fmadd(Wide a, Wide b, Wide c) { return _mm256_fmadd_ps(a, b, c); }
 inline void wide_store(float* to, Wide value) { _mm256_storeu_ps(to, value); }
 inline __m256 fold(Wide lanes) { return lanes; }
@@ -515,13 +519,21 @@ void tile_weighted_values(const QueryRows& rows, const KV* values, int64_t count
 }
 #endif
 
+// `next` (or null), the run of keys (values) a tile reads after these `count`, requested into
+// L2 meanwhile: for a single row, spread over its work (returned, for its kernel to request);
+// for a tile, at once here (null returned).
+template <typename KV>
+const KV* request_next_run(const QueryRows& rows, const KV* next, int64_t count, int64_t hs) {
+  if (rows.count == 1) return next;
+  if (next != nullptr) prefetch_into_l2(next, count * hs * static_cast<int64_t>(sizeof(KV)));
+  return nullptr;
+}
+
 // A tile's scores against `count` keys, and its weighted sums of `count` values: several rows
-// at once where the AVX2 kernels apply, row by row otherwise. `next` (or null): the run of keys
-// (values) read next, requested into L2 meanwhile: spread over a single row's work, at once
-// before a tile's.
+// at once where the AVX2 kernels apply, row by row otherwise; `next` as in request_next_run.
 template <typename KV>
 void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t hs, float scale, const KV* next) {
-  if (rows.count > 1 && next != nullptr) prefetch_into_l2(next, count * hs * static_cast<int64_t>(sizeof(KV)));
+  const KV* spread = request_next_run(rows, next, count, hs);
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % kWide == 0) {
     switch (rows.count) {
@@ -533,14 +545,13 @@ void tile_scores(const QueryRows& rows, const KV* keys, int64_t count, int64_t h
   }
 #endif
   for (int r = 0; r < rows.count; ++r) {
-    *rows.max_value[r] = key_scores(rows.scores[r], rows.q[r], keys, count, hs, scale, *rows.max_value[r],
-                                    rows.count == 1 ? next : nullptr);
+    *rows.max_value[r] = key_scores(rows.scores[r], rows.q[r], keys, count, hs, scale, *rows.max_value[r], spread);
   }
 }
 
 template <typename KV>
 void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t hs, const KV* next) {
-  if (rows.count > 1 && next != nullptr) prefetch_into_l2(next, count * hs * static_cast<int64_t>(sizeof(KV)));
+  const KV* spread = request_next_run(rows, next, count, hs);
 #if defined(__AVX2__) && defined(__FMA__)
   if (hs % kWide == 0) {
     switch (rows.count) {
@@ -551,9 +562,7 @@ void tile_values(const QueryRows& rows, const KV* values, int64_t count, int64_t
     }
   }
 #endif
-  for (int r = 0; r < rows.count; ++r) {
-    add_weighted_values(rows.y[r], rows.scores[r], values, count, hs, rows.count == 1 ? next : nullptr);
-  }
+  for (int r = 0; r < rows.count; ++r) add_weighted_values(rows.y[r], rows.scores[r], values, count, hs, spread);
 }
 
 // This thread's scores, at least `count` of them: kept across calls (no allocation per token).

@@ -409,8 +409,8 @@ constexpr auto wide_panel_blocks(std::index_sequence<Index...>) {
 // out_in_interleaved: whole groups as panels, in blocks of at most six input rows (12
 // accumulators, two weight vectors and a broadcast: the 16 ymm registers; with AVX-512, blocks of
 // up to kWidePanelRows) as even in size as can be, or two groups at once for one or two rows
-// (enough independent sums to hide the FMA latency); the rows after the last whole group, and every row of an out_in weight, as dot
-// products: four weight rows and three input rows at a time.
+// (enough independent sums to hide the FMA latency); the rows after the last whole group, and
+// every row of an out_in weight, as dot products: four weight rows and three input rows at a time.
 template <typename W>
 void f32_dot_rows(float* sums, int64_t sums_ld, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
                   int64_t end) {
