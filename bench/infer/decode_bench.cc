@@ -15,7 +15,7 @@
 
 using namespace paraflow;
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"paraflow decode benchmark"};
   std::string model_dir, dtype = "float32";
   int64_t tokens = 128;
@@ -43,4 +43,7 @@ int main(int argc, char** argv) {
     fmt::print("profile {:<26} {:8.3f} ms/token {:5.1f}%\n", key, 1000 * seconds / (decoded + 4), 100 * seconds / total);
   }
   return 0;
+} catch (const std::exception& error) {  // a bad model directory, say: a message, not an abort
+  fmt::print(stderr, "decode_bench: {}\n", error.what());
+  return 1;
 }

@@ -76,7 +76,7 @@ double percentile(std::vector<double> values, double p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"paraflow serving engine benchmark"};
   std::string model_dir, dtype = "float32", kv_cache_dtype = "auto", prompt_range = "32:128";
   int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 0, seed = 1;
@@ -185,4 +185,7 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const std::exception& error) {  // a bad model directory, say: a message, not an abort
+  fmt::print(stderr, "engine_bench: {}\n", error.what());
+  return 1;
 }
