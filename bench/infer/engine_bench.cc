@@ -9,6 +9,7 @@
 //
 //     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16] [--requests 32]
 //         [--in-flight N] [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
+//         [--max-batched-tokens N] [--max-decoding-step-tokens N]
 //         [--profile]
 #include <fmt/format.h>
 #include <omp.h>
@@ -79,7 +80,8 @@ double percentile(std::vector<double> values, double p) {
 int main(int argc, char** argv) try {
   CLI::App app{"paraflow serving engine benchmark"};
   std::string model_dir, dtype = "float32", kv_cache_dtype = "auto", prompt_range = "32:128";
-  int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 0, seed = 1;
+  int64_t requests = 32, in_flight = 0, tokens = 64, max_num_seqs = 32, max_batched_tokens = 0,
+          max_decoding_step_tokens = 0, seed = 1;
   bool profile = false;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
@@ -90,6 +92,8 @@ int main(int argc, char** argv) try {
   app.add_option("--tokens", tokens, "Tokens generated per request");
   app.add_option("--max-num-seqs", max_num_seqs, "Sequences running at once");
   app.add_option("--max-batched-tokens", max_batched_tokens, "Tokens per step (0: the engine's default)");
+  app.add_option("--max-decoding-step-tokens", max_decoding_step_tokens,
+                 "Tokens per step while a request streams (0: the engine's default)");
   app.add_option("--seed", seed, "Prompt seed");
   app.add_flag("--profile", profile, "Time each op kind and the engine's host work (steps run a little slower)");
   CLI11_PARSE(app, argc, argv);
@@ -110,6 +114,7 @@ int main(int argc, char** argv) try {
   options.kv_cache_gb = 1.0;
   options.max_num_seqs = max_num_seqs;
   options.max_batched_tokens = max_batched_tokens;
+  options.max_decoding_step_tokens = max_decoding_step_tokens;
   options.profile = profile;
   options.max_waiting = std::max<int64_t>(options.max_waiting, requests);  // all may wait at once
   infer::Engine engine(model.config, model.parameters, backend, options);
@@ -164,10 +169,11 @@ int main(int argc, char** argv) try {
     }
   }
   const int64_t steps = after.steps - before.steps;
-  fmt::print("cpu {}\nonednn_isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nmax_batched_tokens {}\nrequests {}\nprompt_tokens {}\n"
-             "generated_tokens {}\n",
+  fmt::print("cpu {}\nonednn_isa {}\nthreads {}\ndtype {}\nkv_cache_dtype {}\nmax_batched_tokens {}\n"
+             "max_decoding_step_tokens {}\nrequests {}\nprompt_tokens {}\ngenerated_tokens {}\n",
              bench::cpu_model(), cpu::onednn_isa_name(), omp_get_max_threads(), dtype, dtype_name(options.kv_cache_dtype),
-             engine.options().max_batched_tokens, requests, prompt_tokens, generated);
+             engine.options().max_batched_tokens, engine.options().max_decoding_step_tokens, requests, prompt_tokens,
+             generated);
   const double step_ms = 1000 * seconds / static_cast<double>(std::max<int64_t>(steps, 1));
   fmt::print("seconds {:.3f}\ngenerated_tokens_per_s {:.1f}\nsteps {}\nstep_ms_mean {:.2f}\n", seconds,
              static_cast<double>(generated) / seconds, steps, step_ms);

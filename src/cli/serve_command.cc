@@ -186,8 +186,14 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(at_least(1)));
   command->add_option("--max-batched-tokens", options->engine.max_batched_tokens,
-                      "Tokens per engine step at most (decode tokens plus prompt chunks); 0: the larger of 64 "
+                      "Tokens per engine step at most (decode tokens plus prompt chunks); 0: the larger of 128 "
                       "and --max-num-seqs")
+      ->capture_default_str()
+      ->check(in_range(at_least(0)));
+  command->add_option("--max-decoding-step-tokens", options->engine.max_decoding_step_tokens,
+                      "Tokens per step at most while a request is streaming (never fewer than the requests "
+                      "running): lower keeps inter-token latency flatter, higher serves more tokens/s and "
+                      "first tokens sooner; 0: the smaller of 32 and --max-batched-tokens")
       ->capture_default_str()
       ->check(in_range(at_least(0)));
   command->add_option("--max-waiting", options->engine.max_waiting, "Queued requests beyond this are refused (429)")

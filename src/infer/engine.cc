@@ -166,8 +166,11 @@ int64_t pool_blocks(const model::GptConfig& config, const EngineOptions& options
   return static_cast<int64_t>(options.kv_cache_gb * 1024 * 1024 * 1024 / bytes_per_block);
 }
 
-EngineOptions with_token_budget(EngineOptions options) {
-  if (options.max_batched_tokens == 0) options.max_batched_tokens = std::max<int64_t>(64, options.max_num_seqs);
+EngineOptions with_token_budgets(EngineOptions options) {
+  if (options.max_batched_tokens == 0) options.max_batched_tokens = std::max<int64_t>(128, options.max_num_seqs);
+  if (options.max_decoding_step_tokens == 0) {
+    options.max_decoding_step_tokens = std::min<int64_t>(32, options.max_batched_tokens);
+  }
   return options;
 }
 
@@ -180,7 +183,7 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
     : config(config),
       parameters(parameters),
       backend(backend),
-      options(with_token_budget(options_in)),
+      options(with_token_budgets(options_in)),
       max_blocks_per_sequence((config.n_positions + options.block_size - 1) / std::max<int64_t>(options.block_size, 1)),
       pool(std::max<int64_t>(pool_blocks(config, options), 1), std::max<int64_t>(options.block_size, 1)),
       queue_time(metrics.histogram("paraflow_request_queue_seconds", "Time from arrival to the first scheduled step",
@@ -204,6 +207,9 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   check(options.max_batched_tokens >= options.max_num_seqs,
         "max_batched_tokens ({}) must be at least max_num_seqs ({}): each running sequence decodes a token per step",
         options.max_batched_tokens, options.max_num_seqs);
+  check(options.max_decoding_step_tokens >= 1 && options.max_decoding_step_tokens <= options.max_batched_tokens,
+        "max_decoding_step_tokens ({}) must be between 1 and max_batched_tokens ({})", options.max_decoding_step_tokens,
+        options.max_batched_tokens);
   check(options.max_waiting >= 0, "max_waiting must not be negative (got {})", options.max_waiting);
   check(pool.total() >= max_blocks_per_sequence,
         "kv_cache_gb {} holds {} blocks of {} tokens; one sequence of the model's context ({}) needs {}",
@@ -341,7 +347,12 @@ void Engine::Impl::finish_by_id(uint64_t id, const std::string& error) {
 }
 
 void Engine::Impl::schedule(std::vector<Chunk>& batch) {
-  int64_t budget = options.max_batched_tokens;
+  // A step that streams tokens keeps to the decoding budget; one of prompts alone may fill the graph.
+  const bool decoding = std::any_of(running.begin(), running.end(), [](const auto& sequence) {
+    return sequence->generated > 0;
+  });
+  int64_t budget = decoding ? std::max(options.max_decoding_step_tokens, static_cast<int64_t>(running.size()))
+                            : options.max_batched_tokens;
   // Running sequences in admission order: a decode token each, or a prefill chunk that leaves
   // one token of budget for every sequence after it (decodes never wait behind a long prompt).
   for (size_t i = 0; i < running.size(); ++i) {

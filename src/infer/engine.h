@@ -24,11 +24,15 @@ struct EngineOptions {
   double kv_cache_gb = 0.5;         // memory for the pool of KV blocks (all layers, keys and values)
   int64_t block_size = 16;          // tokens per KV block
   int64_t max_num_seqs = 64;        // sequences running at once
-  // Tokens per step: decode tokens plus prefill chunks; 0: max(64, max_num_seqs). A step's time
-  // grows with its tokens once the matmuls are bound by arithmetic (a few dozen rows on a CPU),
-  // and every decoding stream waits for the whole step: a small budget keeps inter-token latency
-  // flat at about the same throughput, and prompts wait longer for their first token instead.
+  // Tokens per step at most: decode tokens plus prefill chunks; 0: max(128, max_num_seqs). A step
+  // with no sequence decoding (prompts only) may fill it: bigger chunks read the weights fewer times.
   int64_t max_batched_tokens = 0;
+  // Tokens per step at most while any sequence is decoding (never fewer than the sequences
+  // running: each decodes a token every step); 0: min(32, max_batched_tokens). A step's time grows
+  // with its tokens once the matmuls are bound by arithmetic (a few dozen rows on a CPU), and every
+  // decoding stream waits for the whole step: this budget holds inter-token latency near a
+  // single stream's, at some throughput, and prompts wait longer for their first token instead.
+  int64_t max_decoding_step_tokens = 0;
   int64_t max_waiting = 1024;       // queued requests beyond this are refused (QueueFull)
   DType weights = DType::f32;       // f32, or bf16 where the backend multiplies bf16
   // Keys and values: f32, or bf16 (half the bytes, twice the blocks; exact for bf16 weights,
@@ -137,7 +141,7 @@ class Engine {
   // end-to-end latency, batch size per step, token counters); the front end adds its own.
   MetricsRegistry& metrics();
   const model::GptConfig& config() const;
-  const EngineOptions& options() const;  // as resolved: max_batched_tokens never 0
+  const EngineOptions& options() const;  // as resolved: the token budgets never 0
 
  private:
   struct Impl;

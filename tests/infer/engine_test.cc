@@ -366,23 +366,87 @@ TEST(EngineWideModel, Float32ServingEqualsTheGenerator) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(served[i], expected[i]) << "request " << i;
 }
 
-// Without a token budget a step takes max(64, max_num_seqs) tokens: an idle engine prefills a
+// Without a token budget a step takes max(128, max_num_seqs) tokens: an idle engine prefills a
 // prompt of 150 in ceil(150 / budget) steps, the last of which also samples the first token.
-TEST(EngineTokenBudget, DefaultsToTheLargerOf64AndMaxNumSeqs) {
+TEST(EngineTokenBudget, DefaultsToTheLargerOf128AndMaxNumSeqs) {
   const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
   model::initialize_gpt(parameters, config, rng);
   std::vector<int32_t> prompt(150);
   for (auto& token : prompt) token = static_cast<int32_t>(rng.below(97));
-  for (const auto& [max_num_seqs, steps] : {std::pair<int64_t, int64_t>{8, 3}, {100, 2}, {150, 1}}) {
+  for (const auto& [max_num_seqs, steps] : {std::pair<int64_t, int64_t>{8, 2}, {100, 2}, {150, 1}}) {
     Engine engine(config, parameters, cpu_backend(), EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = max_num_seqs});
     auto sink = std::make_shared<RecordingSink>();
     engine.submit(Request{.prompt = prompt, .max_tokens = 1, .sampling = {.temperature = 0}}, sink);
     EXPECT_TRUE(sink->wait().error.empty());
-    EXPECT_EQ(engine.options().max_batched_tokens, std::max<int64_t>(64, max_num_seqs));
+    EXPECT_EQ(engine.options().max_batched_tokens, std::max<int64_t>(128, max_num_seqs));
+    EXPECT_EQ(engine.options().max_decoding_step_tokens, 32);
     EXPECT_EQ(engine.stats().steps, steps) << "max_num_seqs " << max_num_seqs;
     EXPECT_EQ(engine.stats().prompt_tokens, 150);
+  }
+}
+
+// Holds the engine in the step of its request's first token (on_token runs on the engine
+// thread) until the test releases it: what the test submits meanwhile meets a streaming request.
+class FirstTokenSink : public infer::RequestSink {
+ public:
+  bool on_token(const infer::TokenEvent&) override {
+    if (!first_seen_) {
+      first_seen_ = true;
+      first.set_value();
+      release.get_future().wait();
+    }
+    return true;
+  }
+  void on_finish(const infer::Outcome& outcome) override { done.set_value(outcome); }
+  std::promise<void> first, release;
+  std::promise<infer::Outcome> done;
+
+ private:
+  bool first_seen_ = false;  // (the engine thread's alone)
+};
+
+// A prompt that arrives while another request streams is prefilled in chunks that keep each step
+// within max_decoding_step_tokens (one of them the streaming request's token): 60 prompt tokens
+// at 7 a step take at least 9 steps, none over 8 tokens. With the decoding budget as large as the
+// step (the control) the prompt goes in one step of 61 tokens.
+TEST(EngineTokenBudget, StepsThatStreamKeepToTheDecodingBudget) {
+  const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  Rng rng(testing::test_seed());
+  model::initialize_gpt(parameters, config, rng);
+  std::vector<int32_t> long_prompt(60);
+  for (auto& token : long_prompt) token = static_cast<int32_t>(rng.below(97));
+  for (const int64_t decoding_budget : {8, 64}) {
+    Engine engine(config, parameters, cpu_backend(),
+                  EngineOptions{.kv_cache_gb = 0.01, .max_num_seqs = 4, .max_batched_tokens = 64,
+                                .max_decoding_step_tokens = decoding_budget});
+    auto streaming = std::make_shared<FirstTokenSink>();
+    std::future<void> first = streaming->first.get_future();
+    const uint64_t streaming_id =
+        engine.submit(Request{.prompt = {1, 2, 3, 4}, .max_tokens = 150, .sampling = {.temperature = 0}}, streaming);
+    first.wait();
+    Histogram& step_tokens = engine.metrics().histogram("paraflow_batch_tokens", "", {});
+    const Histogram::Snapshot before = step_tokens.snapshot();
+    auto prompt_sink = std::make_shared<RecordingSink>();
+    engine.submit(Request{.prompt = long_prompt, .max_tokens = 1, .sampling = {.temperature = 0}}, prompt_sink);
+    streaming->release.set_value();
+    EXPECT_TRUE(prompt_sink->wait().error.empty());
+    const Histogram::Snapshot after = step_tokens.snapshot();
+    engine.cancel(streaming_id);
+    const size_t up_to_8 = static_cast<size_t>(std::find(after.upper_bounds.begin(), after.upper_bounds.end(), 8.0) -
+                                               after.upper_bounds.begin());
+    ASSERT_LT(up_to_8, after.upper_bounds.size());
+    const uint64_t steps = after.count - before.count;
+    const uint64_t small_steps = after.cumulative_counts[up_to_8] - before.cumulative_counts[up_to_8];
+    if (decoding_budget == 8) {
+      EXPECT_GE(steps, 9u);
+      EXPECT_EQ(small_steps, steps) << "a step held more than 8 tokens while a request streamed";
+    } else {
+      EXPECT_LT(small_steps, steps) << "the control: the prompt should have gone in one step";
+    }
+    streaming->done.get_future().wait();  // cancelled, or finished by then
   }
 }
 
