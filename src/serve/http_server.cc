@@ -337,6 +337,10 @@ void HttpServer::Impl::accept() {
     if (connections.load() >= limits.max_connections) {
       refuse_connection(std::move(socket));
     } else {
+      // A streamed token goes out when written, not held back until the previous one is
+      // acknowledged (Nagle's algorithm).
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
       std::make_shared<Session>(std::move(socket), *this)->read_request();
     }
     accept();
