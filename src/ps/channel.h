@@ -80,13 +80,15 @@ inline std::string peer_name(const char* job, size_t index, const std::string& a
 }
 
 // One unary call to `peer` (e.g. "ps 1 (127.0.0.1:2223)") within `deadline`; throws PeerError
-// naming the peer and the method.
+// naming the peer and the method. A peer that is not listening fails the call at once, unless
+// `wait_for_ready`: then the call waits for it (within the deadline) to come up.
 template <typename Stub, typename Request, typename Reply>
 Reply call_peer(const std::string& peer, const char* method, Stub& stub,
                 grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*), const Request& request,
-                std::chrono::milliseconds deadline, const ChannelSecurity& security) {
+                std::chrono::milliseconds deadline, const ChannelSecurity& security, bool wait_for_ready = false) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
+  context.set_wait_for_ready(wait_for_ready);
   security.authorize(context);
   Reply reply;
   const grpc::Status status = (stub.*rpc)(&context, request, &reply);

@@ -298,15 +298,23 @@ struct Coordinator::Impl {
     return checkpoints.save(step, model_config, whole, first_moment, second_moment, optimizer_steps, state);
   }
 
-  void shut_down_cluster() {
-    workers->shut_down_workers();
-    for (size_t task = 0; task < shards.size(); ++task) {
-      try {
-        call_peer(ps_names[task], "Shutdown", *shards[task], &ParameterServer::Stub::Shutdown, ShutdownRequest(),
-                  std::chrono::milliseconds(2000), settings.security);
-      } catch (const PeerError&) {
-      }
-    }
+  // Tells every worker and ps task to exit, all at once. A task that does not answer is left
+  // alone: at once (it has died), or, with `wait_for_starting`, after waiting up to the timeout
+  // for it to come up: a chief that fails at start may fail before every task is listening.
+  void shut_down_cluster(bool wait_for_starting) {
+    std::thread ps_tasks([&] {
+      const std::chrono::milliseconds deadline = wait_for_starting ? settings.timeout : std::chrono::milliseconds(2000);
+      for_each_task(shards.size(), [&](size_t task) {
+        try {
+          call_peer(ps_names[task], "Shutdown", *shards[task], &ParameterServer::Stub::Shutdown, ShutdownRequest(),
+                    deadline, settings.security, wait_for_starting);
+        } catch (const PeerError&) {
+        }
+        return true;
+      });
+    });
+    workers->shut_down_workers(wait_for_starting);
+    ps_tasks.join();
   }
 
   void log(data::EventWriter& events, const StepMetrics& metrics) {
@@ -336,10 +344,10 @@ void Coordinator::run(const std::atomic<bool>* stop) {
     // Wrong input (a checkpoint of other settings, data past the vocabulary): a relaunched chief
     // would fail alike, so the ps tasks and workers are told to exit rather than wait for one.
     // Other failures leave them up for the chief that is relaunched to resume.
-    impl_->shut_down_cluster();
+    impl_->shut_down_cluster(/*wait_for_starting=*/true);
     throw;
   }
-  impl_->shut_down_cluster();
+  impl_->shut_down_cluster(/*wait_for_starting=*/false);
 }
 
 void Coordinator::train_and_export(const std::atomic<bool>* stop) {

@@ -193,15 +193,17 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
   return replies;
 }
 
-void WorkerPool::shut_down_workers() {
-  impl_->stop_threads();  // the stubs are the main thread's from here on
-  for (size_t worker = 0; worker < impl_->stubs.size(); ++worker) {
+void WorkerPool::shut_down_workers(bool wait_for_starting) {
+  impl_->stop_threads();  // the stubs are this call's from here on
+  const std::chrono::milliseconds deadline = wait_for_starting ? impl_->timeout : std::chrono::milliseconds(2000);
+  for_each_task(impl_->stubs.size(), [&](size_t worker) {
     try {
       call_peer(impl_->names[worker], "Shutdown", *impl_->stubs[worker], &Worker::Stub::Shutdown, ShutdownRequest(),
-                std::chrono::milliseconds(2000), impl_->security);
+                deadline, impl_->security, wait_for_starting);
     } catch (const PeerError&) {
     }
-  }
+    return true;
+  });
 }
 
 }  // namespace paraflow::ps
