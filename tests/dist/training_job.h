@@ -64,21 +64,44 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
     }
     return job;
   }
-  // Waits up to a minute for `path` to exist.
-  static bool wait_for(const std::filesystem::path& path) {
+  // Waits up to a minute for `done()`.
+  template <typename Done>
+  static bool wait_until(Done done) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) {
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    return std::filesystem::exists(path);
+    return done();
+  }
+  // Waits up to a minute for `path` to exist.
+  static bool wait_for(const std::filesystem::path& path) {
+    return wait_until([&] { return std::filesystem::exists(path); });
   }
 
-  // Runs `command` (training into `out`) until its checkpoint at `step` exists, then SIGKILLs the
-  // newest paraflow process of the job (the launchers start rank 0 first); the job must fail
-  // without an export.
+  // The step of the newest complete checkpoint in `run`, -1 if none (or no `run` yet).
+  static int64_t latest_checkpoint(const std::filesystem::path& run) {
+    int64_t latest = -1;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(run, error)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind("ckpt-", 0) == 0 && name.find(".tmp") == std::string::npos) {
+        latest = std::max<int64_t>(latest, std::stoll(name.substr(5)));
+      }
+    }
+    return latest;
+  }
+  // Waits up to a minute for a checkpoint at a step >= `step` in `run`. Not for one checkpoint by
+  // name: a fast job can write it and prune it (train.keep_checkpoints) between two looks.
+  static bool wait_for_checkpoint(const std::filesystem::path& run, int64_t step) {
+    return wait_until([&] { return latest_checkpoint(run) >= step; });
+  }
+
+  // Runs `command` (training into `out`) until it has checkpointed at `step` or later, then
+  // SIGKILLs the newest paraflow process of the job (the launchers start rank 0 first); the job
+  // must fail without an export.
   void crash_newest_rank_after(const std::string& out, const std::string& command, int step) const {
     pid_t job = start(command);
-    ASSERT_TRUE(wait_for(dir.path() / out / fmt::format("ckpt-{:09d}", step)));
+    ASSERT_TRUE(wait_for_checkpoint(dir.path() / out, step));
     // The pattern is anchored at the binary so it matches neither the launcher nor this shell.
     std::system(fmt::format("pkill -9 -n -f '^{} train.*{}/{}'", binary(), dir.path().string(), out).c_str());
     int status = 0;
@@ -87,12 +110,12 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
     EXPECT_FALSE(std::filesystem::exists(dir.path() / out / "export")) << "the crashed run must not have finished";
   }
 
-  // Runs `command` (training into `out`, checkpointing every 2 steps) until checkpoint 2 exists,
+  // Runs `command` (training into `out`, checkpointing every 2 steps) until a checkpoint exists,
   // then SIGTERMs every process of the job, as Kubernetes and mpirun deliver preemption: every
   // rank must stop at the same step with a checkpoint and exit 0.
   void preempt_after_first_checkpoint(const std::string& out, const std::string& command) const {
     pid_t job = start(command);
-    wait_for(dir.path() / out / "ckpt-000000002");
+    wait_for_checkpoint(dir.path() / out, 2);
     std::system(fmt::format("pkill -TERM -f '^{} train.*{}/{}'", binary(), dir.path().string(), out).c_str());
     int status = 0;
     waitpid(job, &status, 0);
@@ -152,14 +175,7 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
   }
   // A valid checkpoint at a step >= `step` exists in `run`.
   static void train_checkpoint_exists_after(const std::filesystem::path& run, int64_t step) {
-    int64_t latest = -1;
-    for (const auto& entry : std::filesystem::directory_iterator(run)) {
-      std::string name = entry.path().filename().string();
-      if (name.rfind("ckpt-", 0) == 0 && name.find(".tmp") == std::string::npos) {
-        latest = std::max<int64_t>(latest, std::stoll(name.substr(5)));
-      }
-    }
-    EXPECT_GE(latest, step);
+    EXPECT_GE(latest_checkpoint(run), step);
   }
 
   TempDir dir;
