@@ -366,13 +366,18 @@ TEST(EngineWideModel, Float32ServingEqualsTheGenerator) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(served[i], expected[i]) << "request " << i;
 }
 
+// A one-layer model with a context of 160, for the token budgets' step counts.
+class EngineTokenBudget : public ::testing::Test {
+ protected:
+  EngineTokenBudget() { model::initialize_gpt(parameters, config, rng); }
+  const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
+  model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
+  Rng rng{testing::test_seed()};
+};
+
 // Without a token budget a step takes max(128, max_num_seqs) tokens: an idle engine prefills a
 // prompt of 150 in ceil(150 / budget) steps, the last of which also samples the first token.
-TEST(EngineTokenBudget, DefaultsToTheLargerOf128AndMaxNumSeqs) {
-  const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
-  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
-  Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+TEST_F(EngineTokenBudget, DefaultsToTheLargerOf128AndMaxNumSeqs) {
   std::vector<int32_t> prompt(150);
   for (auto& token : prompt) token = static_cast<int32_t>(rng.below(97));
   for (const auto& [max_num_seqs, steps] : {std::pair<int64_t, int64_t>{8, 2}, {100, 2}, {150, 1}}) {
@@ -411,11 +416,7 @@ class FirstTokenSink : public infer::RequestSink {
 // within max_decoding_step_tokens (one of them the streaming request's token): 60 prompt tokens
 // at 7 a step take at least 9 steps, none over 8 tokens. With the decoding budget as large as the
 // step (the control) the prompt goes in one step of 61 tokens.
-TEST(EngineTokenBudget, StepsThatStreamKeepToTheDecodingBudget) {
-  const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
-  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
-  Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+TEST_F(EngineTokenBudget, StepsThatStreamKeepToTheDecodingBudget) {
   std::vector<int32_t> long_prompt(60);
   for (auto& token : long_prompt) token = static_cast<int32_t>(rng.below(97));
   for (const int64_t decoding_budget : {8, 64}) {
