@@ -303,7 +303,13 @@ void Engine::Impl::loop() {
       Clock::time_point since = Clock::now();
       schedule(batch);
       time_host("step: scheduling", since);
-      if (!batch.empty()) run(batch);
+      if (!batch.empty()) {
+        run(batch);
+        // The step's tokens went to the front end's threads (HTTP writes): let them run on this
+        // core now, between steps, rather than preempt a compute thread in the next step, which
+        // all of the step's threads would then wait for (when the compute threads take every core).
+        std::this_thread::yield();
+      }
       publish_profile();
     } catch (const std::exception& error) {
       // A failed step fails its requests, not the server: the running ones, which every step
