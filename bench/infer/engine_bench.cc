@@ -18,8 +18,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <random>
 

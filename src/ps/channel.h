@@ -13,6 +13,7 @@
 #include <mutex>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -110,6 +111,24 @@ auto for_each_task(size_t count, Call call) {
   std::vector<Result> results;
   for (auto& result : pending) results.push_back(result.get());
   return results;
+}
+
+// Sends `request` through `rpc` (a Shutdown) to every task of `stubs` (named by `names`), all at
+// once. A task that does not answer is left alone: at once (it has died), or, with
+// `wait_for_starting`, after waiting up to `timeout` for it to come up (a chief that fails at
+// start may fail before every task is listening).
+template <typename Stub, typename Request, typename Reply>
+void shut_down_tasks(const std::vector<std::string>& names, const std::vector<std::unique_ptr<Stub>>& stubs,
+                     grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*), const Request& request,
+                     bool wait_for_starting, std::chrono::milliseconds timeout, const ChannelSecurity& security) {
+  const std::chrono::milliseconds deadline = wait_for_starting ? timeout : std::chrono::milliseconds(2000);
+  for_each_task(stubs.size(), [&](size_t task) {
+    try {
+      call_peer(names[task], "Shutdown", *stubs[task], rpc, request, deadline, security, wait_for_starting);
+    } catch (const PeerError&) {
+    }
+    return true;
+  });
 }
 
 }  // namespace paraflow::ps

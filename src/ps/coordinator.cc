@@ -298,20 +298,12 @@ struct Coordinator::Impl {
     return checkpoints.save(step, model_config, whole, first_moment, second_moment, optimizer_steps, state);
   }
 
-  // Tells every worker and ps task to exit, all at once. A task that does not answer is left
-  // alone: at once (it has died), or, with `wait_for_starting`, after waiting up to the timeout
-  // for it to come up: a chief that fails at start may fail before every task is listening.
+  // Tells every worker and ps task to exit, the ps tasks while the workers are told
+  // (ps::shut_down_tasks: with `wait_for_starting`, each may be waited for up to the timeout).
   void shut_down_cluster(bool wait_for_starting) {
     std::thread ps_tasks([&] {
-      const std::chrono::milliseconds deadline = wait_for_starting ? settings.timeout : std::chrono::milliseconds(2000);
-      for_each_task(shards.size(), [&](size_t task) {
-        try {
-          call_peer(ps_names[task], "Shutdown", *shards[task], &ParameterServer::Stub::Shutdown, ShutdownRequest(),
-                    deadline, settings.security, wait_for_starting);
-        } catch (const PeerError&) {
-        }
-        return true;
-      });
+      shut_down_tasks(ps_names, shards, &ParameterServer::Stub::Shutdown, ShutdownRequest(), wait_for_starting,
+                      settings.timeout, settings.security);
     });
     workers->shut_down_workers(wait_for_starting);
     ps_tasks.join();

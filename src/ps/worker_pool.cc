@@ -195,15 +195,8 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
 
 void WorkerPool::shut_down_workers(bool wait_for_starting) {
   impl_->stop_threads();  // the stubs are this call's from here on
-  const std::chrono::milliseconds deadline = wait_for_starting ? impl_->timeout : std::chrono::milliseconds(2000);
-  for_each_task(impl_->stubs.size(), [&](size_t worker) {
-    try {
-      call_peer(impl_->names[worker], "Shutdown", *impl_->stubs[worker], &Worker::Stub::Shutdown, ShutdownRequest(),
-                deadline, impl_->security, wait_for_starting);
-    } catch (const PeerError&) {
-    }
-    return true;
-  });
+  shut_down_tasks(impl_->names, impl_->stubs, &Worker::Stub::Shutdown, ShutdownRequest(), wait_for_starting,
+                  impl_->timeout, impl_->security);
 }
 
 }  // namespace paraflow::ps

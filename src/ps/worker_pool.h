@@ -31,9 +31,8 @@ class WorkerPool {
   // and Error when a worker refuses a step, or no worker answers within the timeout.
   std::vector<StepReply> run(const std::vector<StepRequest>& steps);
 
-  // Asks every worker to exit, all at once; run() may not be called after it. A worker that does
-  // not answer is left alone: at once (it has died), or, with `wait_for_starting`, after waiting up
-  // to the timeout for it to come up (at a failure at start some may not be up yet).
+  // Asks every worker to exit (ps::shut_down_tasks, with the pool's timeout); run() may not be
+  // called after it.
   void shut_down_workers(bool wait_for_starting);
 
  private:
