@@ -190,6 +190,30 @@ TEST_P(OpsTest, Matmul) {
 }
 
 // Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
+
+// A weight gradient at training size with a narrow output (512 x 256 in either layout, 1024 rows:
+// the 2^27 multiply-adds from which oneDNN's sgemm hands it to the matmul primitive), assigned over
+// garbage and accumulated onto a start, against float64.
+TEST_P(OpsTest, WeightGradientOfATrainingBatch) {
+  const int64_t N = 1024, C = 256, OC = 512;
+  for (bool transposed : {false, true})
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "transposed=" << transposed << " accumulate=" << accumulate);
+    Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), dout = random_vector(rng, N * OC);
+    Vec dw_start = accumulate ? random_vector(rng, C * OC) : Vec(C * OC, 0.0);
+    Tensor w_t = put(w, transposed ? Shape{OC, C} : Shape{C, OC});
+    Tensor dw = accumulate ? put(dw_start, w_t.shape()) : garbage(w_t.shape());
+    backend().launch(MatmulBackward{.dweight = dw,
+                                    .dout = put(dout, {N, OC}),
+                                    .inp = put(x, {N, C}),
+                                    .weight = w_t,
+                                    .layout = transposed ? WeightLayout::out_in : WeightLayout::in_out,
+                                    .accumulate_dweight = accumulate});
+    Vec ref_dx(N * C), ref_dw = dw_start;
+    reference::matmul_backward(ref_dx, ref_dw, nullptr, dout, x, w, nullptr, N, C, OC, transposed, false);
+    EXPECT_CLOSE(get(dw), ref_dw, N, "matmul dweight");
+  }
+}
 // computed alone (and the reference within the usual bound), in f32 and, where the backend has
 // it, with bf16 operands — the weights in each layout, with bias and GELU, and without either
 // (f32 outputs then summed in place); where the CPU has AMX, bf16 weights of 96 input features

@@ -38,22 +38,6 @@ GemmEngine gemm_engine() { return current_engine().load(); }
 void set_gemm_engine(GemmEngine engine) { current_engine().store(engine); }
 std::string gemm_engine_name(GemmEngine engine) { return engine == GemmEngine::openblas ? "openblas" : "onednn"; }
 
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (gemm_engine() == GemmEngine::openblas) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-                static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
-    return;
-  }
-  dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
-                                    C, ldc);
-  if (status != dnnl_success) {
-    throw Error(fmt::format("oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(status), M, N, K));
-  }
-}
-
 namespace {
 
 // One oneDNN matmul: element types, transpositions, sizes, leading dimensions, a bias or not,
@@ -138,13 +122,36 @@ void run_matmul(const MatmulKey& key, const void* A, const void* B, const float*
   stream.wait();
 }
 
+// oneDNN's sgemm reads a transposed A slowly when C is narrow: a weight gradient (A^T · B, K the
+// batch's rows) with N <= 512 ran at 200-245 GFLOP/s against 300-350 for its matmul primitive on
+// the AMX Xeon (gpt-small's lm_head and fc2 gradients), while wider ones (the 124M shape's 768 and
+// 3072) are faster in sgemm (bench/RESULTS.md, "f32 GEMMs by shape"). Small products, such as
+// attention's per-block ones, stay in sgemm: a primitive per block size gained nothing there.
+bool narrow_weight_gradient(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+  return trans_a && !trans_b && N <= 512 && M * N * K >= (int64_t{1} << 27) && alpha == 1.0f &&
+         (beta == 0.0f || beta == 1.0f);
+}
+
 }  // namespace
 
-bool sgemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  if (gemm_engine() != GemmEngine::onednn) return false;
-  run_matmul({DType::f32, DType::f32, false, trans_b, M, N, K, lda, ldb, ldc, true, false}, A, B, bias, C);
-  return true;
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (gemm_engine() == GemmEngine::openblas) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+                static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+    return;
+  }
+  if (narrow_weight_gradient(trans_a, trans_b, M, N, K, alpha, beta)) {
+    run_matmul({DType::f32, DType::f32, true, false, M, N, K, lda, ldb, ldc, false, beta == 1.0f}, A, B, nullptr, C);
+    return;
+  }
+  dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
+                                    C, ldc);
+  if (status != dnnl_success) {
+    throw Error(fmt::format("oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(status), M, N, K));
+  }
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,

@@ -1,7 +1,7 @@
 // GEMMs on the CPU, row-major. Single precision: C = alpha * op(A) · op(B) + beta * C through one
 // of two engines from Debian, OpenBLAS or oneDNN; bench/train/train_bench measures both (its
 // sgemm_gflops lines) and oneDNN, the faster, is the default. PARAFLOW_GEMM=openblas|onednn picks
-// one at run time. bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
+// one at run time (oneDNN's sgemm hands some shapes to its matmul primitive: gemm.cc). bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +15,6 @@ enum class GemmEngine { openblas, onednn };
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
-// C (M,N) = A (M,K) · op(B) + bias (N, broadcast over rows), row-major, with the bias added
-// inside the GEMM's own write-back (oneDNN's matmul primitive) instead of a second pass over C.
-// Returns false when the engine cannot (OpenBLAS): the caller then adds the bias itself.
-bool sgemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                int64_t ldb, const float* bias, float* C, int64_t ldc);
 
 // C (M,N) (+)= op(A) · op(B) [+ bias (N) f32], A and B bf16, f32 accumulation, C f32 or bf16
 // (c_dtype). With accumulate the product is added to C (rounded once, in C's type).
