@@ -20,7 +20,7 @@ namespace paraflow {
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward)              \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward)                    \
   X(attention_cached_forward) X(attention_paged_forward) X(add_forward) X(add_backward) X(softmax_xent_forward)                 \
-  X(softmax_xent_backward) X(xent_row_max) X(xent_sum_exp) X(xent_finish) X(cast) X(sum_squares) X(scale)            \
+  X(softmax_xent_backward) X(xent_row_max) X(xent_sum_exp) X(xent_finish) X(cast) X(sum_squares)            \
   X(adamw_update)
 
 #define PARAFLOW_KERNEL_ENUMERATOR(name) name,
@@ -260,16 +260,10 @@ struct SumSquares {
   double* result = nullptr;
   DType dtype() const { return x.dtype(); }
 };
-// x *= factor
-struct Scale {
-  static constexpr KernelOp op = KernelOp::scale;
-  Tensor x;
-  float factor = 1.0f;
-  DType dtype() const { return x.dtype(); }
-};
 struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t step;  // 1-based, for bias correction
+  float grad_scale = 1.0f;  // each gradient is multiplied by this first (clipping, loss unscaling)
 };
 // Decoupled weight decay (torch.optim.AdamW's update order); grad is read, m and v updated.
 // param, grad, m, v: the same element count, f32. param_copy (may be undefined), bf16 or f16,

@@ -35,11 +35,10 @@ void AdamW::update(const Tensor& parameters, const Tensor& grads, const Tensor& 
     if (first >= last) continue;
     AdamWParams params{static_cast<float>(lr), static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
                        static_cast<float>(config_.eps),
-                       specs_[i].weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f, steps_taken_};
-    const Tensor grad = grads.slice_flat(first, last - first);
-    if (grad_scale != 1.0f) backend_.launch(Scale{.x = grad, .factor = grad_scale});
+                       specs_[i].weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f, steps_taken_,
+                       grad_scale};
     backend_.launch(AdamWUpdate{.param = parameters.slice_flat(first, last - first),
-                                .grad = grad,
+                                .grad = grads.slice_flat(first, last - first),
                                 .m = m_.slice_flat(first - begin_, last - first),
                                 .v = v_.slice_flat(first - begin_, last - first),
                                 .param_copy = half_copy.defined() ? half_copy.slice_flat(first, last - first) : Tensor(),

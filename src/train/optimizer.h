@@ -27,8 +27,8 @@ class AdamW {
 
   // The factor that clips a gradient of global norm `norm` (1 when under the limit).
   double clip_factor(double norm) const;
-  // Updates parameters[begin, end) from grads[begin, end) (both whole flat buffers), after
-  // scaling those gradients in place by `grad_scale` (the clip factor), and writes the updated
+  // Updates parameters[begin, end) from grads[begin, end) (both whole flat buffers) multiplied by
+  // `grad_scale` (the clip factor; the buffer itself is left as it is), and writes the updated
   // values into half_copy[begin, end) too when it is defined (the 16-bit weights).
   void update(const Tensor& parameters, const Tensor& grads, const Tensor& half_copy, double lr, float grad_scale);
 

@@ -771,6 +771,28 @@ TEST_P(OpsTest, AdamWMatchesClosedForm) {
   EXPECT_CLOSE(get(param), expected, 4, "adamw step 1");
 }
 
+// The clip factor goes into the update, not into the gradient buffer: the moments of step 1 are
+// (1 - beta) times the scaled gradient (and its square), and the buffer still holds the original.
+TEST_P(OpsTest, AdamWScalesTheGradientItReads) {
+  const int64_t n = 5;
+  const double factor = 0.25;
+  Vec g = {0.1, -0.2, 0.0, 4.0, -1e-3};
+  Tensor grad = put(g, {n}), m = zeros({n}), v = zeros({n});
+  backend().launch(AdamWUpdate{.param = put(Vec(n, 1.0), {n}),
+                               .grad = grad,
+                               .m = m,
+                               .v = v,
+                               .params = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, static_cast<float>(factor)}});
+  Vec expected_m(n), expected_v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    expected_m[i] = (1 - 0.9) * factor * g[i];
+    expected_v[i] = (1 - 0.95) * factor * g[i] * factor * g[i];
+  }
+  EXPECT_CLOSE(get(m), expected_m, 2, "first moment");
+  EXPECT_CLOSE(get(v), expected_v, 2, "second moment");
+  EXPECT_CLOSE(get(grad), g, 1, "gradient buffer");
+}
+
 TEST_P(OpsTest, SumSquaresIsExactInDouble) {
   const int64_t n = 100003;
   Vec x = random_vector(rng, n);

@@ -27,7 +27,6 @@ void register_cpu_kernels(KernelRegistry& registry) {
   registry.add(cpu, DType::f32, &cpu::xent_sum_exp);
   registry.add(cpu, DType::f32, &cpu::xent_finish);
   registry.add(cpu, DType::f32, &cpu::sum_squares);
-  registry.add(cpu, DType::f32, &cpu::scale);
   registry.add(cpu, DType::f32, &cpu::adamw_update);
   // Memory-bound kernels that read and write each storage type directly.
   auto add_storage_kernels = [&](DType dtype, auto element) {

@@ -50,7 +50,6 @@ void xent_finish(const XentFinish& args);
 void cast(const Cast& args);
 
 void sum_squares(const SumSquares& args);
-void scale(const Scale& args);
 void adamw_update(const AdamWUpdate& args);
 
 }  // namespace paraflow::cpu
