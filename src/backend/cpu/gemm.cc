@@ -125,7 +125,7 @@ void run_matmul(const MatmulKey& key, const void* A, const void* B, const float*
 // oneDNN's sgemm reads a transposed A slowly when C is narrow: a weight gradient (A^T · B, K the
 // batch's rows) with N <= 512 ran at 200-245 GFLOP/s against 300-350 for its matmul primitive on
 // the AMX Xeon (gpt-small's lm_head and fc2 gradients), while wider ones (the 124M shape's 768 and
-// 3072) are faster in sgemm (bench/RESULTS.md, "f32 GEMMs by shape"). Small products, such as
+// 3072) are faster in sgemm (bench/RESULTS.md, "Float32 GEMMs by shape"). Small products, such as
 // attention's per-block ones, stay in sgemm: a primitive per block size gained nothing there.
 bool narrow_weight_gradient(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
   return trans_a && !trans_b && N <= 512 && M * N * K >= (int64_t{1} << 27) && alpha == 1.0f &&

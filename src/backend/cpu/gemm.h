@@ -1,7 +1,8 @@
 // GEMMs on the CPU, row-major. Single precision: C = alpha * op(A) · op(B) + beta * C through one
 // of two engines from Debian, OpenBLAS or oneDNN; bench/train/train_bench measures both (its
 // sgemm_gflops lines) and oneDNN, the faster, is the default. PARAFLOW_GEMM=openblas|onednn picks
-// one at run time (oneDNN's sgemm hands some shapes to its matmul primitive: gemm.cc). bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
+// one at run time; with oneDNN, some shapes go to its matmul primitive instead of its sgemm
+// (gemm.cc). bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
 #pragma once
 
 #include <cstdint>
