@@ -19,9 +19,9 @@ namespace paraflow {
 #define PARAFLOW_KERNELS(X)                                                                          \
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward)              \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward)                    \
-  X(attention_cached_forward) X(attention_paged_forward) X(add_forward) X(add_backward) X(softmax_xent_forward)                 \
-  X(softmax_xent_backward) X(xent_row_max) X(xent_sum_exp) X(xent_finish) X(cast) X(sum_squares)            \
-  X(adamw_update)
+  X(attention_cached_forward) X(attention_paged_forward) X(add_forward) X(add_backward)              \
+  X(softmax_xent_forward) X(softmax_xent_backward) X(xent_row_max) X(xent_sum_exp) X(xent_finish)    \
+  X(cast) X(sum_squares) X(adamw_update)
 
 #define PARAFLOW_KERNEL_ENUMERATOR(name) name,
 enum class KernelOp : uint8_t { PARAFLOW_KERNELS(PARAFLOW_KERNEL_ENUMERATOR) };
