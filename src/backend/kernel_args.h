@@ -113,11 +113,12 @@ struct LayernormBackward {
 
 // ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
 // W is [C,OC] (in_out) or [OC,C] (out_in, or out_in_interleaved and out_in_tiles: forward only); bias (OC) f32
-// may be undefined. With gelu, `pre` (N,OC) keeps the pre-activation for backward. dtype() is the
-// operands' type (inp and weight); out is f32 or that type, and pre has out's type.
+// may be undefined. With gelu, `gelu_slope` (N,OC) keeps GELU's derivative at the pre-activation,
+// all that backward needs of it. dtype() is the operands' type (inp and weight); out is f32 or
+// that type, and gelu_slope has out's type.
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;
-  Tensor out, pre, inp, weight, bias;
+  Tensor out, gelu_slope, inp, weight, bias;
   WeightLayout layout = WeightLayout::in_out;
   bool gelu = false;
   // Each output row computed by the same instructions whatever the number of rows (serving: a
@@ -132,7 +133,7 @@ struct MatmulForward {
 // by the pre-activation gradient (it is not used again).
 struct MatmulBackward {
   static constexpr KernelOp op = KernelOp::matmul_backward;
-  Tensor dinp, dweight, dbias, dout, inp, weight, pre;
+  Tensor dinp, dweight, dbias, dout, inp, weight, gelu_slope;
   WeightLayout layout = WeightLayout::in_out;
   bool gelu = false;
   bool accumulate_dinp = false, accumulate_dweight = true;

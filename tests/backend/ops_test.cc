@@ -110,10 +110,10 @@ TEST_P(OpsTest, BackwardRowsAreAllDoneWhenTheTeamIsSmallerThanAsked) {
   Vec mw = random_vector(rng, C * OC, 0.2), mb = random_vector(rng, OC), dout = random_vector(rng, N * C);
   Vec mdout = random_vector(rng, N * OC);
   Tensor x_t = put(x, {N, C}), w_t = put(w, {C}), mw_t = put(mw, {C, OC});
-  Tensor out = zeros({N, C}), mean = zeros({N}), rstd = zeros({N}), mout = zeros({N, OC}), pre = zeros({N, OC});
+  Tensor out = zeros({N, C}), mean = zeros({N}), rstd = zeros({N}), mout = zeros({N, OC}), slope = zeros({N, OC});
   backend().launch(LayernormForward{
       .out = out, .mean = mean, .rstd = rstd, .inp = x_t, .weight = w_t, .bias = put(b, {C}), .eps = 1e-5f});
-  backend().launch(MatmulForward{.out = mout, .pre = pre, .inp = x_t, .weight = mw_t, .bias = put(mb, {OC}), .gelu = true});
+  backend().launch(MatmulForward{.out = mout, .gelu_slope = slope, .inp = x_t, .weight = mw_t, .bias = put(mb, {OC}), .gelu = true});
   Tensor dx = garbage({N, C}), dw = zeros({C}), db = zeros({C});
   Tensor mdx = garbage({N, C}), mdw = zeros({C, OC}), mdb = zeros({OC});
   const int asked = omp_get_max_threads(), levels = omp_get_max_active_levels();
@@ -125,7 +125,7 @@ TEST_P(OpsTest, BackwardRowsAreAllDoneWhenTheTeamIsSmallerThanAsked) {
     backend().launch(LayernormBackward{.dinp = dx, .dweight = dw, .dbias = db, .dout = put(dout, {N, C}), .inp = x_t,
                                        .weight = w_t, .mean = mean, .rstd = rstd});
     backend().launch(MatmulBackward{.dinp = mdx, .dweight = mdw, .dbias = mdb, .dout = put(mdout, {N, OC}),
-                                    .inp = x_t, .weight = mw_t, .pre = pre, .gelu = true});
+                                    .inp = x_t, .weight = mw_t, .gelu_slope = slope, .gelu = true});
   }
   omp_set_num_threads(asked);
   omp_set_max_active_levels(levels);
@@ -153,10 +153,10 @@ TEST_P(OpsTest, Matmul) {
     Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2), b = random_vector(rng, OC);
     Vec dout = random_vector(rng, N * OC);
     Tensor x_t = put(x, {N, C}), w_t = put(w, mc.transposed ? Shape{OC, C} : Shape{C, OC});
-    Tensor out = zeros({N, OC}), pre = mc.gelu ? zeros({N, OC}) : Tensor();
+    Tensor out = zeros({N, OC}), slope = mc.gelu ? zeros({N, OC}) : Tensor();
     WeightLayout layout = mc.transposed ? WeightLayout::out_in : WeightLayout::in_out;
     backend().launch(MatmulForward{.out = out,
-                                   .pre = pre,
+                                   .gelu_slope = slope,
                                    .inp = x_t,
                                    .weight = w_t,
                                    .bias = mc.bias ? put(b, {OC}) : Tensor(),
@@ -173,7 +173,7 @@ TEST_P(OpsTest, Matmul) {
                                     .dout = put(dout, {N, OC}),
                                     .inp = x_t,
                                     .weight = w_t,
-                                    .pre = pre,
+                                    .gelu_slope = slope,
                                     .layout = layout,
                                     .gelu = mc.gelu,
                                     .accumulate_dinp = mc.transposed,
@@ -254,8 +254,8 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
       auto run = [&](int64_t first, int64_t rows, bool row_invariant = true) {
         Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
         Tensor x_t = dtype == DType::bf16 ? to_bf16(part, {rows, C}) : put(part, {rows, C});
-        Tensor out = zeros({rows, OC}), pre = zeros({rows, OC});
-        backend().launch(MatmulForward{.out = out, .pre = finished ? pre : Tensor{}, .inp = x_t, .weight = w_t,
+        Tensor out = zeros({rows, OC}), slope = zeros({rows, OC});
+        backend().launch(MatmulForward{.out = out, .gelu_slope = finished ? slope : Tensor{}, .inp = x_t, .weight = w_t,
                                        .bias = finished ? put(b, {OC}) : Tensor{}, .layout = layout, .gelu = finished,
                                        .row_invariant = row_invariant});
         return get(out);
@@ -685,12 +685,12 @@ TEST_P(OpsTest, LayerNormAndResidualIn16Bits) {
 
 // Matmul with bf16 operands (f32 accumulation), where the backend has it (the gradients where it
 // also trains in bf16; decoding needs only the forward): the linear layers'
-// case (GELU and bias, bf16 output, pre-activation and gradients) and the tied lm_head's
+// case (GELU and bias, bf16 output, GELU slope and gradients) and the tied lm_head's
 // (transposed weight, f32 logits and logit gradients, dx accumulated). Inputs are rounded to bf16
 // and the float64 reference runs on the rounded values, so what remains is the kernel's own
-// error: rounding its outputs, the saved pre-activation and the bf16 copy of the output gradient
-// it multiplies with (each <= u = eps/2 per element, independent): bound 2 eps norm-wise (the
-// bias gradient, summed in f32 from the rounded pre-activation's GELU derivative, too).
+// error: rounding its outputs, the pre-activation and the GELU slope saved from it, and the bf16
+// copy of the output gradient it multiplies with (each <= u = eps/2 per element, independent):
+// bound 2 eps norm-wise (the bias gradient, summed in f32 from the rounded slope, too).
 TEST_P(OpsTest, MatmulWithBf16Operands) {
   if (!backend().supports(KernelOp::matmul_forward, DType::bf16)) {
     GTEST_SKIP() << backend().name() << " has no bf16 matmul";
@@ -714,10 +714,10 @@ TEST_P(OpsTest, MatmulWithBf16Operands) {
     const Shape w_shape = lm_head ? Shape{OC, C} : Shape{C, OC};
     Tensor x = to_bf16(random_vector(rng, N * C), {N, C}), w = to_bf16(random_vector(rng, C * OC, 0.2), w_shape);
     Vec b = random_vector(rng, OC);
-    Tensor out = zeros({N, OC}, out_dtype), pre = lm_head ? Tensor() : zeros({N, OC}, DType::bf16);
+    Tensor out = zeros({N, OC}, out_dtype), slope = lm_head ? Tensor() : zeros({N, OC}, DType::bf16);
     const WeightLayout layout = lm_head ? WeightLayout::out_in : WeightLayout::in_out;
     backend().launch(MatmulForward{.out = out,
-                                   .pre = pre,
+                                   .gelu_slope = slope,
                                    .inp = x,
                                    .weight = w,
                                    .bias = lm_head ? Tensor() : put(b, {OC}),
@@ -739,7 +739,7 @@ TEST_P(OpsTest, MatmulWithBf16Operands) {
                                     .dout = dout,
                                     .inp = x,
                                     .weight = w,
-                                    .pre = pre,
+                                    .gelu_slope = slope,
                                     .layout = layout,
                                     .gelu = !lm_head,
                                     .accumulate_dinp = lm_head,

@@ -43,67 +43,75 @@ MatmulDims dims_of(const Args& args, const Tensor& output) {
           args.layout == WeightLayout::out_in_interleaved, args.layout == WeightLayout::out_in_tiles};
 }
 
-// out[n, o] = gelu(pre[n, o]) (tanh form), optionally adding the bias to pre first.
-template <typename Out, typename Pre>
-void bias_and_gelu(Out* out, Pre* pre, const float* bias, bool gelu, int64_t N, int64_t OC) {
+// GELU (tanh form) at x, and its derivative there into `slope`. The forward pass keeps the slope
+// rather than x: it is all the backward pass needs of x, and computing it here reuses the tanh,
+// which otherwise made GELU's backward pass three times as slow as a plain pass over its rows.
+#pragma omp declare simd notinbranch
+inline float gelu_with_slope(float x, float& slope) {
+  const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  slope = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * x * (1.0f + t);
+}
+
+// A product's rows finished in place: `sums` (N,OC) plus the bias; with gelu, out = GELU of that
+// and `sums` becomes the slope (gelu_with_slope), else `sums` is out.
+template <typename Out, typename Sum>
+void bias_and_gelu(Out* out, Sum* sums, const float* bias, bool gelu, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    Pre* row = pre + n * OC;
-    if (bias != nullptr) {
+    Sum* row = sums + n * OC;
+    if (!gelu) {
 #pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) row[o] = from_float<Pre>(to_float(row[o]) + bias[o]);
+      for (int64_t o = 0; o < OC; ++o) row[o] = from_float<Sum>(to_float(row[o]) + bias[o]);
+      continue;
     }
-    if (gelu) {
-      Out* out_row = out + n * OC;
+    Out* out_row = out + n * OC;
 #pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) {
-        float x = to_float(row[o]);
-        out_row[o] = from_float<Out>(0.5f * x * (1.0f + fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x))));
-      }
+    for (int64_t o = 0; o < OC; ++o) {
+      float slope;
+      out_row[o] = from_float<Out>(gelu_with_slope(to_float(row[o]) + (bias != nullptr ? bias[o] : 0.0f), slope));
+      row[o] = from_float<Sum>(slope);
     }
   }
 }
 
 // One row of output_gradient, with its options fixed at compile time so that the loop has no
 // branches left to vectorise around.
-template <bool Gelu, bool Sum, bool Write, typename In, typename Out, typename Pre>
-inline void gradient_row(float* sums, const In* d, Out* g, const Pre* p, int64_t OC) {
+template <bool Gelu, bool Sum, bool Write, typename In, typename Out, typename Slope>
+inline void gradient_row(float* sums, const In* d, Out* g, const Slope* slope, int64_t OC) {
 #pragma omp simd
   for (int64_t o = 0; o < OC; ++o) {
     float value = to_float(d[o]);
-    if constexpr (Gelu) {
-      const float x = to_float(p[o]);
-      const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-      value *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    }
+    if constexpr (Gelu) value *= to_float(slope[o]);
     if constexpr (Sum) sums[o] += value;
     if constexpr (Write) g[o] = from_float<Out>(value);
   }
 }
 
-// One row of a product's sums, finished: bias added, then (with GELU) the pre-activation kept and
-// GELU applied; options fixed at compile time, as in gradient_row, so that the loop vectorises.
-template <bool Gelu, bool Bias, typename Out, typename Pre>
-inline void finish_row(Out* out, Pre* pre, const float* sums, const float* bias, int64_t count) {
+// One row of a product's sums, finished: bias added, then (with GELU) GELU applied and its slope
+// kept; options fixed at compile time, as in gradient_row, so that the loop vectorises.
+template <bool Gelu, bool Bias, typename Out, typename Slope>
+inline void finish_row(Out* out, Slope* slope, const float* sums, const float* bias, int64_t count) {
 #pragma omp simd
   for (int64_t o = 0; o < count; ++o) {
     float value = sums[o];
     if constexpr (Bias) value += bias[o];
     if constexpr (Gelu) {
-      pre[o] = from_float<Pre>(value);
-      value = 0.5f * value * (1.0f + fast_tanh(kGeluScale * (value + kGeluCubic * value * value * value)));
+      float derivative;
+      value = gelu_with_slope(value, derivative);
+      slope[o] = from_float<Slope>(derivative);
     }
     out[o] = from_float<Out>(value);
   }
 }
 
-// One pass over the output gradient dout (N,OC): g = dout · gelu'(pre) (or dout without GELU,
-// pre null) is written to `grad` (may alias dout; null: not written) and summed into dbias (may
-// be null). The rows go in one fixed block per thread asked for, each summed into its own partials
+// One pass over the output gradient dout (N,OC): g = dout · slope, GELU's derivative (or dout
+// without GELU, slope null) is written to `grad` (may alias dout; null: not written) and summed
+// into dbias (may be null). The rows go in one fixed block per thread asked for, each summed into its own partials
 // (contiguous reads), added in block order: the result is the same on every run with the same
 // thread count, and every block is done even when OpenMP grants a smaller team.
-template <typename In, typename Out, typename Pre>
-void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, int64_t N, int64_t OC) {
+template <typename In, typename Out, typename Slope>
+void output_gradient(float* dbias, const In* dout, Out* grad, const Slope* slope, int64_t N, int64_t OC) {
   const int blocks = omp_get_max_threads();
   std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(blocks) * OC : 0, 0.0f);
 #pragma omp parallel for schedule(static, 1)
@@ -113,7 +121,7 @@ void output_gradient(float* dbias, const In* dout, Out* grad, const Pre* pre, in
     for (int64_t n = begin; n < end; ++n) {
       const In* d = dout + n * OC;
       Out* g = grad != nullptr ? grad + n * OC : nullptr;
-      const Pre* p = pre != nullptr ? pre + n * OC : nullptr;
+      const Slope* p = slope != nullptr ? slope + n * OC : nullptr;
       if (p != nullptr) {
         if (sums != nullptr) gradient_row<true, true, true>(sums, d, g, p, OC);
         else gradient_row<true, false, true>(sums, d, g, p, OC);
@@ -493,8 +501,8 @@ struct InputRows;        // small_rows_matmul's f32 input rows (the calling thre
 struct OutputSums;       // small_rows_matmul's sums (a share's, one share at a time)
 struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
 
-template <typename X, typename W, typename Out, typename Pre>
-void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
+template <typename X, typename W, typename Out, typename Slope>
+void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
                        bool gelu) {
   check(!d.interleaved || kReadsInterleavedWeights,
         "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
@@ -580,14 +588,14 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
     for (int64_t n = 0; n < d.N && !in_place; ++n) {
       const float* acc = sums + n * width;
       Out* out_row = out + n * d.OC + begin;
-      Pre* pre_row = gelu ? pre + n * d.OC + begin : nullptr;
+      Slope* slope_row = gelu ? slope + n * d.OC + begin : nullptr;
       const float* bias_part = bias != nullptr ? bias + begin : nullptr;
       if (gelu) {
-        if (bias_part != nullptr) finish_row<true, true>(out_row, pre_row, acc, bias_part, width);
-        else finish_row<true, false>(out_row, pre_row, acc, bias_part, width);
+        if (bias_part != nullptr) finish_row<true, true>(out_row, slope_row, acc, bias_part, width);
+        else finish_row<true, false>(out_row, slope_row, acc, bias_part, width);
       } else {
-        if (bias_part != nullptr) finish_row<false, true>(out_row, pre_row, acc, bias_part, width);
-        else finish_row<false, false>(out_row, pre_row, acc, bias_part, width);
+        if (bias_part != nullptr) finish_row<false, true>(out_row, slope_row, acc, bias_part, width);
+        else finish_row<false, false>(out_row, slope_row, acc, bias_part, width);
       }
     }
   }
@@ -601,12 +609,12 @@ void small_rows_matmul(Out* out, Pre* pre, const X* inp, const W* weight, const 
 template <typename X, typename W, typename Out>
 void small_rows_matmul_in_passes(const MatmulForward& args, const MatmulDims& d) {
   constexpr int64_t kRowsPerPass = 64;
-  Out *out = pointer<Out>(args.out), *pre = args.gelu ? pointer<Out>(args.pre) : nullptr;
+  Out *out = pointer<Out>(args.out), *slope = args.gelu ? pointer<Out>(args.gelu_slope) : nullptr;
   const X* inp = pointer<X>(args.inp);
   for (int64_t first = 0; first < d.N; first += kRowsPerPass) {
     MatmulDims part = d;
     part.N = std::min(kRowsPerPass, d.N - first);
-    small_rows_matmul(out + first * d.OC, pre != nullptr ? pre + first * d.OC : nullptr, inp + first * d.C,
+    small_rows_matmul(out + first * d.OC, slope != nullptr ? slope + first * d.OC : nullptr, inp + first * d.C,
                       pointer<W>(args.weight), pointer<float>(args.bias), part, args.gelu);
   }
 }
@@ -621,7 +629,7 @@ void matmul_forward(const MatmulForward& args) {
     small_rows_matmul_in_passes<float, float, float>(args, d);
     return;
   }
-  float* target = args.gelu ? pointer<float>(args.pre) : pointer<float>(args.out);
+  float* target = args.gelu ? pointer<float>(args.gelu_slope) : pointer<float>(args.out);
   // The bias is added in a second pass: oneDNN's matmul primitive with the bias in its write-back
   // ran the 124M shape's forward GEMMs 1.4x slower than sgemm and the pass (bench/RESULTS.md).
   sgemm(false, d.transposed, d.N, d.OC, d.C, 1.0f, inp, d.C, weight, d.weight_ld(), 0.0f, target, d.OC);
@@ -633,10 +641,13 @@ void matmul_backward(const MatmulBackward& args) {
   check(!d.stored_for_decoding(), "matmul backward: out_in_interleaved and out_in_tiles weights are for decoding (forward only)");
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   float* dout = pointer<float>(args.dout);
-  // dout becomes the pre-activation gradient in place (with GELU); the bias gradient is summed in
-  // the same pass.
-  if (args.gelu || args.dbias.defined()) {
-    output_gradient(pointer<float>(args.dbias), dout, dout, pointer<float>(args.pre), d.N, d.OC);
+  // With GELU dout becomes the pre-activation gradient in place; the bias gradient is summed in the
+  // same pass (which, without GELU, only reads dout).
+  if (args.gelu) {
+    output_gradient(pointer<float>(args.dbias), dout, dout, pointer<float>(args.gelu_slope), d.N, d.OC);
+  } else if (args.dbias.defined()) {
+    output_gradient(pointer<float>(args.dbias), dout, static_cast<float*>(nullptr), static_cast<const float*>(nullptr),
+                    d.N, d.OC);
   }
   if (args.dinp.defined()) {
     // dinp (N,C) (+)= dout (N,OC) · W^T
@@ -654,7 +665,7 @@ void matmul_backward(const MatmulBackward& args) {
   }
 }
 
-// bf16 operands (inp, weight); out f32 or bf16, and pre (with GELU) of out's type. Without
+// bf16 operands (inp, weight); out f32 or bf16, and gelu_slope (with GELU) of out's type. Without
 // native bf16 arithmetic every product takes the row-streaming kernel, which widens bf16 in
 // registers (oneDNN would emulate its bf16 GEMM more slowly).
 void matmul_forward_bf16(const MatmulForward& args) {
@@ -666,14 +677,14 @@ void matmul_forward_bf16(const MatmulForward& args) {
     else small_rows_matmul_in_passes<BFloat16, BFloat16, float>(args, d);
     return;
   }
-  const Tensor& target = args.gelu ? args.pre : args.out;
+  const Tensor& target = args.gelu ? args.gelu_slope : args.out;
   gemm_bf16(false, d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), pointer<float>(args.bias), false,
             target.device_address(), target.dtype(), d.OC);
   if (!args.gelu) return;
   if (args.out.dtype() == DType::bf16) {
-    bias_and_gelu(pointer<BFloat16>(args.out), pointer<BFloat16>(args.pre), nullptr, true, d.N, d.OC);
+    bias_and_gelu(pointer<BFloat16>(args.out), pointer<BFloat16>(args.gelu_slope), nullptr, true, d.N, d.OC);
   } else {
-    bias_and_gelu(pointer<float>(args.out), pointer<float>(args.pre), nullptr, true, d.N, d.OC);
+    bias_and_gelu(pointer<float>(args.out), pointer<float>(args.gelu_slope), nullptr, true, d.N, d.OC);
   }
 }
 
@@ -696,10 +707,10 @@ void matmul_backward_bf16(const MatmulBackward& args) {
   } else {
     auto* scratch = thread_scratch<GradientOperand, BFloat16>(d.N * d.OC);
     if (bf16_dout) {
-      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<BFloat16>(args.pre), d.N,
+      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<BFloat16>(args.gelu_slope), d.N,
                       d.OC);
     } else {
-      output_gradient(pointer<float>(args.dbias), pointer<float>(args.dout), scratch, pointer<float>(args.pre), d.N,
+      output_gradient(pointer<float>(args.dbias), pointer<float>(args.dout), scratch, pointer<float>(args.gelu_slope), d.N,
                       d.OC);
     }
     grad = reinterpret_cast<const uint16_t*>(scratch);

@@ -1,7 +1,7 @@
 // matmul: out (...,OC) = x (...,C) · W [+ bias], optionally GELU(tanh) fused.
 // inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in, out_in_interleaved and out_in_tiles) [, bias (OC)]
 // attributes: layout (WeightLayout as int), gelu (0/1), row_invariant (0/1: MatmulForward's)
-// outputs: out; with gelu also the saved pre-activation
+// outputs: out; with gelu also GELU's derivative at the pre-activation, saved for backward
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -34,14 +34,14 @@ class MatmulOp final : public OpDef {
     std::vector<int64_t> out_dims = x.dims();
     out_dims.back() = d.OC;
     std::vector<OutputSpec> outputs{{"", Shape(out_dims), DType::f32, ValueRole::activation}};
-    if (d.gelu) outputs.push_back({".pre", Shape(out_dims), DType::f32, ValueRole::saved});
+    if (d.gelu) outputs.push_back({".gelu_slope", Shape(out_dims), DType::f32, ValueRole::saved});
     return outputs;
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
     backend.launch(MatmulForward{.out = t.outputs[0],
-                                 .pre = d.gelu ? t.outputs[1] : Tensor(),
+                                 .gelu_slope = d.gelu ? t.outputs[1] : Tensor(),
                                  .inp = t.inputs[0],
                                  .weight = t.inputs[1],
                                  .bias = t.inputs.size() == 3 ? t.inputs[2] : Tensor(),
@@ -58,7 +58,7 @@ class MatmulOp final : public OpDef {
                                   .dout = t.output_grads[0],
                                   .inp = t.inputs[0],
                                   .weight = t.inputs[1],
-                                  .pre = d.gelu ? t.outputs[1] : Tensor(),
+                                  .gelu_slope = d.gelu ? t.outputs[1] : Tensor(),
                                   .layout = d.layout,
                                   .gelu = d.gelu,
                                   .accumulate_dinp = t.accumulate[0],
@@ -69,9 +69,9 @@ class MatmulOp final : public OpDef {
   bool can_assign_input_grad(size_t index) const override { return index < 2; }
   // x and W: bf16 GEMMs where the backend has them (the bias stays f32).
   bool accepts_half_input(size_t index) const override { return index < 2; }
-  bool output_follows_half_inputs(size_t) const override { return true; }  // out and pre
+  bool output_follows_half_inputs(size_t) const override { return true; }  // out and gelu_slope
   bool backward_reads_input(size_t index) const override { return index < 2; }   // x and W, not the bias
-  bool backward_reads_output(size_t index) const override { return index == 1; }  // pre, not out
+  bool backward_reads_output(size_t index) const override { return index == 1; }  // gelu_slope, not out
 };
 
 }  // namespace
