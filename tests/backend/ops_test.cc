@@ -189,10 +189,8 @@ TEST_P(OpsTest, Matmul) {
   }
 }
 
-// Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
-
 // A weight gradient at training size with a narrow output (512 x 256 in either layout, 1024 rows:
-// the 2^27 multiply-adds from which oneDNN's sgemm hands it to the matmul primitive), assigned over
+// the 2^27 multiply-adds from which the GEMM engine by shape hands it to OpenBLAS), assigned over
 // garbage and accumulated onto a start, against float64.
 TEST_P(OpsTest, WeightGradientOfATrainingBatch) {
   const int64_t N = 1024, C = 256, OC = 512;
@@ -214,6 +212,8 @@ TEST_P(OpsTest, WeightGradientOfATrainingBatch) {
     EXPECT_CLOSE(get(dw), ref_dw, N, "matmul dweight");
   }
 }
+
+// Serving's row-invariant matmul: every row of a batch of 37 equals, bit for bit, the same row
 // computed alone (and the reference within the usual bound), in f32 and, where the backend has
 // it, with bf16 operands — the weights in each layout, with bias and GELU, and without either
 // (f32 outputs then summed in place); where the CPU has AMX, bf16 weights of 96 input features

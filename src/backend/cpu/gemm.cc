@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <dnnl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -20,10 +21,10 @@ namespace {
 
 GemmEngine engine_from_environment() {
   const char* choice = std::getenv("PARAFLOW_GEMM");
-  if (choice == nullptr || *choice == '\0') return GemmEngine::onednn;  // measured faster: bench/RESULTS.md
+  if (choice == nullptr || *choice == '\0') return GemmEngine::by_shape;
   if (std::strcmp(choice, "openblas") == 0) return GemmEngine::openblas;
   if (std::strcmp(choice, "onednn") == 0) return GemmEngine::onednn;
-  fail("PARAFLOW_GEMM='{}': expected 'openblas' or 'onednn'", choice);
+  fail("PARAFLOW_GEMM='{}': expected 'openblas' or 'onednn' (unset: each product by its shape)", choice);
 }
 
 // Registry-like process setting, read once from the environment.
@@ -36,7 +37,14 @@ std::atomic<GemmEngine>& current_engine() {
 
 GemmEngine gemm_engine() { return current_engine().load(); }
 void set_gemm_engine(GemmEngine engine) { current_engine().store(engine); }
-std::string gemm_engine_name(GemmEngine engine) { return engine == GemmEngine::openblas ? "openblas" : "onednn"; }
+std::string gemm_engine_name(GemmEngine engine) {
+  switch (engine) {
+    case GemmEngine::by_shape: return "by_shape";
+    case GemmEngine::openblas: return "openblas";
+    case GemmEngine::onednn: return "onednn";
+  }
+  return "unknown";
+}
 
 namespace {
 
@@ -122,29 +130,27 @@ void run_matmul(const MatmulKey& key, const void* A, const void* B, const float*
   stream.wait();
 }
 
-// oneDNN's sgemm reads a transposed A slowly when C is narrow: a weight gradient (A^T · B, K the
-// batch's rows) with N <= 512 ran at 200-245 GFLOP/s against 300-350 for its matmul primitive on
-// the AMX Xeon (gpt-small's lm_head and fc2 gradients), while wider ones (the 124M shape's 768 and
-// 3072) are faster in sgemm (bench/RESULTS.md, "Float32 GEMMs by shape"). Small products, such as
-// attention's per-block ones, stay in sgemm: a primitive per block size gained nothing there.
-bool narrow_weight_gradient(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
-  return trans_a && !trans_b && N <= 512 && M * N * K >= (int64_t{1} << 27) && alpha == 1.0f &&
-         (beta == 0.0f || beta == 1.0f);
-}
-
 }  // namespace
+
+// oneDNN's sgemm reads a transposed A slowly when one side of C is narrow: a weight gradient
+// (A^T · B, K the batch's rows) of gpt-small (C 384) ran at 235-330 GFLOP/s against 305-380 in
+// OpenBLAS on the AMX Xeon, while at the 124M shape's 768 and up oneDNN's was the faster one
+// (bench/RESULTS.md, "Float32 GEMMs by shape"; bench/train/gemm_shapes_bench). Elsewhere (forward
+// products, input gradients, wider weight gradients) oneDNN was ahead or within a few percent.
+GemmEngine engine_for_shape(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+  const bool narrow_weight_gradient = trans_a && !trans_b && std::min(M, N) <= 512 && M * N * K >= (int64_t{1} << 27);
+  return narrow_weight_gradient ? GemmEngine::openblas : GemmEngine::onednn;
+}
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (gemm_engine() == GemmEngine::openblas) {
+  GemmEngine engine = gemm_engine();
+  if (engine == GemmEngine::by_shape) engine = engine_for_shape(trans_a, trans_b, M, N, K);
+  if (engine == GemmEngine::openblas) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
                 static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
-    return;
-  }
-  if (narrow_weight_gradient(trans_a, trans_b, M, N, K, alpha, beta)) {
-    run_matmul({DType::f32, DType::f32, true, false, M, N, K, lda, ldb, ldc, false, beta == 1.0f}, A, B, nullptr, C);
     return;
   }
   dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,

@@ -1,8 +1,8 @@
 // GEMMs on the CPU, row-major. Single precision: C = alpha * op(A) · op(B) + beta * C through one
-// of two engines from Debian, OpenBLAS or oneDNN; bench/train/train_bench measures both (its
-// sgemm_gflops lines) and oneDNN, the faster, is the default. PARAFLOW_GEMM=openblas|onednn picks
-// one at run time; with oneDNN, some shapes go to its matmul primitive instead of its sgemm
-// (gemm.cc). bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
+// of two engines from Debian, OpenBLAS or oneDNN's sgemm: by default each product takes the one
+// its shape calls for (gemm.cc; bench/train/gemm_shapes_bench times both on a model's training
+// GEMMs), and PARAFLOW_GEMM=openblas|onednn puts every product on one of them. bfloat16: oneDNN's
+// matmul primitive, on AMX or AVX512_BF16.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +12,13 @@
 
 namespace paraflow::cpu {
 
-enum class GemmEngine { openblas, onednn };
+enum class GemmEngine { by_shape, openblas, onednn };
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The engine an f32 product takes by its shape (GemmEngine::by_shape): openblas or onednn. The
+// same shape always takes the same engine, so results are reproducible bit for bit.
+GemmEngine engine_for_shape(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 // C (M,N) (+)= op(A) · op(B) [+ bias (N) f32], A and B bf16, f32 accumulation, C f32 or bf16
 // (c_dtype). With accumulate the product is added to C (rounded once, in C's type).
