@@ -107,9 +107,9 @@ inline void finish_row(Out* out, Slope* slope, const float* sums, const float* b
 
 // One pass over the output gradient dout (N,OC): g = dout · slope, GELU's derivative (or dout
 // without GELU, slope null) is written to `grad` (may alias dout; null: not written) and summed
-// into dbias (may be null). The rows go in one fixed block per thread asked for, each summed into its own partials
-// (contiguous reads), added in block order: the result is the same on every run with the same
-// thread count, and every block is done even when OpenMP grants a smaller team.
+// into dbias (may be null). The rows go in one fixed block per thread asked for, each summed into
+// its own partials (contiguous reads), added in block order: the result is the same on every run
+// with the same thread count, and every block is done even when OpenMP grants a smaller team.
 template <typename In, typename Out, typename Slope>
 void output_gradient(float* dbias, const In* dout, Out* grad, const Slope* slope, int64_t N, int64_t OC) {
   const int blocks = omp_get_max_threads();
@@ -707,11 +707,11 @@ void matmul_backward_bf16(const MatmulBackward& args) {
   } else {
     auto* scratch = thread_scratch<GradientOperand, BFloat16>(d.N * d.OC);
     if (bf16_dout) {
-      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch, pointer<BFloat16>(args.gelu_slope), d.N,
-                      d.OC);
+      output_gradient(pointer<float>(args.dbias), pointer<BFloat16>(args.dout), scratch,
+                      pointer<BFloat16>(args.gelu_slope), d.N, d.OC);
     } else {
-      output_gradient(pointer<float>(args.dbias), pointer<float>(args.dout), scratch, pointer<float>(args.gelu_slope), d.N,
-                      d.OC);
+      output_gradient(pointer<float>(args.dbias), pointer<float>(args.dout), scratch, pointer<float>(args.gelu_slope),
+                      d.N, d.OC);
     }
     grad = reinterpret_cast<const uint16_t*>(scratch);
   }
