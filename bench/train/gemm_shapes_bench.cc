@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
     // Row-major leading dimensions of op(A) (M,K) and op(B) (K,N) as stored.
     const int64_t lda = p.trans_a ? p.M : p.K, ldb = p.trans_b ? p.K : p.N;
     cpu::set_gemm_engine(engine);
-    auto run = [&] { cpu::sgemm(p.trans_a, p.trans_b, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N); };
+    auto run = [&] {
+      cpu::sgemm(p.trans_a, p.trans_b, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+    };
     run();  // warm-up
     int64_t calls = 0;
     const auto start = std::chrono::steady_clock::now();
