@@ -114,8 +114,9 @@ struct LayernormBackward {
 // ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
 // W is [C,OC] (in_out) or [OC,C] (out_in, or out_in_interleaved and out_in_tiles: forward only); bias (OC) f32
 // may be undefined. With gelu, `gelu_slope` (N,OC) keeps GELU's derivative at the pre-activation,
-// all that backward needs of it. dtype() is the operands' type (inp and weight); out is f32 or
-// that type, and gelu_slope has out's type.
+// all that backward needs of it (undefined where no backward runs: it is then not computed).
+// dtype() is the operands' type (inp and weight); out is f32 or that type, and gelu_slope has
+// out's type.
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;
   Tensor out, gelu_slope, inp, weight, bias;

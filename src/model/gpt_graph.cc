@@ -17,7 +17,8 @@ namespace {
 // first stage and returning the residual stream unless it is the last.
 // `attention_core` adds one block's attention core given its qkv value and the core's attributes
 // (n_head and the layer's score scale).
-// `linear` holds the attributes every matmul of the stack shares (serving's row_invariant).
+// `linear` holds the attributes every matmul of the stack shares (decoding's forward_only, serving's
+// row_invariant).
 // A tensor-parallel `shard` runs its heads and its part of the MLP between tp_copy and tp_reduce.
 template <typename AttentionBuilder>
 ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core,
@@ -93,6 +94,9 @@ ValueId add_lm_head(GptGraph& g, ValueId hidden, ValueId wte, Attributes attribu
                           attributes.set("layout", static_cast<int64_t>(WeightLayout::out_in)).set("profile_apart", 1))[0];
 }
 
+// Decoding's matmuls run no backward pass: GELU's slope is not kept.
+Attributes forward_only() { return Attributes().set("forward_only", 1); }
+
 // Serving's matmuls: a request's tokens must not depend on the batch it shares.
 Attributes row_invariant() { return Attributes().set("row_invariant", 1); }
 
@@ -139,7 +143,7 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
     ValueId values = g.graph.add_value(h + "attn.v_cache", cache, DType::f32, ValueRole::state);
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, core)[0];
-  });
+  }, forward_only());
   g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
   return g;
 }
@@ -158,7 +162,7 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_paged, h + "attn.core", {qkv, keys, values, g.position, g.block_tables},
                             core)[0];
-  }, row_invariant());
+  }, row_invariant().set("forward_only", 1));
   return g;
 }
 

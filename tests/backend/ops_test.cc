@@ -189,6 +189,40 @@ TEST_P(OpsTest, Matmul) {
   }
 }
 
+// Decoding keeps no GELU slope: a forward pass without one gives the same outputs, bit for bit,
+// as one that keeps it, on the GEMM's path (many rows) and the few-rows kernel, in f32 and (where
+// the backend has it) with bf16 operands; a backward pass over such a forward is refused.
+TEST_P(OpsTest, MatmulWithoutGeluSlopeGivesTheSameOutput) {
+  const int64_t C = d.C, OC = 3 * d.C + 1;
+  std::vector<DType> dtypes{DType::f32};
+  if (backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
+  for (DType dtype : dtypes)
+  for (int64_t N : {d.B * d.T, int64_t{3}}) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << N << " dtype=" << dtype_name(dtype));
+    Vec x = random_vector(rng, N * C), w = random_vector(rng, C * OC, 0.2);
+    Tensor x_t = dtype == DType::bf16 ? to_bf16(x, {N, C}) : put(x, {N, C});
+    Tensor w_t = dtype == DType::bf16 ? to_bf16(w, {C, OC}) : put(w, {C, OC});
+    Tensor bias = put(random_vector(rng, OC), {OC});
+    Tensor kept = zeros({N, OC}, dtype), alone = zeros({N, OC}, dtype);
+    backend().launch(MatmulForward{
+        .out = kept, .gelu_slope = zeros({N, OC}, dtype), .inp = x_t, .weight = w_t, .bias = bias, .gelu = true});
+    backend().launch(MatmulForward{.out = alone, .inp = x_t, .weight = w_t, .bias = bias, .gelu = true});
+    EXPECT_EQ(values(kept), values(alone));
+  }
+  const int64_t N = 3;
+  Tensor x_t = put(random_vector(rng, N * C), {N, C});
+  try {
+    backend().launch(MatmulBackward{.dinp = zeros({N, C}),
+                                    .dout = put(random_vector(rng, N * OC), {N, OC}),
+                                    .inp = x_t,
+                                    .weight = put(random_vector(rng, C * OC), {C, OC}),
+                                    .gelu = true});
+    ADD_FAILURE() << "a backward pass with GELU and no slope was run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no gelu_slope"), std::string::npos) << e.what();
+  }
+}
+
 // A weight gradient at training size with a narrow output (512 x 256 in either layout, 1024 rows:
 // the 2^27 multiply-adds from which the GEMM engine by shape hands it to OpenBLAS), assigned over
 // garbage and accumulated onto a start, against float64.

@@ -53,24 +53,35 @@ inline float gelu_with_slope(float x, float& slope) {
   return 0.5f * x * (1.0f + t);
 }
 
+// One row of GELU over a product's sums plus the bias (if any), into out_row, which may be
+// sums_row itself; with KeepSlope, sums_row becomes the slope (a separate row then). Without it
+// the compiler drops the slope's arithmetic.
+template <bool KeepSlope, typename Out, typename Sum>
+inline void gelu_row(Out* out_row, Sum* sums_row, const float* bias, int64_t OC) {
+#pragma omp simd
+  for (int64_t o = 0; o < OC; ++o) {
+    float slope;
+    out_row[o] = from_float<Out>(gelu_with_slope(to_float(sums_row[o]) + (bias != nullptr ? bias[o] : 0.0f), slope));
+    if constexpr (KeepSlope) sums_row[o] = from_float<Sum>(slope);
+  }
+}
+
 // A product's rows finished in place: `sums` (N,OC) plus the bias; with gelu, out = GELU of that
-// and `sums` becomes the slope (gelu_with_slope), else `sums` is out.
+// and `sums` becomes the slope (gelu_with_slope) unless it is `out` itself (no slope kept); without
+// gelu, `sums` is out.
 template <typename Out, typename Sum>
 void bias_and_gelu(Out* out, Sum* sums, const float* bias, bool gelu, int64_t N, int64_t OC) {
+  const bool keep_slope = static_cast<void*>(out) != static_cast<void*>(sums);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     Sum* row = sums + n * OC;
     if (!gelu) {
 #pragma omp simd
       for (int64_t o = 0; o < OC; ++o) row[o] = from_float<Sum>(to_float(row[o]) + bias[o]);
-      continue;
-    }
-    Out* out_row = out + n * OC;
-#pragma omp simd
-    for (int64_t o = 0; o < OC; ++o) {
-      float slope;
-      out_row[o] = from_float<Out>(gelu_with_slope(to_float(row[o]) + (bias != nullptr ? bias[o] : 0.0f), slope));
-      row[o] = from_float<Sum>(slope);
+    } else if (keep_slope) {
+      gelu_row<true>(out + n * OC, row, bias, OC);
+    } else {
+      gelu_row<false>(out + n * OC, row, bias, OC);
     }
   }
 }
@@ -88,9 +99,10 @@ inline void gradient_row(float* sums, const In* d, Out* g, const Slope* slope, i
   }
 }
 
-// One row of a product's sums, finished: bias added, then (with GELU) GELU applied and its slope
-// kept; options fixed at compile time, as in gradient_row, so that the loop vectorises.
-template <bool Gelu, bool Bias, typename Out, typename Slope>
+// One row of a product's sums, finished: bias added, then (with GELU) GELU applied and, with
+// KeepSlope, its slope kept; options fixed at compile time, as in gradient_row, so that the loop
+// vectorises.
+template <bool Gelu, bool Bias, bool KeepSlope, typename Out, typename Slope>
 inline void finish_row(Out* out, Slope* slope, const float* sums, const float* bias, int64_t count) {
 #pragma omp simd
   for (int64_t o = 0; o < count; ++o) {
@@ -99,7 +111,7 @@ inline void finish_row(Out* out, Slope* slope, const float* sums, const float* b
     if constexpr (Gelu) {
       float derivative;
       value = gelu_with_slope(value, derivative);
-      slope[o] = from_float<Slope>(derivative);
+      if constexpr (KeepSlope) slope[o] = from_float<Slope>(derivative);
     }
     out[o] = from_float<Out>(value);
   }
@@ -588,15 +600,15 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     for (int64_t n = 0; n < d.N && !in_place; ++n) {
       const float* acc = sums + n * width;
       Out* out_row = out + n * d.OC + begin;
-      Slope* slope_row = gelu ? slope + n * d.OC + begin : nullptr;
+      Slope* slope_row = slope != nullptr ? slope + n * d.OC + begin : nullptr;
       const float* bias_part = bias != nullptr ? bias + begin : nullptr;
-      if (gelu) {
-        if (bias_part != nullptr) finish_row<true, true>(out_row, slope_row, acc, bias_part, width);
-        else finish_row<true, false>(out_row, slope_row, acc, bias_part, width);
-      } else {
-        if (bias_part != nullptr) finish_row<false, true>(out_row, slope_row, acc, bias_part, width);
-        else finish_row<false, false>(out_row, slope_row, acc, bias_part, width);
-      }
+      auto finish = [&]<bool Gelu, bool KeepSlope>() {
+        if (bias_part != nullptr) finish_row<Gelu, true, KeepSlope>(out_row, slope_row, acc, bias_part, width);
+        else finish_row<Gelu, false, KeepSlope>(out_row, slope_row, acc, bias_part, width);
+      };
+      if (!gelu) finish.template operator()<false, false>();
+      else if (slope_row != nullptr) finish.template operator()<true, true>();
+      else finish.template operator()<true, false>();
     }
   }
 }
@@ -609,7 +621,7 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
 template <typename X, typename W, typename Out>
 void small_rows_matmul_in_passes(const MatmulForward& args, const MatmulDims& d) {
   constexpr int64_t kRowsPerPass = 64;
-  Out *out = pointer<Out>(args.out), *slope = args.gelu ? pointer<Out>(args.gelu_slope) : nullptr;
+  Out *out = pointer<Out>(args.out), *slope = args.gelu ? pointer<Out>(args.gelu_slope) : nullptr;  // may be null
   const X* inp = pointer<X>(args.inp);
   for (int64_t first = 0; first < d.N; first += kRowsPerPass) {
     MatmulDims part = d;
@@ -617,6 +629,12 @@ void small_rows_matmul_in_passes(const MatmulForward& args, const MatmulDims& d)
     small_rows_matmul(out + first * d.OC, slope != nullptr ? slope + first * d.OC : nullptr, inp + first * d.C,
                       pointer<W>(args.weight), pointer<float>(args.bias), part, args.gelu);
   }
+}
+
+// GELU's backward pass multiplies by the slope its forward pass kept.
+void check_slope_kept(const MatmulBackward& args) {
+  check(!args.gelu || args.gelu_slope.defined(),
+        "matmul backward with GELU: no gelu_slope (its forward pass kept none, as for decoding)");
 }
 
 }  // namespace
@@ -629,7 +647,9 @@ void matmul_forward(const MatmulForward& args) {
     small_rows_matmul_in_passes<float, float, float>(args, d);
     return;
   }
-  float* target = args.gelu ? pointer<float>(args.gelu_slope) : pointer<float>(args.out);
+  // With GELU the GEMM writes into the slope's rows, which the GELU pass turns into the slope
+  // (or, with no slope kept, into out's own rows).
+  float* target = pointer<float>(args.gelu && args.gelu_slope.defined() ? args.gelu_slope : args.out);
   // The bias is added in a second pass: oneDNN's matmul primitive with the bias in its write-back
   // ran the 124M shape's forward GEMMs 1.4x slower than sgemm and the pass (bench/RESULTS.md).
   sgemm(false, d.transposed, d.N, d.OC, d.C, 1.0f, inp, d.C, weight, d.weight_ld(), 0.0f, target, d.OC);
@@ -638,6 +658,7 @@ void matmul_forward(const MatmulForward& args) {
 
 void matmul_backward(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
+  check_slope_kept(args);
   check(!d.stored_for_decoding(), "matmul backward: out_in_interleaved and out_in_tiles weights are for decoding (forward only)");
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   float* dout = pointer<float>(args.dout);
@@ -677,14 +698,14 @@ void matmul_forward_bf16(const MatmulForward& args) {
     else small_rows_matmul_in_passes<BFloat16, BFloat16, float>(args, d);
     return;
   }
-  const Tensor& target = args.gelu ? args.gelu_slope : args.out;
+  const Tensor& target = args.gelu && args.gelu_slope.defined() ? args.gelu_slope : args.out;
   gemm_bf16(false, d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), pointer<float>(args.bias), false,
             target.device_address(), target.dtype(), d.OC);
   if (!args.gelu) return;
   if (args.out.dtype() == DType::bf16) {
-    bias_and_gelu(pointer<BFloat16>(args.out), pointer<BFloat16>(args.gelu_slope), nullptr, true, d.N, d.OC);
+    bias_and_gelu(pointer<BFloat16>(args.out), pointer<BFloat16>(target), nullptr, true, d.N, d.OC);
   } else {
-    bias_and_gelu(pointer<float>(args.out), pointer<float>(args.gelu_slope), nullptr, true, d.N, d.OC);
+    bias_and_gelu(pointer<float>(args.out), pointer<float>(target), nullptr, true, d.N, d.OC);
   }
 }
 
@@ -692,6 +713,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
 // inp and of the weight's bf16 copy).
 void matmul_backward_bf16(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
+  check_slope_kept(args);
   check(!d.stored_for_decoding(), "matmul backward: out_in_interleaved and out_in_tiles weights are for decoding (forward only)");
   const auto *inp = pointer<uint16_t>(args.inp), *weight = pointer<uint16_t>(args.weight);
   // The GEMMs' operand: dout itself when it is bf16 and nothing applies to it, else a bf16 copy

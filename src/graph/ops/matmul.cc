@@ -1,7 +1,8 @@
 // matmul: out (...,OC) = x (...,C) · W [+ bias], optionally GELU(tanh) fused.
 // inputs: x, weight ([C,OC] for layout in_out, [OC,C] for out_in, out_in_interleaved and out_in_tiles) [, bias (OC)]
-// attributes: layout (WeightLayout as int), gelu (0/1), row_invariant (0/1: MatmulForward's)
-// outputs: out; with gelu also GELU's derivative at the pre-activation, saved for backward
+// attributes: layout (WeightLayout as int), gelu (0/1), row_invariant (0/1: MatmulForward's),
+//   forward_only (0/1: no backward runs, as in decoding; GELU's slope is then neither computed nor kept)
+// outputs: out; with gelu (not forward_only) also GELU's derivative at the pre-activation, saved for backward
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -11,14 +12,15 @@ namespace {
 struct MatmulDims {
   int64_t N, C, OC;
   WeightLayout layout;
-  bool gelu;
+  bool gelu, keeps_slope;
 };
 
 MatmulDims dims_of(const Shape& x, const Shape& weight, const Attributes& attributes) {
   auto layout = static_cast<WeightLayout>(attributes.get("layout", 0));
   int64_t C = x[x.rank() - 1];
   int64_t OC = layout == WeightLayout::in_out ? weight[1] : weight[0];
-  return {leading_rows(x), C, OC, layout, attributes.get("gelu", 0) != 0};
+  const bool gelu = attributes.get("gelu", 0) != 0;
+  return {leading_rows(x), C, OC, layout, gelu, gelu && attributes.get("forward_only", 0) == 0};
 }
 
 class MatmulOp final : public OpDef {
@@ -34,14 +36,14 @@ class MatmulOp final : public OpDef {
     std::vector<int64_t> out_dims = x.dims();
     out_dims.back() = d.OC;
     std::vector<OutputSpec> outputs{{"", Shape(out_dims), DType::f32, ValueRole::activation}};
-    if (d.gelu) outputs.push_back({".gelu_slope", Shape(out_dims), DType::f32, ValueRole::saved});
+    if (d.keeps_slope) outputs.push_back({".gelu_slope", Shape(out_dims), DType::f32, ValueRole::saved});
     return outputs;
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
     backend.launch(MatmulForward{.out = t.outputs[0],
-                                 .gelu_slope = d.gelu ? t.outputs[1] : Tensor(),
+                                 .gelu_slope = d.keeps_slope ? t.outputs[1] : Tensor(),
                                  .inp = t.inputs[0],
                                  .weight = t.inputs[1],
                                  .bias = t.inputs.size() == 3 ? t.inputs[2] : Tensor(),
@@ -52,6 +54,7 @@ class MatmulOp final : public OpDef {
 
   void backward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
     MatmulDims d = dims_of(t.inputs[0].shape(), t.inputs[1].shape(), attributes);
+    check(d.gelu == d.keeps_slope, "matmul: a forward_only node with GELU kept no slope for a backward pass");
     backend.launch(MatmulBackward{.dinp = t.input_grads[0],
                                   .dweight = t.input_grads[1],
                                   .dbias = t.inputs.size() == 3 ? t.input_grads[2] : Tensor(),
