@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab);
   app.add_option("--seconds", seconds, "Time per product and engine");
   CLI11_PARSE(app, argc, argv);
-  fmt::print("cpu {}\nonednn_isa {}\n", bench::cpu_model(), cpu::onednn_isa_name());
+  fmt::print("cpu {}\nonednn_isa {}\nopenblas_core {}\n", bench::cpu_model(), cpu::onednn_isa_name(), cpu::openblas_core_name());
 
   const int64_t rows = batch * context;
   std::vector<Product> products;

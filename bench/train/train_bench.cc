@@ -44,7 +44,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<dist::Communicator> communicator =
       dist::launched_by_mpi() ? dist::make_mpi_communicator() : dist::make_local_communicator();
   const int ranks = communicator->size();
-  if (communicator->rank() == 0) fmt::print("cpu {}\nonednn_isa {}\n", bench::cpu_model(), cpu::onednn_isa_name());
+  if (communicator->rank() == 0) {
+    fmt::print("cpu {}\nonednn_isa {}\nopenblas_core {}\n", bench::cpu_model(), cpu::onednn_isa_name(),
+               cpu::openblas_core_name());
+  }
   cpu::GemmEngine chosen = cpu::gemm_engine();
   double peak = 0;
   for (cpu::GemmEngine engine : {cpu::GemmEngine::openblas, cpu::GemmEngine::onednn}) {

@@ -45,7 +45,7 @@ inline CLI::Validator in_range(const Range& range) {
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
-  return graph::op_def(graph::OpKind::matmul).runs_in(backend, DType::bf16) ? DType::bf16 : DType::f32;
+  return backend.multiplies_bf16_natively() ? DType::bf16 : DType::f32;
 }
 
 // --kv-cache-dtype of generate and serve: float32 or bfloat16 on request; auto follows the weights

@@ -152,7 +152,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Validator([](std::string& stop) { return stop.empty() ? std::string("must not be empty") : ""; },
                              "NONEMPTY"));
   command->add_option("--dtype", options->dtype,
-                      "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 GEMMs (AMX, AVX512_BF16)")
+                      "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 arithmetic (AMX, AVX512_BF16)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype")

@@ -203,7 +203,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(at_least(0)));
   command->add_option("--dtype", options->dtype,
-                      "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 GEMMs (AMX, AVX512_BF16)")
+                      "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 arithmetic (AMX, AVX512_BF16)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->add_option("--kv-cache-dtype", options->kv_cache_dtype,

@@ -41,11 +41,11 @@ void register_cpu_kernels(KernelRegistry& registry) {
   add_storage_kernels(DType::bf16, cpu::BFloat16{});
   add_storage_kernels(DType::f16, cpu::Float16{});
   // The bf16 matmul's forward everywhere: decoding reads bf16 weights, half the bytes, and widens
-  // them in registers where the CPU has no bf16 arithmetic. Training's bf16 GEMMs only where the
-  // CPU multiplies bf16 natively: elsewhere oneDNN would emulate them more slowly than f32, and
-  // the precision policy falls back to f32 copies (the backward kernel is missing).
+  // them in registers where the CPU has no bf16 arithmetic. Training's bf16 GEMMs only where they
+  // beat f32 ones: elsewhere (no bf16 arithmetic, or AVX512_BF16 at half the f32 rate) the
+  // precision policy falls back to f32 copies (the backward kernel is missing).
   registry.add(cpu, DType::bf16, &cpu::matmul_forward_bf16);
-  if (cpu::has_native_bf16()) {
+  if (cpu::bf16_gemms_beat_f32()) {
     registry.add(cpu, DType::bf16, &cpu::matmul_backward_bf16);
     registry.add(cpu, DType::bf16, &cpu::attention_forward_bf16);
     registry.add(cpu, DType::bf16, &cpu::attention_backward_bf16);
@@ -71,6 +71,7 @@ class CpuBackend final : public Backend {
   }
   void fill_zero(const Tensor& tensor) override { std::memset(tensor.raw(), 0, tensor.nbytes()); }
   void synchronize() override {}
+  bool multiplies_bf16_natively() const override { return cpu::has_native_bf16(); }
 
   // Where the AVX2 kernel's outer products on 16-row panels match or beat the alternatives at
   // every row count: f32 weights (oneDNN's sgemm, for a prompt, measured level at 64-1024 rows),

@@ -132,15 +132,33 @@ void run_matmul(const MatmulKey& key, const void* A, const void* B, const float*
 
 }  // namespace
 
+namespace {
+
+// Whether OpenBLAS picked its AVX-512 kernels for this CPU. It picks by CPU model, and a model it
+// does not know gets generic SSE3 kernels ("Prescott"): Debian's 0.3.21 does so on Emerald Rapids
+// Xeons (model 207), where its sgemm ran at ~40 GFLOP/s against oneDNN's ~260.
+bool openblas_runs_avx512_kernels() {
+  static const bool avx512 = [] {
+    const std::string core = openblas_get_corename();
+    return core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  }();
+  return avx512;
+}
+
+}  // namespace
+
 // oneDNN's sgemm reads a transposed A slowly when one side of C is narrow: a weight gradient
 // (A^T · B, K the batch's rows) of gpt-small (C 384) ran at 235-330 GFLOP/s against 305-380 in
 // OpenBLAS on the AMX Xeon, while at the 124M shape's 768 and up oneDNN's was the faster one
 // (bench/RESULTS.md, "Float32 GEMMs by shape"; bench/train/gemm_shapes_bench). Elsewhere (forward
 // products, input gradients, wider weight gradients) oneDNN was ahead or within a few percent.
+// That was OpenBLAS's AVX-512 kernels; where it runs others, every product stays in oneDNN.
 GemmEngine engine_for_shape(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   const bool narrow_weight_gradient = trans_a && !trans_b && std::min(M, N) <= 512 && M * N * K >= (int64_t{1} << 27);
-  return narrow_weight_gradient ? GemmEngine::openblas : GemmEngine::onednn;
+  return narrow_weight_gradient && openblas_runs_avx512_kernels() ? GemmEngine::openblas : GemmEngine::onednn;
 }
+
+std::string openblas_core_name() { return openblas_get_corename(); }
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -167,11 +185,18 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
              bias, C);
 }
 
-bool has_native_bf16() {
+namespace {
+
+bool onednn_isa_includes(dnnl::cpu_isa wanted) {
   const auto isa = static_cast<int>(dnnl::get_effective_cpu_isa());
-  const auto bf16 = static_cast<int>(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16;
+  return (isa & static_cast<int>(wanted)) == static_cast<int>(wanted);
 }
+
+}  // namespace
+
+bool has_native_bf16() { return onednn_isa_includes(dnnl::cpu_isa::avx512_core_bf16); }
+
+bool bf16_gemms_beat_f32() { return onednn_isa_includes(dnnl::cpu_isa::avx512_core_amx); }
 
 std::string onednn_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
