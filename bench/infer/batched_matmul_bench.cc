@@ -1,10 +1,10 @@
 // The serving engine's matmul at decoding batch sizes: the row-invariant kernel (each row's
-// arithmetic independent of the batch; serving's determinism), on [out, in] rows and, where the
-// backend prefers one (as serving then stores its weights), out_in_interleaved or out_in_tiles, against oneDNN's
+// arithmetic independent of the batch; serving's determinism) on each weight layout it reads
+// ([out, in] rows, out_in_interleaved, and out_in_tiles where the CPU has AMX), against oneDNN's
 // GEMM (AMX or AVX512 as oneDNN picks; its blocking, and so its rounding, changes with the rows)
 // on one weight matrix, f32 out. Prints per row count the GMAC/s of each and the ratio of the
-// layout serving uses to oneDNN, per second of wall time and per second of this process's CPU
-// time (the steadier figure on a machine shared with other work).
+// layout serving uses (the backend's preference) to oneDNN, per second of wall time and per
+// second of this process's CPU time (the steadier figure on a machine shared with other work).
 //   OMP_NUM_THREADS=2 build/bench/infer/batched_matmul_bench [--in 768] [--out 3072] [--rows 1,4,8,16,32,64]
 #include <fmt/format.h>
 
@@ -23,6 +23,16 @@ double cpu_seconds() {
   timespec now{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+const char* layout_name(paraflow::WeightLayout layout) {
+  switch (layout) {
+    case paraflow::WeightLayout::out_in: return "out_in";
+    case paraflow::WeightLayout::out_in_interleaved: return "out_in_interleaved";
+    case paraflow::WeightLayout::out_in_tiles: return "out_in_tiles";
+    case paraflow::WeightLayout::in_out: return "in_out";
+  }
+  return "?";
 }
 
 struct Rate {
@@ -47,17 +57,17 @@ int main(int argc, char** argv) {
   const DType dtype = dtype_name == "float32" ? DType::f32 : DType::bf16;
   fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} {} weights [out, in]\n", bench::cpu_model(), cpu::onednn_isa_name(), in, out,
              dtype_name);
-  if (dtype == DType::bf16 && !backend.supports(KernelOp::matmul_backward, DType::bf16)) {
-    fmt::print("no native bf16 GEMMs on this CPU: the onednn column runs the few-rows kernel too\n");
+  if (dtype == DType::bf16 && !cpu::has_native_bf16()) {
+    fmt::print("no bf16 arithmetic on this CPU: the onednn column runs the few-rows kernel too\n");
   }
   // The layout decoding stores these weights in (out_in: [out, in] rows, as they are).
   const WeightLayout decoding = backend.prefers_tiled_weights(dtype) && in % 32 == 0 ? WeightLayout::out_in_tiles
                                 : backend.prefers_interleaved_weights(dtype)        ? WeightLayout::out_in_interleaved
                                                                                     : WeightLayout::out_in;
-  const bool stored_otherwise = decoding != WeightLayout::out_in;
-  fmt::print("GMAC/s per second of wall / cpu time{}\n{:>6} {:>22} {:>22} {:>22} {:>8}\n",
-             stored_otherwise ? "" : " (decoding keeps these weights [out, in])", "rows", "row_invariant rows",
-             decoding == WeightLayout::out_in_tiles ? "row_invariant tiles" : "row_invariant inter.", "onednn", "ratio");
+  const bool tiles = backend.prefers_tiled_weights(dtype) && in % 32 == 0;
+  fmt::print("decoding stores these weights {}\nGMAC/s per second of wall / cpu time\n{:>6} {:>22} {:>22} {:>22} {:>22} {:>8}\n",
+             layout_name(decoding), "rows", "row_invariant out_in", "row_invariant inter.",
+             tiles ? "row_invariant tiles" : "(no tiles here)", "onednn", "ratio");
   Tensor weight = Tensor::zeros(Shape{out, in}, dtype);
   Tensor bias = Tensor::zeros(Shape{out}, DType::f32);
   for (int64_t n : rows) {
@@ -79,9 +89,13 @@ int main(int argc, char** argv) {
       return Rate{gmac / elapsed, gmac / (cpu_seconds() - cpu_start)};
     };
     const Rate rows_rate = rate(WeightLayout::out_in, true), library = rate(WeightLayout::out_in, false);
-    const Rate panels = stored_otherwise ? rate(decoding, true) : Rate{0, 0};
-    const Rate& serving = stored_otherwise ? panels : rows_rate;
-    fmt::print("{:>6} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>8.2f}\n", n, rows_rate.wall,
-               rows_rate.cpu, panels.wall, panels.cpu, library.wall, library.cpu, serving.cpu / library.cpu);
+    const Rate interleaved = rate(WeightLayout::out_in_interleaved, true);
+    const Rate tiled = tiles ? rate(WeightLayout::out_in_tiles, true) : Rate{0, 0};
+    const Rate& serving = decoding == WeightLayout::out_in_tiles         ? tiled
+                          : decoding == WeightLayout::out_in_interleaved ? interleaved
+                                                                         : rows_rate;
+    fmt::print("{:>6} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>14.1f} / {:>5.1f} {:>8.2f}\n", n,
+               rows_rate.wall, rows_rate.cpu, interleaved.wall, interleaved.cpu, tiled.wall, tiled.cpu, library.wall,
+               library.cpu, serving.cpu / library.cpu);
   }
 }
