@@ -97,8 +97,8 @@ ValueId add_lm_head(GptGraph& g, ValueId hidden, ValueId wte, Attributes attribu
 // Decoding's matmuls run no backward pass: GELU's slope is not kept.
 Attributes forward_only() { return Attributes().set("forward_only", 1); }
 
-// Serving's matmuls: a request's tokens must not depend on the batch it shares.
-Attributes row_invariant() { return Attributes().set("row_invariant", 1); }
+// Serving's matmuls: decoding's, and a request's tokens must not depend on the batch it shares.
+Attributes row_invariant() { return forward_only().set("row_invariant", 1); }
 
 }  // namespace
 
@@ -162,7 +162,7 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_paged, h + "attn.core", {qkv, keys, values, g.position, g.block_tables},
                             core)[0];
-  }, row_invariant().set("forward_only", 1));
+  }, row_invariant());
   return g;
 }
 

@@ -130,10 +130,6 @@ void run_matmul(const MatmulKey& key, const void* A, const void* B, const float*
   stream.wait();
 }
 
-}  // namespace
-
-namespace {
-
 // Whether OpenBLAS picked its AVX-512 kernels for this CPU. It picks by CPU model, and a model it
 // does not know gets generic SSE3 kernels ("Prescott"): Debian's 0.3.21 does so on Emerald Rapids
 // Xeons (model 207), where its sgemm ran at ~40 GFLOP/s against oneDNN's ~260.

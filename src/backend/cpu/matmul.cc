@@ -68,7 +68,7 @@ inline void gelu_row(Out* out_row, Sum* sums_row, const float* bias, int64_t OC)
 
 // A product's rows finished in place: `sums` (N,OC) plus the bias; with gelu, out = GELU of that
 // and `sums` becomes the slope (gelu_with_slope) unless it is `out` itself (no slope kept); without
-// gelu, `sums` is out.
+// gelu, `sums` is out, and the bias is there to add.
 template <typename Out, typename Sum>
 void bias_and_gelu(Out* out, Sum* sums, const float* bias, bool gelu, int64_t N, int64_t OC) {
   const bool keep_slope = static_cast<void*>(out) != static_cast<void*>(sums);
@@ -631,6 +631,12 @@ void small_rows_matmul_in_passes(const MatmulForward& args, const MatmulDims& d)
   }
 }
 
+// Where a forward GEMM writes its product: with GELU into the slope's rows, which the GELU pass
+// turns into the slope (or, with no slope kept, into out's own rows); else into out.
+const Tensor& product_destination(const MatmulForward& args) {
+  return args.gelu && args.gelu_slope.defined() ? args.gelu_slope : args.out;
+}
+
 // GELU's backward pass multiplies by the slope its forward pass kept.
 void check_slope_kept(const MatmulBackward& args) {
   check(!args.gelu || args.gelu_slope.defined(),
@@ -647,9 +653,7 @@ void matmul_forward(const MatmulForward& args) {
     small_rows_matmul_in_passes<float, float, float>(args, d);
     return;
   }
-  // With GELU the GEMM writes into the slope's rows, which the GELU pass turns into the slope
-  // (or, with no slope kept, into out's own rows).
-  float* target = pointer<float>(args.gelu && args.gelu_slope.defined() ? args.gelu_slope : args.out);
+  float* target = pointer<float>(product_destination(args));
   // The bias is added in a second pass: oneDNN's matmul primitive with the bias in its write-back
   // ran the 124M shape's forward GEMMs 1.4x slower than sgemm and the pass (bench/RESULTS.md).
   sgemm(false, d.transposed, d.N, d.OC, d.C, 1.0f, inp, d.C, weight, d.weight_ld(), 0.0f, target, d.OC);
@@ -698,7 +702,7 @@ void matmul_forward_bf16(const MatmulForward& args) {
     else small_rows_matmul_in_passes<BFloat16, BFloat16, float>(args, d);
     return;
   }
-  const Tensor& target = args.gelu && args.gelu_slope.defined() ? args.gelu_slope : args.out;
+  const Tensor& target = product_destination(args);
   gemm_bf16(false, d.transposed, d.N, d.OC, d.C, inp, d.C, weight, d.weight_ld(), pointer<float>(args.bias), false,
             target.device_address(), target.dtype(), d.OC);
   if (!args.gelu) return;
