@@ -108,8 +108,11 @@ def main():
         page.wait("the model list", lambda: [option.text for option in models.options] == [args.model])
         assert page.text("error") == "", page.text("error")
         def version_rows():
-            return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-                    for row in driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")]
+            # One snapshot in the page: the table is re-rendered as it polls, and cells read one by
+            # one can go stale between two reads.
+            return driver.execute_script(
+                "return Array.from(document.querySelectorAll('#versions tbody tr'), "
+                "row => Array.from(row.querySelectorAll('td'), cell => cell.textContent));")
 
         page.wait("version 1 AVAILABLE", lambda: version_rows() == [["1", "AVAILABLE"]])
         versions = Select(page.element("version"))
@@ -131,16 +134,20 @@ def main():
         first_token_ms = float(page.text("time-to-first-token"))
         assert tokens_per_second > 0 and first_token_ms >= 0, (tokens_per_second, first_token_ms)
 
-        def metric(name):
-            return driver.find_element(By.CSS_SELECTOR, f'#metrics dd[data-metric="{name}"]').text
+        def metrics():
+            # One snapshot, as version_rows(): name -> shown value.
+            return dict(driver.execute_script(
+                "return Array.from(document.querySelectorAll('#metrics dd'), "
+                "dd => [dd.getAttribute('data-metric'), dd.textContent.trim()]);"))
 
-        names = [element.get_attribute("data-metric") for element in driver.find_elements(By.CSS_SELECTOR, "#metrics dd")]
+        names = list(metrics())
         assert "paraflow_generation_tokens_total" in names and "paraflow_kv_blocks_free" in names, names
         # The poll after the generation counts its tokens (the plain request's and this one's at least).
-        page.wait("the generated tokens in the metrics",
-                  lambda: metric("paraflow_generation_tokens_total").isdigit()
-                  and int(metric("paraflow_generation_tokens_total")) >= 2 * MAX_TOKENS)
-        values = {name: metric(name) for name in names}
+        def generated_tokens_counted():
+            shown = metrics().get("paraflow_generation_tokens_total", "")
+            return shown.isdigit() and int(shown) >= 2 * MAX_TOKENS
+        page.wait("the generated tokens in the metrics", generated_tokens_counted)
+        values = metrics()
         assert all(value.isdigit() for value in values.values()), values
 
         assert driver.save_screenshot(args.screenshot), args.screenshot
