@@ -18,6 +18,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
+#include "backend/cpu/widened_bf16_rows.h"
 #include "base/error.h"
 
 namespace paraflow::cpu {
@@ -509,6 +510,15 @@ T* thread_scratch(int64_t count) {
   if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
   return buffer.data();
 }
+// Whether bf16 rows times an [out, in] bf16 weight take widened_bf16_products (f32 FMAs) rather
+// than bf16_dot_rows: where bf16 dot products run at half the FMA rate, by bf16_gemms_beat_f32's
+// fixed rule (a request's tokens must not depend on which process served it).
+template <typename X, typename W>
+bool widens_bf16_products(const MatmulDims& d) {
+  static const bool half_rate_dot_products = !bf16_gemms_beat_f32();
+  return has_bf16_dot_rows<X, W>() && d.transposed && !d.stored_for_decoding() && half_rate_dot_products;
+}
+
 struct InputRows;        // small_rows_matmul's f32 input rows (the calling thread's)
 struct OutputSums;       // small_rows_matmul's sums (a share's, one share at a time)
 struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
@@ -523,14 +533,20 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
   check(!d.tiled || d.C % 32 == 0, "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32",
         d.C);
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
-  // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves.
+  // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves, and
+  // widened_bf16_products reads them split into even and odd columns.
   const bool reads_f32_rows = !d.transposed || d.interleaved || !has_bf16_dot_rows<X, W>();
+  const bool widens_bf16 = widens_bf16_products<X, W>(d);
   const float* x = nullptr;
   if constexpr (std::is_same_v<X, float>) {
     x = inp;
   } else if (reads_f32_rows) {
     float* rows = thread_scratch<InputRows, float>(d.N * d.C);
     for (int64_t i = 0; i < d.N * d.C; ++i) rows[i] = to_float(inp[i]);
+    x = rows;
+  } else if (widens_bf16) {
+    float* rows = thread_scratch<InputRows, float>(d.N * split_row_length(d.C));
+    split_bf16_rows(rows, reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     x = rows;
   }
   // Outputs (weight rows of out_in, columns of in_out) in shares that are multiples of 16. An
@@ -580,6 +596,8 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
+    } else if (widens_bf16) {
+      widened_bf16_products(sums, sums_ld, x, d.N, d.C, reinterpret_cast<const uint16_t*>(weight), begin, end);
     } else if (bf16_dot_rows_apply(sums, sums_ld, inp, weight, d, begin, end)) {
 #if defined(__AVX2__) && defined(__FMA__)
     } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16>) {
