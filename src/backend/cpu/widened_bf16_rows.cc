@@ -32,6 +32,23 @@ inline __mmask32 chunk_mask(int64_t columns, int64_t c) {
   return left >= kChunk ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << left) - 1);
 }
 
+// The lane sums of four vectors, added in _mm512_reduce_add_ps' order (each lane i < 8 plus lane
+// i + 8, then i < 4 plus i + 4, then 0 + 2 and 1 + 3, then those two), four vectors at once: 14
+// instructions instead of 36. Bit for bit its results, so that an output's sum does not depend on
+// whether its weight row was one of four.
+inline __m128 sum_each(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 halves01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                        _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 halves23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                        _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Each 128-bit lane k: vector k's four partial sums.
+  __m512 quarters = _mm512_add_ps(_mm512_shuffle_f32x4(halves01, halves23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(halves01, halves23, _MM_SHUFFLE(3, 1, 3, 1)));
+  quarters = _mm512_add_ps(quarters, _mm512_permute_ps(quarters, _MM_SHUFFLE(1, 0, 3, 2)));
+  quarters = _mm512_add_ps(quarters, _mm512_permute_ps(quarters, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), quarters));
+}
+
 // GCC 12's _mm512_reduce_add_ps extracts from an _mm256_undefined_pd() it then flags as "may be
 // used uninitialized": a false positive of its own header.
 #pragma GCC diagnostic push
@@ -39,12 +56,12 @@ inline __mmask32 chunk_mask(int64_t columns, int64_t c) {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 // R split input rows times K weight rows: R x K accumulators (16 with R = K = 4, plus 2K widened
 // weight vectors and two input halves: 26 of the 32 registers), each adding a chunk's even
-// products and then its odd ones, summed across lanes at the end. With `prefetch` the next K
-// weight rows' chunk is fetched meanwhile: the hardware prefetcher does not follow K interleaved
-// row streams.
+// products and then its odd ones, summed across lanes at the end. With `prefetch_ahead` (weight
+// elements) the K weight rows that far on are fetched into L2 meanwhile, chunk by chunk: the
+// hardware prefetcher does not follow K interleaved row streams.
 template <int R, int K>
 void dot_block(float* sums, int64_t sums_ld, const float* x, int64_t x_ld, const uint16_t* w, int64_t columns,
-               bool prefetch) {
+               int64_t prefetch_ahead) {
   __m512 acc[R][K];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -56,7 +73,7 @@ void dot_block(float* sums, int64_t sums_ld, const float* x, int64_t x_ld, const
     __m512 even[K], odd[K];
 #pragma GCC unroll 4
     for (int k = 0; k < K; ++k) {
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + (k + K) * columns + c), _MM_HINT_T0);
+      if (prefetch_ahead > 0) _mm_prefetch(reinterpret_cast<const char*>(w + prefetch_ahead + k * columns + c), _MM_HINT_T1);
       const uint16_t* from = w + k * columns + c;
       const __m512i pairs = masked ? _mm512_maskz_loadu_epi16(mask, from) : _mm512_loadu_si512(from);
       even[k] = even_columns(pairs);
@@ -77,8 +94,12 @@ void dot_block(float* sums, int64_t sums_ld, const float* x, int64_t x_ld, const
   if (full < columns) chunk(full, chunk_mask(columns, full), true);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
+    if constexpr (K == 4) {
+      _mm_storeu_ps(sums + r * sums_ld, sum_each(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    } else {
 #pragma GCC unroll 4
-    for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = _mm512_reduce_add_ps(acc[r][k]);
+      for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = _mm512_reduce_add_ps(acc[r][k]);
+    }
   }
 }
 #pragma GCC diagnostic pop
@@ -86,12 +107,12 @@ void dot_block(float* sums, int64_t sums_ld, const float* x, int64_t x_ld, const
 // R input rows (at most four) times the weight rows [begin, end), four at a time.
 template <int R>
 void rows_times_weights(float* sums, int64_t sums_ld, const float* x, int64_t x_ld, int64_t columns,
-                        const uint16_t* weight, int64_t begin, int64_t end, bool prefetch) {
+                        const uint16_t* weight, int64_t begin, int64_t end, int64_t prefetch_ahead) {
   int64_t o = begin;
   for (; o + 4 <= end; o += 4) {
-    dot_block<R, 4>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, prefetch);
+    dot_block<R, 4>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, prefetch_ahead);
   }
-  for (; o < end; ++o) dot_block<R, 1>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, false);
+  for (; o < end; ++o) dot_block<R, 1>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, 0);
 }
 
 }  // namespace
@@ -109,9 +130,9 @@ void split_bf16_rows(float* split, const uint16_t* x, int64_t rows, int64_t colu
 
 void widened_bf16_products(float* sums, int64_t sums_ld, const float* split_x, int64_t rows, int64_t columns,
                            const uint16_t* weight, int64_t begin, int64_t end) {
-  // The share's weight rows in tiles of about 24 KiB (in L1 while every block of four input rows
-  // passes by; the first block streams them from memory, prefetching, so that the reads overlap
-  // the other blocks' arithmetic).
+  // The share's weight rows in tiles of about 24 KiB, in L1 while every block of four input rows
+  // passes by. The first block fetches the next tile into L2 meanwhile, so that reading the weights
+  // from memory overlaps the other blocks' arithmetic.
   const int64_t x_ld = split_row_length(columns);
   const int64_t tile = std::max<int64_t>(4, (24 << 10) / (2 * columns) / 4 * 4);
   for (int64_t first = begin; first < end; first += tile) {
@@ -119,12 +140,12 @@ void widened_bf16_products(float* sums, int64_t sums_ld, const float* split_x, i
     for (int64_t n = 0; n < rows; n += 4) {
       const float* x = split_x + n * x_ld;
       float* block_sums = sums + n * sums_ld + (first - begin);
-      const bool prefetch = n == 0;
+      const int64_t prefetch_ahead = n == 0 ? tile * columns : 0;
       switch (std::min<int64_t>(4, rows - n)) {
-        case 4: rows_times_weights<4>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch); break;
-        case 3: rows_times_weights<3>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch); break;
-        case 2: rows_times_weights<2>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch); break;
-        default: rows_times_weights<1>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch); break;
+        case 4: rows_times_weights<4>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch_ahead); break;
+        case 3: rows_times_weights<3>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch_ahead); break;
+        case 2: rows_times_weights<2>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch_ahead); break;
+        default: rows_times_weights<1>(block_sums, sums_ld, x, x_ld, columns, weight, first, last, prefetch_ahead); break;
       }
     }
   }
