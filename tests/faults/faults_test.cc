@@ -288,6 +288,16 @@ TEST_F(Faults, GenerateReportsAFullContext) {
   EXPECT_NE(ended.output.find("finish_reason: length"), std::string::npos) << ended.output;
 }
 
+// 10. An invalid PARAFLOW_GEMM is refused naming it at start-up, by generate too, whose batch-1
+// decoding calls no f32 GEMM that would read it.
+TEST_F(Faults, GenerateRefusesAnInvalidGemmEngine) {
+  trained_checkpoint(1);
+  testing::Ended ended = run(fmt::format("env PARAFLOW_GEMM=blas {} generate --model {} --prompt abc --max-tokens 2",
+                                         binary(), (dir.path() / "run/export").string()),
+                             60s);
+  testing::expect_refused(ended, "generate with PARAFLOW_GEMM=blas", "PARAFLOW_GEMM='blas'");
+}
+
 // 8. generate reads GPT-2's original tokenizer file names (encoder.json + vocab.bpe): the
 // prompt is encoded as `tokenizer encode` does, not as bytes.
 TEST_F(Faults, GenerateReadsGpt2TokenizerFileNames) {

@@ -54,7 +54,12 @@ void register_cpu_kernels(KernelRegistry& registry) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() { register_cpu_kernels(kernel_registry()); }
+  CpuBackend() {
+    register_cpu_kernels(kernel_registry());
+    // PARAFLOW_GEMM is read now, so that a bad value stops every command at start-up (batch-1
+    // decoding calls no f32 GEMM that would read it later).
+    cpu::gemm_engine();
+  }
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override { return "cpu (oneDNN ISA " + cpu::onednn_isa_name() + ")"; }
