@@ -510,6 +510,7 @@ T* thread_scratch(int64_t count) {
   if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
   return buffer.data();
 }
+
 // Whether bf16 rows times an [out, in] bf16 weight take widened_bf16_products (f32 FMAs) rather
 // than bf16_dot_rows: where bf16 dot products run at half the FMA rate, by bf16_gemms_beat_f32's
 // fixed rule (a request's tokens must not depend on which process served it).
