@@ -295,9 +295,10 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
         return get(out);
       };
       // Blocks of every size the kernels take rows in: the batch of 37 (dot products: blocks of
-      // 3, then the rest; panels: blocks of 5 and 6 with AVX2, 12 and 13 with AVX-512; tiles: two
-      // of 16, then one of 5), 32 rows (AVX-512 panels: two of 16, the most they take), seven rows
-      // (AVX2 panels: 3 and 4), a pair, and rows alone.
+      // 3 with AVX2, of 4 with AVX-512 (vdpbf16ps or widened bf16), then the rest; panels: blocks
+      // of 5 and 6 with AVX2, 12 and 13 with AVX-512; tiles: two of 16, then one of 5), 32 rows
+      // (AVX-512 panels: two of 16, the most they take), seven rows (AVX2 panels: 3 and 4; 4 + 3),
+      // a pair, and rows alone.
       const Vec batched = run(0, N), thirty_two = run(5, 32), seven = run(3, 7), pair = run(5, 2);
       for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{6}, N - 1}) {
         const Vec alone = run(row, 1);
