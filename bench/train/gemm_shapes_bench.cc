@@ -1,10 +1,10 @@
 // The f32 GEMMs of one training step of a GPT config, as its linear layers ([in, out] weights) and
 // its tied lm_head ([vocab, C]) issue them: forward, input gradient and weight gradient. Each is
-// timed in oneDNN's sgemm and in OpenBLAS, taking turns, and the engine paraflow's sgemm picks by
-// the product's shape (cpu::engine_for_shape) is marked. The last lines add up one step's GEMM
-// time with the engine by shape, with each engine alone and with the faster one for every product:
-// what the rule gains and what it leaves on this CPU. Operands are reused between repeats (warm in
-// cache), which flatters both engines alike.
+// timed in oneDNN's sgemm, OpenBLAS and oneDNN's matmul primitive, taking turns, and the engine
+// paraflow's sgemm picks by the product's shape (cpu::engine_for_shape) is marked. The last lines
+// add up one step's GEMM time with the engine by shape, with each engine alone and with the
+// fastest one for every product: what the rule gains and what it leaves on this CPU. Operands are
+// reused between repeats (warm in cache), which flatters every engine alike.
 //   OMP_NUM_THREADS=2 build/bench/train/gemm_shapes_bench [--n-layer 6 --n-embd 384 --n-ctx 256
 //       --batch 8 --vocab 8192] [--seconds 0.5]
 #include <fmt/format.h>
@@ -76,7 +76,9 @@ int main(int argc, char** argv) {
   std::vector<float> a(static_cast<size_t>(largest)), b(a.size()), c(a.size());
   for (size_t i = 0; i < a.size(); ++i) a[i] = uniform(rng), b[i] = uniform(rng);
 
-  const cpu::GemmEngine engines[] = {cpu::GemmEngine::onednn, cpu::GemmEngine::openblas};
+  const std::vector<cpu::GemmEngine> engines{cpu::GemmEngine::onednn, cpu::GemmEngine::openblas,
+                                            cpu::GemmEngine::onednn_matmul};
+  const size_t count = engines.size();
   auto seconds_per_call = [&](cpu::GemmEngine engine, const Product& p) {
     // Row-major leading dimensions of op(A) (M,K) and op(B) (K,N) as stored.
     const int64_t lda = p.trans_a ? p.M : p.K, ldb = p.trans_b ? p.K : p.N;
@@ -96,22 +98,25 @@ int main(int argc, char** argv) {
     return elapsed / static_cast<double>(calls);
   };
 
-  fmt::print("GFLOP/s\n{:<17} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9}\n", "product", "M", "N", "K", "onednn", "openblas",
-             "by_shape");
-  double step[2] = {0, 0}, by_shape = 0, faster = 0;
+  fmt::print("GFLOP/s\n{:<17} {:>6} {:>6} {:>6}", "product", "M", "N", "K");
+  for (cpu::GemmEngine engine : engines) fmt::print(" {:>13}", cpu::gemm_engine_name(engine));
+  fmt::print(" {:>13}\n", "by_shape");
+  std::vector<double> step(count, 0.0);
+  double by_shape = 0, fastest = 0;
   for (const Product& p : products) {
-    double time[2];
-    for (int e = 0; e < 2; ++e) time[e] = seconds_per_call(engines[e], p);
-    const int chosen = cpu::engine_for_shape(p.trans_a, p.trans_b, p.M, p.N, p.K) == cpu::GemmEngine::onednn ? 0 : 1;
-    fmt::print("{:<17} {:>6} {:>6} {:>6} {:>8.1f} {:>9.1f} {:>9}\n", p.name, p.M, p.N, p.K, p.flops() / time[0] / 1e9,
-               p.flops() / time[1] / 1e9, cpu::gemm_engine_name(engines[chosen]));
-    const double count = static_cast<double>(p.count);
-    for (int e = 0; e < 2; ++e) step[e] += count * time[e];
-    by_shape += count * time[chosen];
-    faster += count * std::min(time[0], time[1]);
+    std::vector<double> time(count);
+    for (size_t e = 0; e < count; ++e) time[e] = seconds_per_call(engines[e], p);
+    const cpu::GemmEngine chosen = cpu::engine_for_shape(p.trans_a, p.trans_b, p.M, p.N, p.K);
+    fmt::print("{:<17} {:>6} {:>6} {:>6}", p.name, p.M, p.N, p.K);
+    for (double seconds_per : time) fmt::print(" {:>13.1f}", p.flops() / seconds_per / 1e9);
+    fmt::print(" {:>13}\n", cpu::gemm_engine_name(chosen));
+    const double repeats = static_cast<double>(p.count);
+    for (size_t e = 0; e < count; ++e) step[e] += repeats * time[e];
+    by_shape += repeats * time[static_cast<size_t>(std::find(engines.begin(), engines.end(), chosen) - engines.begin())];
+    fastest += repeats * *std::min_element(time.begin(), time.end());
   }
-  fmt::print("step_gemm_ms_by_shape {:.1f}\nstep_gemm_ms_onednn {:.1f}\nstep_gemm_ms_openblas {:.1f}\n"
-             "step_gemm_ms_faster_each {:.1f}\n",
-             1000 * by_shape, 1000 * step[0], 1000 * step[1], 1000 * faster);
-  fmt::print("by_shape_vs_onednn {:.3f}\nby_shape_vs_faster_each {:.3f}\n", step[0] / by_shape, faster / by_shape);
+  fmt::print("step_gemm_ms_by_shape {:.1f}\n", 1000 * by_shape);
+  for (size_t e = 0; e < count; ++e) fmt::print("step_gemm_ms_{} {:.1f}\n", cpu::gemm_engine_name(engines[e]), 1000 * step[e]);
+  fmt::print("step_gemm_ms_fastest_each {:.1f}\n", 1000 * fastest);
+  fmt::print("by_shape_vs_onednn {:.3f}\nby_shape_vs_fastest_each {:.3f}\n", step[0] / by_shape, fastest / by_shape);
 }

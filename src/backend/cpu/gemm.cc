@@ -24,7 +24,9 @@ GemmEngine engine_from_environment() {
   if (choice == nullptr || *choice == '\0') return GemmEngine::by_shape;
   if (std::strcmp(choice, "openblas") == 0) return GemmEngine::openblas;
   if (std::strcmp(choice, "onednn") == 0) return GemmEngine::onednn;
-  fail("PARAFLOW_GEMM='{}': expected 'openblas' or 'onednn' (unset: each product by its shape)", choice);
+  if (std::strcmp(choice, "onednn_matmul") == 0) return GemmEngine::onednn_matmul;
+  fail("PARAFLOW_GEMM='{}': expected 'openblas', 'onednn' or 'onednn_matmul' (unset: each product by its shape)",
+       choice);
 }
 
 // Registry-like process setting, read once from the environment.
@@ -42,6 +44,7 @@ std::string gemm_engine_name(GemmEngine engine) {
     case GemmEngine::by_shape: return "by_shape";
     case GemmEngine::openblas: return "openblas";
     case GemmEngine::onednn: return "onednn";
+    case GemmEngine::onednn_matmul: return "onednn_matmul";
   }
   return "unknown";
 }
@@ -49,12 +52,13 @@ std::string gemm_engine_name(GemmEngine engine) {
 namespace {
 
 // One oneDNN matmul: element types, transpositions, sizes, leading dimensions, a bias or not,
-// and whether the result is added to C (a sum post-op).
+// and C = alpha * op(A) · op(B) + beta * C (an output scale and a sum post-op).
 struct MatmulKey {
   DType ab_dtype, c_dtype;
   bool trans_a, trans_b;
   int64_t M, N, K, lda, ldb, ldc;
-  bool bias, accumulate;
+  bool bias;
+  float alpha, beta;
   auto operator<=>(const MatmulKey&) const = default;
 };
 
@@ -85,9 +89,10 @@ class MatmulCache {
     // The primitive's scratch memory comes from us (run_matmul): left to oneDNN it is allocated
     // and page-faulted anew on every call, which cost a fifth of a bf16 training step.
     attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (key.accumulate) {
+    if (key.alpha != 1.0f) attributes.set_output_scales(0, {key.alpha});
+    if (key.beta != 0.0f) {
       dnnl::post_ops sum;
-      sum.append_sum(1.0f);
+      sum.append_sum(key.beta);
       attributes.set_post_ops(sum);
     }
     dnnl::matmul::primitive_desc pd =
@@ -130,6 +135,11 @@ void run_matmul(const MatmulKey& key, const void* A, const void* B, const float*
   stream.wait();
 }
 
+bool onednn_isa_includes(dnnl::cpu_isa wanted) {
+  const auto isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+  return (isa & static_cast<int>(wanted)) == static_cast<int>(wanted);
+}
+
 // Whether OpenBLAS picked its AVX-512 kernels for this CPU. It picks by CPU model, and a model it
 // does not know gets generic SSE3 kernels ("Prescott"): Debian's 0.3.21 does so on Emerald Rapids
 // Xeons (model 207), where its sgemm ran at ~40 GFLOP/s against oneDNN's ~260.
@@ -148,10 +158,20 @@ bool openblas_runs_avx512_kernels() {
 // OpenBLAS on the AMX Xeon, while at the 124M shape's 768 and up oneDNN's was the faster one
 // (bench/RESULTS.md, "Float32 GEMMs by shape"; bench/train/gemm_shapes_bench). Elsewhere (forward
 // products, input gradients, wider weight gradients) oneDNN was ahead or within a few percent.
-// That was OpenBLAS's AVX-512 kernels; where it runs others, every product stays in oneDNN.
+// That was OpenBLAS's AVX-512 kernels. Where it runs others (it does not know the Xeon without
+// AMX, model 207), oneDNN's matmul primitive takes the long narrow ones (one side at least four
+// times the other): its brgemm kernels read the transposed A faster than its sgemm, 1.02-1.3x on
+// gpt-small's fc, fc_proj and lm_head weight gradients, while on the squarer qkv and proj ones it
+// was 0.9x and on the 124M shape's wider ones up to 3x slower (bench/RESULTS.md, "Long narrow
+// weight gradients through oneDNN's matmul primitive"). Without AVX-512, where oneDNN has no
+// brgemm matmul, its sgemm.
 GemmEngine engine_for_shape(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   const bool narrow_weight_gradient = trans_a && !trans_b && std::min(M, N) <= 512 && M * N * K >= (int64_t{1} << 27);
-  return narrow_weight_gradient && openblas_runs_avx512_kernels() ? GemmEngine::openblas : GemmEngine::onednn;
+  if (!narrow_weight_gradient) return GemmEngine::onednn;
+  if (openblas_runs_avx512_kernels()) return GemmEngine::openblas;
+  static const bool brgemm_matmul = onednn_isa_includes(dnnl::cpu_isa::avx512_core);
+  const bool long_narrow = std::max(M, N) >= 4 * std::min(M, N);
+  return brgemm_matmul && long_narrow ? GemmEngine::onednn_matmul : GemmEngine::onednn;
 }
 
 std::string openblas_core_name() { return openblas_get_corename(); }
@@ -167,6 +187,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
                 static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
     return;
   }
+  if (engine == GemmEngine::onednn_matmul && K > 0) {  // (a K of 0 only scales C: sgemm below)
+    run_matmul({DType::f32, DType::f32, trans_a, trans_b, M, N, K, lda, ldb, ldc, false, alpha, beta}, A, B, nullptr, C);
+    return;
+  }
   dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
                                     C, ldc);
   if (status != dnnl_success) {
@@ -177,18 +201,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, const float* bias, bool accumulate, void* C, DType c_dtype, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  run_matmul({DType::bf16, c_dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, bias != nullptr, accumulate}, A, B,
-             bias, C);
+  run_matmul({DType::bf16, c_dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, bias != nullptr, 1.0f,
+              accumulate ? 1.0f : 0.0f},
+             A, B, bias, C);
 }
-
-namespace {
-
-bool onednn_isa_includes(dnnl::cpu_isa wanted) {
-  const auto isa = static_cast<int>(dnnl::get_effective_cpu_isa());
-  return (isa & static_cast<int>(wanted)) == static_cast<int>(wanted);
-}
-
-}  // namespace
 
 bool has_native_bf16() { return onednn_isa_includes(dnnl::cpu_isa::avx512_core_bf16); }
 

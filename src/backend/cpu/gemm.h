@@ -1,8 +1,9 @@
 // GEMMs on the CPU, row-major. Single precision: C = alpha * op(A) · op(B) + beta * C through one
-// of two engines from Debian, OpenBLAS or oneDNN's sgemm: by default each product takes the one
-// its shape calls for (gemm.cc; bench/train/gemm_shapes_bench times both on a model's training
-// GEMMs), and PARAFLOW_GEMM=openblas|onednn puts every product on one of them. bfloat16: oneDNN's
-// matmul primitive, on AMX or AVX512_BF16.
+// of three engines from Debian's OpenBLAS and oneDNN: OpenBLAS's sgemm, oneDNN's sgemm, or oneDNN's
+// matmul primitive (compiled per shape; its brgemm kernels on AVX-512). By default each product
+// takes the one its shape calls for (gemm.cc; bench/train/gemm_shapes_bench times each on a model's
+// training GEMMs), and PARAFLOW_GEMM=openblas|onednn|onednn_matmul puts every product on one of
+// them. bfloat16: oneDNN's matmul primitive, on AMX or AVX512_BF16.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +13,13 @@
 
 namespace paraflow::cpu {
 
-enum class GemmEngine { by_shape, openblas, onednn };
+enum class GemmEngine { by_shape, openblas, onednn, onednn_matmul };
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-// The engine an f32 product takes by its shape (GemmEngine::by_shape): openblas or onednn. The
-// same shape always takes the same engine, so results are reproducible bit for bit.
+// The engine an f32 product takes by its shape (GemmEngine::by_shape): openblas, onednn or
+// onednn_matmul. The same shape always takes the same engine, so results are reproducible bit for
+// bit.
 GemmEngine engine_for_shape(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 // The kernels OpenBLAS chose for this CPU, e.g. "SkylakeX" (or "Prescott": generic SSE3).
 std::string openblas_core_name();
