@@ -134,7 +134,8 @@ def main():
                         f"({report['bf16_gemm_gflops_onednn']} GFLOP/s)" if "mfu_bf16_peak" in report else "")
                 print(f"paraflow {mode:14} GEMMs in {report['gemm_dtype']}: MFU {100 * float(report['mfu']):.1f}% of "
                       f"the f32 sgemm peak (openblas {report['sgemm_gflops_openblas']}, onednn "
-                      f"{report['sgemm_gflops_onednn']} GFLOP/s){bf16}, gemm engine {report['gemm_engine']}")
+                      f"{report['sgemm_gflops_onednn']}, onednn_matmul {report['sgemm_gflops_onednn_matmul']} "
+                      f"GFLOP/s){bf16}, gemm engine {report['gemm_engine']}")
     speed = {(engine, mode): float(report["tokens_per_s"]) for engine, mode, report in results}
     ours_bf16 = speed.get(("paraflow", "mixed_bfloat16"))
     ours_f32 = speed.get(("paraflow", "float32"))

@@ -116,7 +116,9 @@ int main(int argc, char** argv) {
     fastest += repeats * *std::min_element(time.begin(), time.end());
   }
   fmt::print("step_gemm_ms_by_shape {:.1f}\n", 1000 * by_shape);
-  for (size_t e = 0; e < count; ++e) fmt::print("step_gemm_ms_{} {:.1f}\n", cpu::gemm_engine_name(engines[e]), 1000 * step[e]);
+  for (size_t e = 0; e < count; ++e) {
+    fmt::print("step_gemm_ms_{} {:.1f}\n", cpu::gemm_engine_name(engines[e]), 1000 * step[e]);
+  }
   fmt::print("step_gemm_ms_fastest_each {:.1f}\n", 1000 * fastest);
   fmt::print("by_shape_vs_onednn {:.3f}\nby_shape_vs_fastest_each {:.3f}\n", step[0] / by_shape, fastest / by_shape);
 }

@@ -1,5 +1,5 @@
 // Training throughput of paraflow on a GPT config (default: gpt-small of issue #2), with the
-// sgemm peak of both CPU GEMM engines measured in the same run (before and after the timed steps,
+// sgemm peak of each CPU GEMM engine measured in the same run (before and after the timed steps,
 // the better of the two), MFU against the best of them,
 // and the peak RSS. Prints one `key value` per line for bench/train/compare_peers.py.
 #include <fmt/format.h>
@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   const cpu::GemmEngine chosen = cpu::gemm_engine();
   const DType gemms = train::gemm_dtype(graph::parse_precision_policy(precision), backend);
   const bool bf16_gemms = train::gemm_dtype(graph::PrecisionPolicy::mixed_bfloat16, backend) == DType::bf16;
-  const std::vector<cpu::GemmEngine> engines{cpu::GemmEngine::openblas, cpu::GemmEngine::onednn};
+  const std::vector<cpu::GemmEngine> engines{cpu::GemmEngine::openblas, cpu::GemmEngine::onednn,
+                                            cpu::GemmEngine::onednn_matmul};
   struct Probe {
     std::vector<double> sgemm;  // per engine
     double bf16 = 0;
