@@ -25,16 +25,6 @@ double cpu_seconds() {
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
-const char* layout_name(paraflow::WeightLayout layout) {
-  switch (layout) {
-    case paraflow::WeightLayout::out_in: return "out_in";
-    case paraflow::WeightLayout::out_in_interleaved: return "out_in_interleaved";
-    case paraflow::WeightLayout::out_in_tiles: return "out_in_tiles";
-    case paraflow::WeightLayout::in_out: return "in_out";
-  }
-  return "?";
-}
-
 struct Rate {
   double wall, cpu;  // GMAC per second of each
 };
@@ -66,7 +56,7 @@ int main(int argc, char** argv) {
                                                                                     : WeightLayout::out_in;
   const bool tiles = backend.prefers_tiled_weights(dtype) && in % 32 == 0;
   fmt::print("decoding stores these weights {}\nGMAC/s per second of wall / cpu time\n{:>6} {:>22} {:>22} {:>22} {:>22} {:>8}\n",
-             layout_name(decoding), "rows", "row_invariant out_in", "row_invariant inter.",
+             weight_layout_name(decoding), "rows", "row_invariant out_in", "row_invariant inter.",
              tiles ? "row_invariant tiles" : "(no tiles here)", "onednn", "ratio");
   Tensor weight = Tensor::zeros(Shape{out, in}, dtype);
   Tensor bias = Tensor::zeros(Shape{out}, DType::f32);

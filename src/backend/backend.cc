@@ -16,6 +16,16 @@ const char* kernel_op_name(KernelOp op) {
 
 bool is_backward_kernel(KernelOp op) { return std::string_view(kernel_op_name(op)).ends_with("_backward"); }
 
+const char* weight_layout_name(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::in_out: return "in_out";
+    case WeightLayout::out_in: return "out_in";
+    case WeightLayout::out_in_interleaved: return "out_in_interleaved";
+    case WeightLayout::out_in_tiles: return "out_in_tiles";
+  }
+  return "?";
+}
+
 namespace {
 
 // Written while backends register (once each, under the mutex), read without it afterwards:

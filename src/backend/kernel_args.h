@@ -36,6 +36,7 @@ bool is_backward_kernel(KernelOp op);
 // an [out, in] weight out_in_interleaved (see interleaved_offset), for kernels that read
 // kInterleavedRows rows at once, or out_in_tiles (see tiles_offset), for AMX's tile products.
 enum class WeightLayout : uint8_t { in_out, out_in, out_in_interleaved, out_in_tiles };
+const char* weight_layout_name(WeightLayout layout);
 
 // out_in_interleaved: the [rows, columns] weight's rows in groups of kInterleavedRows, each group
 // stored column by column (the group's 16 values of column 0, then of column 1, ...); rows after
