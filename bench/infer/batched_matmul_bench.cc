@@ -51,10 +51,8 @@ int main(int argc, char** argv) {
     fmt::print("no bf16 arithmetic on this CPU: the onednn column runs the few-rows kernel too\n");
   }
   // The layout decoding stores these weights in (out_in: [out, in] rows, as they are).
-  const WeightLayout decoding = backend.prefers_tiled_weights(dtype) && in % 32 == 0 ? WeightLayout::out_in_tiles
-                                : backend.prefers_interleaved_weights(dtype)        ? WeightLayout::out_in_interleaved
-                                                                                    : WeightLayout::out_in;
-  const bool tiles = backend.prefers_tiled_weights(dtype) && in % 32 == 0;
+  const WeightLayout decoding = backend.decoding_layout(dtype, in);
+  const bool tiles = decoding == WeightLayout::out_in_tiles;
   fmt::print("decoding stores these weights {}\nGMAC/s per second of wall / cpu time\n{:>6} {:>22} {:>22} {:>22} {:>22} {:>8}\n",
              weight_layout_name(decoding), "rows", "row_invariant out_in", "row_invariant inter.",
              tiles ? "row_invariant tiles" : "(no tiles here)", "onednn", "ratio");

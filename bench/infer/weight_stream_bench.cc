@@ -49,14 +49,6 @@ uint64_t sum_words(const paraflow::Tensor& tensor) {
   return sum;
 }
 
-// The layout decoding stores an [out, in] weight of `dtype` with `in` columns in (as
-// graph::tile_weights and graph::interleave_weights choose).
-paraflow::WeightLayout decoding_layout(const paraflow::Backend& backend, paraflow::DType dtype, int64_t in) {
-  if (backend.prefers_tiled_weights(dtype) && in % 32 == 0) return paraflow::WeightLayout::out_in_tiles;
-  if (backend.prefers_interleaved_weights(dtype)) return paraflow::WeightLayout::out_in_interleaved;
-  return paraflow::WeightLayout::out_in;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,7 +91,7 @@ int main(int argc, char** argv) {
                                      .inp = Tensor::zeros(Shape{1, p.in}, dtype),
                                      .weight = weight,
                                      .bias = Tensor::zeros(Shape{p.out}, DType::f32),
-                                     .layout = layout_choice == "decoding"            ? decoding_layout(backend, dtype, p.in)
+                                     .layout = layout_choice == "decoding"            ? backend.decoding_layout(dtype, p.in)
                                                : layout_choice == "out_in_interleaved" ? WeightLayout::out_in_interleaved
                                                                                        : WeightLayout::out_in,
                                      .gelu = p.gelu});

@@ -26,6 +26,12 @@ const char* weight_layout_name(WeightLayout layout) {
   return "?";
 }
 
+WeightLayout Backend::decoding_layout(DType dtype, int64_t columns) const {
+  if (prefers_interleaved_weights(dtype)) return WeightLayout::out_in_interleaved;
+  if (prefers_tiled_weights(dtype) && columns % 32 == 0) return WeightLayout::out_in_tiles;
+  return WeightLayout::out_in;
+}
+
 namespace {
 
 // Written while backends register (once each, under the mutex), read without it afterwards:

@@ -103,6 +103,9 @@ class Backend {
     (void)dtype;
     return false;
   }
+  // The layout decoding stores a matmul's [out, in] `dtype` weight of `columns` input features
+  // in, by the two preferences above (interleaving first, as decoding's layout passes apply them).
+  WeightLayout decoding_layout(DType dtype, int64_t columns) const;
   template <typename Args>
   void launch(const Args& args) {
     (*kernel(Args::op, args.dtype()))(&args);

@@ -63,7 +63,7 @@ std::vector<ValueId> tile_weights(Graph& graph, const std::vector<ValueId>& weig
       [&](const Node& node, size_t input) {
         if (node.kind != OpKind::matmul || input != 1 || !has_layout(node, WeightLayout::out_in)) return false;
         const Value& weight = graph.value(node.inputs[1]);
-        return backend.prefers_tiled_weights(weight.dtype) && weight.shape[1] % 32 == 0;
+        return backend.decoding_layout(weight.dtype, weight.shape[1]) == WeightLayout::out_in_tiles;
       },
       [](Value&) {});
 }
