@@ -5,6 +5,8 @@
 // on one weight matrix, f32 out. Prints per row count the GMAC/s of each and the ratio of the
 // layout serving uses (the backend's preference) to oneDNN, per second of wall time and per
 // second of this process's CPU time (the steadier figure on a machine shared with other work).
+// With --dtype float16: f32 rows times float16 weights (half arithmetic where the CPU has
+// AVX512_FP16), against the f32 GEMM on the same weights in f32.
 //   OMP_NUM_THREADS=2 build/bench/infer/batched_matmul_bench [--in 768] [--out 3072] [--rows 1,4,8,16,32,64]
 #include <fmt/format.h>
 
@@ -37,14 +39,16 @@ int main(int argc, char** argv) {
   int64_t in = 768, out = 3072, seconds_per_case = 1;
   std::vector<int64_t> rows{1, 4, 8, 16, 32, 64};
   std::string dtype_name = "bfloat16";
-  app.add_option("--dtype", dtype_name, "Weights and inputs: bfloat16 or float32 (oneDNN's sgemm the reference)")
-      ->check(CLI::IsMember({"bfloat16", "float32"}));
+  app.add_option("--dtype", dtype_name,
+                 "Weights and inputs: bfloat16 or float32 (oneDNN's sgemm the reference), or float16 weights and f32 inputs")
+      ->check(CLI::IsMember({"bfloat16", "float32", "float16"}));
   app.add_option("--in", in, "Input features");
   app.add_option("--out", out, "Output features");
   app.add_option("--rows", rows, "Row counts")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   Backend& backend = cpu_backend();
-  const DType dtype = dtype_name == "float32" ? DType::f32 : DType::bf16;
+  const DType dtype = dtype_name == "float32" ? DType::f32 : dtype_name == "float16" ? DType::f16 : DType::bf16;
+  const DType input_dtype = dtype == DType::f16 ? DType::f32 : dtype;
   fmt::print("cpu {}\nonednn_isa {}\nshape {}x{} {} weights [out, in]\n", bench::cpu_model(), cpu::onednn_isa_name(), in, out,
              dtype_name);
   if (dtype == DType::bf16 && !cpu::has_native_bf16()) {
@@ -57,11 +61,13 @@ int main(int argc, char** argv) {
              weight_layout_name(decoding), "rows", "row_invariant out_in", "row_invariant inter.",
              tiles ? "row_invariant tiles" : "(no tiles here)", "onednn", "ratio");
   Tensor weight = Tensor::zeros(Shape{out, in}, dtype);
+  // The GEMM's weights: float16 ones have no GEMM, so the f32 one multiplies an f32 copy.
+  Tensor library_weight = dtype == DType::f16 ? Tensor::zeros(Shape{out, in}, DType::f32) : weight;
   Tensor bias = Tensor::zeros(Shape{out}, DType::f32);
   for (int64_t n : rows) {
-    Tensor x = Tensor::zeros(Shape{n, in}, dtype), y = Tensor::zeros(Shape{n, out}, DType::f32);
+    Tensor x = Tensor::zeros(Shape{n, in}, input_dtype), y = Tensor::zeros(Shape{n, out}, DType::f32);
     auto rate = [&](WeightLayout layout, bool row_invariant) {
-      MatmulForward args{.out = y, .inp = x, .weight = weight, .bias = bias, .layout = layout,
+      MatmulForward args{.out = y, .inp = x, .weight = row_invariant ? weight : library_weight, .bias = bias, .layout = layout,
                          .row_invariant = row_invariant};
       backend.launch(args);
       int64_t calls = 0;

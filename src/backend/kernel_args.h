@@ -117,7 +117,8 @@ struct LayernormBackward {
 // may be undefined. With gelu, `gelu_slope` (N,OC) keeps GELU's derivative at the pre-activation,
 // all that backward needs of it (undefined where no backward runs: it is then not computed).
 // dtype() is the operands' type (inp and weight); out is f32 or that type, and gelu_slope has
-// out's type.
+// out's type. f32 rows may also multiply a float16 weight (decoding's, [out, in], forward only),
+// in half arithmetic where the CPU has it (backend/cpu/half_products.h).
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;
   Tensor out, gelu_slope, inp, weight, bias;

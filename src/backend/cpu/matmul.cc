@@ -18,6 +18,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
+#include "backend/cpu/half_products.h"
 #include "backend/cpu/widened_bf16_rows.h"
 #include "base/error.h"
 
@@ -523,6 +524,8 @@ bool widens_bf16_products(const MatmulDims& d) {
 struct InputRows;        // small_rows_matmul's f32 input rows (the calling thread's)
 struct OutputSums;       // small_rows_matmul's sums (a share's, one share at a time)
 struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
+struct HalfInputRows;    // small_rows_matmul's input rows in half, for float16 weights
+struct RowUnscales;      // and the factors that undo their scaling
 
 template <typename X, typename W, typename Out, typename Slope>
 void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
@@ -549,6 +552,15 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     float* rows = thread_scratch<InputRows, float>(d.N * split_row_length(d.C));
     split_bf16_rows(rows, reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     x = rows;
+  }
+  // float16 weights [out, in] multiply the rows in half arithmetic where the CPU has it.
+  const bool half_arithmetic = std::is_same_v<W, Float16> && d.transposed && !d.stored_for_decoding() && has_half_products();
+  uint16_t* half_x = nullptr;
+  float* unscale = nullptr;
+  if (half_arithmetic) {
+    half_x = thread_scratch<HalfInputRows, uint16_t>(d.N * half_row_length(d.C));
+    unscale = thread_scratch<RowUnscales, float>(d.N);
+    half_rows(half_x, unscale, x, d.N, d.C);
   }
   // Outputs (weight rows of out_in, columns of in_out) in shares that are multiples of 16. An
   // [out, in] weight's rows go in shares of 16-256 (at least four per thread), handed to threads
@@ -599,11 +611,13 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
           for (int64_t o = begin; o < end; ++o) acc[o] += xc * to_float(row[o]);
         }
       }
+    } else if (half_arithmetic) {
+      half_products(sums, sums_ld, half_x, unscale, x, d.N, d.C, reinterpret_cast<const uint16_t*>(weight), begin, end);
     } else if (widens_bf16) {
       widened_bf16_products(sums, sums_ld, x, d.N, d.C, reinterpret_cast<const uint16_t*>(weight), begin, end);
     } else if (bf16_dot_rows_apply(sums, sums_ld, inp, weight, d, begin, end)) {
 #if defined(__AVX2__) && defined(__FMA__)
-    } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16>) {
+    } else if constexpr (std::is_same_v<W, float> || std::is_same_v<W, BFloat16> || std::is_same_v<W, Float16>) {
       f32_dot_rows(sums, sums_ld, x, weight, d, begin, end);
 #endif
     } else {
@@ -668,6 +682,10 @@ void check_slope_kept(const MatmulBackward& args) {
 
 void matmul_forward(const MatmulForward& args) {
   const MatmulDims d = dims_of(args, args.out);
+  if (args.weight.dtype() == DType::f16) {  // decoding's float16 weights: any number of rows, row-invariant
+    small_rows_matmul_in_passes<float, Float16, float>(args, d);
+    return;
+  }
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   const float* bias = pointer<float>(args.bias);
   if (d.N <= kSmallRows || args.row_invariant || d.stored_for_decoding()) {
@@ -684,6 +702,8 @@ void matmul_forward(const MatmulForward& args) {
 void matmul_backward(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
   check_slope_kept(args);
+  check(args.weight.dtype() == DType::f32, "matmul backward: {} weights are for decoding (forward only)",
+        dtype_name(args.weight.dtype()));
   check(!d.stored_for_decoding(), "matmul backward: out_in_interleaved and out_in_tiles weights are for decoding (forward only)");
   const float *inp = pointer<float>(args.inp), *weight = pointer<float>(args.weight);
   float* dout = pointer<float>(args.dout);
