@@ -2,13 +2,14 @@
 // the decode rate after the prompt's pass (what llama-bench's tg figure measures), and with
 // --profile the time of each op kind over the decoded tokens.
 //
-//     build/bench/infer/decode_bench --model DIR [--tokens 128] [--dtype float32|bfloat16] [--profile]
+//     build/bench/infer/decode_bench --model DIR [--tokens 128] [--dtype float32|bfloat16|float16] [--profile]
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
 
 #include "backend/cpu/gemm.h"
+#include "cli/commands.h"
 #include "machine.h"
 #include "infer/generator.h"
 #include "model/model_files.h"
@@ -22,13 +23,13 @@ int main(int argc, char** argv) try {
   bool profile = false;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
   app.add_option("--tokens", tokens, "Tokens to decode after a one-token prompt");
-  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_flag("--profile", profile, "Print the time of each op kind");
   CLI11_PARSE(app, argc, argv);
 
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(model_dir, backend);
-  infer::Generator generator(model.config, model.parameters, backend, dtype == "bfloat16" ? DType::bf16 : DType::f32);
+  infer::Generator generator(model.config, model.parameters, backend, cli::weights_dtype(dtype, backend));
   generator.set_profiling(profile);
   infer::Sampler greedy({0.0, 0, 1.0, 0});
   generator.generate({0}, 4, greedy);  // warm-up: graphs built, memory planned, GEMM primitives compiled

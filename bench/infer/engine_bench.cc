@@ -7,7 +7,7 @@
 // op kind and per timed part of the engine's host work, in ms per step; the engine publishes its
 // profile after each step, so the last step may not be in it yet).
 //
-//     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16] [--requests 32]
+//     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16|float16] [--requests 32]
 //         [--in-flight N] [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
 //         [--max-batched-tokens N] [--max-decoding-step-tokens N]
 //         [--profile]
@@ -24,6 +24,7 @@
 #include <random>
 
 #include "backend/cpu/gemm.h"
+#include "cli/commands.h"
 #include "infer/engine.h"
 #include "machine.h"
 #include "model/model_files.h"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) try {
           max_decoding_step_tokens = 0, seed = 1;
   bool profile = false;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
-  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_option("--kv-cache-dtype", kv_cache_dtype)->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   app.add_option("--requests", requests, "Requests");
   app.add_option("--in-flight", in_flight, "Requests in flight at once (closed loop); 0: all submitted at once");
@@ -107,10 +108,8 @@ int main(int argc, char** argv) try {
   Backend& backend = cpu_backend();
   model::LoadedModel model = model::load_model_dir(model_dir, backend);
   infer::EngineOptions options;
-  options.weights = dtype == "bfloat16" ? DType::bf16 : DType::f32;
-  options.kv_cache_dtype = kv_cache_dtype == "auto"       ? options.weights
-                           : kv_cache_dtype == "bfloat16" ? DType::bf16
-                                                          : DType::f32;
+  options.weights = cli::weights_dtype(dtype, backend);
+  options.kv_cache_dtype = cli::kv_cache_dtype(kv_cache_dtype, options.weights);
   options.kv_cache_gb = 1.0;
   options.max_num_seqs = max_num_seqs;
   options.max_batched_tokens = max_batched_tokens;

@@ -54,7 +54,7 @@ import load_generator  # noqa: E402
 
 CACHE = os.path.join(ROOT, "bench/.cache")
 GGUF_PYTHON = os.path.join(CACHE, "venv-gguf/bin/python")
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16"}
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 MODELS = {
     "gpt-small": {"dir": os.path.join(CACHE, "gpt-small-random"), "maker": os.path.join(HERE, "make_gpt_small.py")},
     "gpt2-124m": {"dir": os.path.join(CACHE, "gpt2-124m-random"),
@@ -307,7 +307,7 @@ def print_ratios(best, concurrencies):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt-small,gpt2-124m")
-    parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
+    parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32, float16")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--servers", default="paraflow-cb,paraflow-1,llama-server")
     parser.add_argument("--threads", type=int, default=2)

@@ -39,24 +39,29 @@ inline CLI::Validator in_range(const Range& range) {
       "NUMBER " + range.describe());
 }
 
-// --dtype of generate and serve: bfloat16 on request, or by default where the backend has bf16
-// GEMMs, the same test as training's (the bf16 decoding forward alone runs on any CPU); else
-// float32.
+// --dtype of generate and serve: float32, bfloat16 or float16 on request, or by default bfloat16
+// where the backend has bf16 GEMMs, the same test as training's (the bf16 decoding forward alone
+// runs on any CPU); else float32.
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
+  if (choice == "float16") return DType::f16;
   return backend.multiplies_bf16_natively() ? DType::bf16 : DType::f32;
 }
 
 // --kv-cache-dtype of generate and serve: float32 or bfloat16 on request; auto follows the weights
-// (bf16 weights make keys and values that are bf16 values already, which a bf16 cache holds exactly).
+// (bf16 weights make keys and values that are bf16 values already, which a bf16 cache holds
+// exactly), and float16 weights take a bfloat16 cache (their f32 keys and values rounded; half the
+// bytes, as with bf16 weights).
 inline DType kv_cache_dtype(const std::string& choice, DType weights) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
-  return weights;
+  return weights == DType::f16 ? DType::bf16 : weights;
 }
 
-inline const char* dtype_word(DType dtype) { return dtype == DType::bf16 ? "bfloat16" : "float32"; }
+inline const char* dtype_word(DType dtype) {
+  return dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
+}
 
 // The exit status for an error: 1 for bad input (paraflow::InputError), 2 for anything else.
 inline int exit_status(const std::exception& error) { return dynamic_cast<const InputError*>(&error) ? 1 : 2; }

@@ -203,11 +203,12 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(at_least(0)));
   command->add_option("--dtype", options->dtype,
-                      "Weights in float32 or bfloat16; auto: bfloat16 where the CPU has bf16 arithmetic (AMX, AVX512_BF16)")
+                      "Weights in float32, bfloat16 or float16 (the linear layers' weights only, in half arithmetic on CPUs with "
+                      "AVX512_FP16); auto: bfloat16 where the CPU has bf16 arithmetic (AMX, AVX512_BF16)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}));
   command->add_option("--kv-cache-dtype", options->kv_cache_dtype,
-                      "Keys and values in float32 or bfloat16 (twice the blocks in --kv-cache-gb); auto: as --dtype")
+                      "Keys and values in float32 or bfloat16 (twice the blocks in --kv-cache-gb); auto: as --dtype (bfloat16 for float16)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->add_option("--grace-seconds", options->grace_seconds,

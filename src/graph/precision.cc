@@ -1,6 +1,7 @@
 #include "graph/precision.h"
 
 #include <algorithm>
+#include <map>
 
 #include "base/error.h"
 #include "graph/op.h"
@@ -141,6 +142,25 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, Graph
       }
     }
     if (!keep_f32.count(out)) store_half(out);
+  }
+  return plan;
+}
+
+PrecisionPlan read_matmul_weights_in(Graph& graph, DType dtype) {
+  PrecisionPlan plan;
+  std::map<ValueId, ValueId> copies;
+  for (int32_t n : graph.schedule()) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    if (node.kind != OpKind::matmul || node.is_backward) continue;
+    const ValueId weight = node.inputs[1];
+    if (graph.value(weight).role != ValueRole::parameter) continue;
+    auto [found, added] = copies.emplace(weight, kNoValue);
+    if (added) {
+      const Value value = graph.value(weight);
+      found->second = graph.add_value(value.name + "." + dtype_name(dtype), value.shape, dtype, ValueRole::parameter);
+      plan.half_parameters.emplace_back(weight, found->second);
+    }
+    graph.replace_input(n, weight, found->second);
   }
   return plan;
 }

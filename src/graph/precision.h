@@ -44,4 +44,9 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, Graph
                                      const std::set<ValueId>& keep_f32, const Backend& backend,
                                      const std::set<ValueId>& stored_inputs = {});
 
+// Decoding with 16-bit weights and f32 activations (generate's and serve's float16): every forward
+// matmul reads its weight parameter from a 16-bit copy (a parameter value of its own, returned as
+// in PrecisionPlan::half_parameters, which the caller binds); nothing else changes.
+PrecisionPlan read_matmul_weights_in(Graph& graph, DType dtype);
+
 }  // namespace paraflow::graph

@@ -118,7 +118,7 @@ struct Engine::Impl {
   EngineOptions options;
   int64_t max_blocks_per_sequence;
   KvBlockPool pool;
-  // What decoding reads: the bf16 weights (with `parameters` for the rest), or every parameter
+  // What decoding reads: the 16-bit weights (with `parameters` for the rest), or every parameter
   // in f32; either way the linear layers' weights [out, in], interleaved or tiled where the
   // backend prefers it (model::StoredLayouts).
   model::ParameterSet decoding_parameters;
@@ -215,26 +215,21 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
         "kv_cache_gb {} holds {} blocks of {} tokens; one sequence of the model's context ({}) needs {}",
         options.kv_cache_gb, pool_blocks(config, options), options.block_size, config.n_positions,
         max_blocks_per_sequence);
-  check(options.weights == DType::f32 ||
-            (options.weights == DType::bf16 && backend.supports(KernelOp::matmul_forward, DType::bf16)),
-        "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(options.weights),
-        backend.name(), dtype_name(options.weights));
+  model::check_decoding_weights(backend, options.weights);
 
   check(options.kv_cache_dtype == DType::f32 || options.kv_cache_dtype == DType::bf16,
         "kv_cache_dtype must be float32 or bfloat16 (got {})", dtype_name(options.kv_cache_dtype));
   decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size,
                                                    options.kv_cache_dtype);
   // The weights' copy for decoding, as the generator makes it (model::*_for_decoding).
-  const bool half = options.weights == DType::bf16;
-  auto lay_out = [&](model::GptGraph& g) {
-    return half ? model::use_half_weights_for_decoding(g, backend) : model::use_f32_weights_for_decoding(g, backend);
-  };
+  const bool half = options.weights != DType::f32;
+  auto lay_out = [&](model::GptGraph& g) { return model::use_weights_for_decoding(g, backend, options.weights); };
   model::StoredLayouts layouts = lay_out(decoder_graph);
   head_graph = model::build_gpt_serving_head(config, options.max_num_seqs,
                                              decoder_graph.graph.value(decoder_graph.hidden).dtype);
   // The two graphs read one copy of each weight, so a weight both read needs one layout in both
-  // (in f32 the decoder's embedding and the head share wte; in bf16 the head's 16-bit wte is its
-  // own, the embedding reading the f32 table).
+  // (in f32 the decoder's embedding and the head share wte; with 16-bit weights the head's 16-bit
+  // wte is its own, the embedding reading the f32 table).
   const model::StoredLayouts head_layouts = lay_out(head_graph);
   auto reads = [&](const model::GptGraph& g, const std::string& name) {
     return half ? g.half_parameters.count(name) > 0 : g.parameters.count(name) > 0;

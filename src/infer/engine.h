@@ -34,7 +34,7 @@ struct EngineOptions {
   // single stream's, at some throughput, and prompts wait longer for their first token instead.
   int64_t max_decoding_step_tokens = 0;
   int64_t max_waiting = 1024;       // queued requests beyond this are refused (QueueFull)
-  DType weights = DType::f32;       // f32, or bf16 where the backend multiplies bf16
+  DType weights = DType::f32;       // f32, bf16 where the backend multiplies bf16, or f16 (model::use_weights_for_decoding)
   // Keys and values: f32, or bf16 (half the bytes, twice the blocks; exact for bf16 weights,
   // whose keys and values are bf16 values already).
   DType kv_cache_dtype = DType::f32;

@@ -13,9 +13,7 @@ Generator::Generator(const model::GptConfig& config, const model::ParameterSet& 
       backend_(backend),
       weights_(weights),
       logits_(static_cast<size_t>(config.vocab_size)) {
-  check(weights == DType::f32 || (weights == DType::bf16 && backend.supports(KernelOp::matmul_forward, DType::bf16)),
-        "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
-        dtype_name(weights));
+  model::check_decoding_weights(backend, weights);
   const Shape cache{1, config.n_head, config.n_positions, config.n_embd / config.n_head};
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     caches_.emplace_back(backend.empty(cache, DType::f32), backend.empty(cache, DType::f32));
@@ -33,14 +31,13 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
     model::GptGraph& g = slot->second.graph;
     g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
     // Every step's graph reads its weights in the same layouts (none depends on the token count).
-    const model::StoredLayouts layouts = weights_ == DType::bf16 ? model::use_half_weights_for_decoding(g, backend_)
-                                                                 : model::use_f32_weights_for_decoding(g, backend_);
+    const model::StoredLayouts layouts = model::use_weights_for_decoding(g, backend_, weights_);
     if (decoding_parameters_.specs().empty()) {
       decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts);
     }
     slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
     slot->second.executor->set_profiling(profiling_);
-    if (weights_ == DType::bf16) {
+    if (weights_ != DType::f32) {
       model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &decoding_parameters_);
     } else {
       model::bind_parameters(*slot->second.executor, g, decoding_parameters_, nullptr);

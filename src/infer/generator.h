@@ -29,9 +29,10 @@ struct Generation {
 
 class Generator {
  public:
-  // `weights` f32, or bf16 where the backend multiplies bf16. Either way a copy of `parameters` is
-  // made once, with the linear layers' weights [out, in] for decoding: in bf16 (activations are
-  // then stored in bf16 too; the logits and KV cache stay f32), or in f32.
+  // `weights` f32, bf16 where the backend multiplies bf16, or f16 (model::use_weights_for_decoding).
+  // Either way a copy of `parameters` is made once, with the linear layers' weights [out, in] for
+  // decoding: in bf16 (activations are then stored in bf16 too; the logits and KV cache stay f32),
+  // in f16 (the matmuls' weights only), or in f32.
   Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend,
             DType weights = DType::f32);
 
@@ -61,8 +62,8 @@ class Generator {
   const model::ParameterSet& parameters_;
   Backend& backend_;
   DType weights_;
-  // The copy decoding reads: the bf16 weights when weights_ is bf16 (with parameters_ for the
-  // rest), else every parameter in f32.
+  // The copy decoding reads: the 16-bit weights when weights_ is bf16 or f16 (with parameters_
+  // for the rest), else every parameter in f32.
   model::ParameterSet decoding_parameters_;
   std::vector<float> logits_;
   bool profiling_ = false;

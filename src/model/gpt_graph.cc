@@ -203,16 +203,27 @@ StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::stri
 
 }  // namespace
 
-StoredLayouts use_half_weights_for_decoding(GptGraph& g, Backend& backend) {
-  std::set<graph::ValueId> keep_f32;
-  if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
-  name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16,
-                                                        graph::GraphUse::inference, keep_f32, backend));
+StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights) {
+  check_decoding_weights(backend, weights);
+  if (weights == DType::f32) return lay_out_for_decoding(g.graph, g.parameters, backend);
+  if (weights == DType::f16) {
+    name_half_parameters(g, graph::read_matmul_weights_in(g.graph, DType::f16));
+  } else {
+    std::set<graph::ValueId> keep_f32;
+    if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
+    name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16,
+                                                          graph::GraphUse::inference, keep_f32, backend));
+  }
   return lay_out_for_decoding(g.graph, g.half_parameters, backend);
 }
 
-StoredLayouts use_f32_weights_for_decoding(GptGraph& g, const Backend& backend) {
-  return lay_out_for_decoding(g.graph, g.parameters, backend);
+void check_decoding_weights(const Backend& backend, DType weights) {
+  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16,
+        "decoding weights must be float32, bfloat16 or float16 (got {})", dtype_name(weights));
+  const DType matmul = weights == DType::bf16 ? DType::bf16 : DType::f32;  // f32 rows read float16 weights
+  check(weights == DType::f32 || backend.supports(KernelOp::matmul_forward, matmul),
+        "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
+        dtype_name(matmul));
 }
 
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {

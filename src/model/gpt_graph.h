@@ -47,17 +47,22 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
                                    DType kv_dtype = DType::f32);
 GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden = DType::f32);
 
-// bf16 weights for a forward-only graph: applies mixed_bfloat16 (logits kept f32; the serving
-// decoder's hidden output becomes bf16) and stores the linear layers' 16-bit weights [out, in]
-// for the few-rows decoding kernel, and those weights (the head's too) interleaved or tiled where
-// `backend` prefers it. Returns the layouts, for ParameterSet::converted_copy.
-StoredLayouts use_half_weights_for_decoding(GptGraph& g, Backend& backend);
-// float32 weights for a forward-only graph: the linear layers' weights themselves stored
-// [out, in] (the [in, out] layout splits each weight row between the threads), and interleaved
-// where `backend` prefers it, for the few-rows decoding kernel, wte too (the embedding then reads
-// it interleaved, as the tied head does). Returns the layouts: bind a copy of the parameters made
-// with them (ParameterSet::converted_copy to f32).
-StoredLayouts use_f32_weights_for_decoding(GptGraph& g, const Backend& backend);
+// Decoding's weights for a forward-only graph, in `weights`:
+// - float32: the linear layers' weights themselves stored [out, in] (the [in, out] layout splits
+//   each weight row between the threads), and interleaved where `backend` prefers it, for the
+//   few-rows decoding kernel, wte too (the embedding then reads it interleaved, as the tied head
+//   does). Bind a copy of the parameters made with the layouts (converted_copy to f32).
+// - bfloat16: applies mixed_bfloat16 (logits kept f32; the serving decoder's hidden output
+//   becomes bf16) and stores the linear layers' 16-bit weights [out, in], those weights (the
+//   head's too) interleaved or tiled where `backend` prefers it.
+// - float16: every matmul's weight (the head's too) read from a float16 copy stored [out, in],
+//   activations f32 (backend/cpu/half_products.h: half arithmetic where the CPU has AVX512_FP16).
+// With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
+// 16-bit copy as half_parameters). Returns the layouts, for ParameterSet::converted_copy.
+StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights);
+// Whether backend can decode with weights in `weights` (float32 always; bfloat16 needs its bf16
+// matmul; float16 the f32 matmul, which reads float16 weights); fails naming what is missing.
+void check_decoding_weights(const Backend& backend, DType weights);
 
 // Records a precision policy's 16-bit parameter copies in g.half_parameters.
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);

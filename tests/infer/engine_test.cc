@@ -108,26 +108,30 @@ class EngineTest : public ::testing::Test {
 };
 
 // References are computed before an engine starts: its thread's OpenMP team and the test
-// thread's would otherwise spin against each other on two cores.
+// thread's would otherwise spin against each other on two cores. In f32 and with float16 weights
+// (the engine's f32 KV cache as the generator's).
 TEST_F(EngineTest, GreedyOutputAloneEqualsTheGenerator) {
-  Rng rng(testing::test_seed());
-  std::vector<std::vector<int32_t>> prompts, expected;
-  for (int64_t length : {1, 5, 16, 17, 23}) {
-    prompts.push_back(random_prompt(rng, length));
-    expected.push_back(generate(prompts.back(), 9));
+  for (DType weights : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(weights));
+    Rng rng(testing::test_seed());
+    std::vector<std::vector<int32_t>> prompts, expected;
+    for (int64_t length : {1, 5, 16, 17, 23}) {
+      prompts.push_back(random_prompt(rng, length));
+      expected.push_back(generate(prompts.back(), 9, {.temperature = 0}, weights));
+    }
+    Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01, .weights = weights});
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto sink = std::make_shared<RecordingSink>();
+      engine.submit(greedy(prompts[i], 9), sink);
+      infer::Outcome outcome = sink->wait();
+      EXPECT_EQ(sink->tokens(), expected[i]) << "prompt of " << prompts[i].size();
+      EXPECT_EQ(outcome.reason, infer::FinishReason::length);
+      EXPECT_EQ(outcome.generated_tokens, 9);
+      EXPECT_EQ(outcome.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
+      EXPECT_TRUE(outcome.error.empty()) << outcome.error;
+    }
+    EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
   }
-  Engine engine(config, trainer->parameters(), cpu_backend(), EngineOptions{.kv_cache_gb = 0.01});
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto sink = std::make_shared<RecordingSink>();
-    engine.submit(greedy(prompts[i], 9), sink);
-    infer::Outcome outcome = sink->wait();
-    EXPECT_EQ(sink->tokens(), expected[i]) << "prompt of " << prompts[i].size();
-    EXPECT_EQ(outcome.reason, infer::FinishReason::length);
-    EXPECT_EQ(outcome.generated_tokens, 9);
-    EXPECT_EQ(outcome.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
-    EXPECT_TRUE(outcome.error.empty()) << outcome.error;
-  }
-  EXPECT_EQ(engine.stats().blocks_free, engine.stats().blocks_total);
 }
 
 // Profiling times the step's ops and host work (within the wall time the requests took) and
@@ -229,45 +233,47 @@ TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEachEqualTheirOutputAlone) {
   EXPECT_EQ(stats.blocks_free, stats.blocks_total);
 }
 
-// bf16 activations round every difference up to a visible one: batched decoding must give each
-// row exactly the arithmetic it gets alone (row-invariant matmuls), or greedy tokens flip.
-TEST_F(EngineTest, Bf16OutputsBatchedWithThirtyOneOthersEqualTheirOutputsAlone) {
-  if (!cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) {
-    GTEST_SKIP() << "this CPU has no bf16 GEMMs (AVX512_BF16 or AMX)";
-  }
-  Rng rng(testing::test_seed());
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 32; ++i) prompts.push_back(random_prompt(rng, 1 + static_cast<int64_t>(rng.below(30))));
-  Engine engine(config, trainer->parameters(), cpu_backend(),
-                EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 32, .max_batched_tokens = 48, .weights = DType::bf16});
-  auto run = [&](bool together) {
+// 16-bit weights (bf16 with bf16 activations, which round every difference up to a visible one;
+// float16 in half arithmetic): batched decoding must give each row exactly the arithmetic it gets
+// alone (row-invariant matmuls), or greedy tokens flip.
+TEST_F(EngineTest, HalfWeightOutputsBatchedWithThirtyOneOthersEqualTheirOutputsAlone) {
+  std::vector<DType> dtypes{DType::f16};
+  if (cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
+  for (DType weights : dtypes) {
+    SCOPED_TRACE(dtype_name(weights));
+    Rng rng(testing::test_seed());
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 32; ++i) prompts.push_back(random_prompt(rng, 1 + static_cast<int64_t>(rng.below(30))));
+    const EngineOptions options{.kv_cache_gb = 0.05, .max_num_seqs = 32, .max_batched_tokens = 48, .weights = weights};
+    Engine engine(config, trainer->parameters(), cpu_backend(), options);
+    auto run = [&](bool together) {
+      std::vector<std::shared_ptr<RecordingSink>> sinks;
+      std::vector<std::vector<int32_t>> outputs;
+      for (const auto& prompt : prompts) {
+        sinks.push_back(std::make_shared<RecordingSink>());
+        engine.submit(greedy(prompt, 12), sinks.back());
+        if (!together) sinks.back()->wait();
+      }
+      for (auto& sink : sinks) {
+        sink->wait();
+        outputs.push_back(sink->tokens());
+      }
+      return outputs;
+    };
+    const std::vector<std::vector<int32_t>> alone = run(false);
+    // Alone: the prefix cache now holds every prompt; batched runs must not lean on it.
+    Engine fresh(config, trainer->parameters(), cpu_backend(), options);
     std::vector<std::shared_ptr<RecordingSink>> sinks;
-    std::vector<std::vector<int32_t>> outputs;
     for (const auto& prompt : prompts) {
       sinks.push_back(std::make_shared<RecordingSink>());
-      engine.submit(greedy(prompt, 12), sinks.back());
-      if (!together) sinks.back()->wait();
+      fresh.submit(greedy(prompt, 12), sinks.back());
     }
-    for (auto& sink : sinks) {
-      sink->wait();
-      outputs.push_back(sink->tokens());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      sinks[i]->wait();
+      EXPECT_EQ(sinks[i]->tokens(), alone[i]) << "request " << i;
     }
-    return outputs;
-  };
-  const std::vector<std::vector<int32_t>> alone = run(false);
-  // Alone: the prefix cache now holds every prompt; batched runs must not lean on it.
-  Engine fresh(config, trainer->parameters(), cpu_backend(),
-               EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 32, .max_batched_tokens = 48, .weights = DType::bf16});
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const auto& prompt : prompts) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    fresh.submit(greedy(prompt, 12), sinks.back());
+    EXPECT_EQ(run(true), alone);  // and batched with every prompt's blocks cached
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    sinks[i]->wait();
-    EXPECT_EQ(sinks[i]->tokens(), alone[i]) << "request " << i;
-  }
-  EXPECT_EQ(run(true), alone);  // and batched with every prompt's blocks cached
 }
 
 // bf16 weights make keys and values that are bf16 values already: a bf16 KV cache holds them

@@ -92,47 +92,55 @@ TEST_F(GeneratorTest, OpaqueMemoryBackendSamplesTheSameTokensAsTheCpu) {
   EXPECT_EQ(on_opaque.prefill(prompt), on_cpu.prefill(prompt));
 }
 
-TEST_F(GeneratorTest, Bfloat16WeightsAgreeWithFloat32WhereTheLogitGapExceedsTheirError) {
-  if (!cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) {
-    GTEST_SKIP() << "no bf16 matmul on this CPU (no AVX512_BF16 or AMX): generate falls back to float32";
-  }
-  infer::Generator f32(config, trainer->parameters(), cpu_backend());
-  infer::Generator bf16(config, trainer->parameters(), cpu_backend(), DType::bf16);
-  const std::vector<int32_t> prompt{3, 24, 38, 1, 10};
-  // Both read the same sequence (float32's greedy continuation); logits compared at every step.
-  std::vector<std::vector<float>> ours{bf16.prefill(prompt)}, reference{f32.prefill(prompt)};
-  for (int step = 0; step < 25; ++step) {
-    const auto& last = reference.back();
-    const auto token = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    reference.push_back(f32.decode(token));
-    ours.push_back(bf16.decode(token));
-  }
-  std::vector<double> all_ours, all_reference;
-  double max_error = 0;
-  for (size_t step = 0; step < ours.size(); ++step) {
-    for (size_t v = 0; v < ours[step].size(); ++v) {
-      all_ours.push_back(ours[step][v]);
-      all_reference.push_back(reference[step][v]);
-      max_error = std::max(max_error, std::abs(static_cast<double>(ours[step][v]) - reference[step][v]));
+// 16-bit weights against float32 on float32's greedy sequence. bf16: weights and activations
+// rounded to bf16 once each on the way to the logits, as in training's mixed_bfloat16
+// (tests/train/precision_test.cc): bound 4 eps, norm-wise. float16: the weights rounded once
+// (2^-11), each matmul's inputs once, and half sums of 24 products per lane, whose roundings add
+// like a random walk (sqrt(24) of 2^-11 each): bound 4 x (2 + sqrt(24)) x 2^-11, 0.43 of bf16's.
+TEST_F(GeneratorTest, HalfWeightsAgreeWithFloat32WhereTheLogitGapExceedsTheirError) {
+  std::vector<DType> dtypes{DType::f16};
+  if (cpu_backend().supports(KernelOp::matmul_forward, DType::bf16)) dtypes.push_back(DType::bf16);
+  for (DType weights : dtypes) {
+    SCOPED_TRACE(dtype_name(weights));
+    infer::Generator f32(config, trainer->parameters(), cpu_backend());
+    infer::Generator half(config, trainer->parameters(), cpu_backend(), weights);
+    const std::vector<int32_t> prompt{3, 24, 38, 1, 10};
+    // Both read the same sequence (float32's greedy continuation); logits compared at every step.
+    std::vector<std::vector<float>> ours{half.prefill(prompt)}, reference{f32.prefill(prompt)};
+    for (int step = 0; step < 25; ++step) {
+      const auto& last = reference.back();
+      const auto token = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+      reference.push_back(f32.decode(token));
+      ours.push_back(half.decode(token));
     }
+    std::vector<double> all_ours, all_reference;
+    double max_error = 0;
+    for (size_t step = 0; step < ours.size(); ++step) {
+      for (size_t v = 0; v < ours[step].size(); ++v) {
+        all_ours.push_back(ours[step][v]);
+        all_reference.push_back(reference[step][v]);
+        max_error = std::max(max_error, std::abs(static_cast<double>(ours[step][v]) - reference[step][v]));
+      }
+    }
+    const double bound = weights == DType::bf16 ? 4 * 0x1.0p-7 : 4 * (2 + std::sqrt(24.0)) * 0x1.0p-11;
+    const double error = testing::relative_error(all_ours, all_reference);
+    std::printf("  %s vs f32 logits: rel err %.3e (bound %.3e), max abs error %.3e\n", dtype_name(weights), error, bound,
+                max_error);
+    EXPECT_LE(error, bound);
+    // Where float32's top two logits are further apart than twice the largest error, the 16-bit
+    // weights pick the same.
+    int compared = 0;
+    for (size_t step = 0; step < ours.size(); ++step) {
+      std::vector<float> sorted = reference[step];
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      if (sorted[0] - sorted[1] <= 2 * max_error) continue;
+      const auto argmax = [](const std::vector<float>& logits) { return std::max_element(logits.begin(), logits.end()); };
+      EXPECT_EQ(argmax(ours[step]) - ours[step].begin(), argmax(reference[step]) - reference[step].begin()) << step;
+      ++compared;
+    }
+    std::printf("  greedy tokens compared at %d of %zu steps (the others are near-ties)\n", compared, ours.size());
+    EXPECT_GE(compared, 10);
   }
-  // Weights and activations rounded to bf16 once each on the way to the logits, as in training's
-  // mixed_bfloat16 (tests/train/precision_test.cc): bound 4 eps, norm-wise.
-  const double error = testing::relative_error(all_ours, all_reference), bound = 4 * 0x1.0p-7;
-  std::printf("  bf16 vs f32 logits: rel err %.3e (bound %.3e), max abs error %.3e\n", error, bound, max_error);
-  EXPECT_LE(error, bound);
-  // Where float32's top two logits are further apart than twice the largest error, bf16 picks the same.
-  int compared = 0;
-  for (size_t step = 0; step < ours.size(); ++step) {
-    std::vector<float> sorted = reference[step];
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    if (sorted[0] - sorted[1] <= 2 * max_error) continue;
-    const auto argmax = [](const std::vector<float>& logits) { return std::max_element(logits.begin(), logits.end()); };
-    EXPECT_EQ(argmax(ours[step]) - ours[step].begin(), argmax(reference[step]) - reference[step].begin()) << step;
-    ++compared;
-  }
-  std::printf("  greedy tokens compared at %d of %zu steps (the others are near-ties)\n", compared, ours.size());
-  EXPECT_GE(compared, 10);
 }
 
 TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {

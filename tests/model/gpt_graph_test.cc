@@ -82,7 +82,7 @@ TEST(GptGraph, AShardsElementsAreRunsOfTheWholeTensor) {
 TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
   const GptConfig config = small_config();
   GptGraph g = build_gpt_serving_decoder(config, 8, 4, 16);
-  const StoredLayouts layouts = use_f32_weights_for_decoding(g, cpu_backend());
+  const StoredLayouts layouts = use_weights_for_decoding(g, cpu_backend(), DType::f32);
   std::set<std::string> linear;
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     for (const char* name : {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}) {
@@ -117,13 +117,13 @@ TEST(GptGraph, ServingWeightsAreStoredInTheLayoutsTheirKernelsRead) {
 TEST(GptGraph, GeneratorWeightsInterleaveWhereTheKernelPrefersIt) {
   const GptConfig config = small_config();
   GptGraph f32 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
-  const StoredLayouts f32_layouts = use_f32_weights_for_decoding(f32, cpu_backend());
+  const StoredLayouts f32_layouts = use_weights_for_decoding(f32, cpu_backend(), DType::f32);
   const bool f32_prefers = cpu_backend().prefers_interleaved_weights(DType::f32);
   EXPECT_EQ(f32_layouts.interleaved.size(), f32_prefers ? 4 * config.n_layer + 1 : 0);
   EXPECT_EQ(f32_layouts.interleaved.count("wte.weight"), f32_prefers ? 1 : 0);
 
   GptGraph bf16 = build_gpt_decode_graph(config, 1, 1, config.n_positions);
-  const StoredLayouts layouts = use_half_weights_for_decoding(bf16, cpu_backend());
+  const StoredLayouts layouts = use_weights_for_decoding(bf16, cpu_backend(), DType::bf16);
   if (cpu_backend().prefers_interleaved_weights(DType::bf16)) {
     EXPECT_EQ(layouts.interleaved.size(), 4 * config.n_layer + 1);
     EXPECT_EQ(layouts.interleaved.count("wte.weight"), 1);
@@ -133,6 +133,34 @@ TEST(GptGraph, GeneratorWeightsInterleaveWhereTheKernelPrefersIt) {
   // On AMX they are tiled instead (every width here a multiple of 32).
   EXPECT_EQ(layouts.tiled.size(), cpu_backend().prefers_tiled_weights(DType::bf16) ? 4 * config.n_layer + 1 : 0);
   EXPECT_EQ(layouts.tiled.count("wte.weight"), cpu_backend().prefers_tiled_weights(DType::bf16) ? 1 : 0);
+}
+
+// float16 decoding weights: every matmul (the four linear layers of each block and the tied head)
+// reads a float16 copy of its weight, stored [out, in] as the kernel reads it; every activation
+// stays f32 and the embedding reads the f32 wte.
+TEST(GptGraph, Float16DecodingReadsHalfCopiesOfTheMatmulWeightsOnly) {
+  const GptConfig config = small_config();
+  GptGraph g = build_gpt_decode_graph(config, 1, 1, config.n_positions);
+  const StoredLayouts layouts = use_weights_for_decoding(g, cpu_backend(), DType::f16);
+  std::set<std::string> linear, copied;
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    for (const char* name : {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}) {
+      linear.insert(fmt::format("h.{}.{}.weight", layer, name));
+    }
+  }
+  for (const auto& [name, id] : g.half_parameters) {
+    copied.insert(name);
+    EXPECT_EQ(g.graph.value(id).dtype, DType::f16) << name;
+  }
+  std::set<std::string> expected = linear;
+  expected.insert("wte.weight");
+  EXPECT_EQ(copied, expected);
+  EXPECT_EQ(layouts.transposed, linear);
+  EXPECT_TRUE(layouts.interleaved.empty());
+  EXPECT_TRUE(layouts.tiled.empty());
+  for (const graph::Value& value : g.graph.values()) {
+    if (value.role != graph::ValueRole::parameter) EXPECT_NE(value.dtype, DType::f16) << value.name;
+  }
 }
 
 // A tiled weight's copy puts each bf16 value where tiles_offset says: a linear layer's,
