@@ -87,8 +87,11 @@ class Backend {
     return kernel_registry().find({op, device().kind, dtype}) != nullptr;
   }
   // Whether the device does bf16 arithmetic in hardware, so that bf16 weights are decoded without
-  // emulation: generate's and serve's --dtype auto picks bfloat16 there.
+  // emulation: generate's and serve's --dtype auto picks bfloat16 there (cli::weights_dtype).
   virtual bool multiplies_bf16_natively() const { return false; }
+  // Whether decoding's f32 rows times float16 weights run in half arithmetic (the CPU's
+  // half_products, AVX512_FP16) rather than widened to f32.
+  virtual bool multiplies_f16_natively() const { return false; }
   // Whether decoding should store `dtype` weights out_in_interleaved: true where matmul_forward
   // reads that layout and it is faster at every row count. Decoding's layout pass asks; a backend
   // that never reads it keeps false. True also commits embedding_forward to read an interleaved

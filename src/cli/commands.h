@@ -39,13 +39,18 @@ inline CLI::Validator in_range(const Range& range) {
       "NUMBER " + range.describe());
 }
 
-// --dtype of generate and serve: float32, bfloat16 or float16 on request, or by default bfloat16
-// where the backend has bf16 GEMMs, the same test as training's (the bf16 decoding forward alone
-// runs on any CPU); else float32.
+// --dtype of generate and serve: float32, bfloat16 or float16 on request; by default the 16-bit
+// weights whose products the backend runs fastest: bfloat16 where it stores them as AMX tiles,
+// else float16 where it multiplies half natively (AVX512_FP16: half FMAs do twice the
+// multiply-adds of f32 ones per instruction, where AVX512_BF16's dot products run at half the f32
+// rate; bench/RESULTS.md), else bfloat16 where the backend has bf16 GEMMs, the same test as
+// training's (the bf16 decoding forward alone runs on any CPU); else float32.
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
   if (choice == "float16") return DType::f16;
+  if (backend.prefers_tiled_weights(DType::bf16)) return DType::bf16;
+  if (backend.multiplies_f16_natively()) return DType::f16;
   return backend.multiplies_bf16_natively() ? DType::bf16 : DType::f32;
 }
 

@@ -23,7 +23,7 @@ struct GenerateOptions {
   int64_t max_tokens = 64;
   infer::SamplingConfig sampling;
   std::vector<std::string> stops;
-  std::string dtype = "auto";  // weights: float32, bfloat16, float16, or auto (bfloat16 where the CPU multiplies it)
+  std::string dtype = "auto";  // weights: float32, bfloat16, float16, or auto (cli::weights_dtype)
   std::string kv_cache_dtype = "auto";  // float32, bfloat16, or auto (as the weights)
 };
 
@@ -153,7 +153,8 @@ void add_generate_command(CLI::App& app) {
                              "NONEMPTY"));
   command->add_option("--dtype", options->dtype,
                       "Weights in float32, bfloat16 or float16 (the linear layers' weights only, in half arithmetic on CPUs with "
-                      "AVX512_FP16); auto: bfloat16 where the CPU has bf16 arithmetic (AMX, AVX512_BF16)")
+                      "AVX512_FP16); auto: bfloat16 with AMX, else float16 with AVX512_FP16, else bfloat16 with "
+                      "AVX512_BF16, else float32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}));
   command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16)")

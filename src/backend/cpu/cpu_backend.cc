@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/half_products.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
 #include "base/error.h"
@@ -77,6 +78,7 @@ class CpuBackend final : public Backend {
   void fill_zero(const Tensor& tensor) override { std::memset(tensor.raw(), 0, tensor.nbytes()); }
   void synchronize() override {}
   bool multiplies_bf16_natively() const override { return cpu::has_native_bf16(); }
+  bool multiplies_f16_natively() const override { return cpu::has_half_products(); }
 
   // Where the AVX2 kernel's outer products on 16-row panels match or beat the alternatives at
   // every row count: f32 weights (oneDNN's sgemm, for a prompt, measured level at 64-1024 rows),
