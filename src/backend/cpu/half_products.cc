@@ -117,7 +117,8 @@ void half_block(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, c
 
 constexpr int kInputRows = 4, kWeightRows = 5;
 
-// R input rows (at most kInputRows) times the weight rows [begin, end), kWeightRows at a time.
+// R input rows (at most kInputRows) times the weight rows [begin, end), kWeightRows at a time,
+// the rest (fewer) in one block: a block of one weight row reads an input vector per FMA.
 template <int R>
 void rows_times_weights(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, int64_t columns,
                         const _Float16* weight, int64_t begin, int64_t end, int64_t prefetch_ahead) {
@@ -125,7 +126,14 @@ void rows_times_weights(float* sums, int64_t sums_ld, const _Float16* x, int64_t
   for (; o + kWeightRows <= end; o += kWeightRows) {
     half_block<R, kWeightRows>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, prefetch_ahead);
   }
-  for (; o < end; ++o) half_block<R, 1>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, 0);
+  auto rest = [&]<int K>() { half_block<R, K>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, 0); };
+  switch (end - o) {
+    case 4: rest.template operator()<4>(); break;
+    case 3: rest.template operator()<3>(); break;
+    case 2: rest.template operator()<2>(); break;
+    case 1: rest.template operator()<1>(); break;
+    default: break;
+  }
 }
 
 }  // namespace
@@ -167,11 +175,14 @@ void half_products(float* sums, int64_t sums_ld, const uint16_t* half_x, const f
   const auto* w = reinterpret_cast<const _Float16*>(weight);
   for (int64_t first = begin; first < end; first += tile) {
     const int64_t last = std::min(end, first + tile);
-    for (int64_t n = 0; n < rows; n += kInputRows) {
+    // Blocks of input rows as even in size as can be (17 rows: 4, 4, 3, 3, 3, not 4, 4, 4, 4, 1).
+    const int64_t blocks = (rows + kInputRows - 1) / kInputRows;
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t n = rows * block / blocks;
       const _Float16* xn = xh + n * x_ld;
       float* block_sums = sums + n * sums_ld + (first - begin);
       const int64_t prefetch_ahead = n == 0 ? tile * columns : 0;
-      switch (std::min<int64_t>(kInputRows, rows - n)) {
+      switch (rows * (block + 1) / blocks - n) {
         case 4: rows_times_weights<4>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
         case 3: rows_times_weights<3>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
         case 2: rows_times_weights<2>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
