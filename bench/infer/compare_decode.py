@@ -1,5 +1,5 @@
 """Batch-1 decode speed of paraflow vs llama.cpp on a GPT-2 124M-shaped model (random weights),
-in float32 and bfloat16, against this machine's memory-bandwidth bound: at batch 1 each new token
+in float32, bfloat16 and float16, against this machine's memory-bandwidth bound: at batch 1 each new token
 reads every weight once, so tokens/s <= read bandwidth / weight bytes.
 
     python3 bench/infer/compare_decode.py [--threads 2] [--tokens 128] [--repetitions 3]
@@ -26,8 +26,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "bench/infer")
 GGUF_PYTHON = os.path.join(ROOT, "bench/.cache/venv-gguf/bin/python")
-DTYPES = ["float32", "bfloat16"]
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16"}
+DTYPES = ["float32", "bfloat16", "float16"]
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
 def cpu_model():
@@ -53,7 +53,7 @@ def weight_bytes_per_token(model_dir):
             matrix += count
         else:
             vector += count
-    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector}
+    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector}
 
 
 def ensure_model(model_dir, ref_python, llama_src):
