@@ -215,13 +215,11 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
         "kv_cache_gb {} holds {} blocks of {} tokens; one sequence of the model's context ({}) needs {}",
         options.kv_cache_gb, pool_blocks(config, options), options.block_size, config.n_positions,
         max_blocks_per_sequence);
-  model::check_decoding_weights(backend, options.weights);
-
   check(options.kv_cache_dtype == DType::f32 || options.kv_cache_dtype == DType::bf16,
         "kv_cache_dtype must be float32 or bfloat16 (got {})", dtype_name(options.kv_cache_dtype));
   decoder_graph = model::build_gpt_serving_decoder(config, options.max_batched_tokens, pool.total(), options.block_size,
                                                    options.kv_cache_dtype);
-  // The weights' copy for decoding, as the generator makes it (model::*_for_decoding).
+  // The weights' copy for decoding, as the generator makes it (model::use_weights_for_decoding).
   const bool half = options.weights != DType::f32;
   auto lay_out = [&](model::GptGraph& g) { return model::use_weights_for_decoding(g, backend, options.weights); };
   model::StoredLayouts layouts = lay_out(decoder_graph);

@@ -201,6 +201,17 @@ StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::stri
   return layouts;
 }
 
+// Whether `backend` can decode with weights in `weights` (float32 always; bfloat16 needs its bf16
+// matmul; float16 the f32 matmul, which reads float16 weights); fails naming what is missing.
+void check_decoding_weights(const Backend& backend, DType weights) {
+  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16,
+        "decoding weights must be float32, bfloat16 or float16 (got {})", dtype_name(weights));
+  const DType matmul = weights == DType::bf16 ? DType::bf16 : DType::f32;  // f32 rows read float16 weights
+  check(weights == DType::f32 || backend.supports(KernelOp::matmul_forward, matmul),
+        "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
+        dtype_name(matmul));
+}
+
 }  // namespace
 
 StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights) {
@@ -215,15 +226,6 @@ StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weig
                                                           graph::GraphUse::inference, keep_f32, backend));
   }
   return lay_out_for_decoding(g.graph, g.half_parameters, backend);
-}
-
-void check_decoding_weights(const Backend& backend, DType weights) {
-  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16,
-        "decoding weights must be float32, bfloat16 or float16 (got {})", dtype_name(weights));
-  const DType matmul = weights == DType::bf16 ? DType::bf16 : DType::f32;  // f32 rows read float16 weights
-  check(weights == DType::f32 || backend.supports(KernelOp::matmul_forward, matmul),
-        "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
-        dtype_name(matmul));
 }
 
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {

@@ -58,11 +58,9 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 // - float16: every matmul's weight (the head's too) read from a float16 copy stored [out, in],
 //   activations f32 (backend/cpu/half_products.h: half arithmetic where the CPU has AVX512_FP16).
 // With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
-// 16-bit copy as half_parameters). Returns the layouts, for ParameterSet::converted_copy.
+// 16-bit copy as half_parameters). Returns the layouts, for ParameterSet::converted_copy. Fails
+// with a message naming the backend where it has no matmul for those weights.
 StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights);
-// Whether backend can decode with weights in `weights` (float32 always; bfloat16 needs its bf16
-// matmul; float16 the f32 matmul, which reads float16 weights); fails naming what is missing.
-void check_decoding_weights(const Backend& backend, DType weights);
 
 // Records a precision policy's 16-bit parameter copies in g.half_parameters.
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);
