@@ -9,6 +9,8 @@
 
 #if defined(__AVX512FP16__) && defined(__AVX512BW__)
 #include <immintrin.h>
+
+#include "backend/cpu/avx2.h"
 #define PARAFLOW_HAVE_HALF_PRODUCTS 1
 #endif
 
@@ -39,11 +41,6 @@ double half_products_error_bound(double sum_abs, double unscale, int64_t columns
 #pragma GCC diagnostic ignored "-Wuninitialized"
 namespace {
 
-inline __mmask32 chunk_mask(int64_t columns, int64_t c) {
-  const int64_t left = columns - c;
-  return left >= kChunk ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << left) - 1);
-}
-
 // A half vector's 32 lanes added pairwise into 16 f32 ones (lane i plus lane i + 16).
 inline __m512 widened_pairs(__m512h sums) {
   const __m512i bits = _mm512_castph_si512(sums);
@@ -64,7 +61,7 @@ void half_block(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, c
   alignas(64) float total[R][K][16] = {};
   // One chunk of 32 columns into the half sums (the last one, if shorter, under a mask).
   auto chunk = [&](__m512h (&part)[R][K], int64_t c, bool masked) __attribute__((always_inline)) {
-    const __mmask32 mask = masked ? chunk_mask(columns, c) : ~__mmask32{0};
+    const __mmask32 mask = masked ? mask_of_32(columns, c) : ~__mmask32{0};
     __m512h wv[K];
 #pragma GCC unroll 5
     for (int k = 0; k < K; ++k) {
@@ -108,11 +105,19 @@ void half_block(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, c
     for (int64_t c = first; c < chunks; ++c) chunk(part, c * kChunk, c >= full_chunks);
     add_to_total(part);
   }
+  // The lane sums, four outputs at a time where there are four (sum_each: bit for bit
+  // _mm512_reduce_add_ps', which takes the rest).
+  auto output = [&](int i) -> float& { return sums[i / K * sums_ld + i % K]; };
+  int i = 0;
 #pragma GCC unroll 5
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 5
-    for (int k = 0; k < K; ++k) sums[r * sums_ld + k] = _mm512_reduce_add_ps(_mm512_load_ps(total[r][k]));
+  for (; i + 4 <= R * K; i += 4) {
+    alignas(16) float four[4];
+    _mm_store_ps(four, sum_each(_mm512_load_ps(total[i / K][i % K]), _mm512_load_ps(total[(i + 1) / K][(i + 1) % K]),
+                                _mm512_load_ps(total[(i + 2) / K][(i + 2) % K]),
+                                _mm512_load_ps(total[(i + 3) / K][(i + 3) % K])));
+    for (int j = 0; j < 4; ++j) output(i + j) = four[j];
   }
+  for (; i < R * K; ++i) output(i) = _mm512_reduce_add_ps(_mm512_load_ps(total[i / K][i % K]));
 }
 
 constexpr int kInputRows = 4, kWeightRows = 5;

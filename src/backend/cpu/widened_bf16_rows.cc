@@ -6,6 +6,8 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
+
+#include "backend/cpu/avx2.h"
 #define PARAFLOW_HAVE_WIDENED_BF16 1
 #endif
 
@@ -25,28 +27,6 @@ namespace {
 inline __m512 even_columns(__m512i pairs) { return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, pairs, 16)); }
 inline __m512 odd_columns(__m512i pairs) {
   return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-}
-
-inline __mmask32 chunk_mask(int64_t columns, int64_t c) {
-  const int64_t left = columns - c;
-  return left >= kChunk ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << left) - 1);
-}
-
-// The lane sums of four vectors, added in _mm512_reduce_add_ps' order (each lane i < 8 plus lane
-// i + 8, then i < 4 plus i + 4, then 0 + 2 and 1 + 3, then those two), four vectors at once: 14
-// instructions instead of 36. Bit for bit its results, so that an output's sum does not depend on
-// whether its weight row was one of four.
-inline __m128 sum_each(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const __m512 halves01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                        _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 halves23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
-                                        _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
-  // Each 128-bit lane k: vector k's four partial sums.
-  __m512 quarters = _mm512_add_ps(_mm512_shuffle_f32x4(halves01, halves23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                  _mm512_shuffle_f32x4(halves01, halves23, _MM_SHUFFLE(3, 1, 3, 1)));
-  quarters = _mm512_add_ps(quarters, _mm512_permute_ps(quarters, _MM_SHUFFLE(1, 0, 3, 2)));
-  quarters = _mm512_add_ps(quarters, _mm512_permute_ps(quarters, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), quarters));
 }
 
 // GCC 12's _mm512_reduce_add_ps extracts from an _mm256_undefined_pd() it then flags as "may be
@@ -91,7 +71,7 @@ void dot_block(float* sums, int64_t sums_ld, const float* x, int64_t x_ld, const
   };
   const int64_t full = columns / kChunk * kChunk;
   for (int64_t c = 0; c < full; c += kChunk) chunk(c, ~__mmask32{0}, false);
-  if (full < columns) chunk(full, chunk_mask(columns, full), true);
+  if (full < columns) chunk(full, mask_of_32(columns, full), true);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     if constexpr (K == 4) {
@@ -121,7 +101,7 @@ void split_bf16_rows(float* split, const uint16_t* x, int64_t rows, int64_t colu
   const int64_t length = split_row_length(columns);
   for (int64_t n = 0; n < rows; ++n) {
     for (int64_t c = 0; c < columns; c += kChunk) {
-      const __m512i pairs = _mm512_maskz_loadu_epi16(chunk_mask(columns, c), x + n * columns + c);
+      const __m512i pairs = _mm512_maskz_loadu_epi16(mask_of_32(columns, c), x + n * columns + c);
       _mm512_storeu_ps(split + n * length + c, even_columns(pairs));
       _mm512_storeu_ps(split + n * length + c + 16, odd_columns(pairs));
     }
