@@ -9,9 +9,9 @@
 // chunks; each lane sums kHalfChunksPerSum chunks in half precision, then adds that partial sum
 // to an f32 one, and the 16 f32 lanes are added in a fixed order at the end. Every output's sum
 // so runs in one order whatever the number of rows or threads: a row's result does not depend on
-// its batch. An output whose half partial sums overflowed (not finite while its input row is) is
-// summed again in f32 from the f32 row: the scale keeps products of weights below ~80 in range, so
-// only outlandish weights take that path.
+// its batch. An output whose half partial sums overflowed (not finite) is summed again in f32
+// from the f32 row, as is one whose row holds a NaN or an infinity: the scale keeps products of
+// weights below ~80 in range, so only outlandish weights take that path.
 //
 // Error: a lane's half sum rounds at each of its kHalfChunksPerSum FMAs and the input once, so an
 // output differs from the exact product of the f32 input and the half weight by at most

@@ -16,9 +16,9 @@
 #include "backend/cpu/avx2.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/half_products.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
-#include "backend/cpu/half_products.h"
 #include "backend/cpu/widened_bf16_rows.h"
 #include "base/error.h"
 
