@@ -28,7 +28,9 @@ const char* weight_layout_name(WeightLayout layout) {
 
 WeightLayout Backend::decoding_layout(DType dtype, int64_t columns) const {
   if (prefers_interleaved_weights(dtype)) return WeightLayout::out_in_interleaved;
-  if (prefers_tiled_weights(dtype) && columns % 32 == 0) return WeightLayout::out_in_tiles;
+  // AMX multiplies whole 16 x 32 tiles; the half products read a group's columns in pairs.
+  const int64_t whole_tile_columns = dtype == DType::f16 ? 2 : 32;
+  if (prefers_tiled_weights(dtype) && columns % whole_tile_columns == 0) return WeightLayout::out_in_tiles;
   return WeightLayout::out_in;
 }
 

@@ -64,7 +64,9 @@ inline int64_t interleaved_column_stride(int64_t row, int64_t rows) {
 // neither side is repacked per call (the [out, in] rows this replaced took the weight as A, the
 // inputs repacked into B, and a transpose of every product: on an AMX Xeon, GPT-2 124M's shape,
 // a step of 32 decoding sequences 1.15x and batch-1 decoding 1.05x; RESULTS.md). Columns a
-// multiple of 32.
+// multiple of 32 for AMX. float16 weights take the same layout for the half products
+// (backend/cpu/half_products.h): a column pair of a group is one 32-lane register, multiplied by
+// a broadcast pair of input values; there the columns need only be even.
 inline int64_t tiles_offset(int64_t row, int64_t column, int64_t rows, int64_t columns) {
   if (row >= rows / 16 * 16) return row * columns + column;
   return row / 16 * 16 * columns + column / 2 * 32 + row % 16 * 2 + column % 2;
@@ -117,8 +119,9 @@ struct LayernormBackward {
 // may be undefined. With gelu, `gelu_slope` (N,OC) keeps GELU's derivative at the pre-activation,
 // all that backward needs of it (undefined where no backward runs: it is then not computed).
 // dtype() is the operands' type (inp and weight); out is f32 or that type, and gelu_slope has
-// out's type. f32 rows may also multiply a float16 weight (decoding's, [out, in], forward only),
-// in half arithmetic where the CPU has it (backend/cpu/half_products.h).
+// out's type. f32 rows may also multiply a float16 weight (decoding's, [out, in], forward only):
+// out_in_tiles in half arithmetic where the CPU has it (backend/cpu/half_products.h), out_in
+// widened to f32.
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;
   Tensor out, gelu_slope, inp, weight, bias;

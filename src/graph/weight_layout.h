@@ -2,7 +2,8 @@
 // matmul kernel reads an [out, in] weight as one contiguous row per output (a dot product, where
 // AVX512_BF16 multiplies bf16 pairs directly), or, where the backend prefers it, sixteen rows at
 // a time from one interleaved stream (outer products), or, on AMX, as whole 1 KiB tiles of 16
-// rows by 32 columns (tile products). These passes change the given weights'
+// rows by 32 columns (tile products; float16 weights take that layout too, for half-precision
+// outer products of column pairs). These passes change the given weights'
 // layouts in graphs that only run forward; the caller binds copies stored that way.
 #pragma once
 
@@ -23,8 +24,8 @@ std::vector<ValueId> transpose_matmul_weights(Graph& graph, const std::vector<Va
 std::vector<ValueId> interleave_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend);
 
 // Each of `weights` read only as the weight of forward out_in matmuls is read out_in_tiles where
-// `backend` prefers that for its dtype (Backend::prefers_tiled_weights) and its columns are a
-// multiple of 32 (whole tiles). Returns those it changed.
+// `backend` prefers that for its dtype (Backend::prefers_tiled_weights) and its columns make whole
+// tiles (Backend::decoding_layout). Returns those it changed.
 std::vector<ValueId> tile_weights(Graph& graph, const std::vector<ValueId>& weights, const Backend& backend);
 
 }  // namespace paraflow::graph

@@ -55,8 +55,9 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 // - bfloat16: applies mixed_bfloat16 (logits kept f32; the serving decoder's hidden output
 //   becomes bf16) and stores the linear layers' 16-bit weights [out, in], those weights (the
 //   head's too) interleaved or tiled where `backend` prefers it.
-// - float16: every matmul's weight (the head's too) read from a float16 copy stored [out, in],
-//   activations f32 (backend/cpu/half_products.h: half arithmetic where the CPU has AVX512_FP16).
+// - float16: every matmul's weight (the head's too) read from a float16 copy stored [out, in]
+//   (out_in_tiles for half arithmetic where the CPU has AVX512_FP16: backend/cpu/half_products.h),
+//   activations f32.
 // With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
 // 16-bit copy as half_parameters). Returns the layouts, for ParameterSet::converted_copy. Fails
 // with a message naming the backend where it has no matmul for those weights.

@@ -324,59 +324,70 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
   }
 }
 
-// Decoding's float16 weights times f32 rows (in half arithmetic where the CPU has AVX512_FP16,
-// else widened to f32): every output within half_products_error_bound of the float64 product of
-// the f32 rows and the float16 weights, plus f32's rounding of the bias addition; each row the
-// same bits alone, in a pair and in the batch of 37. Rows scaled by 1e4 and 1e-6 check the
-// per-row scaling (half's range is 6e-5 to 65504); 1,576 columns make three half partial sums
-// per lane, the last chunk partial; a weight row of 60,000s overflows half and must come back
-// through the f32 sum, finite and exact to f32's bound.
+// Decoding's float16 weights times f32 rows: stored out_in_tiles, in half arithmetic (where the
+// backend prefers that layout for float16: AVX512_FP16), and stored out_in, widened to f32. Every
+// output within half_products_error_bound of the float64 product of the f32 rows and the float16
+// weights, plus f32's rounding of the bias addition; each row the same bits alone, in a pair and
+// in the batch of 37. Rows scaled by 1e4 and 1e-6 check the per-row scaling (half's range is 6e-5
+// to 65504); 66 columns make one partial tile of column pairs, 1,576 thirteen (the last partial);
+// 91 and 2,053 outputs leave 11 and 5 rows after the last group of 16; a weight row of 60,000s
+// overflows half and must come back through the f32 sum, finite and exact to f32's bound.
 TEST_P(OpsTest, Float16WeightMatmulWithinItsBoundAndRowInvariant) {
   const int64_t N = 37;
-  for (auto [C, OC] : {std::pair{int64_t{65}, int64_t{91}}, std::pair{int64_t{1576}, int64_t{2053}}}) {
-    SCOPED_TRACE(::testing::Message() << "C=" << C << " OC=" << OC);
+  std::vector<WeightLayout> layouts{WeightLayout::out_in};
+  if (backend().prefers_tiled_weights(DType::f16)) layouts.push_back(WeightLayout::out_in_tiles);
+  for (auto [C, OC] : {std::pair{int64_t{66}, int64_t{91}}, std::pair{int64_t{1576}, int64_t{2053}}}) {
     Vec x = random_vector(rng, N * C, 2.0), w = random_vector(rng, OC * C, 0.2), b = random_vector(rng, OC);
     for (int64_t c = 0; c < C; ++c) {
       x[static_cast<size_t>(1 * C + c)] *= 1e4;
       x[static_cast<size_t>(2 * C + c)] *= 1e-6;
       w[static_cast<size_t>(7 * C + c)] = c % 3 == 0 ? 60000.0 : 0.25;
     }
-    Tensor w_t = to_bf16(w, {OC, C}, DType::f16);
-    w = values(w_t);  // the reference multiplies the weights the kernel sees
-    auto run = [&](int64_t first, int64_t rows) {
-      Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
-      Tensor out = zeros({rows, OC});
-      backend().launch(MatmulForward{.out = out, .inp = put(part, {rows, C}), .weight = w_t, .bias = put(b, {OC}),
-                                     .layout = WeightLayout::out_in, .row_invariant = true});
-      return get(out);
-    };
-    const Vec batched = run(0, N), pair = run(5, 2);
-    for (int64_t row : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{6}, N - 1}) {
-      const Vec alone = run(row, 1);
-      for (int64_t o = 0; o < OC; ++o) {
-        ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
-        if (row == 5 || row == 6) {
-          ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
+    w = values(to_bf16(w, {OC, C}, DType::f16));  // the reference multiplies the weights the kernel sees
+    for (WeightLayout layout : layouts) {
+      SCOPED_TRACE(::testing::Message() << "C=" << C << " OC=" << OC << " " << weight_layout_name(layout));
+      Vec stored = w;
+      if (layout == WeightLayout::out_in_tiles) {
+        for (int64_t o = 0; o < OC; ++o) {
+          for (int64_t c = 0; c < C; ++c) stored[static_cast<size_t>(tiles_offset(o, c, OC, C))] = w[static_cast<size_t>(o * C + c)];
         }
       }
-    }
-    for (int64_t n = 0; n < N; ++n) {
-      double largest = 0;
-      for (int64_t c = 0; c < C; ++c) largest = std::max(largest, std::fabs(static_cast<double>(static_cast<float>(x[static_cast<size_t>(n * C + c)]))));
-      for (int64_t o = 0; o < OC; ++o) {
-        double exact = 0, sum_abs = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          const double product = static_cast<double>(static_cast<float>(x[static_cast<size_t>(n * C + c)])) * w[static_cast<size_t>(o * C + c)];
-          exact += product;
-          sum_abs += std::fabs(product);
+      Tensor w_t = to_bf16(stored, {OC, C}, DType::f16);
+      auto run = [&](int64_t first, int64_t rows) {
+        Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);
+        Tensor out = zeros({rows, OC});
+        backend().launch(MatmulForward{.out = out, .inp = put(part, {rows, C}), .weight = w_t, .bias = put(b, {OC}),
+                                       .layout = layout, .row_invariant = true});
+        return get(out);
+      };
+      const Vec batched = run(0, N), pair = run(5, 2);
+      for (int64_t row : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{6}, N - 1}) {
+        const Vec alone = run(row, 1);
+        for (int64_t o = 0; o < OC; ++o) {
+          ASSERT_EQ(alone[static_cast<size_t>(o)], batched[static_cast<size_t>(row * OC + o)]) << "row " << row << " output " << o;
+          if (row == 5 || row == 6) {
+            ASSERT_EQ(alone[static_cast<size_t>(o)], pair[static_cast<size_t>((row - 5) * OC + o)]) << "pair row " << row;
+          }
         }
-        const double bias = static_cast<float>(b[static_cast<size_t>(o)]);
-        // A row's scale brings its largest magnitude to at least 16, so its inverse is at most largest / 16.
-        const double bound = cpu::half_products_error_bound(sum_abs, largest / 16, C) +
-                             std::ldexp(1.0, -24) * (std::fabs(exact) + std::fabs(bias) + 1e-30);
-        const double got = batched[static_cast<size_t>(n * OC + o)];
-        ASSERT_TRUE(std::isfinite(got)) << "row " << n << " output " << o;
-        ASSERT_LE(std::fabs(got - (exact + bias)), bound) << "row " << n << " output " << o << " exact " << exact + bias;
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        double largest = 0;
+        for (int64_t c = 0; c < C; ++c) largest = std::max(largest, std::fabs(static_cast<double>(static_cast<float>(x[static_cast<size_t>(n * C + c)]))));
+        for (int64_t o = 0; o < OC; ++o) {
+          double exact = 0, sum_abs = 0;
+          for (int64_t c = 0; c < C; ++c) {
+            const double product = static_cast<double>(static_cast<float>(x[static_cast<size_t>(n * C + c)])) * w[static_cast<size_t>(o * C + c)];
+            exact += product;
+            sum_abs += std::fabs(product);
+          }
+          const double bias = static_cast<float>(b[static_cast<size_t>(o)]);
+          // A row's scale brings its largest magnitude to at least 16, so its inverse is at most largest / 16.
+          const double bound = cpu::half_products_error_bound(sum_abs, largest / 16, C) +
+                               std::ldexp(1.0, -24) * (std::fabs(exact) + std::fabs(bias) + 1e-30);
+          const double got = batched[static_cast<size_t>(n * OC + o)];
+          ASSERT_TRUE(std::isfinite(got)) << "row " << n << " output " << o;
+          ASSERT_LE(std::fabs(got - (exact + bias)), bound) << "row " << n << " output " << o << " exact " << exact + bias;
+        }
       }
     }
   }

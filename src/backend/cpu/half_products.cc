@@ -2,141 +2,138 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "backend/kernel_args.h"
 #include "base/error.h"
 #include "tensor/dtype.h"
 
 #if defined(__AVX512FP16__) && defined(__AVX512BW__)
 #include <immintrin.h>
-
-#include "backend/cpu/avx2.h"
 #define PARAFLOW_HAVE_HALF_PRODUCTS 1
 #endif
 
 namespace paraflow::cpu {
 
 namespace {
-constexpr int64_t kChunk = 32;  // halves per 512-bit load
+constexpr int64_t kChunk = 32;  // halves per 512-bit register: a group's 16 rows by one column pair
+constexpr int64_t kGroup = 16;  // weight rows per out_in_tiles group
 }  // namespace
 
 int64_t half_row_length(int64_t columns) { return (columns + kChunk - 1) / kChunk * kChunk; }
 
 double half_products_error_bound(double sum_abs, double unscale, int64_t columns) {
   const double u = std::ldexp(1.0, -11), u32 = std::ldexp(1.0, -24);
-  const int64_t chunks = (columns + kChunk - 1) / kChunk;
-  const auto m = static_cast<double>(std::min(chunks, kHalfChunksPerSum));
+  const int64_t pairs = (columns + 1) / 2;
+  const auto m = static_cast<double>(std::min(pairs, kHalfPairsPerSum));
   const double gamma = m * u / (1 - m * u);
-  const auto f32_additions = static_cast<double>((chunks + kHalfChunksPerSum - 1) / kHalfChunksPerSum + 5);
-  const double subnormal_roundings = static_cast<double>(kChunk * chunks + columns);
+  // In f32: each lane adds its half sums in turn, then an output adds its two lanes.
+  const auto f32_additions = static_cast<double>((pairs + kHalfPairsPerSum - 1) / kHalfPairsPerSum + 1);
+  // Half's subnormal spacing at the input's rounding and at each FMA (one per column per output).
+  const auto subnormal_roundings = static_cast<double>(2 * columns);
   return (gamma * (1 + u) + u + f32_additions * u32) * sum_abs + subnormal_roundings * std::ldexp(1.0, -25) * unscale;
 }
 
+namespace {
+// Output o's sum in f32 from the f32 row: for the rows after the last group, and for sums that
+// overflowed half.
+float f32_sum(const float* row, const uint16_t* weight, int64_t o, int64_t weight_rows, int64_t columns) {
+  float sum = 0.0f;
+  for (int64_t c = 0; c < columns; ++c) sum += row[c] * f16_to_f32(weight[tiles_offset(o, c, weight_rows, columns)]);
+  return sum;
+}
+}  // namespace
+
 #ifdef PARAFLOW_HAVE_HALF_PRODUCTS
-// GCC 12's _mm512_cvtph_ps, _mm512_cvtps_ph, _mm512_extracti64x4_epi64 and _mm512_reduce_add_ps
-// pass an _mm512_undefined_*() it then flags as "may be used uninitialized": false positives of
-// its own header.
+// GCC 12's _mm512_cvtph_ps, _mm512_cvtps_ph and _mm512_extracti64x4_epi64 pass an
+// _mm512_undefined_*() it then flags as "may be used uninitialized": false positives of its own
+// header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 namespace {
 
-// A half vector's 32 lanes added pairwise into 16 f32 ones (lane i plus lane i + 16).
-inline __m512 widened_pairs(__m512h sums) {
-  const __m512i bits = _mm512_castph_si512(sums);
-  return _mm512_add_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(bits)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(bits, 1)));
+// Input rows by groups of weight rows per block: 24 accumulators, three weight registers and a
+// broadcast in the 32 registers; per column pair three loads and eight broadcasts (load-port
+// only) feed 24 FMAs. 6 x 4 and 4 x 6 ran at about half the rate (bench/RESULTS.md).
+constexpr int kInputRows = 8, kGroupsPerBlock = 3;
+
+// R input rows times P groups over the column pairs [0, pairs) of a tile: R x P half
+// accumulators, lane 2i + j holding the group's row i's products of even (j = 0) or odd (j = 1)
+// columns, as the tiles interleave them. Then each is widened and added to its two f32 vectors
+// in totals[R][P][32].
+template <int R, int P>
+void half_tile_block(float* totals, const _Float16* x, int64_t x_ld, const _Float16* w, int64_t group_stride,
+                     int64_t pairs) {
+  __m512h acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 3
+    for (int g = 0; g < P; ++g) acc[r][g] = _mm512_setzero_ph();
+  }
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512h wv[P];
+#pragma GCC unroll 3
+    for (int g = 0; g < P; ++g) wv[g] = _mm512_loadu_ph(w + g * group_stride + p * kChunk);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      __builtin_memcpy(&pair, x + r * x_ld + 2 * p, sizeof pair);
+      const __m512h xv = _mm512_castsi512_ph(_mm512_set1_epi32(pair));
+#pragma GCC unroll 3
+      for (int g = 0; g < P; ++g) acc[r][g] = _mm512_fmadd_ph(xv, wv[g], acc[r][g]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 3
+    for (int g = 0; g < P; ++g) {
+      float* t = totals + (r * P + g) * 2 * kGroup;
+      const __m512i bits = _mm512_castph_si512(acc[r][g]);
+      _mm512_store_ps(t, _mm512_add_ps(_mm512_load_ps(t), _mm512_cvtph_ps(_mm512_castsi512_si256(bits))));
+      _mm512_store_ps(t + 16, _mm512_add_ps(_mm512_load_ps(t + 16), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(bits, 1))));
+    }
+  }
 }
 
-// R half input rows times K weight rows: R x K half accumulators, each summing
-// kHalfChunksPerSum chunks (unrolled: a loop of one chunk ran at half the rate) before it is
-// widened and added to its f32 sum, kept in memory (once per 768 columns). R = 4, K = 5: 20
-// accumulators, five weight vectors and an input one in the 32 registers; each input vector is
-// read for five FMAs, which keeps the input rows' traffic from L2 (a 32-row step's rows do not fit
-// L1 beside a weight tile) below what L2 delivers: 4 x 3 ran at ~0.6x (bench/RESULTS.md). With
-// `prefetch_ahead` (weight elements) the K weight rows that far on are fetched into L2 meanwhile,
-// chunk by chunk: the hardware prefetcher does not follow K interleaved row streams.
-template <int R, int K>
-void half_block(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, const _Float16* w, int64_t columns,
-                int64_t prefetch_ahead) {
-  alignas(64) float total[R][K][16] = {};
-  // One chunk of 32 columns into the half sums (the last one, if shorter, under a mask).
-  auto chunk = [&](__m512h (&part)[R][K], int64_t c, bool masked) __attribute__((always_inline)) {
-    const __mmask32 mask = masked ? mask_of_32(columns, c) : ~__mmask32{0};
-    __m512h wv[K];
-#pragma GCC unroll 5
-    for (int k = 0; k < K; ++k) {
-      if (prefetch_ahead > 0) _mm_prefetch(reinterpret_cast<const char*>(w + prefetch_ahead + k * columns + c), _MM_HINT_T1);
-      wv[k] = masked ? _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(mask, w + k * columns + c)) : _mm512_loadu_ph(w + k * columns + c);
+// All rows times P groups (the weight from `w`), a tile of kHalfPairsPerSum column pairs at a
+// time (P x 4 KiB, in L1 while every block of input rows passes by), the rows in blocks as even
+// in size as can be (17 rows: 6, 6, 5). totals: rows x P x 32 floats, 64-byte aligned.
+template <int P>
+void rows_times_groups(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, const float* unscale,
+                       int64_t rows, const _Float16* w, int64_t group_stride, int64_t pairs, float* totals) {
+  std::fill(totals, totals + rows * P * 2 * kGroup, 0.0f);
+  const int64_t blocks = (rows + kInputRows - 1) / kInputRows;
+  for (int64_t first = 0; first < pairs; first += kHalfPairsPerSum) {
+    const int64_t tile = std::min(kHalfPairsPerSum, pairs - first);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t n = rows * block / blocks;
+      const _Float16* xn = x + n * x_ld + 2 * first;
+      const _Float16* wt = w + first * kChunk;
+      float* t = totals + n * P * 2 * kGroup;
+      switch (rows * (block + 1) / blocks - n) {
+        case 8: half_tile_block<8, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        case 7: half_tile_block<7, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        case 6: half_tile_block<6, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        case 5: half_tile_block<5, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        case 4: half_tile_block<4, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        case 3: half_tile_block<3, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        case 2: half_tile_block<2, P>(t, xn, x_ld, wt, group_stride, tile); break;
+        default: half_tile_block<1, P>(t, xn, x_ld, wt, group_stride, tile); break;
+      }
     }
-#pragma GCC unroll 5
-    for (int r = 0; r < R; ++r) {
-      const __m512h xv = _mm512_loadu_ph(x + r * x_ld + c);
-#pragma GCC unroll 5
-      for (int k = 0; k < K; ++k) part[r][k] = _mm512_fmadd_ph(xv, wv[k], part[r][k]);
+  }
+  // Each output's two lanes (even and odd columns) added, times its row's unscale.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t n = 0; n < rows; ++n) {
+    for (int g = 0; g < P; ++g) {
+      const float* t = totals + (n * P + g) * 2 * kGroup;
+      const __m512 lo = _mm512_load_ps(t), hi = _mm512_load_ps(t + 16);
+      const __m512 sum = _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
+      _mm512_storeu_ps(sums + n * sums_ld + g * kGroup, _mm512_mul_ps(sum, _mm512_set1_ps(unscale[n])));
     }
-  };
-  auto add_to_total = [&](__m512h (&part)[R][K]) __attribute__((always_inline)) {
-#pragma GCC unroll 5
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 5
-      for (int k = 0; k < K; ++k) _mm512_store_ps(total[r][k], _mm512_add_ps(_mm512_load_ps(total[r][k]), widened_pairs(part[r][k])));
-    }
-  };
-  auto zero = [&](__m512h (&part)[R][K]) __attribute__((always_inline)) {
-#pragma GCC unroll 5
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 5
-      for (int k = 0; k < K; ++k) part[r][k] = _mm512_setzero_ph();
-    }
-  };
-  const int64_t full_chunks = columns / kChunk, chunks = (columns + kChunk - 1) / kChunk;
-  int64_t first = 0;
-  // Whole sums of kHalfChunksPerSum full chunks, unrolled (a loop of one chunk ran at half the rate).
-  for (; first + kHalfChunksPerSum <= full_chunks; first += kHalfChunksPerSum) {
-    __m512h part[R][K];
-    zero(part);
-#pragma GCC unroll 24
-    for (int64_t f = 0; f < kHalfChunksPerSum; ++f) chunk(part, (first + f) * kChunk, false);
-    add_to_total(part);
-  }
-  if (first < chunks) {
-    __m512h part[R][K];
-    zero(part);
-    for (int64_t c = first; c < chunks; ++c) chunk(part, c * kChunk, c >= full_chunks);
-    add_to_total(part);
-  }
-  // The lane sums, four outputs at a time where there are four (sum_each: bit for bit
-  // _mm512_reduce_add_ps', which takes the rest).
-  auto output = [&](int i) -> float& { return sums[i / K * sums_ld + i % K]; };
-  int i = 0;
-#pragma GCC unroll 5
-  for (; i + 4 <= R * K; i += 4) {
-    alignas(16) float four[4];
-    _mm_store_ps(four, sum_each(_mm512_load_ps(total[i / K][i % K]), _mm512_load_ps(total[(i + 1) / K][(i + 1) % K]),
-                                _mm512_load_ps(total[(i + 2) / K][(i + 2) % K]),
-                                _mm512_load_ps(total[(i + 3) / K][(i + 3) % K])));
-    for (int j = 0; j < 4; ++j) output(i + j) = four[j];
-  }
-  for (; i < R * K; ++i) output(i) = _mm512_reduce_add_ps(_mm512_load_ps(total[i / K][i % K]));
-}
-
-constexpr int kInputRows = 4, kWeightRows = 5;
-
-// R input rows (at most kInputRows) times the weight rows [begin, end), kWeightRows at a time,
-// the rest (fewer) in one block: a block of one weight row reads an input vector per FMA.
-template <int R>
-void rows_times_weights(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, int64_t columns,
-                        const _Float16* weight, int64_t begin, int64_t end, int64_t prefetch_ahead) {
-  int64_t o = begin;
-  for (; o + kWeightRows <= end; o += kWeightRows) {
-    half_block<R, kWeightRows>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, prefetch_ahead);
-  }
-  auto rest = [&]<int K>() { half_block<R, K>(sums + (o - begin), sums_ld, x, x_ld, weight + o * columns, columns, 0); };
-  switch (end - o) {
-    case 4: rest.template operator()<4>(); break;
-    case 3: rest.template operator()<3>(); break;
-    case 2: rest.template operator()<2>(); break;
-    case 1: rest.template operator()<1>(); break;
-    default: break;
   }
 }
 
@@ -169,43 +166,31 @@ void half_rows(uint16_t* half, float* unscale, const float* x, int64_t rows, int
 }
 
 void half_products(float* sums, int64_t sums_ld, const uint16_t* half_x, const float* unscale, const float* x,
-                   int64_t rows, int64_t columns, const uint16_t* weight, int64_t begin, int64_t end) {
-  // The share's weight rows in tiles of about 24 KiB, in L1 while every block of input rows
-  // passes by. The first block fetches the next tile into L2 meanwhile, so that reading the weights
-  // from memory overlaps the other blocks' arithmetic.
-  const int64_t x_ld = half_row_length(columns);
-  const int64_t tile = std::max<int64_t>(kWeightRows, (24 << 10) / (2 * columns) / kWeightRows * kWeightRows);
+                   int64_t rows, int64_t columns, const uint16_t* weight, int64_t weight_rows, int64_t begin,
+                   int64_t end) {
+  const int64_t x_ld = half_row_length(columns), pairs = columns / 2, group_stride = kGroup * columns;
+  const int64_t grouped_end = std::max(begin, std::min(end, weight_rows / kGroup * kGroup));
+  const int64_t groups = (grouped_end - begin) / kGroup;
   const auto* xh = reinterpret_cast<const _Float16*>(half_x);
-  const auto* w = reinterpret_cast<const _Float16*>(weight);
-  for (int64_t first = begin; first < end; first += tile) {
-    const int64_t last = std::min(end, first + tile);
-    // Blocks of input rows as even in size as can be (17 rows: 4, 4, 3, 3, 3, not 4, 4, 4, 4, 1).
-    const int64_t blocks = (rows + kInputRows - 1) / kInputRows;
-    for (int64_t block = 0; block < blocks; ++block) {
-      const int64_t n = rows * block / blocks;
-      const _Float16* xn = xh + n * x_ld;
-      float* block_sums = sums + n * sums_ld + (first - begin);
-      const int64_t prefetch_ahead = n == 0 ? tile * columns : 0;
-      switch (rows * (block + 1) / blocks - n) {
-        case 4: rows_times_weights<4>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
-        case 3: rows_times_weights<3>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
-        case 2: rows_times_weights<2>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
-        default: rows_times_weights<1>(block_sums, sums_ld, xn, x_ld, columns, w, first, last, prefetch_ahead); break;
-      }
-    }
-  }
+  const auto* w = reinterpret_cast<const _Float16*>(weight) + begin * columns;
+  // The f32 sums of a block of groups, for every row: kept per thread, grown as needed.
+  static thread_local std::vector<float> totals_buffer;
+  totals_buffer.resize(std::max(totals_buffer.size(), static_cast<size_t>(rows * kGroupsPerBlock * 2 * kGroup + 16)));
+  auto* totals = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(totals_buffer.data()) + 63) / 64 * 64);
+  auto block = [&]<int P>(int64_t g) {
+    rows_times_groups<P>(sums + g * kGroup, sums_ld, xh, x_ld, unscale, rows, w + g * group_stride, group_stride, pairs,
+                         totals);
+  };
+  int64_t g = 0;
+  for (; g + kGroupsPerBlock <= groups; g += kGroupsPerBlock) block.template operator()<kGroupsPerBlock>(g);
+  if (groups - g == 2) block.template operator()<2>(g);
+  if (groups - g == 1) block.template operator()<1>(g);
   for (int64_t n = 0; n < rows; ++n) {
-    float* row_sums = sums + n * sums_ld;
+    float* row_sums = sums + n * sums_ld - begin;
     const float* row = x + n * columns;
     for (int64_t o = begin; o < end; ++o) {
-      float& sum = row_sums[o - begin];
-      sum *= unscale[n];
-      if (std::isfinite(sum)) continue;
-      // Half overflowed, or the row holds a NaN or an infinity: summed again in f32.
-      const uint16_t* weight_row = weight + o * columns;
-      float exact = 0.0f;
-      for (int64_t c = 0; c < columns; ++c) exact += row[c] * f16_to_f32(weight_row[c]);
-      sum = exact;
+      if (o < grouped_end && std::isfinite(row_sums[o])) continue;
+      row_sums[o] = f32_sum(row, weight, o, weight_rows, columns);
     }
   }
 }
@@ -216,7 +201,7 @@ void half_rows(uint16_t*, float*, const float*, int64_t, int64_t) {
   throw Error("half_rows: this build has no AVX512_FP16 code (the caller checks has_half_products)");
 }
 void half_products(float*, int64_t, const uint16_t*, const float*, const float*, int64_t, int64_t, const uint16_t*,
-                   int64_t, int64_t) {
+                   int64_t, int64_t, int64_t) {
   throw Error("half_products: this build has no AVX512_FP16 code (the caller checks has_half_products)");
 }
 #endif

@@ -532,10 +532,17 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
                        bool gelu) {
   check(!d.interleaved || kReadsInterleavedWeights,
         "matmul: this build has no kernel for out_in_interleaved weights (AVX2 and FMA needed)");
-  check(!d.tiled || (has_bf16_dot_rows<X, W>() && amx_tiles_available()),
-        "matmul: out_in_tiles weights are read only by the AMX kernel, from bf16 inputs on a CPU with AMX-BF16");
-  check(!d.tiled || d.C % 32 == 0, "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32",
-        d.C);
+  // float16 weights [out, in] multiply the rows in half arithmetic, stored out_in_tiles, where the
+  // CPU has it.
+  constexpr bool half_weights = std::is_same_v<W, Float16>;
+  const bool half_arithmetic = half_weights && d.tiled;
+  check(!d.tiled || (has_bf16_dot_rows<X, W>() && amx_tiles_available()) || (half_weights && has_half_products()),
+        "matmul: out_in_tiles weights are read only by the AMX kernel, from bf16 inputs on a CPU with AMX-BF16, and by "
+        "the half products, from float16 weights on a CPU with AVX512_FP16");
+  check(!d.tiled || half_weights || d.C % 32 == 0,
+        "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32", d.C);
+  check(!half_arithmetic || d.C % 2 == 0,
+        "matmul: an out_in_tiles float16 weight needs whole column pairs: {} input features are odd", d.C);
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
   // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves, and
   // widened_bf16_products reads them split into even and odd columns.
@@ -553,8 +560,6 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     split_bf16_rows(rows, reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     x = rows;
   }
-  // float16 weights [out, in] multiply the rows in half arithmetic where the CPU has it.
-  const bool half_arithmetic = std::is_same_v<W, Float16> && d.transposed && !d.stored_for_decoding() && has_half_products();
   uint16_t* half_x = nullptr;
   float* unscale = nullptr;
   if (half_arithmetic) {
@@ -612,7 +617,8 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
         }
       }
     } else if (half_arithmetic) {
-      half_products(sums, sums_ld, half_x, unscale, x, d.N, d.C, reinterpret_cast<const uint16_t*>(weight), begin, end);
+      half_products(sums, sums_ld, half_x, unscale, x, d.N, d.C, reinterpret_cast<const uint16_t*>(weight), d.OC, begin,
+                    end);
     } else if (widens_bf16) {
       widened_bf16_products(sums, sums_ld, x, d.N, d.C, reinterpret_cast<const uint16_t*>(weight), begin, end);
     } else if (bf16_dot_rows_apply(sums, sums_ld, inp, weight, d, begin, end)) {
