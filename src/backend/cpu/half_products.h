@@ -27,7 +27,7 @@ namespace paraflow::cpu {
 
 // Column pairs a lane sums in half precision before adding the result in f32, and the pairs of
 // a weight tile (16 rows x 128 columns, 4 KiB per group) that stays in L1 while every block of
-// input rows passes by. 64 with these tiles ran a 32-row step's products 1.2-1.4x faster than
+// input rows passes by. 64 with these tiles ran a 32-row product 1.1-1.3x faster than
 // without tiles; 32 and 128 measured within noise of it (bench/RESULTS.md).
 constexpr int64_t kHalfPairsPerSum = 64;
 
