@@ -34,16 +34,6 @@ double half_products_error_bound(double sum_abs, double unscale, int64_t columns
   return (gamma * (1 + u) + u + f32_additions * u32) * sum_abs + subnormal_roundings * std::ldexp(1.0, -25) * unscale;
 }
 
-namespace {
-// Output o's sum in f32 from the f32 row: for the rows after the last group, and for sums that
-// overflowed half.
-float f32_sum(const float* row, const uint16_t* weight, int64_t o, int64_t weight_rows, int64_t columns) {
-  float sum = 0.0f;
-  for (int64_t c = 0; c < columns; ++c) sum += row[c] * f16_to_f32(weight[tiles_offset(o, c, weight_rows, columns)]);
-  return sum;
-}
-}  // namespace
-
 #ifdef PARAFLOW_HAVE_HALF_PRODUCTS
 // GCC 12's _mm512_cvtph_ps, _mm512_cvtps_ph and _mm512_extracti64x4_epi64 pass an
 // _mm512_undefined_*() it then flags as "may be used uninitialized": false positives of its own
@@ -52,6 +42,14 @@ float f32_sum(const float* row, const uint16_t* weight, int64_t o, int64_t weigh
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 namespace {
+
+// Output o's sum in f32 from the f32 row: for the rows after the last group, and for sums that
+// overflowed half.
+float f32_sum(const float* row, const uint16_t* weight, int64_t o, int64_t weight_rows, int64_t columns) {
+  float sum = 0.0f;
+  for (int64_t c = 0; c < columns; ++c) sum += row[c] * f16_to_f32(weight[tiles_offset(o, c, weight_rows, columns)]);
+  return sum;
+}
 
 // Input rows by groups of weight rows per block: 24 accumulators, three weight registers and a
 // broadcast in the 32 registers; per column pair three loads and eight broadcasts (load-port
