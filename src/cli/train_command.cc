@@ -60,7 +60,7 @@ void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Commu
                graph::precision_policy_name(setup.train.precision),
                dtype_name(graph::storage_dtype(setup.train.precision)), dtype_name(gemms),
                gemms == DType::f32 && setup.train.precision != graph::PrecisionPolicy::float32
-                   ? fmt::format("no 16-bit training matmul on {}: bf16 GEMMs need AMX, f16 ones are not written yet",
+                   ? fmt::format("no 16-bit training matmul on {}: bf16 GEMMs need AMX or AMD's AVX512_BF16, f16 ones are not written yet",
                                  backend.describe())
                    : backend.describe(),
                dtype_name(gemms), peak / 1e9);

@@ -208,7 +208,10 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 
 bool has_native_bf16() { return onednn_isa_includes(dnnl::cpu_isa::avx512_core_bf16); }
 
-bool bf16_gemms_beat_f32() { return onednn_isa_includes(dnnl::cpu_isa::avx512_core_amx); }
+bool bf16_gemms_beat_f32() {
+  return onednn_isa_includes(dnnl::cpu_isa::avx512_core_amx) ||
+         (__builtin_cpu_is("amd") && onednn_isa_includes(dnnl::cpu_isa::avx512_core_bf16));
+}
 
 std::string onednn_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {

@@ -31,11 +31,12 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 
 // Whether the CPU multiplies bf16 natively (AVX512_BF16 or AMX).
 bool has_native_bf16();
-// Whether bf16 GEMMs beat f32 ones: with AMX. AVX512_BF16 alone is not enough: an Intel Xeon
-// without AMX (Emerald Rapids, AMX hidden by its VM) issues its dot products (vdpbf16ps, two
-// multiply-adds a lane) at half the rate of f32 FMAs, and oneDNN's bf16 GEMMs ran at half its
-// sgemm's speed there (bench/RESULTS.md). A fixed rule, not a timing: every process of a job
-// must take the same path. (AMD's Zen 4, with AVX512_BF16 and no AMX, is unmeasured.)
+// Whether bf16 GEMMs beat f32 ones: with AMX, or with AVX512_BF16 on an AMD CPU (Zen 4 and
+// later issue vdpbf16ps, two multiply-adds a lane, as fast as f32 FMAs). AVX512_BF16 alone is not
+// enough: an Intel Xeon without AMX (Emerald Rapids, AMX hidden by its VM) issues its dot
+// products at half the rate of f32 FMAs, and oneDNN's bf16 GEMMs ran at half its sgemm's speed
+// there (bench/RESULTS.md). A fixed rule, not a timing: every process of a job must take the
+// same path.
 bool bf16_gemms_beat_f32();
 // The instruction set oneDNN dispatches to on this CPU, e.g. "avx512_core_amx".
 std::string onednn_isa_name();
