@@ -153,7 +153,7 @@ void add_generate_command(CLI::App& app) {
                              "NONEMPTY"));
   command->add_option("--dtype", options->dtype,
                       "Weights in float32, bfloat16 or float16 (the linear layers' weights only, in half arithmetic on CPUs with "
-                      "AVX512_FP16); auto: bfloat16 with AMX, else float16 with AVX512_FP16, else bfloat16 with "
+                      "AVX512_FP16); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else bfloat16 with "
                       "AVX512_BF16, else float32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}));

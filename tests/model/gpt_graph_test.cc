@@ -160,7 +160,9 @@ TEST(GptGraph, Float16DecodingReadsHalfCopiesOfTheMatmulWeightsOnly) {
   EXPECT_TRUE(layouts.interleaved.empty());
   EXPECT_EQ(layouts.tiled, cpu_backend().prefers_tiled_weights(DType::f16) ? expected : std::set<std::string>{});
   for (const graph::Value& value : g.graph.values()) {
-    if (value.role != graph::ValueRole::parameter) EXPECT_NE(value.dtype, DType::f16) << value.name;
+    if (value.role != graph::ValueRole::parameter) {
+      EXPECT_NE(value.dtype, DType::f16) << value.name;
+    }
   }
 }
 

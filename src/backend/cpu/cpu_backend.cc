@@ -92,12 +92,13 @@ class CpuBackend final : public Backend {
     (void)dtype;
     return false;
   }
-  // Where matmul_forward runs that layout: AMX for bf16 tiles (AVX512_BF16 for the rows after
-  // them), half products for float16 ones (f32 for the rows after them).
+  // Where matmul_forward runs that layout: AMX for bf16 tiles, or vdpbf16ps pair products where
+  // those issue at the f32 FMA rate (AVX512_BF16 dot products for the rows after the groups);
+  // half products for float16 ones (f32 for the rows after them).
   bool prefers_tiled_weights(DType dtype) const override {
     if (dtype == DType::f16) return cpu::has_half_products();
 #ifdef __AVX512BF16__
-    return dtype == DType::bf16 && cpu::amx_tiles_available();
+    return dtype == DType::bf16 && (cpu::amx_tiles_available() || cpu::bf16_gemms_beat_f32());
 #else
     return false;
 #endif

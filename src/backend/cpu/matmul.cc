@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/amx_tiles.h"
+#include "backend/cpu/bf16_pair_products.h"
 #include "backend/cpu/avx2.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
@@ -33,7 +34,7 @@ struct MatmulDims {
   int64_t N, C, OC;
   bool transposed;   // weight [OC,C] (out_in, out_in_interleaved or out_in_tiles) rather than [C,OC]
   bool interleaved;  // out_in_interleaved: only the row-streaming kernel reads it
-  bool tiled;        // out_in_tiles: only the AMX kernel reads it
+  bool tiled;        // out_in_tiles: only the tile kernels (AMX, pair products) read it
   int64_t weight_ld() const { return transposed ? C : OC; }
   bool stored_for_decoding() const { return interleaved || tiled; }
 };
@@ -285,11 +286,14 @@ bool bf16_dot_rows_apply(float* sums, int64_t sums_ld, const X* inp, const W* we
     if (d.interleaved) return false;  // the f32 kernel reads that layout
     int64_t rows_begin = begin;  // the first output bf16_dot_rows takes
     if (d.tiled) {
-      // Whole groups of 16 outputs on AMX tiles; the rows after the last group, stored out_in, below.
+      // Whole groups of 16 outputs on AMX tiles, or as outer products of column pairs without
+      // AMX; the rows after the last group, stored out_in, below.
       rows_begin = std::max(begin, std::min(end, d.OC / 16 * 16));
       if (begin < rows_begin) {
-        amx_tile_products(sums, sums_ld, reinterpret_cast<const uint16_t*>(inp), d.N, d.C,
-                          reinterpret_cast<const uint16_t*>(weight), begin, rows_begin);
+        const auto* x = reinterpret_cast<const uint16_t*>(inp);
+        const auto* w = reinterpret_cast<const uint16_t*>(weight);
+        if (amx_tiles_available()) amx_tile_products(sums, sums_ld, x, d.N, d.C, w, begin, rows_begin);
+        else bf16_pair_products(sums, sums_ld, x, d.N, d.C, w, begin, rows_begin);
       }
     }
     bf16_dot_rows(sums + (rows_begin - begin), sums_ld, inp, weight, d, rows_begin, end);
@@ -536,9 +540,9 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
   // CPU has it.
   constexpr bool half_weights = std::is_same_v<W, Float16>;
   const bool half_arithmetic = half_weights && d.tiled;
-  check(!d.tiled || (has_bf16_dot_rows<X, W>() && amx_tiles_available()) || (half_weights && has_half_products()),
-        "matmul: out_in_tiles weights are read only by the AMX kernel, from bf16 inputs on a CPU with AMX-BF16, and by "
-        "the half products, from float16 weights on a CPU with AVX512_FP16");
+  check(!d.tiled || has_bf16_dot_rows<X, W>() || (half_weights && has_half_products()),
+        "matmul: out_in_tiles weights are read only from bf16 inputs (AMX tiles or AVX512_BF16 pair products) and, "
+        "in float16, by the half products on a CPU with AVX512_FP16");
   check(!d.tiled || half_weights || d.C % 32 == 0,
         "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32", d.C);
   check(!half_arithmetic || d.C % 2 == 0,
