@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/row_blocks.h"
 #include "base/error.h"
 
 #ifdef __AVX512BF16__
@@ -15,10 +16,10 @@ namespace {
 
 constexpr int64_t kGroup = 16;  // weight rows per out_in_tiles group
 constexpr int64_t kChunk = 32;  // bf16 values per register: a group's 16 rows by one column pair
-// Input rows by groups of weight rows per block: 24 accumulators, three weight registers and a
+// Groups of weight rows per block, by up to kMaxBlockRows (8) input rows: 24 accumulators, three weight registers and a
 // broadcast; per column pair three loads and eight broadcasts feed 24 dot products, as in the
 // float16 half products (half_products.cc), whose measurements chose that shape.
-constexpr int kInputRows = 8, kGroupsPerBlock = 3;
+constexpr int kGroupsPerBlock = 3;
 // R input rows times P groups over column pairs [0, pairs). Unlike the half products, no column
 // tiles: the f32 sums need no flushing, and with one block of rows (batch-1 decoding) the groups
 // streamed whole ran ~7% faster; at 32 and 64 rows tiles of 64 pairs measured within the noise
@@ -53,28 +54,14 @@ void pair_block(float* sums, int64_t sums_ld, const uint16_t* x, int64_t x_ld, c
   }
 }
 
-// All rows times P groups (w the first group's start), the rows in blocks as even in size as can
-// be (17 rows: 6, 6, 5).
+// All rows times P groups (w the first group's start), in blocks of rows.
 template <int P>
 void rows_times_groups(float* sums, int64_t sums_ld, const uint16_t* x, int64_t rows, int64_t columns,
                        const uint16_t* w) {
   const int64_t pairs = columns / 2, group_stride = kGroup * columns;
-  const int64_t blocks = (rows + kInputRows - 1) / kInputRows;
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t n = rows * block / blocks;
-    float* s = sums + n * sums_ld;
-    const uint16_t* xn = x + n * columns;
-    switch (rows * (block + 1) / blocks - n) {
-      case 8: pair_block<8, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      case 7: pair_block<7, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      case 6: pair_block<6, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      case 5: pair_block<5, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      case 4: pair_block<4, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      case 3: pair_block<3, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      case 2: pair_block<2, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-      default: pair_block<1, P>(s, sums_ld, xn, columns, w, group_stride, pairs); break;
-    }
-  }
+  for_each_row_block(rows, [&]<int R>(int64_t n) {
+    pair_block<R, P>(sums + n * sums_ld, sums_ld, x + n * columns, columns, w, group_stride, pairs);
+  });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/row_blocks.h"
 #include "backend/kernel_args.h"
 #include "base/error.h"
 #include "tensor/dtype.h"
@@ -51,10 +52,10 @@ float f32_sum(const float* row, const uint16_t* weight, int64_t o, int64_t weigh
   return sum;
 }
 
-// Input rows by groups of weight rows per block: 24 accumulators, three weight registers and a
+// Groups of weight rows per block, by up to kMaxBlockRows (8) input rows: 24 accumulators, three weight registers and a
 // broadcast in the 32 registers; per column pair three loads and eight broadcasts (load-port
 // only) feed 24 FMAs. 6 x 4 and 4 x 6 ran at 0.6x and 0.3x of its rate (bench/RESULTS.md).
-constexpr int kInputRows = 8, kGroupsPerBlock = 3;
+constexpr int kGroupsPerBlock = 3;
 
 // R input rows times P groups over the column pairs [0, pairs) of a tile: R x P half
 // accumulators, lane 2i + j holding the group's row i's products of even (j = 0) or odd (j = 1)
@@ -102,25 +103,12 @@ template <int P>
 void rows_times_groups(float* sums, int64_t sums_ld, const _Float16* x, int64_t x_ld, const float* unscale,
                        int64_t rows, const _Float16* w, int64_t group_stride, int64_t pairs, float* totals) {
   std::fill(totals, totals + rows * P * 2 * kGroup, 0.0f);
-  const int64_t blocks = (rows + kInputRows - 1) / kInputRows;
   for (int64_t first = 0; first < pairs; first += kHalfPairsPerSum) {
     const int64_t tile = std::min(kHalfPairsPerSum, pairs - first);
-    for (int64_t block = 0; block < blocks; ++block) {
-      const int64_t n = rows * block / blocks;
-      const _Float16* xn = x + n * x_ld + 2 * first;
-      const _Float16* wt = w + first * kChunk;
-      float* t = totals + n * P * 2 * kGroup;
-      switch (rows * (block + 1) / blocks - n) {
-        case 8: half_tile_block<8, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        case 7: half_tile_block<7, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        case 6: half_tile_block<6, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        case 5: half_tile_block<5, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        case 4: half_tile_block<4, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        case 3: half_tile_block<3, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        case 2: half_tile_block<2, P>(t, xn, x_ld, wt, group_stride, tile); break;
-        default: half_tile_block<1, P>(t, xn, x_ld, wt, group_stride, tile); break;
-      }
-    }
+    for_each_row_block(rows, [&]<int R>(int64_t n) {
+      half_tile_block<R, P>(totals + n * P * 2 * kGroup, x + n * x_ld + 2 * first, x_ld, w + first * kChunk,
+                            group_stride, tile);
+    });
   }
   // Each output's two lanes (even and odd columns) added, times its row's unscale.
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
