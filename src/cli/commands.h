@@ -41,9 +41,10 @@ inline CLI::Validator in_range(const Range& range) {
 
 // --dtype of generate and serve: float32, bfloat16 or float16 on request; by default the 16-bit
 // weights whose products the backend runs fastest: bfloat16 where it stores them as tiles (AMX,
-// or AVX512_BF16 pair products where those run at the f32 FMA rate: AMD's Zen 4), else float16 where it multiplies half natively (AVX512_FP16: half FMAs do twice the
-// multiply-adds of f32 ones per instruction, where AVX512_BF16's dot products run at half the f32
-// rate; bench/RESULTS.md), else bfloat16 where the backend has bf16 GEMMs, the same test as
+// or AVX512_BF16 pair products where those run at the f32 FMA rate: AMD's Zen 4), else float16
+// where it multiplies half natively (AVX512_FP16: half FMAs do twice the multiply-adds of f32
+// ones per instruction, where Intel's AVX512_BF16 dot products run at half the f32 rate;
+// bench/RESULTS.md), else bfloat16 where the backend has bf16 GEMMs, the same test as
 // training's (the bf16 decoding forward alone runs on any CPU); else float32.
 inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "float32") return DType::f32;

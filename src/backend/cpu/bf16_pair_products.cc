@@ -16,14 +16,11 @@ namespace {
 
 constexpr int64_t kGroup = 16;  // weight rows per out_in_tiles group
 constexpr int64_t kChunk = 32;  // bf16 values per register: a group's 16 rows by one column pair
-// Groups of weight rows per block, by up to kMaxBlockRows (8) input rows: 24 accumulators, three weight registers and a
-// broadcast; per column pair three loads and eight broadcasts feed 24 dot products, as in the
-// float16 half products (half_products.cc), whose measurements chose that shape.
-constexpr int kGroupsPerBlock = 3;
-// R input rows times P groups over column pairs [0, pairs). Unlike the half products, no column
-// tiles: the f32 sums need no flushing, and with one block of rows (batch-1 decoding) the groups
-// streamed whole ran ~7% faster; at 32 and 64 rows tiles of 64 pairs measured within the noise
-// (the weights a block reads stay in L2 for the next).
+
+// R input rows times P groups over column pairs [0, pairs), a register block of row_blocks.h.
+// Unlike the half products, no column tiles: the f32 sums need no flushing, and with one block of
+// rows (batch-1 decoding) the groups streamed whole ran ~7% faster; at 32 and 64 rows tiles of 64
+// pairs measured within the noise (the weights a block reads stay in L2 for the next).
 template <int R, int P>
 void pair_block(float* sums, int64_t sums_ld, const uint16_t* x, int64_t x_ld, const uint16_t* w, int64_t group_stride,
                 int64_t pairs) {
@@ -68,14 +65,10 @@ void rows_times_groups(float* sums, int64_t sums_ld, const uint16_t* x, int64_t 
 
 void bf16_pair_products(float* sums, int64_t sums_ld, const uint16_t* x, int64_t rows, int64_t columns,
                         const uint16_t* weight, int64_t begin, int64_t end) {
-  const int64_t groups = (end - begin) / kGroup;
   auto block = [&]<int P>(int64_t g) {
     rows_times_groups<P>(sums + g * kGroup, sums_ld, x, rows, columns, weight + (begin + g * kGroup) * columns);
   };
-  int64_t g = 0;
-  for (; g + kGroupsPerBlock <= groups; g += kGroupsPerBlock) block.template operator()<kGroupsPerBlock>(g);
-  if (groups - g == 2) block.template operator()<2>(g);
-  if (groups - g == 1) block.template operator()<1>(g);
+  for_each_group_block((end - begin) / kGroup, block);
 }
 #else
 void bf16_pair_products(float*, int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t) {

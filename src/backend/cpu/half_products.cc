@@ -52,11 +52,6 @@ float f32_sum(const float* row, const uint16_t* weight, int64_t o, int64_t weigh
   return sum;
 }
 
-// Groups of weight rows per block, by up to kMaxBlockRows (8) input rows: 24 accumulators, three weight registers and a
-// broadcast in the 32 registers; per column pair three loads and eight broadcasts (load-port
-// only) feed 24 FMAs. 6 x 4 and 4 x 6 ran at 0.6x and 0.3x of its rate (bench/RESULTS.md).
-constexpr int kGroupsPerBlock = 3;
-
 // R input rows times P groups over the column pairs [0, pairs) of a tile: R x P half
 // accumulators, lane 2i + j holding the group's row i's products of even (j = 0) or odd (j = 1)
 // columns, as the tiles interleave them. Then each is widened and added to its two f32 vectors
@@ -161,16 +156,13 @@ void half_products(float* sums, int64_t sums_ld, const uint16_t* half_x, const f
   const auto* w = reinterpret_cast<const _Float16*>(weight) + begin * columns;
   // The f32 sums of a block of groups, for every row: kept per thread, grown as needed.
   static thread_local std::vector<float> totals_buffer;
-  totals_buffer.resize(std::max(totals_buffer.size(), static_cast<size_t>(rows * kGroupsPerBlock * 2 * kGroup + 16)));
+  totals_buffer.resize(std::max(totals_buffer.size(), static_cast<size_t>(rows * kMaxBlockGroups * 2 * kGroup + 16)));
   auto* totals = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(totals_buffer.data()) + 63) / 64 * 64);
   auto block = [&]<int P>(int64_t g) {
     rows_times_groups<P>(sums + g * kGroup, sums_ld, xh, x_ld, unscale, rows, w + g * group_stride, group_stride, pairs,
                          totals);
   };
-  int64_t g = 0;
-  for (; g + kGroupsPerBlock <= groups; g += kGroupsPerBlock) block.template operator()<kGroupsPerBlock>(g);
-  if (groups - g == 2) block.template operator()<2>(g);
-  if (groups - g == 1) block.template operator()<1>(g);
+  for_each_group_block(groups, block);
   for (int64_t n = 0; n < rows; ++n) {
     float* row_sums = sums + n * sums_ld - begin;
     const float* row = x + n * columns;
