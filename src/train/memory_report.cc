@@ -88,11 +88,14 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     const int64_t bytes = value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
     if (outside[v] && !bound[v]) report.inputs += bytes * report.in_flight;
   }
-  // Per thread: the CPU attention's scratch (a block's probabilities and their gradients,
-  // (kAttentionBlockRows, T) each, and in bf16 one head's staged q, k, v, dy, dq, dk, dv),
-  // layernorm's and the bias gradients' partial sums.
+  // Per thread: the CPU attention's scratch (a block's scores and their gradients,
+  // (kAttentionBlockRows, T) f32 each, and in bf16 the two rounded to bf16 and one head's dq, dk,
+  // dv summed in f32), layernorm's and the bias gradients' partial sums.
   const int64_t head_size = C / model.n_head;
-  const int64_t floats_per_thread = 2 * kAttentionBlockRows * T + 7 * T * head_size + 2 * C + 4 * C;
+  const bool bf16 = config.precision == graph::PrecisionPolicy::mixed_bfloat16 &&
+                    cpu_backend().supports(KernelOp::attention_forward, DType::bf16);
+  const int64_t attention_floats = (bf16 ? 3 : 2) * kAttentionBlockRows * T + (bf16 ? 3 * T * head_size : 0);
+  const int64_t floats_per_thread = attention_floats + 2 * C + 4 * C;
   report.workspace = static_cast<int64_t>(threads) * floats_per_thread * 4;
   return report;
 }

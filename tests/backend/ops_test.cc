@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/half_products.h"
 #include "backend/cpu/kernels.h"
 #include "backend/opaque_backend.h"
@@ -614,16 +615,18 @@ TEST_P(OpsTest, AttentionOverSeveralCausalBlocks) {
   }
 }
 
-// Attention reading bf16 q, k, v and writing bf16 outputs and gradients (probabilities and
-// arithmetic in f32), against float64 on the rounded inputs: rounding the outputs (and an
-// accumulated gradient's sum) bounds the error by 2 eps norm-wise, as for the other bf16 kernels.
+// Attention reading bf16 q, k, v and writing bf16 outputs and gradients, its products with bf16
+// operands and f32 sums, against float64 on the rounded inputs. The softmax runs in f32; its
+// probabilities and the scores' gradients are rounded to bf16 as operands (a relative eps/2 each,
+// eps = 2^-7), and so are the outputs (and an accumulated gradient's sum): together within 2 eps
+// norm-wise, as for the other bf16 kernels.
 TEST_P(OpsTest, AttentionInBf16) {
-  // The CPU backend registers its bf16 attention only where bf16 training runs (AMX); elsewhere
-  // the test calls those kernels directly, so that they are checked on every CPU, through the
-  // opaque backend's memory too (which the CPU kernels read as device memory).
+  // The CPU backend registers its bf16 attention only where bf16 training runs (AMX, or
+  // AVX512_BF16 on AMD); on other CPUs with bf16 arithmetic the test calls those kernels directly.
   const bool registered = backend().supports(KernelOp::attention_forward, DType::bf16);
-  if (!registered && backend().device() != Device{}) {
-    GTEST_SKIP() << backend().name() << " has no bf16 attention kernels";
+  if (!registered && (backend().device() != Device{} || !cpu::has_native_bf16())) {
+    GTEST_SKIP() << backend().name() << " has no bf16 attention kernels on this CPU (oneDNN "
+                 << cpu::onednn_isa_name() << ")";
   }
   auto launch_forward = [&](const AttentionForward& args) {
     registered ? backend().launch(args) : cpu::attention_forward_bf16(args);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/avx2.h"
@@ -14,90 +15,115 @@
 namespace paraflow::cpu {
 
 // One (batch, head) pair per iteration; its GEMMs run single-threaded inside the parallel loop.
-// In f32, q, k and v are read in place from qkv with a row stride of 3C; in bf16 each head's
-// slices are first converted into per-thread f32 buffers (row stride hs), and the results
-// converted back. Causal blocking: rows are taken in blocks of kBlock, and a block only
-// multiplies against the keys it can see (columns up to its last row), which skips ~3/8 of the
-// T x T work at T = 4 blocks. No T x T matrix is kept: a row block's probabilities live in a
-// (kBlock, T) scratch buffer, the forward pass saves each row's log-sum-exp of the scores, and
-// the backward pass recomputes the block's probabilities from it (one more q·k^T GEMM; at
-// T = 1024 the probabilities were 37% of a GPT-2 124M's planned activations).
+// q, k and v are read in place from qkv (row stride 3C), in f32 or, under mixed_bfloat16, in bf16:
+// then every product takes bf16 operands (oneDNN's matmul, f32 sums), the softmax runs in f32, and
+// its probabilities and the scores' gradients are rounded to bf16 as the next product's operand.
+// Causal blocking: rows are taken in blocks of kBlock, and a block only multiplies against the
+// keys it can see (columns up to its last row), which skips ~3/8 of the T x T work at T = 4
+// blocks. No T x T matrix is kept: a row block's scores live in a (kBlock, T) scratch buffer, the
+// forward pass saves each row's log-sum-exp of the scaled scores, and the backward pass
+// recomputes the block's probabilities from it (one more q·k^T product; at T = 1024 the
+// probabilities were 37% of a GPT-2 124M's planned activations).
 
 namespace {
 
 constexpr int64_t kBlock = kAttentionBlockRows;
 
-// The scores of rows [r0, r1) against keys [0, r1) into `scores` (row stride T).
-void block_scores(float* scores, const float* q, const float* k, int64_t ld, int64_t r0, int64_t r1, int64_t T,
-                  int64_t hs, float scale) {
-  sgemm(false, true, r1 - r0, r1, hs, scale, q + r0 * ld, ld, k, ld, 0.0f, scores, T);
+// C (M,N) = op(A) · op(B), or added to C, with f32 sums: sgemm in f32, oneDNN's bf16 matmul in bf16.
+void product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+             int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  sgemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+}
+template <typename Out>  // float, or BFloat16 (rounded once)
+void product(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const BFloat16* A, int64_t lda,
+             const BFloat16* B, int64_t ldb, bool accumulate, Out* C, int64_t ldc) {
+  gemm_bf16(trans_a, trans_b, M, N, K, reinterpret_cast<const uint16_t*>(A), lda, reinterpret_cast<const uint16_t*>(B),
+            ldb, nullptr, accumulate, C, std::is_same_v<Out, float> ? DType::f32 : DType::bf16, ldc);
 }
 
-// One head's q, k, v (T, hs) with row stride ld, its output with row stride out_ld, and its
-// rows' log-sum-exp of the scores (T); `p` a (kBlock, T) scratch buffer.
-void attend_head(float* out, int64_t out_ld, float* logsumexp, float* p, const float* q, const float* k,
-                 const float* v, int64_t ld, int64_t T, int64_t hs, float scale) {
+// The unscaled scores of rows [r0, r1) against keys [0, r1) into `scores` (f32, row stride T).
+template <typename E>
+void block_scores(float* scores, const E* q, const E* k, int64_t ld, int64_t r0, int64_t r1, int64_t T, int64_t hs) {
+  product(false, true, r1 - r0, r1, hs, q + r0 * ld, ld, k, ld, false, scores, T);
+}
+
+// One head's q, k, v (T, hs) of element type E with row stride ld, its output with row stride
+// out_ld, and its rows' log-sum-exp of the scaled scores (T). `scores` is a (kBlock, T) f32
+// scratch buffer and `probs` an E one (in f32 the same buffer: the probabilities overwrite the
+// scores they come from).
+template <typename E>
+void attend_head(E* out, int64_t out_ld, float* logsumexp, float* scores, E* probs, const E* q, const E* k,
+                 const E* v, int64_t ld, int64_t T, int64_t hs, float scale) {
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-    block_scores(p, q, k, ld, r0, r1, T, hs, scale);
+    block_scores(scores, q, k, ld, r0, r1, T, hs);
     for (int64_t t = r0; t < r1; ++t) {
-      float* row = p + (t - r0) * T;
+      float* row = scores + (t - r0) * T;
+      E* prow = probs + (t - r0) * T;
       float max_value = -INFINITY;
 #pragma omp simd reduction(max : max_value)
       for (int64_t j = 0; j <= t; ++j) max_value = row[j] > max_value ? row[j] : max_value;
+      const float offset = scale * max_value;  // scale > 0: the largest scaled score
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j <= t; ++j) {
-        row[j] = fast_exp(row[j] - max_value);
+        row[j] = fast_exp(scale * row[j] - offset);
         sum += row[j];
       }
-      logsumexp[t] = max_value + std::log(sum);
-      float inverse = 1.0f / sum;
+      logsumexp[t] = offset + std::log(sum);
+      const float inverse = 1.0f / sum;
 #pragma omp simd
-      for (int64_t j = 0; j <= t; ++j) row[j] *= inverse;
-      std::fill(row + t + 1, row + visible, 0.0f);
+      for (int64_t j = 0; j <= t; ++j) prow[j] = from_float<E>(row[j] * inverse);
+      std::fill(prow + t + 1, prow + visible, from_float<E>(0.0f));
     }
     // out[r0:r1] = probs[r0:r1, 0:visible] · v[0:visible]
-    sgemm(false, false, rows, hs, visible, 1.0f, p, T, v, ld, 0.0f, out + r0 * out_ld, out_ld);
+    product(false, false, rows, hs, visible, probs, T, v, ld, false, out + r0 * out_ld, out_ld);
   }
 }
 
-// The gradients of one head: dq, dk, dv with row stride dld, assigned (beta 0) or accumulated
-// (beta 1); dy with row stride dy_ld; p and ds (kBlock, T) scratch buffers.
-void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const float* dy, int64_t dy_ld, const float* q,
-                          const float* k, const float* v, int64_t ld, const float* logsumexp, float* p, float* ds,
-                          int64_t T, int64_t hs, float scale, float beta) {
+// The gradients of one head: dq, dk, dv (f32) with row stride dld, assigned or (accumulate)
+// added to; dy with row stride dy_ld. `scores` and `dprobs` are (kBlock, T) f32 scratch buffers,
+// `probs` and `dscores` E ones (in f32 the same two buffers).
+template <typename E>
+void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const E* dy, int64_t dy_ld, const E* q,
+                          const E* k, const E* v, int64_t ld, const float* logsumexp, float* scores, float* dprobs,
+                          E* probs, E* dscores, int64_t T, int64_t hs, float scale, bool accumulate) {
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
-    const float* dy_block = dy + r0 * dy_ld;
+    const E* dy_block = dy + r0 * dy_ld;
     // dprobs = dout · v^T over the visible keys
-    sgemm(false, true, rows, visible, hs, 1.0f, dy_block, dy_ld, v, ld, 0.0f, ds, T);
-    // The block's probabilities again, exp(score - log-sum-exp), and in the same pass the softmax
-    // backward's sum(probs * dprobs); then dscores = probs * (dprobs - that sum), in place.
-    block_scores(p, q, k, ld, r0, r1, T, hs, scale);
+    product(false, true, rows, visible, hs, dy_block, dy_ld, v, ld, false, dprobs, T);
+    // The block's probabilities again, exp(scaled score - log-sum-exp), and in the same pass the
+    // softmax backward's sum(probs * dprobs); then the scaled scores' gradient
+    // scale * probs * (dprobs - that sum), which the products below take for q·k^T's.
+    block_scores(scores, q, k, ld, r0, r1, T, hs);
     for (int64_t t = r0; t < r1; ++t) {
-      float* prow = p + (t - r0) * T;
-      float* drow = ds + (t - r0) * T;
+      float* row = scores + (t - r0) * T;
+      const float* drow = dprobs + (t - r0) * T;
+      E *prow = probs + (t - r0) * T, *dsrow = dscores + (t - r0) * T;
       const float offset = logsumexp[t];
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j <= t; ++j) {
-        prow[j] = fast_exp(prow[j] - offset);
-        dot += prow[j] * drow[j];
+        row[j] = fast_exp(scale * row[j] - offset);
+        dot += row[j] * drow[j];
       }
 #pragma omp simd
-      for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
-      std::fill(prow + t + 1, prow + visible, 0.0f);
-      std::fill(drow + t + 1, drow + visible, 0.0f);
+      for (int64_t j = 0; j <= t; ++j) {  // (in f32 dsrow is drow and prow is row: each read first)
+        dsrow[j] = from_float<E>(scale * row[j] * (drow[j] - dot));
+        prow[j] = from_float<E>(row[j]);
+      }
+      std::fill(prow + t + 1, prow + visible, from_float<E>(0.0f));
+      std::fill(dsrow + t + 1, dsrow + visible, from_float<E>(0.0f));
     }
     // dv[0:visible] += probs^T · dout: keys [0, r0) were written by earlier blocks; keys
     // [r0, r1) are written first here, so they take the caller's accumulate/assign choice.
-    if (r0 > 0) sgemm(true, false, r0, hs, rows, 1.0f, p, T, dy_block, dy_ld, 1.0f, dv, dld);
-    sgemm(true, false, rows, hs, rows, 1.0f, p + r0, T, dy_block, dy_ld, beta, dv + r0 * dld, dld);
-    // dq[r0:r1] = scale * dscores · k (its only writer) ; dk[0:visible] += scale * dscores^T · q
-    sgemm(false, false, rows, hs, visible, scale, ds, T, k, ld, beta, dq + r0 * dld, dld);
-    if (r0 > 0) sgemm(true, false, r0, hs, rows, scale, ds, T, q + r0 * ld, ld, 1.0f, dk, dld);
-    sgemm(true, false, rows, hs, rows, scale, ds + r0, T, q + r0 * ld, ld, beta, dk + r0 * dld, dld);
+    product(true, false, r0, hs, rows, probs, T, dy_block, dy_ld, true, dv, dld);
+    product(true, false, rows, hs, rows, probs + r0, T, dy_block, dy_ld, accumulate, dv + r0 * dld, dld);
+    // dq[r0:r1] = dscores · k (its only writer) ; dk[0:visible] += dscores^T · q
+    product(false, false, rows, hs, visible, dscores, T, k, ld, accumulate, dq + r0 * dld, dld);
+    product(true, false, r0, hs, rows, dscores, T, q + r0 * ld, ld, true, dk, dld);
+    product(true, false, rows, hs, rows, dscores + r0, T, q + r0 * ld, ld, accumulate, dk + r0 * dld, dld);
   }
 }
 
@@ -111,22 +137,8 @@ AttentionDims dims_of(const Args& args) {
   return {args.qkv.shape()[0], args.qkv.shape()[1], C, args.n_head, C / args.n_head};
 }
 
-// Rows of `count` values with row stride `ld` at `from`, converted into a dense (rows, count) f32 buffer.
-void load_rows(float* to, const BFloat16* from, int64_t rows, int64_t count, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-#pragma omp simd
-    for (int64_t i = 0; i < count; ++i) to[r * count + i] = to_float(from[r * ld + i]);
-  }
-}
-
-// One head's q, k and v slices of a bf16 qkv (B,T,3C) row block, into dense f32 (T, hs) buffers.
-void load_head(float* q, float* k, float* v, const BFloat16* head, const AttentionDims& d) {
-  load_rows(q, head, d.T, d.hs, 3 * d.C);
-  load_rows(k, head + d.C, d.T, d.hs, 3 * d.C);
-  load_rows(v, head + 2 * d.C, d.T, d.hs, 3 * d.C);
-}
-
-// The reverse, optionally adding to what `to` holds (rounded once).
+// f32 rows of `count` values (dense) rounded into bf16 ones with row stride `ld`, or added to what
+// those hold (rounded once).
 void store_rows(BFloat16* to, const float* from, int64_t rows, int64_t count, int64_t ld, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
 #pragma omp simd
@@ -137,93 +149,78 @@ void store_rows(BFloat16* to, const float* from, int64_t rows, int64_t count, in
   }
 }
 
-}  // namespace
-
-void attention_forward(const AttentionForward& args) {
-  const AttentionDims d = dims_of(args);
-  const float* qkv = pointer<float>(args.qkv);
-  float *out = pointer<float>(args.out), *logsumexp = pointer<float>(args.logsumexp);
-#pragma omp parallel
-  {
-    std::vector<float> probs(static_cast<size_t>(kBlock * d.T));
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-      const int64_t b = bh / d.NH, h = bh % d.NH;
-      const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
-      attend_head(out + b * d.T * d.C + h * d.hs, d.C, logsumexp + bh * d.T, probs.data(), q, q + d.C, q + 2 * d.C,
-                  3 * d.C, d.T, d.hs, args.scale);
-    }
+// A (kBlock, T) scratch buffer of element type E per thread: in f32 none, the f32 one serving.
+template <typename E>
+struct RoundedBlock {
+  explicit RoundedBlock(int64_t T) : values(std::is_same_v<E, float> ? 0 : static_cast<size_t>(kBlock * T)) {}
+  E* or_else(float* f32) {
+    if constexpr (std::is_same_v<E, float>) return f32;
+    return values.data();
   }
-}
+  std::vector<E> values;
+};
 
-void attention_backward(const AttentionBackward& args) {
+template <typename E>
+void attention_forward_of(const AttentionForward& args) {
   const AttentionDims d = dims_of(args);
-  const float *qkv = pointer<float>(args.qkv), *logsumexp = pointer<float>(args.logsumexp);
-  const float* dout = pointer<float>(args.dout);
-  float* dqkv = pointer<float>(args.dqkv);
-  const float beta = args.accumulate_dqkv ? 1.0f : 0.0f;  // the heads' q, k, v slices tile dqkv
-#pragma omp parallel
-  {
-    std::vector<float> probs(static_cast<size_t>(kBlock * d.T)), dscores(static_cast<size_t>(kBlock * d.T));
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-      const int64_t b = bh / d.NH, h = bh % d.NH;
-      const float* q = qkv + b * d.T * 3 * d.C + h * d.hs;
-      float* dq = dqkv + b * d.T * 3 * d.C + h * d.hs;
-      attend_head_backward(dq, dq + d.C, dq + 2 * d.C, 3 * d.C, dout + b * d.T * d.C + h * d.hs, d.C, q, q + d.C,
-                           q + 2 * d.C, 3 * d.C, logsumexp + bh * d.T, probs.data(), dscores.data(), d.T, d.hs,
-                           args.scale, beta);
-    }
-  }
-}
-
-// qkv and out bf16 (the 16-bit activations of mixed_bfloat16); logsumexp f32.
-void attention_forward_bf16(const AttentionForward& args) {
-  const AttentionDims d = dims_of(args);
-  const auto* qkv = pointer<BFloat16>(args.qkv);
-  auto* out = pointer<BFloat16>(args.out);
+  const E* qkv = pointer<E>(args.qkv);
+  E* out = pointer<E>(args.out);
   float* logsumexp = pointer<float>(args.logsumexp);
 #pragma omp parallel
   {
-    std::vector<float> probs(static_cast<size_t>(kBlock * d.T));
-    std::vector<float> staged(static_cast<size_t>(4 * d.T * d.hs));  // q, k, v, out of one head
-    float *q = staged.data(), *k = q + d.T * d.hs, *v = k + d.T * d.hs, *y = v + d.T * d.hs;
+    std::vector<float> scores(static_cast<size_t>(kBlock * d.T));
+    RoundedBlock<E> probs(d.T);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
-      load_head(q, k, v, qkv + b * d.T * 3 * d.C + h * d.hs, d);
-      attend_head(y, d.hs, logsumexp + bh * d.T, probs.data(), q, k, v, d.hs, d.T, d.hs, args.scale);
-      store_rows(out + b * d.T * d.C + h * d.hs, y, d.T, d.hs, d.C, false);
+      const E* q = qkv + b * d.T * 3 * d.C + h * d.hs;
+      attend_head(out + b * d.T * d.C + h * d.hs, d.C, logsumexp + bh * d.T, scores.data(),
+                  probs.or_else(scores.data()), q, q + d.C, q + 2 * d.C, 3 * d.C, d.T, d.hs, args.scale);
     }
   }
 }
 
-// qkv, dout and dqkv bf16; logsumexp f32.
-void attention_backward_bf16(const AttentionBackward& args) {
+template <typename E>
+void attention_backward_of(const AttentionBackward& args) {
   const AttentionDims d = dims_of(args);
-  const auto *qkv = pointer<BFloat16>(args.qkv), *dout = pointer<BFloat16>(args.dout);
-  auto* dqkv = pointer<BFloat16>(args.dqkv);
+  const E *qkv = pointer<E>(args.qkv), *dout = pointer<E>(args.dout);
+  E* dqkv = pointer<E>(args.dqkv);
   const float* logsumexp = pointer<float>(args.logsumexp);
+  constexpr bool f32 = std::is_same_v<E, float>;
 #pragma omp parallel
   {
-    std::vector<float> probs(static_cast<size_t>(kBlock * d.T)), dscores(static_cast<size_t>(kBlock * d.T));
-    std::vector<float> staged(static_cast<size_t>(7 * d.T * d.hs));  // q, k, v, dy, dq, dk, dv
-    float *q = staged.data(), *k = q + d.T * d.hs, *v = k + d.T * d.hs, *dy = v + d.T * d.hs;
-    float *dq = dy + d.T * d.hs, *dk = dq + d.T * d.hs, *dv = dk + d.T * d.hs;
+    std::vector<float> scores(static_cast<size_t>(kBlock * d.T)), dprobs(static_cast<size_t>(kBlock * d.T));
+    RoundedBlock<E> probs(d.T), dscores(d.T);
+    // In bf16 a head's dq, dk, dv are summed in f32 and rounded once; in f32 they go to dqkv.
+    std::vector<float> staged(f32 ? 0 : static_cast<size_t>(3 * d.T * d.hs));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
       const int64_t b = bh / d.NH, h = bh % d.NH;
-      load_head(q, k, v, qkv + b * d.T * 3 * d.C + h * d.hs, d);
-      load_rows(dy, dout + b * d.T * d.C + h * d.hs, d.T, d.hs, d.C);
-      attend_head_backward(dq, dk, dv, d.hs, dy, d.hs, q, k, v, d.hs, logsumexp + bh * d.T, probs.data(),
-                           dscores.data(), d.T, d.hs, args.scale, 0.0f);
-      BFloat16* dhead = dqkv + b * d.T * 3 * d.C + h * d.hs;
-      store_rows(dhead, dq, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
-      store_rows(dhead + d.C, dk, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
-      store_rows(dhead + 2 * d.C, dv, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
+      const E* q = qkv + b * d.T * 3 * d.C + h * d.hs;
+      const E* dy = dout + b * d.T * d.C + h * d.hs;
+      E* dhead = dqkv + b * d.T * 3 * d.C + h * d.hs;
+      float* dq = staged.data();
+      if constexpr (f32) dq = dhead;
+      const int64_t dld = f32 ? 3 * d.C : d.hs, dk_offset = f32 ? d.C : d.T * d.hs;
+      attend_head_backward(dq, dq + dk_offset, dq + 2 * dk_offset, dld, dy, d.C, q, q + d.C, q + 2 * d.C, 3 * d.C,
+                           logsumexp + bh * d.T, scores.data(), dprobs.data(), probs.or_else(scores.data()),
+                           dscores.or_else(dprobs.data()), d.T, d.hs, args.scale, f32 && args.accumulate_dqkv);
+      if constexpr (!f32) {
+        for (int part = 0; part < 3; ++part) {
+          store_rows(dhead + part * d.C, dq + part * dk_offset, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
+        }
+      }
     }
   }
 }
+
+}  // namespace
+
+void attention_forward(const AttentionForward& args) { attention_forward_of<float>(args); }
+void attention_backward(const AttentionBackward& args) { attention_backward_of<float>(args); }
+// qkv, out, dout and dqkv bf16 (the 16-bit activations of mixed_bfloat16); logsumexp f32.
+void attention_forward_bf16(const AttentionForward& args) { attention_forward_of<BFloat16>(args); }
+void attention_backward_bf16(const AttentionBackward& args) { attention_backward_of<BFloat16>(args); }
 
 // Decoding's attention: one query row per (token, head) against its cached keys and values.
 // The generator's contiguous cache and the engine's paged one share these steps, so that the two
