@@ -326,7 +326,8 @@ TEST_P(OpsTest, RowInvariantMatmulRowsDoNotDependOnTheBatch) {
 }
 
 // Decoding's float16 weights times f32 rows: stored out_in_tiles, in half arithmetic (where the
-// backend prefers that layout for float16: AVX512_FP16), and stored out_in, widened to f32. Every
+// backend prefers that layout for float16: AVX512_FP16), stored out_in_interleaved (where it
+// prefers that: the f32 panels, widening the halves), and stored out_in, widened to f32. Every
 // output within half_products_error_bound of the float64 product of the f32 rows and the float16
 // weights, plus f32's rounding of the bias addition; each row the same bits alone, in a pair and
 // in the batch of 37. Rows scaled by 1e4 and 1e-6 check the per-row scaling (half's range is 6e-5
@@ -337,6 +338,7 @@ TEST_P(OpsTest, Float16WeightMatmulWithinItsBoundAndRowInvariant) {
   const int64_t N = 37;
   std::vector<WeightLayout> layouts{WeightLayout::out_in};
   if (backend().prefers_tiled_weights(DType::f16)) layouts.push_back(WeightLayout::out_in_tiles);
+  if (backend().prefers_interleaved_weights(DType::f16)) layouts.push_back(WeightLayout::out_in_interleaved);
   for (auto [C, OC] : {std::pair{int64_t{66}, int64_t{91}}, std::pair{int64_t{1576}, int64_t{2053}}}) {
     Vec x = random_vector(rng, N * C, 2.0), w = random_vector(rng, OC * C, 0.2), b = random_vector(rng, OC);
     for (int64_t c = 0; c < C; ++c) {
@@ -347,12 +349,9 @@ TEST_P(OpsTest, Float16WeightMatmulWithinItsBoundAndRowInvariant) {
     w = values(to_bf16(w, {OC, C}, DType::f16));  // the reference multiplies the weights the kernel sees
     for (WeightLayout layout : layouts) {
       SCOPED_TRACE(::testing::Message() << "C=" << C << " OC=" << OC << " " << weight_layout_name(layout));
-      Vec stored = w;
-      if (layout == WeightLayout::out_in_tiles) {
-        for (int64_t o = 0; o < OC; ++o) {
-          for (int64_t c = 0; c < C; ++c) stored[static_cast<size_t>(tiles_offset(o, c, OC, C))] = w[static_cast<size_t>(o * C + c)];
-        }
-      }
+      const Vec stored = layout == WeightLayout::out_in_tiles         ? testing::arranged(w, OC, C, tiles_offset)
+                         : layout == WeightLayout::out_in_interleaved ? testing::arranged(w, OC, C, interleaved_offset)
+                                                                      : w;
       Tensor w_t = to_bf16(stored, {OC, C}, DType::f16);
       auto run = [&](int64_t first, int64_t rows) {
         Vec part(x.begin() + first * C, x.begin() + (first + rows) * C);

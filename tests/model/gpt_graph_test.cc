@@ -136,9 +136,9 @@ TEST(GptGraph, GeneratorWeightsInterleaveWhereTheKernelPrefersIt) {
 }
 
 // float16 decoding weights: every matmul (the four linear layers of each block and the tied head)
-// reads a float16 copy of its weight, stored [out, in], out_in_tiles where the backend prefers
-// that for float16 (its half products); every activation stays f32 and the embedding reads the
-// f32 wte.
+// reads a float16 copy of its weight, stored [out, in]: out_in_tiles where the backend prefers
+// that for float16 (its half products), else out_in_interleaved where it prefers that (f32 panels
+// widening the halves); every activation stays f32 and the embedding reads the f32 wte.
 TEST(GptGraph, Float16DecodingReadsHalfCopiesOfTheMatmulWeightsOnly) {
   const GptConfig config = small_config();
   GptGraph g = build_gpt_decode_graph(config, 1, 1, config.n_positions);
@@ -157,8 +157,9 @@ TEST(GptGraph, Float16DecodingReadsHalfCopiesOfTheMatmulWeightsOnly) {
   expected.insert("wte.weight");
   EXPECT_EQ(copied, expected);
   EXPECT_EQ(layouts.transposed, linear);
-  EXPECT_TRUE(layouts.interleaved.empty());
-  EXPECT_EQ(layouts.tiled, cpu_backend().prefers_tiled_weights(DType::f16) ? expected : std::set<std::string>{});
+  const std::set<std::string> none;
+  EXPECT_EQ(layouts.interleaved, cpu_backend().prefers_interleaved_weights(DType::f16) ? expected : none);
+  EXPECT_EQ(layouts.tiled, cpu_backend().prefers_tiled_weights(DType::f16) ? expected : none);
   for (const graph::Value& value : g.graph.values()) {
     if (value.role != graph::ValueRole::parameter) {
       EXPECT_NE(value.dtype, DType::f16) << value.name;

@@ -82,12 +82,13 @@ class CpuBackend final : public Backend {
 
   // Where the AVX2 kernel's outer products on 16-row panels match or beat the alternatives at
   // every row count: f32 weights (oneDNN's sgemm, for a prompt, measured level at 64-1024 rows),
-  // and bf16 weights without native bf16 (with it, the AVX512_BF16 kernel reads out_in rows, and
-  // AMX out_in_tiles).
+  // bf16 weights without native bf16 (with it, the AVX512_BF16 kernel reads out_in rows, and
+  // AMX out_in_tiles), and float16 weights without half products (widened as they are read).
   bool prefers_interleaved_weights(DType dtype) const override {
 #if defined(__AVX2__) && defined(__FMA__)
     if (dtype == DType::f32) return true;
     if (dtype == DType::bf16) return !cpu::has_native_bf16();
+    if (dtype == DType::f16) return !cpu::has_half_products();
 #endif
     (void)dtype;
     return false;
