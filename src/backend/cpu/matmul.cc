@@ -434,9 +434,10 @@ constexpr auto wide_panel_blocks(std::index_sequence<Index...>) {
 // Weight rows [begin, end) of an [out, in] weight (begin a multiple of kInterleavedRows).
 // out_in_interleaved: whole groups as panels, in blocks of at most six input rows (12
 // accumulators, two weight vectors and a broadcast: the 16 ymm registers; with AVX-512, blocks of
-// up to kWidePanelRows) as even in size as can be, or two groups at once for one or two rows
-// (enough independent sums to hide the FMA latency); the rows after the last whole group, and
-// every row of an out_in weight, as dot products: four weight rows and three input rows at a time.
+// up to kWidePanelRows) as even in size as can be, two groups at once for two rows (enough
+// independent sums to hide the FMA latency), one at a time for one; the rows after the last
+// whole group, and every row of an out_in weight, as dot products: four weight rows and three
+// input rows at a time.
 template <typename W>
 void f32_dot_rows(float* sums, int64_t sums_ld, const float* x, const W* weight, const MatmulDims& d, int64_t begin,
                   int64_t end) {
@@ -452,11 +453,13 @@ void f32_dot_rows(float* sums, int64_t sums_ld, const float* x, const W* weight,
       panel_block<R, P>(sums + n * sums_ld + (o - begin), sums_ld, x + n * d.C, weight + o * d.C, d.C, group_stride,
                         prefetch && n == 0 && o + kGroup * P < groups_end);
     };
-    if (d.N <= 2) {
-      for (; o + 2 * kGroup <= groups_end; o += 2 * kGroup) {
-        if (d.N == 2) panels.template operator()<2, 2>(0);
-        else panels.template operator()<1, 2>(0);
-      }
+    if (d.N == 1) {
+      // One row (batch-1 decoding) is bound by the weights' stream: a group at a time keeps each
+      // thread on one contiguous stream (on Zen 4 1.02-1.09 of a plain read, against 0.99-1.01 two
+      // groups at a time: bench/RESULTS.md).
+      for (; o < groups_end; o += kGroup) panels.template operator()<1, 1>(0);
+    } else if (d.N == 2) {
+      for (; o + 2 * kGroup <= groups_end; o += 2 * kGroup) panels.template operator()<2, 2>(0);
     }
 #ifdef __AVX512F__
     if (d.N > 2) {
