@@ -109,9 +109,9 @@ void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const E*
         dot += row[j] * drow[j];
       }
 #pragma omp simd
-      for (int64_t j = 0; j <= t; ++j) {  // (in f32 dsrow is drow and prow is row: each read first)
+      for (int64_t j = 0; j <= t; ++j) {  // (in f32 dsrow is drow, read first, and prow is row)
         dsrow[j] = from_float<E>(scale * row[j] * (drow[j] - dot));
-        prow[j] = from_float<E>(row[j]);
+        if constexpr (!std::is_same_v<E, float>) prow[j] = from_float<E>(row[j]);
       }
       std::fill(prow + t + 1, prow + visible, from_float<E>(0.0f));
       std::fill(dsrow + t + 1, dsrow + visible, from_float<E>(0.0f));
