@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <exception>
+#include <string>
 
 #include "backend/backend.h"
 #include "base/config.h"
@@ -63,6 +64,16 @@ inline DType kv_cache_dtype(const std::string& choice, DType weights) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
   return weights == DType::f16 ? DType::bf16 : weights;
+}
+
+// Registers --dtype (weights_dtype's choice) on generate and serve.
+inline void add_weights_dtype_option(CLI::App* command, std::string& dtype) {
+  command->add_option("--dtype", dtype,
+                      "Weights in float32, bfloat16 or float16 (the linear layers' weights only, in half arithmetic on CPUs with "
+                      "AVX512_FP16); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else bfloat16 with "
+                      "AVX512_BF16, else float32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}));
 }
 
 inline const char* dtype_word(DType dtype) {

@@ -202,12 +202,7 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--threads", options->engine.threads, "CPU threads for compute (0: all cores)")
       ->capture_default_str()
       ->check(in_range(at_least(0)));
-  command->add_option("--dtype", options->dtype,
-                      "Weights in float32, bfloat16 or float16 (the linear layers' weights only, in half arithmetic on CPUs with "
-                      "AVX512_FP16); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else bfloat16 with "
-                      "AVX512_BF16, else float32")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}));
+  add_weights_dtype_option(command, options->dtype);
   command->add_option("--kv-cache-dtype", options->kv_cache_dtype,
                       "Keys and values in float32 or bfloat16 (twice the blocks in --kv-cache-gb); auto: as --dtype (bfloat16 for float16)")
       ->capture_default_str()
