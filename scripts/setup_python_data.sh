@@ -34,20 +34,8 @@ NO_DEPS_PINS=(
 
 log() { echo "[setup_python_data] $*" >&2; }
 
-STAMP="$VENV/.setup-pins"
-WANT="$(printf '%s\n' "${PINS[@]}" "${NO_DEPS_PINS[@]}")"
-if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
-  log ".venv-data is up to date"
-else
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating $VENV with $("$PY" --version 2>&1)"
-    "$PY" -m venv "$VENV"
-  fi
-  log "pip installing into $VENV: ${PINS[*]}"
-  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --no-input -q "${PINS[@]}"
-  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --no-input -q --no-deps "${NO_DEPS_PINS[@]}"
-  printf '%s\n' "$WANT" >"$STAMP"
-fi
+source "$ROOT/scripts/pinned_venv.sh"
+ensure_pinned_venv
 
 # GPT-2's byte-level BPE ranks (the same 50,256 tokens as encoder.json/vocab.bpe, in tiktoken's
 # base64 format) from the one PyPI package that ships them: openai-whisper's sdist. pip download

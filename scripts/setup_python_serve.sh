@@ -52,18 +52,7 @@ PINS=(
 
 log() { echo "[setup_python_serve] $*" >&2; }
 
-STAMP="$VENV/.setup-pins"
-WANT="$(printf '%s\n' "${PINS[@]}")"
-if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
-  log ".venv-serve is up to date"
-else
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating $VENV with $("$PY" --version 2>&1)"
-    "$PY" -m venv "$VENV"
-  fi
-  log "pip installing into $VENV: ${PINS[*]}"
-  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --no-input -q "${PINS[@]}"
-  printf '%s\n' "$WANT" >"$STAMP"
-fi
+source "$ROOT/scripts/pinned_venv.sh"
+ensure_pinned_venv
 
 "$VENV/bin/python" -c 'import openai, prometheus_client.parser, selenium; print("openai", openai.__version__, "selenium", selenium.__version__)'
