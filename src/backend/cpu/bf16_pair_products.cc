@@ -66,16 +66,17 @@ void rows_times_groups(float* sums, int64_t sums_ld, const uint16_t* x, int64_t 
                        const uint16_t* w, const uint16_t* next) {
   const int64_t pairs = columns / 2, group_stride = kGroup * columns;
   const int64_t row_blocks = (rows + kMaxBlockRows - 1) / kMaxBlockRows;
+  // The next P groups spread over the row blocks after the first: ceil(P / (row_blocks - 1)) groups each.
   const int lines_per_pair = row_blocks > 1 ? static_cast<int>((P + row_blocks - 2) / (row_blocks - 1)) : 0;
-  int64_t block = 0;
+  int64_t row_block = 0;
   for_each_row_block(rows, [&]<int R>(int64_t n) {
-    const int64_t first_group = (block - 1) * lines_per_pair;  // of the next block, this pass brings in
-    const char* prefetch = next != nullptr && block > 0 && first_group < P
+    const int64_t first_group = (row_block - 1) * lines_per_pair;  // of the next block, this pass brings in
+    const char* prefetch = next != nullptr && row_block > 0 && first_group < P
                                ? reinterpret_cast<const char*>(next) + first_group * pairs * kLine
                                : nullptr;
     pair_block<R, P>(sums + n * sums_ld, sums_ld, x + n * columns, columns, w, group_stride, pairs, prefetch,
                      lines_per_pair);
-    ++block;
+    ++row_block;
   });
 }
 
