@@ -24,6 +24,9 @@ PINS=(
   tiktoken==0.12.0
   tokenizers==0.22.2
   transformers==4.57.6
+  # deploy/kubernetes's manifests checked against the Kubernetes API's own JSON schemas
+  # (tests/deploy/deploy_files_test.py).
+  kubernetes-validate==1.37.0
 )
 # TF Serving's gRPC client (tests/serve/tf_serving_grpc_check.py). Installed with --no-deps: it
 # asks for `tensorflow`, which pip would fetch beside tensorflow-cpu; what it needs (tensorflow,

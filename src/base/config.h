@@ -1,7 +1,7 @@
 // A YAML config with dotted-key access and command-line overrides (`--set train.lr=3e-4`),
 // checked against a schema: one table of every key with its type, default, valid range and
 // meaning. validate() refuses unknown keys, wrong types and out-of-range values with messages
-// naming the key and the value; the README's list of keys is printed from the same table.
+// naming the key and the value; docs/training.md's list of keys is printed from the same table.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -1,5 +1,5 @@
 // Every key of a training config (`paraflow train|eval|plan --config`): type, default, valid
-// values and meaning, in one table. The README's key list is its Markdown (`paraflow config keys`).
+// values and meaning, in one table. docs/training.md's key table is its Markdown (`paraflow config keys`).
 #pragma once
 
 #include "base/config.h"

@@ -1,5 +1,5 @@
 // The config schema: its defaults are the ones the code uses, every declared bound is enforced
-// with a message naming key and value, and the README's key table is the schema's.
+// with a message naming key and value, and docs/training.md's key table is the schema's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,16 +145,16 @@ TEST(RunSetup, EvaluationWithoutValidationDataIsRefusedBeforeTraining) {
   EXPECT_NO_THROW(cli::RunSetup::load((dir.path() / "run.yaml").string(), {"train.eval_every=0"}).open_data());
 }
 
-TEST(ConfigSchema, ReadmeListsEveryKeyAsTheSchemaDoes) {
-  std::ifstream readme(testing::source_dir() / "README.md");
+TEST(ConfigSchema, TrainingGuideListsEveryKeyAsTheSchemaDoes) {
+  std::ifstream guide(testing::source_dir() / "docs/training.md");
   std::stringstream text;
-  text << readme.rdbuf();
+  text << guide.rdbuf();
   const std::string table = schema_markdown(cli::run_config_schema());
   EXPECT_NE(text.str().find(table), std::string::npos)
-      << "README.md's key table is stale: replace it with the output of `paraflow config keys`";
+      << "docs/training.md's key table is stale: replace it with the output of `paraflow config keys`";
 }
 
-// configs/gpt-small.yaml, which the README's parallel commands and deploy/kubernetes run as they
+// configs/gpt-small.yaml, which docs/distributed.md's commands and deploy/kubernetes run as they
 // stand, opens its data (the fortunes text that scripts/setup.sh installs) without an override.
 TEST(ShippedConfigs, GptSmallOpensItsDataAsWritten) {
   const cli::RunSetup setup = cli::RunSetup::load((testing::source_dir() / "configs/gpt-small.yaml").string(), {});
