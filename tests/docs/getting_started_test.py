@@ -6,7 +6,8 @@ holds a copy of configs/ and a link to the build: ```sh blocks as they are, ```p
 through the interpreter of the environment that has what they import (the openai client's, or
 transformers'). Then the test checks what the README promises of the commands' results: the
 resumed run's weights equal the uninterrupted run's (the README's own `cmp`), the server answered,
-the transformers snippet printed text, and TensorBoard lists the tags the README names.
+transformers' greedy text is `paraflow generate --temperature 0 --dtype float32`'s, as the README
+says, and TensorBoard lists the tags the README names.
 Ports 8080 and 6006 must be free (the README's commands use them).
 """
 import os
@@ -34,10 +35,10 @@ def getting_started_blocks(readme: str):
     return re.findall(r"^```(\w+)\n(.*?)^```", section.group(1), re.S | re.M)
 
 
-def interpreter_for(snippet: str) -> Path:
+def interpreter_for(snippet: str):
     for module, python in PYTHON_FOR.items():
         if re.search(rf"^\s*(from|import) {module}\b", snippet, re.M):
-            return python
+            return module, python
     sys.exit(f"no test environment for this README snippet:\n{snippet}")
 
 
@@ -47,7 +48,8 @@ def as_bash(blocks) -> str:
         if language == "sh":
             lines.append(text)
         elif language == "python":
-            lines.append(f"'{interpreter_for(text)}' - <<'README_SNIPPET'\n{text}README_SNIPPET")
+            module = interpreter_for(text)[0]
+            lines.append(f"printf '\\n<<{module}\\n'\n'{PYTHON_FOR[module]}' - <<'README_SNIPPET'\n{text}README_SNIPPET\necho '{module}>>'")
         else:
             sys.exit(f"README's Getting started has a ```{language} block: only sh and python are run")
     # The README leaves TensorBoard running in the background: ask it for the run's tags, then stop it.
@@ -60,7 +62,15 @@ done
 kill $! && wait
 echo "TENSORBOARD_TAGS $tags"
 """)
+    # The README says transformers' greedy tokens are `paraflow generate`'s with float32 weights.
+    lines.append("echo '<<paraflow'; paraflow generate --model runs/my-text/export --prompt 'The licensee' "
+                 "--max-tokens 20 --temperature 0 --dtype float32 2>/dev/null | sed '/^\\[/,$d'; echo 'paraflow>>'")
     return "\n".join(lines) + "\n"
+
+
+def snippet_output(output: str, name: str) -> str:
+    found = re.search(rf"^<<{name}\n(.*?)^{name}>>$", output, re.S | re.M)
+    return found.group(1).strip() if found else ""
 
 
 def port_free(port: int) -> bool:
@@ -98,6 +108,10 @@ def main() -> int:
         for tag in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "train/val_loss"):
             if not tags or tag not in tags.group(1):
                 failures.append(f"TensorBoard does not list {tag}")
+        transformers_text = snippet_output(output, "transformers")
+        paraflow_text = snippet_output(output, "paraflow")
+        if not transformers_text or not paraflow_text.startswith(transformers_text[:len(paraflow_text)]):
+            failures.append(f"transformers' greedy text {transformers_text!r} is not paraflow's {paraflow_text!r}")
         for failure in failures:
             print("FAILED:", failure)
         return 1 if failures else 0
