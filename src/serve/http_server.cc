@@ -70,14 +70,17 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, ServerCore& server)
-      : stream_(std::move(socket)), server_(server), buffer_(read_buffer_bytes(server.limits)) {
+      : stream_(std::move(socket)),
+        read_deadline_(stream_.get_executor()),
+        server_(server),
+        buffer_(read_buffer_bytes(server.limits)) {
     ++server_.connections;
   }
   ~Session() { --server_.connections; }
 
   void read_request() {
     apply_limits(parser_.emplace(), server_.limits);
-    stream_.expires_after(server_.limits.read_timeout);  // for the header and the body together
+    start_read_deadline();
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code error, size_t) { self->on_header(error); });
   }
@@ -137,6 +140,24 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   bool chunked() const { return version_ >= 11; }  // a streamed body's framing
+
+  // The read timeout, for the header and the body together. Its own timer rather than the
+  // stream's expiry, which would close the socket: a request cut off is answered 408.
+  void start_read_deadline() {
+    reading_ = true;
+    timed_out_ = false;
+    read_deadline_.expires_after(server_.limits.read_timeout);
+    read_deadline_.async_wait([self = shared_from_this(), serial = serial_](beast::error_code error) {
+      if (error || !self->reading_ || serial != self->serial_) return;  // cancelled, or that read is over
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);  // the read ends with operation_aborted
+    });
+  }
+  void end_read_deadline() {
+    reading_ = false;
+    read_deadline_.cancel();
+  }
   void on_header(beast::error_code error) {
     if (error) return on_read_error(error);
     if (auto refusal = refuse_header(*parser_, server_.limits)) return answer_alone(*refusal);
@@ -159,13 +180,16 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read_error(beast::error_code error) {
+    end_read_deadline();
+    // A request begun and not finished in time is told so; an idle kept-alive connection just closes.
+    if (timed_out_ && (buffer_.size() > 0 || parser_->got_some())) return answer_alone(request_timeout(server_.limits));
     if (auto refusal = refuse_read_error(error, server_.limits)) return answer_alone(*refusal);
     close();  // the client left, stalled past the read timeout, or the connection failed
   }
 
   void on_request(beast::error_code error) {
     if (error) return on_read_error(error);
-    stream_.expires_never();
+    end_read_deadline();
     RequestMessage request = parser_->release();
     keep_alive_ = request.keep_alive();
     version_ = request.version() >= 11 ? 11 : 10;  // answered in the request's version
@@ -180,7 +204,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A refusal the server makes itself, before any handler: answered, then the connection closes.
   void answer_alone(const Refusal& refusal) {
-    stream_.expires_never();
+    end_read_deadline();
     keep_alive_ = false;
     target_ = parser_ && parser_->is_header_done() ? std::string(parser_->get().target()) : "";
     ++server_.answering;
@@ -258,12 +282,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    read_deadline_.cancel();
     beast::error_code ignored;
     stream_.socket().close(ignored);
     if (auto callback = std::move(disconnect_callback_)) callback();
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer read_deadline_;
+  bool reading_ = false;    // a request is being read, under the read deadline
+  bool timed_out_ = false;  // the deadline cut the read off
   ServerCore& server_;
   beast::flat_buffer buffer_;  // bounded: the bytes read but not yet parsed
   std::optional<RequestParser> parser_;

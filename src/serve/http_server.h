@@ -3,8 +3,9 @@
 // complete request goes to the handler with an Exchange to answer through, from any thread.
 //
 // Limits: a request must arrive whole within the read timeout (so must the next one on a kept-alive
-// connection: a client that sends half a request and stalls is dropped), bodies and headers have
-// size limits (413, 431), connections beyond the maximum get 503 and are closed.
+// connection: a client that sends half a request and stalls gets 408 and the connection closes; an
+// idle one is just closed), bodies and headers have size limits (413, 431), connections beyond the
+// maximum get 503 and are closed.
 #pragma once
 
 #include <chrono>

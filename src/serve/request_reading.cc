@@ -38,6 +38,11 @@ std::optional<Refusal> refuse_read_error(boost::beast::error_code error, const H
   return std::nullopt;
 }
 
+Refusal request_timeout(const HttpLimits& limits) {
+  return {408, fmt::format("the request was not received whole within the read timeout of {:g} s (--read-timeout)",
+                           std::chrono::duration<double>(limits.read_timeout).count())};
+}
+
 HttpRequest plain_request(RequestMessage message) {
   return {std::string(message.method_string()), std::string(message.target()),
           std::string(message[http::field::authorization]), std::move(message.body())};

@@ -638,18 +638,28 @@ TEST_F(ServeTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(testing::http_request(server_->port(), "GET", "/health").status, 200);  // still serving
 }
 
-TEST_F(ServeTest, HalfARequestThenAStallIsDropped) {
-  testing::Connection stalled(server_->port());
-  ASSERT_TRUE(stalled.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\""));
+// Half a request (its body, or its header), then a stall: 408 once the read timeout has passed,
+// and the connection closes; a connection that sent nothing is closed without an answer.
+TEST_F(ServeTest, HalfARequestThenAStallGets408) {
+  testing::Connection stalled_body(server_->port()), stalled_header(server_->port()), idle(server_->port());
+  ASSERT_TRUE(stalled_body.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\""));
+  ASSERT_TRUE(stalled_header.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le"));
   const auto start = std::chrono::steady_clock::now();
   // Others are served meanwhile.
   EXPECT_EQ(completion({{"prompt", "the"}, {"max_tokens", 2}})["choices"].size(), 1u);
+  for (testing::Connection* stalled : {&stalled_body, &stalled_header}) {
+    bool closed = false;
+    const testing::HttpReply reply = testing::parse_reply(stalled->receive_all(10s, &closed));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_TRUE(closed);
+    EXPECT_EQ(reply.status, 408) << reply.body;
+    EXPECT_NE(reply.body.find("read timeout of 2 s"), std::string::npos) << reply.body;
+    EXPECT_GE(seconds, 1.5);  // the read timeout is 2 s
+    EXPECT_LE(seconds, 5.0);
+  }
   bool closed = false;
-  stalled.receive_all(10s, &closed);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(idle.receive_all(10s, &closed), "");
   EXPECT_TRUE(closed);
-  EXPECT_GE(seconds, 1.5);  // the read timeout is 2 s
-  EXPECT_LE(seconds, 5.0);
 }
 
 TEST_F(ServeTest, ManyIdleConnectionsCostNothingToOthers) {
