@@ -38,6 +38,7 @@ struct ServeOptions {
   int grpc_port = -1;  // TF Serving's gRPC services; -1: off
   std::string served_model_name;  // default: the model dir's name
   std::string api_key;
+  std::string allowed_origins;  // the pages' origins that may call the API (serve/cors.h); none by default
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
   infer::EngineOptions engine;
@@ -95,7 +96,7 @@ void run_serve(ServeOptions options) {
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
   serve::ModelRegistry registry(model_sources(options), load_version, say, grace);
 
-  serve::OpenAiService service(registry, options.api_key);
+  serve::OpenAiService service(registry, options.api_key, serve::CorsPolicy::parse(options.allowed_origins));
   options.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.read_timeout_seconds * 1000));
   allow_descriptors(options.http.max_connections);
 
@@ -179,6 +180,9 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--served-model-name", options->served_model_name,
                       "The --model dir's name in the APIs (default: the dir's name)");
   command->add_option("--api-key", options->api_key, "Require Authorization: Bearer <key> on every endpoint but /health");
+  command->add_option("--allowed-origins", options->allowed_origins,
+                      "Origins whose web pages may call the API from a browser (CORS), as vLLM's flag: a JSON list "
+                      "or comma-separated (http://localhost:3000,https://ui.example); * for any; none by default");
   command->add_option("--kv-cache-gb", options->engine.kv_cache_gb, "Memory for the KV cache's blocks, in GiB")
       ->capture_default_str()
       ->check(in_range(above(0)));

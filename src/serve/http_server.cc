@@ -100,10 +100,11 @@ class Session : public std::enable_shared_from_this<Session> {
     // does not read: a body would be taken for the start of the next answer.
     queue(head_ ? serialize(response.base()) : serialize(response), true);
   }
-  void start_stream(uint64_t serial, const std::string& content_type) {
+  void start_stream(uint64_t serial, const std::string& content_type, const HttpHeaders& headers) {
     if (serial != serial_) return;
     http::response<http::empty_body> response{http::status::ok, version_};
     response.set(http::field::content_type, content_type);
+    for (const auto& [name, value] : headers) response.set(name, value);
     response.set(http::field::cache_control, "no-cache");
     // HTTP/1.0 has no chunked encoding: the body is the bytes until the connection closes.
     if (!chunked()) keep_alive_ = false;
@@ -321,8 +322,8 @@ class Answer : public Exchange {
       session.respond(serial, status, content_type, std::move(body), headers);
     });
   }
-  void start_stream(const std::string& content_type) override {
-    post([=](Session& session, uint64_t serial) { session.start_stream(serial, content_type); });
+  void start_stream(const std::string& content_type, HttpHeaders headers) override {
+    post([=](Session& session, uint64_t serial) { session.start_stream(serial, content_type, headers); });
   }
   void send(std::string data) override {
     post([data = std::move(data)](Session& session, uint64_t serial) { session.send(serial, data); });
@@ -351,7 +352,34 @@ class Answer : public Exchange {
 
 std::shared_ptr<Exchange> Session::make_exchange() { return std::make_shared<Answer>(shared_from_this(), serial_); }
 
+class WithHeaders : public Exchange {
+ public:
+  WithHeaders(std::shared_ptr<Exchange> exchange, HttpHeaders headers)
+      : exchange_(std::move(exchange)), headers_(std::move(headers)) {}
+  void respond(int status, const std::string& content_type, std::string body, HttpHeaders headers) override {
+    exchange_->respond(status, content_type, std::move(body), joined(std::move(headers)));
+  }
+  void start_stream(const std::string& content_type, HttpHeaders headers) override {
+    exchange_->start_stream(content_type, joined(std::move(headers)));
+  }
+  void send(std::string data) override { exchange_->send(std::move(data)); }
+  void end_stream() override { exchange_->end_stream(); }
+  void on_disconnect(std::function<void()> callback) override { exchange_->on_disconnect(std::move(callback)); }
+
+ private:
+  HttpHeaders joined(HttpHeaders headers) const {
+    headers.insert(headers.end(), headers_.begin(), headers_.end());
+    return headers;
+  }
+  std::shared_ptr<Exchange> exchange_;
+  HttpHeaders headers_;
+};
+
 }  // namespace
+
+std::shared_ptr<Exchange> with_headers(std::shared_ptr<Exchange> exchange, HttpHeaders headers) {
+  return std::make_shared<WithHeaders>(std::move(exchange), std::move(headers));
+}
 
 void HttpServer::Impl::accept() {
   acceptor->async_accept(net::make_strand(*io), [this](beast::error_code error, tcp::socket socket) {

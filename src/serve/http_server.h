@@ -35,6 +35,10 @@ struct HttpRequest {
   std::string method;
   std::string target;
   std::string authorization;  // the Authorization header
+  // A browser's cross-origin headers (serve/cors.h): Origin, and a preflight's Access-Control-Request-*.
+  std::string origin;
+  std::string access_control_request_method;
+  std::string access_control_request_headers;
   std::string body;
 };
 
@@ -47,13 +51,16 @@ class Exchange {
  public:
   virtual ~Exchange() = default;
   virtual void respond(int status, const std::string& content_type, std::string body, HttpHeaders headers = {}) = 0;
-  virtual void start_stream(const std::string& content_type) = 0;  // 200, chunked
+  virtual void start_stream(const std::string& content_type, HttpHeaders headers = {}) = 0;  // 200, chunked
   virtual void send(std::string data) = 0;
   virtual void end_stream() = 0;
   // `callback` runs once, on an io thread, if the client goes away before the answer is sent (at
   // once if it already has).
   virtual void on_disconnect(std::function<void()> callback) = 0;
 };
+
+// An exchange whose answer, whole or streamed, also carries `headers`.
+std::shared_ptr<Exchange> with_headers(std::shared_ptr<Exchange> exchange, HttpHeaders headers);
 
 using HttpHandler = std::function<void(HttpRequest request, std::shared_ptr<Exchange> exchange)>;
 // Sees the status of every answer, the server's own refusals (400, 413, 431, 503) included; their

@@ -9,6 +9,7 @@
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
+// A browser's CORS preflight (OPTIONS) is answered for the allowed origins (serve/cors.h).
 // Errors are OpenAI's error object. A request's `model` is a model's name (its newest available
 // version), or "<name>:<version>" or "<name>:<label>" for a version (serve/model_registry.h); it
 // may be left out when one model is served.
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "base/metrics.h"
+#include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/model_registry.h"
 #include "serve/openai_request.h"
@@ -30,7 +32,8 @@ namespace paraflow::serve {
 class OpenAiService {
  public:
   // The registry must outlive the service. An empty key: no authentication.
-  OpenAiService(const ModelRegistry& registry, std::string api_key);
+  // `cors`: the origins whose pages may call the API (none by default).
+  OpenAiService(const ModelRegistry& registry, std::string api_key, CorsPolicy cors = {});
 
   void handle(HttpRequest request, std::shared_ptr<Exchange> exchange);  // an HttpHandler
   void count(const std::string& target, int status);                     // a StatusObserver
@@ -51,6 +54,7 @@ class OpenAiService {
 
   const ModelRegistry& registry_;
   std::string api_key_;
+  CorsPolicy cors_;
   std::atomic<bool> draining_{false};
   int64_t started_at_ = 0;  // Unix seconds: the models' `created`
   MetricsRegistry metrics_;

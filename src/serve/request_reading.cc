@@ -44,8 +44,13 @@ Refusal request_timeout(const HttpLimits& limits) {
 }
 
 HttpRequest plain_request(RequestMessage message) {
-  return {std::string(message.method_string()), std::string(message.target()),
-          std::string(message[http::field::authorization]), std::move(message.body())};
+  return {.method = std::string(message.method_string()),
+          .target = std::string(message.target()),
+          .authorization = std::string(message[http::field::authorization]),
+          .origin = std::string(message[http::field::origin]),
+          .access_control_request_method = std::string(message[http::field::access_control_request_method]),
+          .access_control_request_headers = std::string(message[http::field::access_control_request_headers]),
+          .body = std::move(message.body())};
 }
 
 }  // namespace paraflow::serve

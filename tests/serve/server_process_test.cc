@@ -64,8 +64,9 @@ class Server {
   Server(const fs::path& dir, const std::string& flags, const std::string& models = "")
       : output_(dir / fmt::format("serve-{}.log", ++count_)) {
     process_ = std::make_unique<testing::Process>(
-        fmt::format("{} serve {} --port 0 --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
-                    models.empty() ? "--model " + (dir / "tiny-gpt").string() : models, flags),
+        fmt::format("{} serve {} {} --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
+                    models.empty() ? "--model " + (dir / "tiny-gpt").string() : models,
+                    flags.find("--port ") == std::string::npos ? "--port 0" : "", flags),
         output_);
     const std::regex ready("ready on http://127\\.0\\.0\\.1:([0-9]+)");
     for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
@@ -583,6 +584,44 @@ TEST_F(ServeTest, WebPageInABrowser) {
   ASSERT_TRUE(fs::exists(screenshot));
   EXPECT_GT(fs::file_size(screenshot), 0u);
   expect_engine_idle();
+}
+
+// A port free now, for a server whose flags must name its own address before it starts.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(INADDR_LOOPBACK)}, .sin_zero = {}};
+  socklen_t length = sizeof address;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// The page on a server without an API key (no key field shows), and CORS in the browser: the
+// server allows its own address under the name localhost as another origin (--allowed-origins),
+// whose page calls the API; a preflight from an origin not listed gets no CORS header.
+TEST_F(ServeTest, WebPageWithoutAKeyAndFromAnAllowedOrigin) {
+  const int port = free_port();
+  const std::string allowed = fmt::format("http://localhost:{}", port);
+  Server keyless(dir_->path(), fmt::format("--port {} --allowed-origins {}", port, allowed));
+  ASSERT_EQ(keyless.port(), port) << keyless.log();
+  for (const std::string origin : {allowed, std::string("http://localhost:1")}) {
+    testing::Connection preflight(port);
+    ASSERT_TRUE(preflight.send(fmt::format("OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: {}\r\n"
+                                           "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n",
+                                           origin)));
+    const testing::HttpReply reply = testing::parse_reply(preflight.receive_all(5s));
+    SCOPED_TRACE(origin + "\n" + reply.headers);
+    EXPECT_EQ(reply.status, origin == allowed ? 200 : 400);
+    EXPECT_EQ(reply.headers.find("Access-Control-Allow-Origin: " + allowed) != std::string::npos, origin == allowed);
+    EXPECT_EQ(reply.headers.find("Access-Control-") != std::string::npos, origin == allowed);
+  }
+  const fs::path screenshot = fs::path(PARAFLOW_ARTIFACTS_DIR) / "web_page_without_key.png";
+  fs::create_directories(screenshot.parent_path());
+  std::printf("%s", run(fmt::format("{} {} --url {} --api-key '' --model tiny-gpt --screenshot {} --cross-origin {}",
+                                    python(), (source_dir() / "tests/serve/web_page_check.py").string(), keyless.url(),
+                                    screenshot.string(), allowed))
+                        .c_str());
 }
 
 TEST_F(ServeTest, BadRequestsGetClearErrors) {
