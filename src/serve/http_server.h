@@ -74,6 +74,9 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  // HTTPS: TLS with this PEM certificate chain and private key, before listen(). Throws InputError
+  // naming --ssl-certfile or --ssl-keyfile when they cannot be read or do not match.
+  void use_tls(const std::string& certfile, const std::string& keyfile);
   // Binds, listens and starts the io threads. Throws IoError when the address cannot be bound.
   void listen(const std::string& host, uint16_t port);
   uint16_t port() const;     // the bound port (the one the system chose for port 0)

@@ -124,7 +124,7 @@ class Fields {
       : object_(object), path_(std::move(path)) {
     for (const auto& [name, value] : object.items()) {
       if (std::find(known.begin(), known.end(), name) != known.end()) continue;
-      const auto* field = std::find_if(unimplemented.begin(), unimplemented.end(),
+      const auto field = std::find_if(unimplemented.begin(), unimplemented.end(),
                                        [&](const Unimplemented& candidate) { return name == candidate.name; });
       if (field == unimplemented.end()) {
         refuse(path_ + name, "unknown field '{}{}' (known: {})", path_, name, fmt::join(known, ", "));
