@@ -1,5 +1,5 @@
 """`paraflow serve` over TLS with the real clients, trusting a CA the test made (and nothing else):
-  openai: the official openai client (httpx) on --ssl-certfile/--ssl-keyfile: a completion whole
+  openai: the official openai client (its httpx client) on --ssl-certfile/--ssl-keyfile: a completion whole
           and streamed (the same text) on kept-alive connections, the models, a wrong key's 401;
           a client that does not trust the CA, and one speaking plain HTTP, get no answer.
   grpc:   TF Serving's gRPC client (grpcio, tensorflow-serving-api) on --grpc-port with
@@ -15,13 +15,12 @@ import ssl
 
 
 def check_openai(args):
-    import httpx
     import openai
 
     def client(url=args.url, key=args.api_key, trust=True):
         verify = ssl.create_default_context(cafile=args.ca) if trust else True  # True: the system's CAs only
         return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60,
-                             http_client=httpx.Client(verify=verify))
+                             http_client=openai.DefaultHttpxClient(verify=verify))
 
     trusted = client()
     request = dict(model=args.model, prompt="the quick", max_tokens=8, temperature=0)
