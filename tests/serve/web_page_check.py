@@ -111,6 +111,9 @@ def check_cross_origin(driver, args):
     driver.get(f"{args.url}/")
     refused = fetch_in_page(driver, f"{args.cross_origin}/v1/completions", body)
     assert refused[0] == "failed", refused
+    # Refused for CORS (the server answered, without the headers), not for want of a connection.
+    console = "\n".join(entry["message"] for entry in driver.get_log("browser"))
+    assert "blocked by CORS policy" in console, console
     print(f"  cross-origin: from {args.cross_origin} 200 (version {got[1]}); from {args.url} {refused[1]}")
 
 
