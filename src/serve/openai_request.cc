@@ -112,7 +112,8 @@ constexpr Unimplemented kChatUnimplemented[] = {
 };
 // What a client sends back of an assistant message it received (openai-python's model_dump()).
 constexpr Unimplemented kMessageUnimplemented[] = {
-    {"tool_calls", "[]", empty_list}, {"function_call", "", never}, {"refusal", "", never}, {"audio", "", never}};
+    {"tool_calls", "[]", empty_list}, {"annotations", "[]", empty_list}, {"function_call", "", never},
+    {"refusal", "", never}, {"audio", "", never}};
 
 // Typed, range-checked reads of an object's members; absent and null members read as nullopt.
 class Fields {

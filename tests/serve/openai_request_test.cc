@@ -249,7 +249,7 @@ TEST(OpenAiRequest, NullIsAFieldNotGiven) {
   const ChatRequest chat_nulls = decode_chat_request(
       R"({"messages": [{"role": "user", "content": "Hi", "name": null},
                        {"role": "assistant", "content": "Yo", "refusal": null, "function_call": null,
-                        "tool_calls": null, "audio": null}],
+                        "tool_calls": null, "audio": null, "annotations": null}],
           "model": null, "max_tokens": null, "max_completion_tokens": null, "temperature": null, "top_p": null,
           "top_k": null, "seed": null, "stop": null, "n": null, "stream": null, "stream_options": null,
           "logprobs": null, "top_logprobs": null, "user": null, "frequency_penalty": null, "presence_penalty": null,
