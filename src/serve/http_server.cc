@@ -384,8 +384,11 @@ class Answer : public Exchange {
 };
 
 template <typename Stream>
-std::shared_ptr<Exchange> Session<Stream>::make_exchange() { return std::make_shared<Answer<Stream>>(this->shared_from_this(), serial_); }
+std::shared_ptr<Exchange> Session<Stream>::make_exchange() {
+  return std::make_shared<Answer<Stream>>(this->shared_from_this(), serial_);
+}
 
+// with_headers(): forwards every call, adding its headers to the answer's.
 class WithHeaders : public Exchange {
  public:
   WithHeaders(std::shared_ptr<Exchange> exchange, HttpHeaders headers)

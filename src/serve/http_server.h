@@ -1,11 +1,12 @@
 // HTTP/1.1 over Boost.Beast, asynchronous: connections wait in the io threads' event loop, so an
 // idle one costs a socket and a little memory, not a thread. It knows nothing of the API: each
 // complete request goes to the handler with an Exchange to answer through, from any thread.
+// With use_tls(), HTTPS: each connection starts with the TLS handshake (within the read timeout).
 //
 // Limits: a request must arrive whole within the read timeout (so must the next one on a kept-alive
 // connection: a client that sends half a request and stalls gets 408 and the connection closes; an
 // idle one is just closed), bodies and headers have size limits (413, 431), connections beyond the
-// maximum get 503 and are closed.
+// maximum get 503 and are closed (over TLS, only closed).
 #pragma once
 
 #include <chrono>

@@ -5,7 +5,8 @@
 //   GET  /metrics              Prometheus text: the engines' metrics (labelled model and version)
 //                              and the server's own
 //   GET  /v1/models            the models served
-//   POST /v1/completions       OpenAI's completions (legacy), streaming or not
+//   POST /v1/completions       OpenAI's completions (legacy), streaming or not; the answer's header
+//                              Paraflow-Model-Version says which version answered (both endpoints)
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
