@@ -16,7 +16,7 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
   libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
   libopenmpi-dev openmpi-bin libgloo-dev libgrpc++-dev protobuf-compiler-grpc
-  libboost1.81-dev
+  libboost1.81-dev libssl-dev
   fortunes
 )
 bash scripts/apt_install_missing.sh "${PACKAGES[@]}"

@@ -38,6 +38,9 @@ struct ServeOptions {
   int grpc_port = -1;  // TF Serving's gRPC services; -1: off
   std::string served_model_name;  // default: the model dir's name
   std::string api_key;
+  std::string allowed_origins;  // the pages' origins that may call the API (serve/cors.h); none by default
+  std::string ssl_certfile, ssl_keyfile;  // HTTPS, as vLLM and llama-server take them
+  std::string ssl_config_file;            // gRPC over TLS, as TF Serving takes it
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
   infer::EngineOptions engine;
@@ -95,7 +98,7 @@ void run_serve(ServeOptions options) {
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
   serve::ModelRegistry registry(model_sources(options), load_version, say, grace);
 
-  serve::OpenAiService service(registry, options.api_key);
+  serve::OpenAiService service(registry, options.api_key, serve::CorsPolicy::parse(options.allowed_origins));
   options.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.read_timeout_seconds * 1000));
   allow_descriptors(options.http.max_connections);
 
@@ -107,15 +110,23 @@ void run_serve(ServeOptions options) {
                            options.http);
   service.metrics().gauge("paraflow_http_connections", "Open HTTP connections",
                           [&server] { return static_cast<double>(server.connections()); });
+  if (options.ssl_certfile.empty() != options.ssl_keyfile.empty()) {
+    throw InputError("--ssl-certfile and --ssl-keyfile go together: give both, or neither");
+  }
+  if (!options.ssl_config_file.empty() && options.grpc_port < 0) throw InputError("--ssl_config_file is read only with --grpc-port");
+  if (!options.ssl_certfile.empty()) server.use_tls(options.ssl_certfile, options.ssl_keyfile);
   server.listen(options.host, static_cast<uint16_t>(options.port));
-  const std::string address = fmt::format("http://{}:{}", options.host, server.port());
+  const std::string address =
+      fmt::format("{}://{}:{}", options.ssl_certfile.empty() ? "http" : "https", options.host, server.port());
   say(fmt::format("listening on {}", address));
 
   // TF Serving's gRPC services (--grpc-port): the same lifecycle as HTTP.
   std::optional<serve::TfServingGrpc> grpc;
   if (options.grpc_port >= 0) {
     grpc.emplace(registry, options.api_key);
-    say(fmt::format("grpc listening on {}:{}", options.host, grpc->listen(options.host, options.grpc_port)));
+    say(fmt::format("grpc listening on {}:{}{}", options.host,
+                    grpc->listen(options.host, options.grpc_port, options.ssl_config_file),
+                    options.ssl_config_file.empty() ? "" : " (TLS)"));
   }
 
   registry.poll();  // the first versions, before polling goes on in the background
@@ -179,6 +190,17 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--served-model-name", options->served_model_name,
                       "The --model dir's name in the APIs (default: the dir's name)");
   command->add_option("--api-key", options->api_key, "Require Authorization: Bearer <key> on every endpoint but /health");
+  command->add_option("--allowed-origins", options->allowed_origins,
+                      "Origins whose web pages may call the API from a browser (CORS), as vLLM's flag: a JSON list "
+                      "or comma-separated (http://localhost:3000,https://ui.example); * for any; none by default");
+  command->add_option("--ssl-certfile", options->ssl_certfile, "HTTPS: the server's certificate (chain), PEM; with --ssl-keyfile")
+      ->check(CLI::ExistingFile);
+  command->add_option("--ssl-keyfile", options->ssl_keyfile, "HTTPS: the private key of --ssl-certfile, PEM")
+      ->check(CLI::ExistingFile);
+  command->add_option("--ssl_config_file", options->ssl_config_file,
+                      "gRPC over TLS, as TF Serving: an SSLConfig (protobuf text) with server_key, server_cert, "
+                      "custom_ca and client_verify")
+      ->check(CLI::ExistingFile);
   command->add_option("--kv-cache-gb", options->engine.kv_cache_gb, "Memory for the KV cache's blocks, in GiB")
       ->capture_default_str()
       ->check(in_range(above(0)));

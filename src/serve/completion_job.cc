@@ -100,6 +100,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void emit(std::string data);  // stream events wait until the stream has started
   void finish();                // every choice is done
   void cancel_all();
+  // Which version answered, for a request that named only the model (its newest version).
+  HttpHeaders version_header() const { return {{kModelVersionHeader, std::to_string(version_->version)}}; }
 
   CompletionSpec spec_;
   std::shared_ptr<ServedVersion> version_;  // held while the completion runs: its engine and codec
@@ -146,7 +148,7 @@ void Completion::start() {
     std::lock_guard lock(mutex_);
     started_ = true;
     if (spec_.stream) {
-      exchange_->start_stream("text/event-stream");
+      exchange_->start_stream("text/event-stream", version_header());
       if (spec_.chat) {
         for (size_t i = 0; i < choices_.size(); ++i) {
           json role = chunk(i, "", nullptr, "");
@@ -305,7 +307,7 @@ void Completion::finish() {
     entry["logprobs"] = spec_.logprobs ? choice.logprobs : json();
     response["choices"].push_back(entry);
   }
-  exchange_->respond(200, "application/json", dump(response));
+  exchange_->respond(200, "application/json", dump(response), version_header());
 }
 
 json Completion::chunk(size_t index, const std::string& text, const json& logprobs,

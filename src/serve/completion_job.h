@@ -15,6 +15,9 @@
 
 namespace paraflow::serve {
 
+// The header of a completion's answer that says which of the model's versions answered it.
+constexpr const char* kModelVersionHeader = "Paraflow-Model-Version";
+
 struct CompletionSpec {
   bool chat = false;  // chat.completion shapes instead of text_completion
   std::string id;     // "cmpl-…" or "chatcmpl-…"

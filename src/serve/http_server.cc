@@ -5,8 +5,10 @@
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <deque>
 #include <optional>
 #include <sstream>
@@ -21,7 +23,9 @@ namespace paraflow::serve {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 
@@ -47,6 +51,7 @@ struct ServerCore {
   HttpHandler handler;
   StatusObserver observer;
   HttpLimits limits;
+  std::optional<ssl::context> tls;  // HTTPS when set (use_tls)
   std::atomic<size_t> connections{0};
   std::atomic<size_t> answering{0};  // answers begun and not yet sent (or abandoned)
 };
@@ -66,20 +71,41 @@ struct HttpServer::Impl : ServerCore {
 namespace {
 
 // One connection: read a request, hand it to the handler, write its answer, and again while the
-// client keeps the connection alive. Runs on its strand; Exchange calls are posted to it.
-class Session : public std::enable_shared_from_this<Session> {
+// client keeps the connection alive. Runs on its strand; Exchange calls are posted to it. `Stream`
+// is TCP, or TLS over TCP (HTTPS), which begins with the handshake.
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
  public:
-  Session(tcp::socket socket, ServerCore& server)
-      : stream_(std::move(socket)), server_(server), buffer_(read_buffer_bytes(server.limits)) {
+  template <typename... TlsContext>
+  Session(tcp::socket socket, ServerCore& server, TlsContext&... context)
+      : stream_(std::move(socket), context...),
+        read_deadline_(stream_.get_executor()),
+        server_(server),
+        buffer_(read_buffer_bytes(server.limits)) {
     ++server_.connections;
   }
   ~Session() { --server_.connections; }
 
+  void start() {
+    if constexpr (!kTls) {
+      read_request();
+    } else {
+      tcp().expires_after(server_.limits.read_timeout);
+      stream_.async_handshake(ssl::stream_base::server, [self = this->shared_from_this()](beast::error_code error) {
+        self->tcp().expires_never();
+        if (error) return self->close();  // not TLS, an untrusted certificate, or too slow
+        self->read_request();
+      });
+    }
+  }
+
   void read_request() {
     apply_limits(parser_.emplace(), server_.limits);
-    stream_.expires_after(server_.limits.read_timeout);  // for the header and the body together
+    start_read_deadline();
     http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code error, size_t) { self->on_header(error); });
+                            [self = this->shared_from_this()](beast::error_code error, size_t) { self->on_header(error); });
   }
 
   // Exchange calls, posted here by Answer. `serial` names the answer they belong to.
@@ -97,10 +123,11 @@ class Session : public std::enable_shared_from_this<Session> {
     // does not read: a body would be taken for the start of the next answer.
     queue(head_ ? serialize(response.base()) : serialize(response), true);
   }
-  void start_stream(uint64_t serial, const std::string& content_type) {
+  void start_stream(uint64_t serial, const std::string& content_type, const HttpHeaders& headers) {
     if (serial != serial_) return;
     http::response<http::empty_body> response{http::status::ok, version_};
     response.set(http::field::content_type, content_type);
+    for (const auto& [name, value] : headers) response.set(name, value);
     response.set(http::field::cache_control, "no-cache");
     // HTTP/1.0 has no chunked encoding: the body is the bytes until the connection closes.
     if (!chunked()) keep_alive_ = false;
@@ -137,6 +164,24 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   bool chunked() const { return version_ >= 11; }  // a streamed body's framing
+
+  // The read timeout, for the header and the body together. Its own timer rather than the
+  // stream's expiry, which would close the socket: a request cut off is answered 408.
+  void start_read_deadline() {
+    reading_ = true;
+    timed_out_ = false;
+    read_deadline_.expires_after(server_.limits.read_timeout);
+    read_deadline_.async_wait([self = this->shared_from_this(), serial = serial_](beast::error_code error) {
+      if (error || !self->reading_ || serial != self->serial_) return;  // cancelled, or that read is over
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->tcp().socket().cancel(ignored);  // the read ends with operation_aborted
+    });
+  }
+  void end_read_deadline() {
+    reading_ = false;
+    read_deadline_.cancel();
+  }
   void on_header(beast::error_code error) {
     if (error) return on_read_error(error);
     if (auto refusal = refuse_header(*parser_, server_.limits)) return answer_alone(*refusal);
@@ -144,7 +189,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // The client waits for this before sending the body (curl does for large bodies).
       auto interim = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       net::async_write(stream_, net::buffer(*interim),
-                       [self = shared_from_this(), interim](beast::error_code error, size_t) {
+                       [self = this->shared_from_this(), interim](beast::error_code error, size_t) {
                          if (error) return self->close();
                          self->read_body();
                        });
@@ -155,17 +200,20 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_body() {
     http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code error, size_t) { self->on_request(error); });
+                     [self = this->shared_from_this()](beast::error_code error, size_t) { self->on_request(error); });
   }
 
   void on_read_error(beast::error_code error) {
+    end_read_deadline();
+    // A request begun and not finished in time is told so; an idle kept-alive connection just closes.
+    if (timed_out_ && (buffer_.size() > 0 || parser_->got_some())) return answer_alone(request_timeout(server_.limits));
     if (auto refusal = refuse_read_error(error, server_.limits)) return answer_alone(*refusal);
     close();  // the client left, stalled past the read timeout, or the connection failed
   }
 
   void on_request(beast::error_code error) {
     if (error) return on_read_error(error);
-    stream_.expires_never();
+    end_read_deadline();
     RequestMessage request = parser_->release();
     keep_alive_ = request.keep_alive();
     version_ = request.version() >= 11 ? 11 : 10;  // answered in the request's version
@@ -180,7 +228,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A refusal the server makes itself, before any handler: answered, then the connection closes.
   void answer_alone(const Refusal& refusal) {
-    stream_.expires_never();
+    end_read_deadline();
     keep_alive_ = false;
     target_ = parser_ && parser_->is_header_done() ? std::string(parser_->get().target()) : "";
     ++server_.answering;
@@ -191,10 +239,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // While an answer is being prepared nothing is read, so watch the socket: readable with nothing
   // to read means the client closed it (an answer for no one: the handler's callback cancels the work).
   void watch_for_disconnect() {
-    auto on_readable = [self = shared_from_this(), serial = serial_](beast::error_code error) {
+    auto on_readable = [self = this->shared_from_this(), serial = serial_](beast::error_code error) {
       if (serial != self->serial_ || self->closed_) return;  // that answer is done
       if (!error) {
-        tcp::socket& socket = self->stream_.socket();
+        tcp::socket& socket = self->tcp().socket();
         char byte = 0;
         socket.non_blocking(true, error);
         const size_t peeked = socket.receive(net::buffer(&byte, 1), tcp::socket::message_peek, error);
@@ -203,7 +251,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       self->close();
     };
-    stream_.socket().async_wait(tcp::socket::wait_read, std::move(on_readable));
+    tcp().socket().async_wait(tcp::socket::wait_read, std::move(on_readable));
   }
 
   void queue(std::string bytes, bool last) {
@@ -219,10 +267,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     writing_ = true;
-    stream_.expires_after(server_.limits.write_timeout);
-    net::async_write(stream_, net::buffer(writes_.front()), [self = shared_from_this()](beast::error_code error, size_t) {
+    tcp().expires_after(server_.limits.write_timeout);
+    net::async_write(stream_, net::buffer(writes_.front()), [self = this->shared_from_this()](beast::error_code error, size_t) {
       self->writing_ = false;
-      self->stream_.expires_never();
+      self->tcp().expires_never();
       if (error) {
         self->writes_.clear();
         self->close();
@@ -240,16 +288,21 @@ class Session : public std::enable_shared_from_this<Session> {
     --server_.answering;
     if (closed_) return;
     if (keep_alive_) return read_request();
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(server_.limits.linger);
-    discard_until_closed();
+    tcp().expires_after(server_.limits.linger);
+    if constexpr (kTls) {
+      // TLS's close_notify, then the client's: the TLS layer reads and drops what comes before it.
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) { self->close(); });
+    } else {
+      beast::error_code ignored;
+      tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      discard_until_closed();
+    }
   }
 
   // Closing a socket with unread bytes in it sends a reset, which can destroy the answer in the
   // client's receive buffer: read what the client still sends until it closes or the linger ends.
   void discard_until_closed() {
-    stream_.async_read_some(net::buffer(discarded_), [self = shared_from_this()](beast::error_code error, size_t) {
+    stream_.async_read_some(net::buffer(discarded_), [self = this->shared_from_this()](beast::error_code error, size_t) {
       if (error) return self->close();
       self->discard_until_closed();
     });
@@ -258,12 +311,18 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    read_deadline_.cancel();
     beast::error_code ignored;
-    stream_.socket().close(ignored);
+    tcp().socket().close(ignored);
     if (auto callback = std::move(disconnect_callback_)) callback();
   }
 
-  beast::tcp_stream stream_;
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+
+  Stream stream_;
+  net::steady_timer read_deadline_;
+  bool reading_ = false;    // a request is being read, under the read deadline
+  bool timed_out_ = false;  // the deadline cut the read off
   ServerCore& server_;
   beast::flat_buffer buffer_;  // bounded: the bytes read but not yet parsed
   std::optional<RequestParser> parser_;
@@ -281,7 +340,10 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 // An Exchange posts every call to its session's strand.
+template <typename Stream>
 class Answer : public Exchange {
+  using Session = paraflow::serve::Session<Stream>;
+
  public:
   Answer(std::shared_ptr<Session> session, uint64_t serial) : session_(std::move(session)), serial_(serial) {}
   ~Answer() override {
@@ -293,8 +355,8 @@ class Answer : public Exchange {
       session.respond(serial, status, content_type, std::move(body), headers);
     });
   }
-  void start_stream(const std::string& content_type) override {
-    post([=](Session& session, uint64_t serial) { session.start_stream(serial, content_type); });
+  void start_stream(const std::string& content_type, HttpHeaders headers) override {
+    post([=](Session& session, uint64_t serial) { session.start_stream(serial, content_type, headers); });
   }
   void send(std::string data) override {
     post([data = std::move(data)](Session& session, uint64_t serial) { session.send(serial, data); });
@@ -321,9 +383,40 @@ class Answer : public Exchange {
   std::atomic<bool> finished_{false};
 };
 
-std::shared_ptr<Exchange> Session::make_exchange() { return std::make_shared<Answer>(shared_from_this(), serial_); }
+template <typename Stream>
+std::shared_ptr<Exchange> Session<Stream>::make_exchange() {
+  return std::make_shared<Answer<Stream>>(this->shared_from_this(), serial_);
+}
+
+// with_headers(): forwards every call, adding its headers to the answer's.
+class WithHeaders : public Exchange {
+ public:
+  WithHeaders(std::shared_ptr<Exchange> exchange, HttpHeaders headers)
+      : exchange_(std::move(exchange)), headers_(std::move(headers)) {}
+  void respond(int status, const std::string& content_type, std::string body, HttpHeaders headers) override {
+    exchange_->respond(status, content_type, std::move(body), joined(std::move(headers)));
+  }
+  void start_stream(const std::string& content_type, HttpHeaders headers) override {
+    exchange_->start_stream(content_type, joined(std::move(headers)));
+  }
+  void send(std::string data) override { exchange_->send(std::move(data)); }
+  void end_stream() override { exchange_->end_stream(); }
+  void on_disconnect(std::function<void()> callback) override { exchange_->on_disconnect(std::move(callback)); }
+
+ private:
+  HttpHeaders joined(HttpHeaders headers) const {
+    headers.insert(headers.end(), headers_.begin(), headers_.end());
+    return headers;
+  }
+  std::shared_ptr<Exchange> exchange_;
+  HttpHeaders headers_;
+};
 
 }  // namespace
+
+std::shared_ptr<Exchange> with_headers(std::shared_ptr<Exchange> exchange, HttpHeaders headers) {
+  return std::make_shared<WithHeaders>(std::move(exchange), std::move(headers));
+}
 
 void HttpServer::Impl::accept() {
   acceptor->async_accept(net::make_strand(*io), [this](beast::error_code error, tcp::socket socket) {
@@ -341,13 +434,18 @@ void HttpServer::Impl::accept() {
       // acknowledged (Nagle's algorithm).
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), *this)->read_request();
+      if (tls) {
+        std::make_shared<Session<TlsStream>>(std::move(socket), *this, *tls)->start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), *this)->start();
+      }
     }
     accept();
   });
 }
 
 void HttpServer::Impl::refuse_connection(tcp::socket socket) {
+  if (tls) return;  // a plain-text answer means nothing to a TLS client: just closed
   // A short answer fits the socket's send buffer: written without waiting, then closed.
   const std::string response =
       error_response(503, fmt::format("too many connections (the limit is {}); try again later", limits.max_connections));
@@ -387,6 +485,20 @@ void HttpServer::listen(const std::string& host, uint16_t port) {
   if (error) throw IoError(fmt::format("cannot listen on {}:{}: {}", host, port, error.message()));
   impl_->accept();
   for (int i = 0; i < impl_->limits.io_threads; ++i) impl_->threads.emplace_back([this] { impl_->io->run(); });
+}
+
+void HttpServer::use_tls(const std::string& certfile, const std::string& keyfile) {
+  ssl::context& context = impl_->tls.emplace(ssl::context::tls_server);
+  context.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  beast::error_code error;
+  context.use_certificate_chain_file(certfile, error);
+  if (error) throw InputError(fmt::format("--ssl-certfile {}: not a PEM certificate chain ({})", certfile, error.message()));
+  context.use_private_key_file(keyfile, ssl::context::pem, error);
+  if (error) {
+    throw InputError(fmt::format("--ssl-keyfile {}: not the PEM private key of --ssl-certfile {} ({})", keyfile,
+                                 certfile, error.message()));
+  }
 }
 
 uint16_t HttpServer::port() const { return impl_->acceptor->local_endpoint().port(); }

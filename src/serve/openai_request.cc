@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "base/json.h"
@@ -76,15 +77,63 @@ json parse_body(std::string_view body) {
   }
 }
 
+// A field of OpenAI's API that paraflow does not implement. Many clients send every field, null
+// for "not set", and some send a value that asks for nothing different (`tools: []`): those are
+// accepted. Any other value is refused naming the field, rather than answered as if honoured.
+struct Unimplemented {
+  const char* name;
+  const char* accepted;  // the values accepted besides null, for the message ("" when none)
+  bool (*harmless)(const json& value, const json& request);
+};
+
+bool never(const json&, const json&) { return false; }
+bool empty_list(const json& value, const json&) { return value.is_array() && value.empty(); }
+// tool_choice and function_call: with no tools to call, "none" and "auto" both mean plain text.
+bool no_tool_call(const json& value, const json&) { return value == "none" || value == "auto"; }
+
+constexpr Unimplemented kCompletionUnimplemented[] = {
+    {"suffix", "\"\"", [](const json& value, const json&) { return value == ""; }},
+    // Best of n among n: every choice returned, none more generated.
+    {"best_of", "the same as n", [](const json& value, const json& request) {
+       const json n = request.value("n", json(1));
+       return value.is_number_integer() && value == (n.is_null() ? json(1) : n);
+     }},
+};
+constexpr Unimplemented kChatUnimplemented[] = {
+    {"tools", "[]", empty_list},
+    {"functions", "[]", empty_list},
+    {"tool_choice", "\"none\" or \"auto\"", no_tool_call},
+    {"function_call", "\"none\" or \"auto\"", no_tool_call},
+    {"parallel_tool_calls", "true or false", [](const json& value, const json&) { return value.is_boolean(); }},
+    {"response_format", "{\"type\": \"text\"}",
+     [](const json& value, const json&) { return value == json{{"type", "text"}}; }},
+    // A processing tier: how a request is scheduled, not what it answers.
+    {"service_tier", "a string", [](const json& value, const json&) { return value.is_string(); }},
+};
+// What a client sends back of an assistant message it received (openai-python's model_dump()).
+constexpr Unimplemented kMessageUnimplemented[] = {
+    {"tool_calls", "[]", empty_list}, {"annotations", "[]", empty_list}, {"function_call", "", never},
+    {"refusal", "", never}, {"audio", "", never}};
+
 // Typed, range-checked reads of an object's members; absent and null members read as nullopt.
 class Fields {
  public:
-  // Refuses members not in `known`; `path` prefixes the names in errors ("messages[0].").
-  Fields(const json& object, std::vector<std::string_view> known, std::string path = "")
+  // Refuses members neither `known` nor `unimplemented` (and those with a value that is not
+  // harmless); `path` prefixes the names in errors ("messages[0].").
+  Fields(const json& object, std::vector<std::string_view> known, std::string path = "",
+         std::span<const Unimplemented> unimplemented = {})
       : object_(object), path_(std::move(path)) {
     for (const auto& [name, value] : object.items()) {
-      if (std::find(known.begin(), known.end(), name) == known.end()) {
+      if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+      const auto field = std::find_if(unimplemented.begin(), unimplemented.end(),
+                                       [&](const Unimplemented& candidate) { return name == candidate.name; });
+      if (field == unimplemented.end()) {
         refuse(path_ + name, "unknown field '{}{}' (known: {})", path_, name, fmt::join(known, ", "));
+      }
+      if (!value.is_null() && !field->harmless(value, object)) {
+        const std::string shown = value.dump();
+        refuse(path_ + name, "{}{} is not supported: only null{}{} is accepted (got {}{})", path_, name,
+               *field->accepted ? " or " : "", field->accepted, shown.substr(0, 80), shown.size() > 80 ? "..." : "");
       }
     }
   }
@@ -281,7 +330,7 @@ std::vector<ChatMessage> decode_messages(const Fields& fields) {
     if (!message.is_object()) refuse(path, "{} must be an object, not {}", path, Fields::describe(message));
     // `name` (a participant's name, which OpenAI's API accepts) is read and not used: the plain
     // template has no place for it.
-    const Fields members(message, {"role", "content", "name"}, path + ".");
+    const Fields members(message, {"role", "content", "name"}, path + ".", kMessageUnimplemented);
     members.string("name");
     ChatMessage chat;
     chat.role = members.string("role").value_or("");
@@ -319,7 +368,8 @@ CompletionRequest decode_completion_request(std::string_view body) {
   const json request = parse_body(body);
   const Fields fields(request, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
                                 "stream", "stream_options", "logprobs", "echo", "user", "frequency_penalty",
-                                "presence_penalty", "logit_bias"});
+                                "presence_penalty", "logit_bias"},
+                      "", kCompletionUnimplemented);
   CompletionRequest decoded;
   decoded.prompts = decode_prompts(fields);
   decoded.params = decode_params(fields);
@@ -336,7 +386,8 @@ ChatRequest decode_chat_request(std::string_view body) {
   const json request = parse_body(body);
   const Fields fields(request, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
                                 "top_k", "seed", "stop", "n", "stream", "stream_options", "logprobs", "top_logprobs",
-                                "user", "frequency_penalty", "presence_penalty", "logit_bias"});
+                                "user", "frequency_penalty", "presence_penalty", "logit_bias"},
+                      "", kChatUnimplemented);
   ChatRequest decoded;
   decoded.messages = decode_messages(fields);
   decoded.params = decode_params(fields);

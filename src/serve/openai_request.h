@@ -1,6 +1,9 @@
 // The JSON bodies of POST /v1/completions and POST /v1/chat/completions, decoded and checked
 // field by field. Every refusal is a 400 ApiError whose `param` names the field: malformed JSON,
-// a wrong type, a value out of range, an unknown field (rather than silently ignoring it). What
+// a wrong type, a value out of range, an unknown field (rather than silently ignoring it). A field
+// given as null is a field not given. Fields of OpenAI's API that paraflow does not implement
+// (tools, response_format, best_of, suffix, ...) are accepted as null or with a value that changes
+// nothing (`tools: []`), and refused with any other. What
 // needs the model (token counts against its context, token ids against its vocabulary) is checked
 // when the engine requests are built (openai_service.cc).
 #pragma once

@@ -38,8 +38,8 @@ int64_t unix_seconds() {
 
 }  // namespace
 
-OpenAiService::OpenAiService(const ModelRegistry& registry, std::string api_key)
-    : registry_(registry), api_key_(std::move(api_key)), started_at_(unix_seconds()), tf_serving_(registry, started_at_) {}
+OpenAiService::OpenAiService(const ModelRegistry& registry, std::string api_key, CorsPolicy cors)
+    : registry_(registry), api_key_(std::move(api_key)), cors_(std::move(cors)), started_at_(unix_seconds()), tf_serving_(registry, started_at_) {}
 
 void OpenAiService::draining() {
   draining_.store(true);
@@ -47,6 +47,12 @@ void OpenAiService::draining() {
 }
 
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchange) {
+  // A browser asks before a cross-origin call, without the key (serve/cors.h).
+  if (CorsPolicy::is_preflight(request)) {
+    CorsPolicy::Answer answer = cors_.preflight(request);
+    return exchange->respond(answer.status, "text/plain; charset=utf-8", std::move(answer.body), std::move(answer.headers));
+  }
+  if (HttpHeaders headers = cors_.headers(request); !headers.empty()) exchange = with_headers(std::move(exchange), std::move(headers));
   try {
     answer(route(request, api_key_), request, exchange);
   } catch (const ApiError& error) {

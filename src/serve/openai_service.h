@@ -5,10 +5,12 @@
 //   GET  /metrics              Prometheus text: the engines' metrics (labelled model and version)
 //                              and the server's own
 //   GET  /v1/models            the models served
-//   POST /v1/completions       OpenAI's completions (legacy), streaming or not
+//   POST /v1/completions       OpenAI's completions (legacy), streaming or not; the answer's header
+//                              Paraflow-Model-Version says which version answered (both endpoints)
 //   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
+// A browser's CORS preflight (OPTIONS) is answered for the allowed origins (serve/cors.h).
 // Errors are OpenAI's error object. A request's `model` is a model's name (its newest available
 // version), or "<name>:<version>" or "<name>:<label>" for a version (serve/model_registry.h); it
 // may be left out when one model is served.
@@ -19,6 +21,7 @@
 #include <string>
 
 #include "base/metrics.h"
+#include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/model_registry.h"
 #include "serve/openai_request.h"
@@ -30,7 +33,8 @@ namespace paraflow::serve {
 class OpenAiService {
  public:
   // The registry must outlive the service. An empty key: no authentication.
-  OpenAiService(const ModelRegistry& registry, std::string api_key);
+  // `cors`: the origins whose pages may call the API (none by default).
+  OpenAiService(const ModelRegistry& registry, std::string api_key, CorsPolicy cors = {});
 
   void handle(HttpRequest request, std::shared_ptr<Exchange> exchange);  // an HttpHandler
   void count(const std::string& target, int status);                     // a StatusObserver
@@ -51,6 +55,7 @@ class OpenAiService {
 
   const ModelRegistry& registry_;
   std::string api_key_;
+  CorsPolicy cors_;
   std::atomic<bool> draining_{false};
   int64_t started_at_ = 0;  // Unix seconds: the models' `created`
   MetricsRegistry metrics_;

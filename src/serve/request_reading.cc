@@ -38,9 +38,19 @@ std::optional<Refusal> refuse_read_error(boost::beast::error_code error, const H
   return std::nullopt;
 }
 
+Refusal request_timeout(const HttpLimits& limits) {
+  return {408, fmt::format("the request was not received whole within the read timeout of {:g} s (--read-timeout)",
+                           std::chrono::duration<double>(limits.read_timeout).count())};
+}
+
 HttpRequest plain_request(RequestMessage message) {
-  return {std::string(message.method_string()), std::string(message.target()),
-          std::string(message[http::field::authorization]), std::move(message.body())};
+  return {.method = std::string(message.method_string()),
+          .target = std::string(message.target()),
+          .authorization = std::string(message[http::field::authorization]),
+          .origin = std::string(message[http::field::origin]),
+          .access_control_request_method = std::string(message[http::field::access_control_request_method]),
+          .access_control_request_headers = std::string(message[http::field::access_control_request_headers]),
+          .body = std::move(message.body())};
 }
 
 }  // namespace paraflow::serve

@@ -30,6 +30,8 @@ std::optional<Refusal> refuse_header(const RequestParser& parser, const HttpLimi
 // A read that failed: a request over a limit or malformed is refused (413, 431, 400); none when the
 // client left, stalled or the connection failed: the connection just closes.
 std::optional<Refusal> refuse_read_error(boost::beast::error_code error, const HttpLimits& limits);
+// A request begun and not received whole within the read timeout (408).
+Refusal request_timeout(const HttpLimits& limits);
 // The whole request as the handler sees it.
 HttpRequest plain_request(RequestMessage message);
 

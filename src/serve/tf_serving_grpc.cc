@@ -6,11 +6,15 @@
 #include <algorithm>
 #include <atomic>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "serve/auth.h"
 #include "serve/model_registry.h"
+#include "serve/text_proto.h"
 #include "serve/tf_serving_api.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
+#include "tensorflow_serving/config/ssl_config.pb.h"
 
 namespace paraflow::serve {
 
@@ -213,18 +217,48 @@ TfServingGrpc::~TfServingGrpc() {
   if (impl_->server) stop(std::chrono::milliseconds(0));
 }
 
-int TfServingGrpc::listen(const std::string& host, int port) {
+namespace {
+
+// TF Serving's BuildServerCredentialsFromSSLConfigFile: the key and certificate served, and with
+// client_verify, clients must present a certificate custom_ca signed.
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const std::string& ssl_config_file) {
+  if (ssl_config_file.empty()) return grpc::InsecureServerCredentials();
+  const std::string source = "--ssl_config_file " + ssl_config_file;
+  tensorflow::serving::SSLConfig config;
+  parse_text_proto(read_file(ssl_config_file), config, source);
+  check(!config.server_key().empty() && !config.server_cert().empty(),
+        "{}: server_key and server_cert (PEM texts) are required", source);
+  check(!config.client_verify() || !config.custom_ca().empty(),
+        "{}: client_verify needs custom_ca, the CA that signs the clients' certificates", source);
+  grpc::SslServerCredentialsOptions options(config.client_verify()
+                                                ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.force_client_auth = config.client_verify();
+  options.pem_root_certs = config.custom_ca();
+  options.pem_key_cert_pairs.push_back({config.server_key(), config.server_cert()});
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
+
+int TfServingGrpc::listen(const std::string& host, int port, const std::string& ssl_config_file) {
   const bool ipv6 = host.find(':') != std::string::npos;
   const std::string address = ipv6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
   int bound = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
+  builder.AddListeningPort(address, server_credentials(ssl_config_file), &bound);
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not shared
   builder.RegisterService(&impl_->prediction);
   builder.RegisterService(&impl_->model_service);
   impl_->server = builder.BuildAndStart();
-  if (!impl_->server || bound == 0) throw IoError(fmt::format("grpc: cannot listen on {}", address));
+  if (!impl_->server || bound == 0) {
+    // gRPC checks the PEM texts only here: say which file may be at fault.
+    throw IoError(fmt::format("grpc: cannot listen on {}{}", address,
+                              ssl_config_file.empty() ? "" : fmt::format(" (or --ssl_config_file {} holds a key and "
+                                                                         "certificate gRPC cannot use: see the log above)",
+                                                                         ssl_config_file)));
+  }
   return bound;
 }
 

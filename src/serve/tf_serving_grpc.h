@@ -24,9 +24,11 @@ class TfServingGrpc {
   TfServingGrpc(const ModelRegistry& registry, std::string api_key);
   ~TfServingGrpc();
 
-  // Starts serving on host:port; returns the port (the one the system picked, for 0). Throws
-  // IoError when the address cannot be bound.
-  int listen(const std::string& host, int port);
+  // Starts serving on host:port; returns the port (the one the system picked, for 0). With
+  // `ssl_config_file` (TF Serving's --ssl_config_file: an SSLConfig, protobuf text, holding the
+  // PEM texts server_key, server_cert, custom_ca and client_verify), over TLS as TF Serving does.
+  // Throws IoError when the address cannot be bound, InputError for a bad SSL config.
+  int listen(const std::string& host, int port, const std::string& ssl_config_file = "");
   void draining();  // Predict answers UNAVAILABLE
   // Stops serving: calls still in flight after `grace` are cancelled.
   void stop(std::chrono::milliseconds grace);

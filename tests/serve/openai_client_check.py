@@ -78,6 +78,28 @@ def main():
     two = client.completions.create(model=model, prompt="the", max_tokens=5, n=2, seed=7)
     assert sorted(choice.index for choice in two.choices) == [0, 1], two
 
+    # Fields given as None, which the client sends as null ("not set"), those paraflow does not
+    # implement among them, and the reply's message sent back as the client dumps it (its
+    # refusal, tool_calls, ... null): the same answers as without them. A tool, which would change
+    # the answer, is refused naming the field.
+    nulls = dict(tools=None, tool_choice=None, response_format=None, functions=None, parallel_tool_calls=None,
+                 service_tier=None, seed=None, stop=None, user=None)
+    short = [{"role": "user", "content": "the"}]  # the conversation fits the 96-byte context
+    reply = client.chat.completions.create(model=model, messages=short, max_tokens=4, temperature=0).choices[0]
+    history = short + [reply.message.model_dump(), {"role": "user", "content": "a"}]
+    plain_reply = client.chat.completions.create(model=model, messages=history, max_tokens=6, temperature=0)
+    null_reply = client.chat.completions.create(model=model, messages=history, max_tokens=6, temperature=0, **nulls)
+    assert null_reply.choices[0].message.content == plain_reply.choices[0].message.content, (null_reply, plain_reply)
+    null_whole = client.completions.create(model=model, prompt="the quick", max_tokens=12, temperature=0,
+                                           suffix=None, best_of=None, echo=None, logprobs=None)
+    assert null_whole.choices[0].text == whole.choices[0].text, (null_whole, whole)
+    try:
+        client.chat.completions.create(model=model, messages=messages, max_tokens=6,
+                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+        raise AssertionError("tools were accepted")
+    except openai.BadRequestError as error:
+        assert error.body["param"] == "tools", error.body
+
     try:
         client.completions.create(model=model, prompt="the", max_tokens=0)
         raise AssertionError("max_tokens 0 was accepted")

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "serve/api_error.h"
 #include "serve/openai_request.h"
@@ -219,6 +220,74 @@ TEST(ChatRequest, StopsAtTheStartOfEveryTurnOfTheTemplate) {
   EXPECT_EQ(turns, (std::vector<std::string>{"\ndeveloper:", "\nuser:", "\nassistant:", "\nassistant:"}));
   for (const std::string& turn : turns) EXPECT_NE(std::find(stops.begin(), stops.end(), turn), stops.end()) << turn;
   EXPECT_NE(std::find(stops.begin(), stops.end(), "\nsystem:"), stops.end());
+}
+
+// Every field of a decoded request, to compare two decodings whole.
+auto every_field(const GenerationParams& p) {
+  return std::tie(p.model, p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.stop, p.n, p.stream,
+                  p.include_usage, p.logprobs, p.frequency_penalty, p.presence_penalty, p.logit_bias);
+}
+
+// Clients that send every field, null for "not set" (vLLM and llama-server accept them): each
+// optional field as null decodes as the request without it, the fields paraflow does not
+// implement included.
+TEST(OpenAiRequest, NullIsAFieldNotGiven) {
+  const CompletionRequest plain = decode_completion_request(R"({"prompt": "x"})");
+  const CompletionRequest nulls = decode_completion_request(
+      R"({"prompt": "x", "model": null, "max_tokens": null, "temperature": null, "top_p": null, "top_k": null,
+          "seed": null, "stop": null, "n": null, "stream": null, "stream_options": null, "logprobs": null,
+          "echo": null, "user": null, "frequency_penalty": null, "presence_penalty": null, "logit_bias": null,
+          "suffix": null, "best_of": null})");
+  EXPECT_EQ(every_field(nulls.params), every_field(plain.params));
+  EXPECT_EQ(nulls.echo, plain.echo);
+  EXPECT_EQ(plain.params.temperature, 1.0);  // the defaults, not zeros
+  EXPECT_EQ(plain.params.n, 1);
+  EXPECT_EQ(plain.params.logprobs, -1);
+
+  const ChatRequest chat = decode_chat_request(R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  // An assistant message as openai-python's model_dump() writes it, sent back in the conversation.
+  const ChatRequest chat_nulls = decode_chat_request(
+      R"({"messages": [{"role": "user", "content": "Hi", "name": null},
+                       {"role": "assistant", "content": "Yo", "refusal": null, "function_call": null,
+                        "tool_calls": null, "audio": null, "annotations": null}],
+          "model": null, "max_tokens": null, "max_completion_tokens": null, "temperature": null, "top_p": null,
+          "top_k": null, "seed": null, "stop": null, "n": null, "stream": null, "stream_options": null,
+          "logprobs": null, "top_logprobs": null, "user": null, "frequency_penalty": null, "presence_penalty": null,
+          "logit_bias": null, "tools": null, "tool_choice": null, "response_format": null, "functions": null,
+          "function_call": null, "parallel_tool_calls": null, "service_tier": null})");
+  EXPECT_EQ(every_field(chat_nulls.params), every_field(chat.params));
+  EXPECT_EQ(chat_prompt(chat_nulls.messages), "user: Hi\nassistant: Yo\nassistant:");
+}
+
+// The fields paraflow does not implement: a value that asks for nothing different is accepted;
+// one that would change the answer is refused (400 naming the field), not silently ignored; and
+// each belongs to its endpoint only, as in OpenAI's API.
+TEST(OpenAiRequest, UnimplementedFieldsAreRefusedUnlessHarmless) {
+  EXPECT_EQ(decode_completion_request(R"({"prompt": "x", "suffix": "", "best_of": 1})").params.n, 1);
+  EXPECT_EQ(decode_completion_request(R"({"prompt": "x", "n": 3, "best_of": 3})").params.n, 3);
+  completion_refused(R"({"prompt": "x", "suffix": "end"})", "suffix", "suffix is not supported: only null or \"\"");
+  completion_refused(R"({"prompt": "x", "best_of": 2})", "best_of", "only null or the same as n");
+  completion_refused(R"({"prompt": "x", "n": 2, "best_of": 3})", "best_of", "got 3");
+  completion_refused(R"({"prompt": "x", "tools": null})", "tools", "unknown field");
+
+  const std::string user = R"({"messages": [{"role": "user", "content": "Hi"}], )";
+  const ChatRequest harmless = decode_chat_request(
+      user + R"("tools": [], "functions": [], "tool_choice": "none", "function_call": "auto",
+                "parallel_tool_calls": true, "response_format": {"type": "text"}, "service_tier": "auto"})");
+  EXPECT_EQ(chat_prompt(harmless.messages), "user: Hi\nassistant:");
+  chat_refused(user + R"("tools": [{"type": "function", "function": {"name": "f"}}]})", "tools", "only null or []");
+  chat_refused(user + R"("functions": [{"name": "f"}]})", "functions", "functions is not supported");
+  chat_refused(user + R"("tool_choice": "required"})", "tool_choice", "got \"required\"");
+  chat_refused(user + R"("tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice", "not supported");
+  chat_refused(user + R"("function_call": {"name": "f"}})", "function_call", "not supported");
+  chat_refused(user + R"("parallel_tool_calls": "yes"})", "parallel_tool_calls", "only null or true or false");
+  chat_refused(user + R"("response_format": {"type": "json_object"}})", "response_format", "json_object");
+  chat_refused(user + R"("service_tier": 1})", "service_tier", "only null or a string");
+  chat_refused(user + R"("best_of": null})", "best_of", "unknown field");
+  chat_refused(R"({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"id": "c"}]}]})",
+               "messages[0].tool_calls", "not supported");
+  chat_refused(R"({"messages": [{"role": "assistant", "content": "x", "refusal": "no"}]})", "messages[0].refusal",
+               "only null is accepted");
 }
 
 }  // namespace

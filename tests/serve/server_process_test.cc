@@ -64,10 +64,11 @@ class Server {
   Server(const fs::path& dir, const std::string& flags, const std::string& models = "")
       : output_(dir / fmt::format("serve-{}.log", ++count_)) {
     process_ = std::make_unique<testing::Process>(
-        fmt::format("{} serve {} --port 0 --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
-                    models.empty() ? "--model " + (dir / "tiny-gpt").string() : models, flags),
+        fmt::format("{} serve {} {} --threads 1 --kv-cache-gb 0.002 {}", std::getenv("PARAFLOW_BINARY"),
+                    models.empty() ? "--model " + (dir / "tiny-gpt").string() : models,
+                    flags.find("--port ") == std::string::npos ? "--port 0" : "", flags),
         output_);
-    const std::regex ready("ready on http://127\\.0\\.0\\.1:([0-9]+)");
+    const std::regex ready("ready on https?://127\\.0\\.0\\.1:([0-9]+)");
     for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
       std::smatch match;
       const std::string text = log();
@@ -585,6 +586,112 @@ TEST_F(ServeTest, WebPageInABrowser) {
   expect_engine_idle();
 }
 
+// A port free now, for a server whose flags must name its own address before it starts.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(INADDR_LOOPBACK)}, .sin_zero = {}};
+  socklen_t length = sizeof address;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// The page on a server without an API key (no key field shows), and CORS in the browser: the
+// server allows its own address under the name localhost as another origin (--allowed-origins),
+// whose page calls the API; a preflight from an origin not listed gets no CORS header.
+TEST_F(ServeTest, WebPageWithoutAKeyAndFromAnAllowedOrigin) {
+  const int port = free_port();
+  const std::string allowed = fmt::format("http://localhost:{}", port);
+  Server keyless(dir_->path(), fmt::format("--port {} --allowed-origins {}", port, allowed));
+  ASSERT_EQ(keyless.port(), port) << keyless.log();
+  for (const std::string origin : {allowed, std::string("http://localhost:1")}) {
+    testing::Connection preflight(port);
+    ASSERT_TRUE(preflight.send(fmt::format("OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: {}\r\n"
+                                           "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n",
+                                           origin)));
+    const testing::HttpReply reply = testing::parse_reply(preflight.receive_all(5s));
+    SCOPED_TRACE(origin + "\n" + reply.headers);
+    EXPECT_EQ(reply.status, origin == allowed ? 200 : 400);
+    EXPECT_EQ(reply.headers.find("Access-Control-Allow-Origin: " + allowed) != std::string::npos, origin == allowed);
+    EXPECT_EQ(reply.headers.find("Access-Control-") != std::string::npos, origin == allowed);
+  }
+  const fs::path screenshot = fs::path(PARAFLOW_ARTIFACTS_DIR) / "web_page_without_key.png";
+  fs::create_directories(screenshot.parent_path());
+  std::printf("%s", run(fmt::format("{} {} --url {} --api-key '' --model tiny-gpt --screenshot {} --cross-origin {}",
+                                    python(), (source_dir() / "tests/serve/web_page_check.py").string(), keyless.url(),
+                                    screenshot.string(), allowed))
+                        .c_str());
+}
+
+// A CA, and a server's and a client's certificate it signs (the server's for localhost and
+// 127.0.0.1), made with the openssl CLI in `dir`: ca.pem, server.pem/.key, client.pem/.key.
+void make_certificates(const fs::path& dir) {
+  const std::string openssl = fmt::format("cd {} && openssl", dir.string());
+  run(openssl + " req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=paraflow-test-ca "
+                "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign");
+  for (const std::string name : {"server", "client"}) {
+    std::ofstream(dir / (name + ".ext"))
+        << "basicConstraints=CA:FALSE\nauthorityKeyIdentifier=keyid,issuer\nkeyUsage=digitalSignature,keyEncipherment\n"
+        << (name == "server" ? "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n"
+                             : "extendedKeyUsage=clientAuth\n");
+    run(fmt::format("{} req -newkey rsa:2048 -nodes -keyout {}.key -out {}.csr -subj /CN={}", openssl, name, name, name));
+    run(fmt::format("{} x509 -req -in {}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out {}.pem -extfile {}.ext",
+                    openssl, name, name, name));
+  }
+}
+
+// HTTPS (--ssl-certfile, --ssl-keyfile) with the openai client, and gRPC over TLS with TF
+// Serving's --ssl_config_file (client_verify) with TF Serving's gRPC client, each trusting the CA
+// the test made (tests/serve/tls_check.py).
+TEST_F(ServeTest, TlsForHttpAndGrpc) {
+  const fs::path dir = dir_->path() / "tls";
+  fs::create_directories(dir);
+  make_certificates(dir);
+  // SSLConfig's fields hold the PEM texts themselves, as TF Serving reads them.
+  const auto pem = [&](const char* file) { return std::regex_replace(read_file(dir / file), std::regex("\n"), "\\n"); };
+  std::ofstream(dir / "ssl_config.txt") << fmt::format(
+      "server_key: \"{}\"\nserver_cert: \"{}\"\ncustom_ca: \"{}\"\nclient_verify: true\n", pem("server.key"),
+      pem("server.pem"), pem("ca.pem"));
+  Server tls(dir_->path(), fmt::format("--api-key {} --ssl-certfile {} --ssl-keyfile {} --grpc-port 0 --ssl_config_file {}",
+                                       api_key, (dir / "server.pem").string(), (dir / "server.key").string(),
+                                       (dir / "ssl_config.txt").string()));
+  ASSERT_NE(tls.log().find(fmt::format("ready on https://127.0.0.1:{}", tls.port())), std::string::npos) << tls.log();
+  const std::string check = (source_dir() / "tests/serve/tls_check.py").string();
+  std::printf("%s", run(fmt::format("{} {} openai --url https://127.0.0.1:{} --ca {} --api-key {} --model tiny-gpt",
+                                    python(), check, tls.port(), (dir / "ca.pem").string(), api_key))
+                        .c_str());
+  const char* env = std::getenv("PARAFLOW_DATA_PYTHON");
+  const fs::path data_python = env ? fs::path(env) : source_dir() / ".venv-data/bin/python";
+  std::printf("%s", run(fmt::format("{} {} grpc --port {} --ca {} --client-cert {} --client-key {} --api-key {} "
+                                    "--model tiny-gpt",
+                                    data_python.string(), check, tls.grpc_port(), (dir / "ca.pem").string(),
+                                    (dir / "client.pem").string(), (dir / "client.key").string(), api_key))
+                        .c_str());
+  EXPECT_FALSE(tls.process().finished()) << tls.log();  // failed handshakes did the server no harm
+}
+
+// Bad TLS flags stop the server at start, naming the flag.
+TEST_F(ServeTest, BadTlsFlagsAreNamed) {
+  const fs::path dir = dir_->path() / "bad-tls";
+  fs::create_directories(dir);
+  std::ofstream(dir / "not.pem") << "not a certificate\n";
+  std::ofstream(dir / "ssl_config.txt") << "server_kee: \"x\"\n";
+  const std::string model = "--model " + (dir_->path() / "tiny-gpt").string();
+  const auto refused = [&](const std::string& flags, const std::string& says) {
+    const testing::Ended ended = testing::run_process(
+        fmt::format("{} serve {} --port 0 {}", std::getenv("PARAFLOW_BINARY"), model, flags), dir / "serve.log", 60s);
+    testing::expect_clean_end(ended, flags);
+    EXPECT_EQ(ended.exit_code, 1) << flags << "\n" << ended.output;
+    EXPECT_NE(ended.output.find(says), std::string::npos) << flags << "\n" << ended.output;
+  };
+  const std::string not_pem = (dir / "not.pem").string();
+  refused(fmt::format("--ssl-certfile {} --ssl-keyfile {}", not_pem, not_pem), "--ssl-certfile " + not_pem);
+  refused("--ssl-certfile " + not_pem, "--ssl-certfile and --ssl-keyfile go together");
+  refused(fmt::format("--grpc-port 0 --ssl_config_file {}", (dir / "ssl_config.txt").string()),
+          "--ssl_config_file " + (dir / "ssl_config.txt").string() + ":1:");
+}
+
 TEST_F(ServeTest, BadRequestsGetClearErrors) {
   struct Case {
     std::string path, body;
@@ -638,18 +745,28 @@ TEST_F(ServeTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(testing::http_request(server_->port(), "GET", "/health").status, 200);  // still serving
 }
 
-TEST_F(ServeTest, HalfARequestThenAStallIsDropped) {
-  testing::Connection stalled(server_->port());
-  ASSERT_TRUE(stalled.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\""));
+// Half a request (its body, or its header), then a stall: 408 once the read timeout has passed,
+// and the connection closes; a connection that sent nothing is closed without an answer.
+TEST_F(ServeTest, HalfARequestThenAStallGets408) {
+  testing::Connection stalled_body(server_->port()), stalled_header(server_->port()), idle(server_->port());
+  ASSERT_TRUE(stalled_body.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\""));
+  ASSERT_TRUE(stalled_header.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le"));
   const auto start = std::chrono::steady_clock::now();
   // Others are served meanwhile.
   EXPECT_EQ(completion({{"prompt", "the"}, {"max_tokens", 2}})["choices"].size(), 1u);
+  for (testing::Connection* stalled : {&stalled_body, &stalled_header}) {
+    bool closed = false;
+    const testing::HttpReply reply = testing::parse_reply(stalled->receive_all(10s, &closed));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_TRUE(closed);
+    EXPECT_EQ(reply.status, 408) << reply.body;
+    EXPECT_NE(reply.body.find("read timeout of 2 s"), std::string::npos) << reply.body;
+    EXPECT_GE(seconds, 1.5);  // the read timeout is 2 s
+    EXPECT_LE(seconds, 5.0);
+  }
   bool closed = false;
-  stalled.receive_all(10s, &closed);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(idle.receive_all(10s, &closed), "");
   EXPECT_TRUE(closed);
-  EXPECT_GE(seconds, 1.5);  // the read timeout is 2 s
-  EXPECT_LE(seconds, 5.0);
 }
 
 TEST_F(ServeTest, ManyIdleConnectionsCostNothingToOthers) {

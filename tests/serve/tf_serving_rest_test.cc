@@ -22,7 +22,7 @@ class RecordingExchange : public serve::Exchange {
   void respond(int status, const std::string&, std::string body, serve::HttpHeaders) override {
     answered.set_value({status, std::move(body)});
   }
-  void start_stream(const std::string&) override { ADD_FAILURE() << "TF Serving's API does not stream"; }
+  void start_stream(const std::string&, serve::HttpHeaders) override { ADD_FAILURE() << "TF Serving's API does not stream"; }
   void send(std::string) override {}
   void end_stream() override {}
   // A client already gone: the callback fires at once, as the server does for a late registration.
