@@ -1,7 +1,8 @@
 // An exclusive, advisory lock on a directory (flock on <dir>/.lock), held for the lifetime of
 // the object. The kernel drops it when the process dies, so a crashed run never leaves a stale
 // lock. The holder writes its pid, host and start time into the file, so a refused process can
-// name who holds it.
+// name who holds it, and removes the file when it lets go (a crashed holder leaves it, stale and
+// harmless: the next holder takes it over).
 #pragma once
 
 #include <filesystem>
@@ -18,6 +19,7 @@ class DirectoryLock {
   DirectoryLock& operator=(const DirectoryLock&) = delete;
 
  private:
+  std::filesystem::path path_;
   int fd_ = -1;
 };
 
