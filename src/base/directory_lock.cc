@@ -25,10 +25,11 @@ std::string holder_description(int fd) {
 
 }  // namespace
 
-DirectoryLock::DirectoryLock(const std::filesystem::path& dir) {
+DirectoryLock::DirectoryLock(const std::filesystem::path& dir, std::string_view setting) {
+  const std::string where = setting.empty() ? dir.string() : fmt::format("{} {}", setting, dir.string());
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  check(!error && std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(),
+  check(!error && std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", where,
         error ? error.message() : "a file of that name exists");
   path_ = dir / ".lock";
   // The holder removes the file when it is done (no stray file in the directory: data prepare's
@@ -42,7 +43,7 @@ DirectoryLock::DirectoryLock(const std::filesystem::path& dir) {
       std::string holder = holder_description(fd_);
       ::close(fd_);
       fd_ = -1;
-      check(saved != EWOULDBLOCK, "{} is in use by {}: two runs must not share one directory", dir.string(), holder);
+      check(saved != EWOULDBLOCK, "{} is in use by {}: two runs must not share one directory", where, holder);
       fail("{}: cannot lock: {}", path_.string(), std::strerror(saved));
     }
     struct stat held {}, current {};

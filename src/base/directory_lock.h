@@ -7,13 +7,15 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace paraflow {
 
 class DirectoryLock {
  public:
-  // Creates `dir` if needed. Throws InputError naming the holder when another process has it.
-  explicit DirectoryLock(const std::filesystem::path& dir);
+  // Creates `dir` if needed. Throws InputError naming the holder when another process has it;
+  // messages name `setting` ("train.out_dir", "--out") before the directory when given.
+  explicit DirectoryLock(const std::filesystem::path& dir, std::string_view setting = {});
   ~DirectoryLock();
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;

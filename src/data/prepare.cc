@@ -395,10 +395,11 @@ class Splitter {
     }
     const int64_t val_tokens = static_cast<int64_t>(std::ceil(options_.val_fraction * static_cast<double>(held_tokens_)));
     const int64_t train_tokens = held_tokens_ - val_tokens;
-    log(fmt::format("warning: {} documents are too few to split by document at --val-fraction {} (about {:.1f} "
+    log(fmt::format("warning: {} document{} too few to split by document at --val-fraction {} (about {:.1f} "
                     "would be validation, fewer than {}): the validation split is the last {} of the {} tokens "
                     "instead",
-                    documents_, options_.val_fraction, options_.val_fraction * static_cast<double>(documents_),
+                    documents_, documents_ == 1 ? " is" : "s are", options_.val_fraction,
+                    options_.val_fraction * static_cast<double>(documents_),
                     kMinValidationDocuments, val_tokens, held_tokens_));
     int64_t position = 0;  // of the document's first token in the corpus
     for (const Document& doc : held_) {
@@ -529,7 +530,7 @@ json prepare(const PrepareOptions& options) {
   check(tokenizer.eot_id() >= 0, "{}: the tokenizer has no {} token", options.tokenizer.string(), kEndOfText);
   // Held to the end: a second prepare into the same directory (whose stale-output sweep would
   // delete this one's shards as they are written) is refused, naming this process.
-  const DirectoryLock out_lock(options.out);
+  const DirectoryLock out_lock(options.out, "--out");
   remove_stale_outputs(options.out);
 
   auto log = options.log ? options.log : [](const std::string& m) { fmt::print(stderr, "{}\n", m); };

@@ -53,5 +53,16 @@ TEST(DirectoryLock, TakesOverTheFileOfACrashedHolder) {
   EXPECT_TRUE(entries(dir.path()).empty());
 }
 
+// The setting that named the directory comes first in the messages.
+TEST(DirectoryLock, MessagesNameTheSetting) {
+  testing::TempDir dir;
+  write_file_atomic(dir.path() / "a-file", "x");
+  testing::expect_error<InputError>([&] { DirectoryLock lock(dir.path() / "a-file", "train.out_dir"); },
+                                    {"train.out_dir " + (dir.path() / "a-file").string() + ": cannot create the directory"});
+  const DirectoryLock held(dir.path() / "out");
+  testing::expect_error<InputError>([&] { DirectoryLock second(dir.path() / "out", "--out"); },
+                                    {"--out " + (dir.path() / "out").string() + " is in use by process"});
+}
+
 }  // namespace
 }  // namespace paraflow
