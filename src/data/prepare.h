@@ -14,7 +14,8 @@
 // for that (val_fraction x documents < kMinValidationDocuments, e.g. a short story in one .txt
 // file): the last val_fraction of the tokens, in input order, are the "val" split instead (the
 // document there cut in two), with a warning naming the numbers; the manifest's split.by says
-// which ("documents" | "tokens"). Within a split, records keep input order (inputs sorted by
+// which ("documents" | "tokens"). (The documents wait in memory until there are enough; past
+// 2^27 tokens of them the split is by document, with a warning if that leaves "val" empty.) Within a split, records keep input order (inputs sorted by
 // path, documents in file order); the input pipeline does the shuffling.
 //
 // Output directory:
