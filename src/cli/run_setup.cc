@@ -123,6 +123,9 @@ RunSetup RunSetup::load(const std::string& config_path, const std::vector<std::s
     check(fs::exists(setup.data_path), "{}: no such directory", setup.data_label);
     check(prepared_dir, "{} is not a `paraflow data prepare` directory (no manifest.json)", setup.data_label);
   } else {
+    check(setup.data_format != "text" || !prepared_dir,
+          "{} is a `paraflow data prepare` directory, but data.format text would read its shards as bytes: set "
+          "data.format to prepared (or auto)", setup.data_label);
     setup.train_files = required_files(setup.data_label, setup.data_path);
     if (format == "auto") check_tfrecord_files(setup.data_label, setup.train_files);
   }

@@ -149,6 +149,18 @@ TEST(TokenizerMatchesData, ByteLevelTextWithATokenizerIsRefused) {
   EXPECT_NO_THROW(project.load());
 }
 
+// The same copy of quickstart.yaml without data.tokenizer: its shards read as bytes. Refused.
+TEST(TokenizerMatchesData, APreparedDirectoryReadAsTextIsRefused) {
+  Project project;
+  const fs::path configs = project.config().parent_path();
+  train_tokenizer(configs / "tokenizer", "The jury said the jury said the things it said.");
+  prepare(configs / "tokenizer", configs / "prepared");
+  project.write_config("data: {train: prepared, format: text}\n");
+  expect_error<InputError>([&] { project.load(); },
+                           {"data.train 'prepared' (" + (configs / "prepared").string() +
+                            ") is a `paraflow data prepare` directory, but data.format text would read its shards"});
+}
+
 // Shards prepared with one tokenizer and a data.tokenizer of another: the export would carry
 // ids the model never learned. Refused naming both.
 TEST(TokenizerMatchesData, PreparedDataWithAnotherTokenizerIsRefused) {
