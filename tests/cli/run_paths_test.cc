@@ -125,6 +125,14 @@ void prepare(const fs::path& tokenizer, const fs::path& out) {
   data::prepare(options);
 }
 
+// configs/tokenizer and the shards prepared with it in configs/prepared; returns configs/.
+fs::path prepare_beside(const Project& project) {
+  const fs::path configs = project.config().parent_path();
+  train_tokenizer(configs / "tokenizer", "The jury said the jury said the things it said.");
+  prepare(configs / "tokenizer", configs / "prepared");
+  return configs;
+}
+
 // Issue 44's silent garbage: quickstart.yaml with data.format switched to text trained a byte
 // model and exported the BPE tokenizer, so generate and serve fed it BPE ids. Now refused, by
 // RunSetup and by `paraflow train` (exit 1), before any training.
@@ -152,9 +160,7 @@ TEST(TokenizerMatchesData, ByteLevelTextWithATokenizerIsRefused) {
 // The same copy of quickstart.yaml without data.tokenizer: its shards read as bytes. Refused.
 TEST(TokenizerMatchesData, APreparedDirectoryReadAsTextIsRefused) {
   Project project;
-  const fs::path configs = project.config().parent_path();
-  train_tokenizer(configs / "tokenizer", "The jury said the jury said the things it said.");
-  prepare(configs / "tokenizer", configs / "prepared");
+  const fs::path configs = prepare_beside(project);
   project.write_config("data: {train: prepared, format: text}\n");
   expect_error<InputError>([&] { project.load(); },
                            {"data.train 'prepared' (" + (configs / "prepared").string() +
@@ -165,10 +171,8 @@ TEST(TokenizerMatchesData, APreparedDirectoryReadAsTextIsRefused) {
 // ids the model never learned. Refused naming both.
 TEST(TokenizerMatchesData, PreparedDataWithAnotherTokenizerIsRefused) {
   Project project;
-  const fs::path configs = project.config().parent_path();
-  train_tokenizer(configs / "tokenizer", "The jury said the jury said the things it said.");
+  const fs::path configs = prepare_beside(project);
   train_tokenizer(configs / "other", "Quite other words entirely, with other merges in them.");
-  prepare(configs / "tokenizer", configs / "prepared");
   project.write_config("data: {train: prepared, tokenizer: other}\n");
   const std::string other = data::Tokenizer::load(configs / "other").fingerprint();
   const std::string used = data::Tokenizer::load(configs / "tokenizer").fingerprint();
@@ -181,9 +185,7 @@ TEST(TokenizerMatchesData, PreparedDataWithAnotherTokenizerIsRefused) {
 // validation data trained on. Refused, naming the shard; so is a file in both splits.
 TEST(SplitsApart, APreparedFolderWithoutItsManifestIsRefused) {
   Project project;
-  const fs::path configs = project.config().parent_path();
-  train_tokenizer(configs / "tokenizer", "The jury said the jury said the things it said.");
-  prepare(configs / "tokenizer", configs / "prepared");
+  const fs::path configs = prepare_beside(project);
   project.write_config("data: {train: prepared}\n");
   EXPECT_EQ(project.load().data_format, "prepared");
   fs::remove(configs / "prepared" / "manifest.json");
