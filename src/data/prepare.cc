@@ -75,8 +75,8 @@ struct Document {
   uint64_t hash = 0;            // text_hash of its text
 };
 
-// A run of one input's bytes, the unit of work: a .txt file whole, or whole lines of a .jsonl
-// file. The reader cuts the inputs into chunks in order, any worker tokenizes one into its
+// A run of one input's bytes, the unit of work: whole documents of a .txt file (ChunkCutter), or
+// whole lines of a .jsonl file. The reader cuts the inputs into chunks in order, any worker tokenizes one into its
 // documents, and the writer takes them in order again: one file keeps every thread busy, and
 // memory holds a bounded number of chunks whatever the file sizes.
 struct Chunk {
@@ -135,12 +135,68 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
-// Cuts the inputs, in order, into chunks for `emit`: a .txt file whole, a .jsonl file's lines
-// in runs of at least `chunk_bytes` (a longer line makes a larger chunk). An input that cannot
-// be read ends the reading with a chunk that carries the error. `emit` throws Aborted when the
-// writer has stopped.
+// Where the reader may cut an input into chunks without moving a document boundary: after a
+// line of a .jsonl file; after a blank line, or after a separator, of a .txt file. A .txt file
+// of one document (separator none) is read whole. Only bytes not searched before are searched.
+class ChunkCutter {
+ public:
+  ChunkCutter(InputKind kind, const DocumentSeparator& separator) : kind_(kind), separator_(separator) {}
+
+  bool reads_whole() const { return kind_ == InputKind::txt && separator_.kind == DocumentSeparator::Kind::none; }
+
+  // The end of the last cut point in `text`, a chunk so far that grew since the last call; npos
+  // when there is none yet.
+  size_t last_cut(std::string_view text) {
+    if (kind_ != InputKind::txt) {
+      if (const void* newline = memrchr(text.data() + searched_, '\n', text.size() - searched_)) {
+        last_ = static_cast<size_t>(static_cast<const char*>(newline) - text.data()) + 1;
+      }
+    } else if (separator_.kind == DocumentSeparator::Kind::blank_line) {
+      // The last line break in the new bytes that ends a blank line (its line may start before them).
+      for (size_t end = text.size(); end > searched_;) {
+        const size_t newline = text.rfind('\n', end - 1);
+        if (newline == std::string_view::npos || newline < searched_) break;
+        const size_t line_start = text.rfind('\n', newline == 0 ? 0 : newline - 1);
+        const size_t begin = newline == 0 || line_start == std::string_view::npos ? 0 : line_start + 1;
+        if (is_blank(text.substr(begin, newline - begin))) {
+          last_ = newline + 1;
+          break;
+        }
+        end = newline;
+      }
+    } else {
+      // Separators left to right from the chunk's start, as for_each_text_document finds them.
+      const std::string& separator = separator_.text;
+      for (size_t found; (found = text.find(separator, scan_)) != std::string_view::npos;) {
+        scan_ = last_ = found + separator.size();
+      }
+      // No separator starts before the last separator.size() - 1 bytes: they may begin one.
+      scan_ = std::max(scan_, text.size() - std::min(text.size(), separator.size() - 1));
+    }
+    searched_ = text.size();
+    return last_;
+  }
+
+  // The chunk was cut at `cut` (last_cut's): what follows it is the next chunk, searched already.
+  void cut_at(size_t cut) {
+    searched_ -= cut;
+    scan_ = scan_ >= cut ? scan_ - cut : 0;
+    last_ = std::string::npos;
+  }
+
+ private:
+  InputKind kind_;
+  const DocumentSeparator& separator_;
+  size_t searched_ = 0, scan_ = 0, last_ = std::string::npos;
+};
+
+// Cuts the inputs, in order, into chunks for `emit`: runs of at least `chunk_bytes` ending at a
+// ChunkCutter point (a longer document or line makes a larger chunk), or a .txt file of one
+// document whole. An input that cannot be read ends the reading with a chunk that carries the
+// error. `emit` throws Aborted when the writer has stopped.
 template <typename Emit>
-void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&& emit) {
+void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, const DocumentSeparator& separator,
+                 Emit&& emit) {
   for (size_t index = 0; index < inputs.size(); ++index) {
     const fs::path& path = inputs[index];
     auto make_chunk = [&] {
@@ -150,7 +206,8 @@ void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&
     };
     try {
       const InputKind kind = input_kind(path);
-      if (kind == InputKind::txt) {
+      ChunkCutter cutter(kind, separator);
+      if (cutter.reads_whole()) {
         Chunk chunk = make_chunk();
         chunk.text = read_file(path);
         chunk.input_bytes = chunk.text.size();
@@ -160,23 +217,21 @@ void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&
       }
       auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
       const bool compressed = kind == InputKind::jsonl_gz;  // its read bytes are not the file's
-      std::string block(1 << 20, '\0');
+      // Blocks no larger than a chunk: small chunks (tests) are cut at every point they may be.
+      std::string block(static_cast<size_t>(std::min<int64_t>(1 << 20, chunk_bytes)), '\0');
       Chunk chunk = make_chunk();
-      size_t last_newline = std::string::npos;  // in chunk.text; only new bytes are searched
       for (;;) {
         const size_t got = stream->read(block.data(), block.size());
         if (got == 0) break;
-        if (const void* nl = memrchr(block.data(), '\n', got)) {
-          last_newline = chunk.text.size() + static_cast<size_t>(static_cast<const char*>(nl) - block.data());
-        }
         chunk.text.append(block.data(), got);
-        if (chunk.text.size() < static_cast<size_t>(chunk_bytes) || last_newline == std::string::npos) continue;
+        const size_t cut = cutter.last_cut(chunk.text);
+        if (chunk.text.size() < static_cast<size_t>(chunk_bytes) || cut == std::string::npos) continue;
         Chunk next = make_chunk();
-        next.text = chunk.text.substr(last_newline + 1);
-        chunk.text.resize(last_newline + 1);
+        next.text = chunk.text.substr(cut);
+        chunk.text.resize(cut);
+        cutter.cut_at(cut);
         next.first_line = chunk.first_line + std::count(chunk.text.begin(), chunk.text.end(), '\n');
         if (!compressed) chunk.input_bytes = chunk.text.size();
-        last_newline = std::string::npos;
         emit(std::exchange(chunk, std::move(next)));
       }
       chunk.input_bytes = compressed ? fs::file_size(path) : chunk.text.size();
@@ -451,7 +506,7 @@ void for_each_document(const fs::path& path, const std::string& text_field, cons
   // callback, ends the reading with an error chunk and is raised here.
   std::exception_ptr error;
   bool go_on = true;
-  read_chunks({path}, PrepareOptions{}.chunk_bytes, [&](const Chunk& chunk) {
+  read_chunks({path}, PrepareOptions{}.chunk_bytes, separator, [&](const Chunk& chunk) {
     if (chunk.error) {
       error = chunk.error;
     } else if (go_on) {
@@ -548,7 +603,7 @@ json prepare(const PrepareOptions& options) {
   std::condition_variable changed;
   auto reader = [&] {
     try {
-      read_chunks(inputs, options.chunk_bytes, [&](Chunk chunk) {
+      read_chunks(inputs, options.chunk_bytes, options.separator, [&](Chunk chunk) {
         {
           std::unique_lock lock(mu);
           changed.wait(lock, [&] { return abort || in_flight.size() < window; });

@@ -69,10 +69,10 @@ struct PrepareOptions {
   uint64_t seed = 0;
   int64_t record_tokens = 1 << 16;       // longer documents are cut into several records
   int threads = 0;                       // 0: all cores
-  // A .jsonl file is read in runs of whole lines of at least this many bytes (a .txt file is one
-  // run, whole), tokenized on all threads; at most 2 x threads + 1 runs are read and not yet
-  // written: what bounds memory, whatever the sizes of the .jsonl files. One thread reads (and
-  // decompresses) every input, in order.
+  // Inputs are read in runs of whole .jsonl lines, or whole .txt documents, of at least this
+  // many bytes (a .txt file of one document is one run), tokenized on all threads; at most
+  // 2 x threads + 1 runs are read and not yet written: what bounds memory, whatever the sizes of
+  // the files. One thread reads (and decompresses) every input, in order.
   int64_t chunk_bytes = 4 << 20;
   bool progress = true;                  // a progress line on stderr
   // Called with "file:line: problem" for every skipped line (policy skip), and with the warning

@@ -152,5 +152,44 @@ TEST(PrepareSplit, EnoughDocumentsAreSplitByDocument) {
   EXPECT_EQ(prepared.train.back(), tokenizer.eot_id());
 }
 
+// A .txt file is read in chunks that end at document boundaries, tokenized on several threads:
+// the documents and the shards are the ones of the file read whole, for each kind of separator
+// (a chunk of 1 byte is cut at every boundary, one of 7 at some, one of 4 MiB at none).
+TEST(PrepareChunks, TxtFilesCutAtDocumentBoundariesGiveTheSameShards) {
+  for (const auto& [flag, separator] : std::vector<std::pair<std::string, std::string>>{
+           {"blank-line", "\n \t\r\n\n"}, {"\\n%\\n", "\n%\n"}, {"<|endoftext|>", "<|endoftext|>"}}) {
+    SCOPED_TRACE(flag);
+    testing::TempDir dir;
+    std::string text = "\n";
+    for (int i = 0; i < 60; ++i) {
+      text += paragraph(i);  // two lines
+      if (flag != "blank-line" && i % 4 == 0) text += "\n\n(a blank line inside the document)";
+      text += separator;
+    }
+    write_file_atomic(dir.path() / "corpus.txt", text);
+    std::vector<std::string> shards;  // of the first run, to compare
+    for (auto [chunk_bytes, threads] : {std::pair{int64_t{4} << 20, 1}, {int64_t{1}, 3}, {int64_t{7}, 2}}) {
+      PrepareOptions options;
+      options.tokenizer = tokenizer_dir();
+      options.inputs = {(dir.path() / "corpus.txt").string()};
+      options.out = dir.path() / fmt::format("out{}", chunk_bytes);
+      options.separator = DocumentSeparator::parse(flag);
+      options.val_fraction = 0.2;
+      options.chunk_bytes = chunk_bytes;
+      options.threads = threads;
+      options.progress = false;
+      const json manifest = prepare(options);
+      EXPECT_EQ(manifest["documents"], 60);
+      EXPECT_EQ(manifest["split"]["by"], "documents");
+      std::vector<std::string> these;
+      for (const std::string split : {"train", "val"}) {
+        for (const fs::path& shard : list_shards(options.out, split)) these.push_back(read_file(shard));
+      }
+      if (shards.empty()) shards = these;
+      EXPECT_EQ(these, shards) << "chunk_bytes " << chunk_bytes;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace paraflow::data
