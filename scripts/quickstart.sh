@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install and build; turn the fortunes corpus (Debian's
-# `fortunes` package) into text documents; train a byte-level BPE tokenizer on it; tokenize it
+# `fortunes` package) into text files; train a byte-level BPE tokenizer on it; tokenize it
 # into TFRecord shards; train a small GPT-2 for a few minutes with 2 data-parallel MPI processes
 # (TensorBoard logs in runs/quickstart); generate text; then serve the model (OpenAI-compatible
 # HTTP on 127.0.0.1), stream one completion with curl and stop the server cleanly.
@@ -12,12 +12,13 @@ paraflow=./build/src/cli/paraflow
 rm -rf corpus runs/quickstart runs/quickstart-tokenizer runs/quickstart-data
 mkdir -p corpus runs
 
-# Fortunes are separated by lines holding a single '%': 100 fortunes per document.
-awk '/^%$/ { if (++count % 100 == 0) file++; next } { print > sprintf("corpus/fortunes-%04d.txt", file) }' \
+# Fortunes are separated by lines holding a single '%', each one a document: 100 fortunes per file.
+awk '{ print > sprintf("corpus/fortunes-%04d.txt", file) } /^%$/ && ++count % 100 == 0 { file++ }' \
   /usr/share/games/fortunes/*.u8
-$paraflow tokenizer train --vocab-size 4096 --input 'corpus/*.txt' --out runs/quickstart-tokenizer
-$paraflow data prepare --tokenizer runs/quickstart-tokenizer --input 'corpus/*.txt' --out runs/quickstart-data \
-  --val-fraction 0.05 2>&1 | tail -n 1
+$paraflow tokenizer train --vocab-size 4096 --input 'corpus/*.txt' --document-separator '\n%\n' \
+  --out runs/quickstart-tokenizer
+$paraflow data prepare --tokenizer runs/quickstart-tokenizer --input 'corpus/*.txt' --document-separator '\n%\n' \
+  --out runs/quickstart-data --val-fraction 0.05 2>&1 | tail -n 1
 
 # OpenMPI refuses to run as root unless told; one thread per process on this 2-core machine.
 as_root=$([[ "$(id -u)" == 0 ]] && echo --allow-run-as-root || true)

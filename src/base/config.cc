@@ -73,8 +73,10 @@ std::string schema_markdown(const ConfigSchema& schema) {
   return out;
 }
 
-Config Config::from_string(const std::string& yaml_text, const std::string& origin, const ConfigSchema& schema) {
+Config Config::from_string(const std::string& yaml_text, const std::string& origin, const ConfigSchema& schema,
+                           std::filesystem::path base_dir) {
   Config config(origin, schema);
+  config.base_dir_ = std::move(base_dir);
   try {
     config.root_ = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
@@ -86,7 +88,7 @@ Config Config::from_string(const std::string& yaml_text, const std::string& orig
 }
 
 Config Config::from_file(const std::string& path, const ConfigSchema& schema) {
-  return from_string(read_file(path), path, schema);
+  return from_string(read_file(path), path, schema, std::filesystem::path(path).parent_path());
 }
 
 void Config::set(const std::string& assignment) {
@@ -99,6 +101,7 @@ void Config::set(const std::string& assignment) {
   } catch (const YAML::Exception& e) {
     fail("--set '{}': the value is not valid YAML: {}", assignment, e.msg);
   }
+  overridden_.push_back(key);
   std::vector<std::string> parts = split_key(key);
   // yaml-cpp nodes are handles: walking with operator[] on copies would rebind, so recurse.
   std::function<void(YAML::Node, size_t)> assign = [&](YAML::Node node, size_t depth) {
@@ -123,6 +126,23 @@ YAML::Node Config::find(const std::string& key) const {
     node.reset(child);
   }
   return node;
+}
+
+std::filesystem::path Config::path(const std::string& key) const {
+  if (!key_spec(key).path) throw Error(fmt::format("config key '{}' is read as a path but not declared one", key));
+  const std::filesystem::path value = get<std::string>(key);
+  // A key set with --set, or a section holding it (--set 'data={train: x}').
+  const bool overridden = std::any_of(overridden_.begin(), overridden_.end(), [&](const std::string& set) {
+    return key == set || key.rfind(set + ".", 0) == 0;
+  });
+  if (value.empty() || value.is_absolute() || overridden || !has(key)) return value;
+  return base_dir_ / value;
+}
+
+std::string Config::describe_path(const std::string& key) const {
+  const std::string written = get<std::string>(key), resolved = path(key).string();
+  return written == resolved ? fmt::format("{} '{}'", key, written)
+                             : fmt::format("{} '{}' ({})", key, written, resolved);
 }
 
 const ConfigKey& Config::key_spec(const std::string& key) const {

@@ -6,6 +6,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -38,6 +39,7 @@ struct ConfigKey {
   std::vector<std::string> choices;          // text keys: the allowed values (empty: any)
   std::string help;
   bool optional = false;  // may be absent without a default (the reader derives it; see help)
+  bool path = false;      // a file or directory: read with Config::path
 };
 using ConfigSchema = std::vector<ConfigKey>;
 
@@ -46,8 +48,11 @@ std::string schema_markdown(const ConfigSchema& schema);
 
 class Config {
  public:
+  // A relative path written in the file is relative to the file's folder (Config::path).
   static Config from_file(const std::string& path, const ConfigSchema& schema);
-  static Config from_string(const std::string& yaml_text, const std::string& origin, const ConfigSchema& schema);
+  // `base_dir`: what relative paths in the text are relative to (empty: the current directory).
+  static Config from_string(const std::string& yaml_text, const std::string& origin, const ConfigSchema& schema,
+                            std::filesystem::path base_dir = {});
 
   // `assignment` is `dotted.key=value`; the value is parsed as YAML (numbers, bools, lists).
   void set(const std::string& assignment);
@@ -70,6 +75,14 @@ class Config {
     }
     return convert<T>(node, key);
   }
+
+  // The value of a path key, resolved: written in the config file and relative, against the
+  // file's folder (the config moves with its data, whatever the current directory); given with
+  // --set, or the default, as it stands (against the current directory). Empty stays empty.
+  std::filesystem::path path(const std::string& key) const;
+  // "key 'value'" for messages, with the resolved path when it differs: "data.train 'corpus'
+  // (configs/corpus)".
+  std::string describe_path(const std::string& key) const;
 
   const std::string& origin() const { return origin_; }
 
@@ -97,6 +110,8 @@ class Config {
   }
 
   std::string origin_;
+  std::filesystem::path base_dir_;
+  std::vector<std::string> overridden_;  // the dotted keys of set()
   const ConfigSchema* schema_;
   YAML::Node root_{YAML::NodeType::Map};
 };

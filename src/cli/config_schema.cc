@@ -30,7 +30,7 @@ const ConfigSchema& run_config_schema() {
       {.key = "model.scale_attn_by_inverse_layer_idx", .type = boolean, .default_value = "false",
        .help = "attention scores also x 1/(layer index + 1), as GPT-2's config.json field"},
 
-      {.key = "data.train", .type = text, .help = "a `paraflow data prepare` dir, TFRecord files (dir or glob), or text files"},
+      {.key = "data.train", .type = text, .help = "a `paraflow data prepare` dir, TFRecord files (dir or glob), or text files", .path = true},
       {.key = "data.format", .type = text, .default_value = "auto", .choices = {"auto", "prepared", "tfrecord", "text"},
        .help = "auto: a dir with manifest.json is `prepared`, TFRecord files are `tfrecord`; byte-level `text` must be asked for"},
       {.key = "data.feature", .type = text, .default_value = "input_ids",
@@ -38,8 +38,8 @@ const ConfigSchema& run_config_schema() {
       {.key = "data.compression", .type = text, .default_value = "auto", .choices = {"auto", "none", "gzip", "zlib"},
        .help = "format tfrecord: auto detects GZIP/ZLIB from each file's first bytes"},
       {.key = "data.validation", .type = text, .default_value = "",
-       .help = "format tfrecord: validation files (dir or glob); none: no evaluation"},
-      {.key = "data.tokenizer", .type = text, .default_value = "", .help = "tokenizer dir copied into exports"},
+       .help = "format tfrecord: validation files (dir or glob); none: no evaluation", .path = true},
+      {.key = "data.tokenizer", .type = text, .default_value = "", .help = "tokenizer dir copied into exports", .path = true},
       {.key = "data.validation_fraction", .type = number, .default_value = "0.05", .range = {.low = 0, .high = 1, .high_open = true},
        .help = "format text: share of the bytes held out for validation"},
 
@@ -75,7 +75,7 @@ const ConfigSchema& run_config_schema() {
       {.key = "train.threads", .type = integer, .default_value = "0", .range = at_least(0),
        .help = "CPU threads per process; 0: all cores"},
       {.key = "train.out_dir", .type = text, .default_value = "runs/default",
-       .help = "checkpoints, export, TensorBoard events; one run at a time (locked)"},
+       .help = "checkpoints, export, TensorBoard events; one run at a time (locked)", .path = true},
       {.key = "train.checkpoint_every", .type = integer, .default_value = "0", .range = at_least(0),
        .help = "steps between checkpoints; 0: only at the end"},
       {.key = "train.keep_checkpoints", .type = integer, .default_value = "3", .range = at_least(1),
@@ -120,12 +120,12 @@ const ConfigSchema& run_config_schema() {
       {.key = "dist.max_staleness", .type = integer, .default_value = "4", .range = at_least(0),
        .help = "async ps mode: a push computed on parameters more than this many updates old is rejected"},
       {.key = "dist.tls_cert", .type = text, .default_value = "",
-       .help = "ps mode: PEM certificate of every task (gRPC TLS); with dist.tls_key"},
-      {.key = "dist.tls_key", .type = text, .default_value = "", .help = "ps mode: PEM private key of dist.tls_cert"},
+       .help = "ps mode: PEM certificate of every task (gRPC TLS); with dist.tls_key", .path = true},
+      {.key = "dist.tls_key", .type = text, .default_value = "", .help = "ps mode: PEM private key of dist.tls_cert", .path = true},
       {.key = "dist.tls_ca", .type = text, .default_value = "",
-       .help = "ps mode: PEM CA that signed the certificates (empty: trust dist.tls_cert itself)"},
+       .help = "ps mode: PEM CA that signed the certificates (empty: trust dist.tls_cert itself)", .path = true},
       {.key = "dist.auth_token_file", .type = text, .default_value = "",
-       .help = "ps mode: a file holding a shared token every call must carry"},
+       .help = "ps mode: a file holding a shared token every call must carry", .path = true},
   };
   return schema;
 }

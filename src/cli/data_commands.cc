@@ -21,6 +21,7 @@ struct TokenizerTrainOptions {
   std::vector<std::string> inputs;
   std::string out;
   std::string text_field = "text";
+  std::string separator = "blank-line";
   int vocab_size = 8192;
   int threads = 0;
 };
@@ -42,9 +43,10 @@ void run_tokenizer_train(const TokenizerTrainOptions& options) {
     batch.clear();
     batch_bytes = 0;
   };
+  const data::DocumentSeparator separator = data::DocumentSeparator::parse(options.separator);
   for (const auto& path : data::expand_inputs(options.inputs)) {
     data::for_each_document(
-        path, options.text_field,
+        path, options.text_field, separator,
         [&](std::string_view text) {
           batch.emplace_back(text);
           batch_bytes += text.size();
@@ -84,7 +86,17 @@ struct PrepareCommandOptions {
   double shard_mb = 64;
   std::string compression = "none";
   std::string on_bad_line = "fail";
+  std::string separator = "blank-line";
 };
+
+// --document-separator, as `tokenizer train` and `data prepare` read it (the same documents).
+void add_separator_option(CLI::App* command, std::string& separator) {
+  command
+      ->add_option("--document-separator", separator,
+                   "How .txt files are cut into documents: blank-line, none (a file is one document), or a text "
+                   "(escapes \\n \\t \\r \\\\)")
+      ->capture_default_str();
+}
 
 }  // namespace
 
@@ -100,6 +112,7 @@ void add_tokenizer_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(between(257, 1 << 24)));
   train_command->add_option("--text-field", train->text_field, "JSON field holding the text")->capture_default_str();
+  add_separator_option(train_command, train->separator);
   train_command->add_option("--threads", train->threads, "Threads for counting words (0 = all)")
       ->check(in_range(at_least(0)));
   train_command->callback([train] { run_tokenizer_train(*train); });
@@ -143,6 +156,7 @@ void add_data_command(CLI::App& app) {
   prepare->add_option("--val-fraction", options->prepare.val_fraction, "Share of documents for validation")
       ->capture_default_str();
   prepare->add_option("--text-field", options->prepare.text_field, "JSON field holding the text")->capture_default_str();
+  add_separator_option(prepare, options->separator);
   prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str()->check(in_range(above(0)));
   prepare->add_option("--compression", options->compression, "none | gzip | zlib")->capture_default_str();
   prepare->add_option("--on-bad-line", options->on_bad_line, "fail | skip")->capture_default_str();
@@ -152,6 +166,7 @@ void add_data_command(CLI::App& app) {
     options->prepare.shard_bytes = static_cast<int64_t>(options->shard_mb * (1 << 20));
     options->prepare.compression = data::parse_compression(options->compression);
     options->prepare.on_bad_line = data::parse_bad_line_policy(options->on_bad_line);
+    options->prepare.separator = data::DocumentSeparator::parse(options->separator);
     nlohmann::json manifest = data::prepare(options->prepare);
     const auto& splits = manifest.at("splits");
     fmt::print(stderr, "prepared {}: train {} documents / {} tokens, val {} documents / {} tokens\n",

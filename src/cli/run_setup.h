@@ -17,7 +17,10 @@ namespace paraflow::cli {
 struct RunSetup {
   model::GptConfig model;
   train::TrainConfig train;
+  // Paths are resolved (Config::path): a relative one written in the config file is relative to
+  // the file's folder.
   std::string data_path;
+  std::string data_label;  // "data.train 'as written' (resolved)", for messages
   std::string data_format;  // prepared | tfrecord | text (auto resolved)
   std::string data_feature;
   std::string data_compression;  // auto | none | gzip | zlib

@@ -44,7 +44,7 @@ void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Commu
   // The chief owns out_dir: one run at a time, and a crashed save's leftovers are removed.
   std::optional<DirectoryLock> out_dir_lock;
   if (communicator.rank() == 0) {
-    out_dir_lock.emplace(setup.train.out_dir);
+    out_dir_lock.emplace(setup.train.out_dir, "train.out_dir");
     train::CheckpointManager(setup.train.out_dir, setup.train.keep_checkpoints).remove_stale_temporaries();
   }
   Backend& backend = cpu_backend();
@@ -120,7 +120,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       return;
     }
     default: {
-      DirectoryLock out_dir_lock(config.out_dir);
+      DirectoryLock out_dir_lock(config.out_dir, "train.out_dir");
       train::CheckpointManager(config.out_dir, config.keep_checkpoints).remove_stale_temporaries();
       ps::ClusterSettings settings{ps_addresses,      worker_addresses,       security, setup.timeout,
                                    max_message_bytes, setup.ps_synchronous, setup.max_staleness};

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "base/directory_lock.h"
@@ -73,8 +75,8 @@ struct Document {
   uint64_t hash = 0;            // text_hash of its text
 };
 
-// A run of one input's bytes, the unit of work: a .txt file whole, or whole lines of a .jsonl
-// file. The reader cuts the inputs into chunks in order, any worker tokenizes one into its
+// A run of one input's bytes, the unit of work: whole documents of a .txt file (ChunkCutter), or
+// whole lines of a .jsonl file. The reader cuts the inputs into chunks in order, any worker tokenizes one into its
 // documents, and the writer takes them in order again: one file keeps every thread busy, and
 // memory holds a bounded number of chunks whatever the file sizes.
 struct Chunk {
@@ -133,12 +135,68 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
-// Cuts the inputs, in order, into chunks for `emit`: a .txt file whole, a .jsonl file's lines
-// in runs of at least `chunk_bytes` (a longer line makes a larger chunk). An input that cannot
-// be read ends the reading with a chunk that carries the error. `emit` throws Aborted when the
-// writer has stopped.
+// Where the reader may cut an input into chunks without moving a document boundary: after a
+// line of a .jsonl file; after a blank line, or after a separator, of a .txt file. A .txt file
+// of one document (separator none) is read whole. Only bytes not searched before are searched.
+class ChunkCutter {
+ public:
+  ChunkCutter(InputKind kind, const DocumentSeparator& separator) : kind_(kind), separator_(separator) {}
+
+  bool reads_whole() const { return kind_ == InputKind::txt && separator_.kind == DocumentSeparator::Kind::none; }
+
+  // The end of the last cut point in `text`, a chunk so far that grew since the last call; npos
+  // when there is none yet.
+  size_t last_cut(std::string_view text) {
+    if (kind_ != InputKind::txt) {
+      if (const void* newline = memrchr(text.data() + searched_, '\n', text.size() - searched_)) {
+        last_ = static_cast<size_t>(static_cast<const char*>(newline) - text.data()) + 1;
+      }
+    } else if (separator_.kind == DocumentSeparator::Kind::blank_line) {
+      // The last line break in the new bytes that ends a blank line (its line may start before them).
+      for (size_t end = text.size(); end > searched_;) {
+        const size_t newline = text.rfind('\n', end - 1);
+        if (newline == std::string_view::npos || newline < searched_) break;
+        const size_t line_start = text.rfind('\n', newline == 0 ? 0 : newline - 1);
+        const size_t begin = newline == 0 || line_start == std::string_view::npos ? 0 : line_start + 1;
+        if (is_blank(text.substr(begin, newline - begin))) {
+          last_ = newline + 1;
+          break;
+        }
+        end = newline;
+      }
+    } else {
+      // Separators left to right from the chunk's start, as for_each_text_document finds them.
+      const std::string& separator = separator_.text;
+      for (size_t found; (found = text.find(separator, scan_)) != std::string_view::npos;) {
+        scan_ = last_ = found + separator.size();
+      }
+      // No separator starts before the last separator.size() - 1 bytes: they may begin one.
+      scan_ = std::max(scan_, text.size() - std::min(text.size(), separator.size() - 1));
+    }
+    searched_ = text.size();
+    return last_;
+  }
+
+  // The chunk was cut at `cut` (last_cut's): what follows it is the next chunk, searched already.
+  void cut_at(size_t cut) {
+    searched_ -= cut;
+    scan_ = scan_ >= cut ? scan_ - cut : 0;
+    last_ = std::string::npos;
+  }
+
+ private:
+  InputKind kind_;
+  const DocumentSeparator& separator_;
+  size_t searched_ = 0, scan_ = 0, last_ = std::string::npos;
+};
+
+// Cuts the inputs, in order, into chunks for `emit`: runs of at least `chunk_bytes` ending at a
+// ChunkCutter point (a longer document or line makes a larger chunk), or a .txt file of one
+// document whole. An input that cannot be read ends the reading with a chunk that carries the
+// error. `emit` throws Aborted when the writer has stopped.
 template <typename Emit>
-void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&& emit) {
+void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, const DocumentSeparator& separator,
+                 Emit&& emit) {
   for (size_t index = 0; index < inputs.size(); ++index) {
     const fs::path& path = inputs[index];
     auto make_chunk = [&] {
@@ -148,7 +206,8 @@ void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&
     };
     try {
       const InputKind kind = input_kind(path);
-      if (kind == InputKind::txt) {
+      ChunkCutter cutter(kind, separator);
+      if (cutter.reads_whole()) {
         Chunk chunk = make_chunk();
         chunk.text = read_file(path);
         chunk.input_bytes = chunk.text.size();
@@ -158,23 +217,21 @@ void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&
       }
       auto stream = open_input(path, kind == InputKind::jsonl_gz ? Compression::gzip : Compression::none);
       const bool compressed = kind == InputKind::jsonl_gz;  // its read bytes are not the file's
-      std::string block(1 << 20, '\0');
+      // Blocks no larger than a chunk: small chunks (tests) are cut at every point they may be.
+      std::string block(static_cast<size_t>(std::min<int64_t>(1 << 20, chunk_bytes)), '\0');
       Chunk chunk = make_chunk();
-      size_t last_newline = std::string::npos;  // in chunk.text; only new bytes are searched
       for (;;) {
         const size_t got = stream->read(block.data(), block.size());
         if (got == 0) break;
-        if (const void* nl = memrchr(block.data(), '\n', got)) {
-          last_newline = chunk.text.size() + static_cast<size_t>(static_cast<const char*>(nl) - block.data());
-        }
         chunk.text.append(block.data(), got);
-        if (chunk.text.size() < static_cast<size_t>(chunk_bytes) || last_newline == std::string::npos) continue;
+        const size_t cut = cutter.last_cut(chunk.text);
+        if (chunk.text.size() < static_cast<size_t>(chunk_bytes) || cut == std::string::npos) continue;
         Chunk next = make_chunk();
-        next.text = chunk.text.substr(last_newline + 1);
-        chunk.text.resize(last_newline + 1);
+        next.text = chunk.text.substr(cut);
+        chunk.text.resize(cut);
+        cutter.cut_at(cut);
         next.first_line = chunk.first_line + std::count(chunk.text.begin(), chunk.text.end(), '\n');
         if (!compressed) chunk.input_bytes = chunk.text.size();
-        last_newline = std::string::npos;
         emit(std::exchange(chunk, std::move(next)));
       }
       chunk.input_bytes = compressed ? fs::file_size(path) : chunk.text.size();
@@ -192,15 +249,64 @@ void read_chunks(const std::vector<fs::path>& inputs, int64_t chunk_bytes, Emit&
   }
 }
 
-// The documents of a chunk of `path`, in order: a .txt file's whole text, or the `text_field`
-// string of each line of a .jsonl one (blank lines are none). A bad line goes to
+// The flag value that gives `separator` (escapes written back for the manifest).
+std::string separator_name(const DocumentSeparator& separator) {
+  switch (separator.kind) {
+    case DocumentSeparator::Kind::blank_line: return "blank-line";
+    case DocumentSeparator::Kind::none: return "none";
+    case DocumentSeparator::Kind::text: break;
+  }
+  std::string flag;
+  for (char c : separator.text) {
+    flag += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : c == '\\' ? "\\\\" : std::string(1, c);
+  }
+  return flag;
+}
+
+// The documents of a .txt file's `text`, cut as `separator` says (prepare.h).
+template <typename OnDocument>
+void for_each_text_document(std::string_view text, const DocumentSeparator& separator, OnDocument&& on_document) {
+  switch (separator.kind) {
+    case DocumentSeparator::Kind::none:
+      on_document(text);
+      return;
+    case DocumentSeparator::Kind::text:
+      for (size_t start = 0;;) {
+        const size_t end = text.find(separator.text, start);
+        const std::string_view piece = text.substr(start, end == std::string_view::npos ? end : end - start);
+        if (!is_blank(piece)) on_document(piece);
+        if (end == std::string_view::npos) return;
+        start = end + separator.text.size();
+      }
+    case DocumentSeparator::Kind::blank_line: {
+      size_t first = std::string_view::npos, last = 0;  // the document's bytes so far: [first, last)
+      for (size_t start = 0; start < text.size();) {
+        const size_t end = std::min(text.find('\n', start), text.size());
+        const std::string_view line = text.substr(start, end - start);
+        if (!is_blank(line)) {
+          if (first == std::string_view::npos) first = start;
+          last = line.back() == '\r' ? end - 1 : end;
+        } else if (first != std::string_view::npos) {
+          on_document(text.substr(first, last - first));
+          first = std::string_view::npos;
+        }
+        start = end + 1;
+      }
+      if (first != std::string_view::npos) on_document(text.substr(first, last - first));
+      return;
+    }
+  }
+}
+
+// The documents of a chunk of `path`, in order: a .txt file's (for_each_text_document), or the
+// `text_field` string of each line of a .jsonl one (blank lines are none). A bad line goes to
 // `on_bad_line("file:line: problem")`, which returns whether to go on; returns false when it
 // said not to.
 template <typename OnDocument, typename OnBadLine>
 bool for_each_chunk_document(const Chunk& chunk, const fs::path& path, const std::string& text_field,
-                             OnDocument&& on_document, OnBadLine&& on_bad_line) {
+                             const DocumentSeparator& separator, OnDocument&& on_document, OnBadLine&& on_bad_line) {
   if (input_kind(path) == InputKind::txt) {
-    on_document(std::string_view(chunk.text));
+    for_each_text_document(chunk.text, separator, on_document);
     return true;
   }
   json object;
@@ -227,7 +333,7 @@ bool for_each_chunk_document(const Chunk& chunk, const fs::path& path, const std
 void tokenize_chunk(Chunk& chunk, const fs::path& path, const Tokenizer& tokenizer, const PrepareOptions& options) {
   const TokenId eot = tokenizer.eot_id();
   for_each_chunk_document(
-      chunk, path, options.text_field,
+      chunk, path, options.text_field, options.separator,
       [&](std::string_view text) {
         if (text.empty()) {
           ++chunk.empty_documents;
@@ -259,7 +365,7 @@ class ShardSet {
  public:
   ShardSet(std::string split, const PrepareOptions& options) : split_(std::move(split)), options_(options) {}
 
-  void write_document(const std::vector<int32_t>& tokens) {
+  void write_document(std::span<const int32_t> tokens) {
     ++documents_;
     tokens_ += static_cast<int64_t>(tokens.size());
     for (int32_t t : tokens) max_token_ = std::max<int64_t>(max_token_, t);
@@ -311,31 +417,130 @@ class ShardSet {
   int64_t documents_ = 0, tokens_ = 0, records_ = 0, max_token_ = -1;
 };
 
+// Sends the documents, in input order, to the splits: by document (goes_to_val) when the
+// validation share holds at least kMinValidationDocuments of them, else the last val_fraction of
+// the tokens. Which is known once that many documents came, or at the end: until then they are
+// held here (at most kMaxHeldTokens tokens: a corpus of fewer but longer documents is split by
+// document, with a warning when that leaves the validation split empty).
+class Splitter {
+ public:
+  static constexpr int64_t kMaxHeldTokens = int64_t{1} << 27;  // 512 MiB
+
+  Splitter(const PrepareOptions& options, ShardSet& train, ShardSet& val)
+      : options_(options), train_(train), val_(val), holding_(options.val_fraction > 0) {}
+
+  void add(Document&& doc) {
+    ++documents_;
+    if (!holding_) return write_by_document(doc);
+    held_tokens_ += static_cast<int64_t>(doc.tokens.size());
+    held_.push_back(std::move(doc));
+    if (enough_documents() || held_tokens_ > kMaxHeldTokens) release();
+  }
+
+  // The manifest's "split"; `log` gets the warning of a split by tokens.
+  json finish(const std::function<void(const std::string&)>& log) {
+    if (!holding_) {
+      if (options_.val_fraction > 0 && val_documents_ == 0) {
+        log(fmt::format("warning: --val-fraction {}: no document went to the validation split ({} documents: too few "
+                        "to split by document, and over {} tokens: too many to split by tokens in memory); cut the "
+                        "inputs into more documents (--document-separator)",
+                        options_.val_fraction, documents_, kMaxHeldTokens));
+      }
+      return json{{"by", "documents"}};
+    }
+    const int64_t val_tokens = static_cast<int64_t>(std::ceil(options_.val_fraction * static_cast<double>(held_tokens_)));
+    const int64_t train_tokens = held_tokens_ - val_tokens;
+    log(fmt::format("warning: {} document{} too few to split by document at --val-fraction {} (about {:.1f} "
+                    "would be validation, fewer than {}): the validation split is the last {} of the {} tokens "
+                    "instead",
+                    documents_, documents_ == 1 ? " is" : "s are", options_.val_fraction,
+                    options_.val_fraction * static_cast<double>(documents_),
+                    kMinValidationDocuments, val_tokens, held_tokens_));
+    int64_t position = 0;  // of the document's first token in the corpus
+    for (const Document& doc : held_) {
+      const std::span<const int32_t> tokens(doc.tokens);
+      const size_t in_train = static_cast<size_t>(std::clamp<int64_t>(train_tokens - position, 0, std::ssize(tokens)));
+      if (in_train > 0) train_.write_document(tokens.first(in_train));
+      if (in_train < tokens.size()) val_.write_document(tokens.subspan(in_train));
+      position += std::ssize(tokens);
+    }
+    return json{{"by", "tokens"}, {"train_tokens", train_tokens}, {"val_tokens", val_tokens}};
+  }
+
+ private:
+  bool enough_documents() const {
+    return options_.val_fraction * static_cast<double>(documents_) >= kMinValidationDocuments;
+  }
+  void write_by_document(const Document& doc) {
+    const bool to_val = goes_to_val(options_.seed, doc.hash, options_.val_fraction);
+    val_documents_ += to_val;
+    (to_val ? val_ : train_).write_document(doc.tokens);
+  }
+  void release() {
+    holding_ = false;
+    for (const Document& doc : held_) write_by_document(doc);
+    std::vector<Document>().swap(held_);
+  }
+
+  const PrepareOptions& options_;
+  ShardSet &train_, &val_;
+  bool holding_;
+  std::vector<Document> held_;
+  int64_t held_tokens_ = 0, documents_ = 0, val_documents_ = 0;
+};
+
 void remove_stale_outputs(const fs::path& out) {
-  static const std::regex shard(R"((train|val)-\d{5}\.tfrecord(\.gz|\.zlib)?)");
   fs::remove(out / "manifest.json");
   for (const auto& entry : fs::directory_iterator(out)) {
-    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), shard)) fs::remove(entry.path());
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && (is_shard_name(name, "train") || is_shard_name(name, "val"))) fs::remove(entry.path());
   }
 }
 
 }  // namespace
 
-void for_each_document(const fs::path& path, const std::string& text_field,
+void for_each_document(const fs::path& path, const std::string& text_field, const DocumentSeparator& separator,
                        const std::function<void(std::string_view)>& on_document,
                        const std::function<bool(std::string)>& on_bad_line) {
   // What `data prepare` reads, one chunk at a time: a failure while reading, or one thrown by a
   // callback, ends the reading with an error chunk and is raised here.
   std::exception_ptr error;
   bool go_on = true;
-  read_chunks({path}, PrepareOptions{}.chunk_bytes, [&](const Chunk& chunk) {
+  read_chunks({path}, PrepareOptions{}.chunk_bytes, separator, [&](const Chunk& chunk) {
     if (chunk.error) {
       error = chunk.error;
     } else if (go_on) {
-      go_on = for_each_chunk_document(chunk, path, text_field, on_document, on_bad_line);
+      go_on = for_each_chunk_document(chunk, path, text_field, separator, on_document, on_bad_line);
     }
   });
   if (error) std::rethrow_exception(error);
+}
+
+bool is_shard_name(const std::string& file_name, const std::string& split) {
+  static const std::regex shard(R"((train|val)-\d{5}\.tfrecord(\.gz|\.zlib)?)");
+  std::smatch match;
+  return std::regex_match(file_name, match, shard) && match[1] == split;
+}
+
+DocumentSeparator DocumentSeparator::parse(std::string_view flag) {
+  if (flag == "blank-line") return {};
+  if (flag == "none") return {.kind = Kind::none};
+  DocumentSeparator separator{.kind = Kind::text};
+  for (size_t i = 0; i < flag.size(); ++i) {
+    if (flag[i] != '\\' || i + 1 == flag.size()) {
+      separator.text += flag[i];
+      continue;
+    }
+    switch (flag[++i]) {
+      case 'n': separator.text += '\n'; break;
+      case 'r': separator.text += '\r'; break;
+      case 't': separator.text += '\t'; break;
+      case '\\': separator.text += '\\'; break;
+      default: fail("--document-separator '{}': unknown escape '\\{}' (known: \\n \\r \\t \\\\)", flag, flag[i]);
+    }
+  }
+  check(!separator.text.empty(), "--document-separator must not be empty (blank-line, none, or a text)");
+  return separator;
 }
 
 BadLinePolicy parse_bad_line_policy(std::string_view name) {
@@ -380,7 +585,7 @@ json prepare(const PrepareOptions& options) {
   check(tokenizer.eot_id() >= 0, "{}: the tokenizer has no {} token", options.tokenizer.string(), kEndOfText);
   // Held to the end: a second prepare into the same directory (whose stale-output sweep would
   // delete this one's shards as they are written) is refused, naming this process.
-  const DirectoryLock out_lock(options.out);
+  const DirectoryLock out_lock(options.out, "--out");
   remove_stale_outputs(options.out);
 
   auto log = options.log ? options.log : [](const std::string& m) { fmt::print(stderr, "{}\n", m); };
@@ -398,7 +603,7 @@ json prepare(const PrepareOptions& options) {
   std::condition_variable changed;
   auto reader = [&] {
     try {
-      read_chunks(inputs, options.chunk_bytes, [&](Chunk chunk) {
+      read_chunks(inputs, options.chunk_bytes, options.separator, [&](Chunk chunk) {
         {
           std::unique_lock lock(mu);
           changed.wait(lock, [&] { return abort || in_flight.size() < window; });
@@ -449,6 +654,7 @@ json prepare(const PrepareOptions& options) {
   auto start = std::chrono::steady_clock::now();
 
   ShardSet train("train", options), val("val", options);
+  Splitter splitter(options, train, val);
 
   std::vector<std::thread> pool;
   pool.emplace_back(reader);
@@ -483,9 +689,9 @@ json prepare(const PrepareOptions& options) {
       }
       changed.notify_all();
       if (chunk.error) std::rethrow_exception(chunk.error);
-      for (const Document& doc : chunk.docs) {
-        (goes_to_val(options.seed, doc.hash, options.val_fraction) ? val : train).write_document(doc.tokens);
+      for (Document& doc : chunk.docs) {
         file_tokens += static_cast<int64_t>(doc.tokens.size());
+        splitter.add(std::move(doc));
       }
       for (const auto& message : chunk.skipped) log(message);
       file_documents += static_cast<int64_t>(chunk.docs.size());
@@ -526,6 +732,7 @@ json prepare(const PrepareOptions& options) {
   }
   stop_pool();
   if (options.progress) progress.finish();
+  json split = splitter.finish(log);
 
   json manifest = {
       {"format", "paraflow.prepare/1"},
@@ -538,6 +745,7 @@ json prepare(const PrepareOptions& options) {
        {{"val_fraction", options.val_fraction},
         {"seed", options.seed},
         {"text_field", options.text_field},
+        {"document_separator", separator_name(options.separator)},
         {"shard_bytes", options.shard_bytes},
         {"record_tokens", options.record_tokens},
         {"compression", std::string(compression_name(options.compression))},
@@ -547,6 +755,7 @@ json prepare(const PrepareOptions& options) {
       {"tokens", tokens},
       {"skipped_lines", skipped_lines},
       {"empty_documents", empty_documents},
+      {"split", split},
       {"splits", {{"train", train.finish()}, {"val", val.finish()}}},
   };
   write_file_atomic(options.out / "manifest.json", manifest.dump(2) + "\n");

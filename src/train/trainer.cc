@@ -42,7 +42,7 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.adamw.weight_decay = config.get<double>("train.weight_decay");
   c.adamw.grad_clip = config.get<double>("train.grad_clip");
   c.seed = config.get<uint64_t>("train.seed");
-  c.out_dir = config.get<std::string>("train.out_dir");
+  c.out_dir = config.path("train.out_dir");
   c.checkpoint_every = config.get<int64_t>("train.checkpoint_every");
   c.keep_checkpoints = config.get<int>("train.keep_checkpoints");
   c.log_every = config.get<int64_t>("train.log_every");

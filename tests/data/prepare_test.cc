@@ -73,10 +73,11 @@ Corpus make_corpus() {
     }
     write_text(c.dir / name, content, f == 1 ? Compression::gzip : Compression::none);
   }
-  for (int f = 0; f < 4; ++f) {  // d0.txt .. d3.txt, one document each
-    std::string text = document(next++) + "\n\nwith paragraphs\n";
-    write_text(c.dir / fmt::format("d{}.txt", f), text);
+  for (int f = 0; f < 4; ++f) {  // d0.txt .. d3.txt, two documents each: blank lines separate them
+    std::string text = document(next++);
+    write_text(c.dir / fmt::format("d{}.txt", f), text + "\n\nwith paragraphs\n");
     c.docs.push_back(text);
+    c.docs.push_back("with paragraphs");
   }
   return c;
 }
