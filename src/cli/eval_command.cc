@@ -27,7 +27,7 @@ void run_eval(const EvalOptions& options) {
   std::unique_ptr<train::BatchSource> data = setup.open_data();
   train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train);
   if (!options.watch.empty()) {
-    evaluator.watch(options.watch, setup.train.steps, stop_requests());
+    evaluator.watch(options.watch, setup.train.steps, stop_requests("finishing this evaluation"));
     return;
   }
   train::EvalResult result = evaluator.evaluate_dir(options.checkpoint);

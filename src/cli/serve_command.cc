@@ -77,7 +77,7 @@ std::vector<serve::ModelSource> model_sources(const ServeOptions& options) {
 }
 
 void run_serve(ServeOptions options) {
-  const std::atomic<bool>* stop = stop_requests();
+  const std::atomic<bool>* stop = stop_requests("draining the requests in flight");
   Backend& backend = cpu_backend();
   options.engine.weights = weights_dtype(options.dtype, backend);
   options.engine.kv_cache_dtype = kv_cache_dtype(options.kv_cache_dtype, options.engine.weights);

@@ -132,7 +132,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
 void run_train(const TrainOptions& options) {
   // From the start: a SIGTERM while the data loads or the graph builds still ends with a
   // checkpoint and exit 0, instead of killing the process.
-  const std::atomic<bool>* stop = stop_requests();
+  const std::atomic<bool>* stop = stop_requests("a checkpoint");
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
