@@ -12,6 +12,7 @@
 #include "cli/stop_signal.h"
 #include "dist/cluster_spec.h"
 #include "dist/communicator.h"
+#include "dist/mesh.h"
 #include "cli/run_setup.h"
 #include "ps/coordinator.h"
 #include "ps/parameter_server.h"
@@ -158,10 +159,13 @@ void run_train(const TrainOptions& options) {
 
   std::unique_ptr<dist::Communicator> communicator = join_training_group(setup.timeout);
   if (communicator->size() == 1) return train_in_group(setup, data, *communicator, stop);
-  if (communicator->rank() == 0) {
-    fmt::print(stderr, "data parallel: {} ranks over {}\n", communicator->size(), communicator->name());
-  }
   try {
+    if (communicator->rank() == 0) {
+      const dist::MeshShape mesh =
+          dist::mesh_shape(communicator->size(), train_config.tensor_parallel, train_config.pipeline_parallel);
+      fmt::print(stderr, "{} ranks over {}: tensor parallel {} x pipeline parallel {} x data parallel {}\n",
+                 communicator->size(), communicator->name(), mesh.tensor, mesh.pipeline, mesh.data);
+    }
     train_in_group(setup, data, *communicator, stop);
   } catch (const std::exception& e) {
     // The other ranks may be waiting for this one in a collective: end the whole job from here.
@@ -175,7 +179,7 @@ void run_train(const TrainOptions& options) {
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* command = app.add_subcommand("train", "Train a GPT-2-architecture model from a YAML config");
-  command->add_option("--config", options->config_path, "YAML config (see configs/)")->required()->check(CLI::ExistingFile);
+  add_config_option(command, options->config_path, "YAML config (see configs/)");
   command->add_option("--set", options->overrides, "Override a config key: --set train.lr=3e-4 (repeatable)");
   command->add_option("--threads", options->threads, "CPU threads (default: all cores, or train.threads)")
       ->check(in_range(at_least(0)));
