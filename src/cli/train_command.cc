@@ -105,7 +105,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
   switch (cluster.role()) {
     case dist::Role::ps: {
-      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend());
+      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend(), cluster.cluster_json());
       fmt::print(stderr, "{}: serving its shard of the variables ({})\n", task, security.describe());
       server.serve(stop, setup.timeout);
       return;
@@ -114,7 +114,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       std::unique_ptr<train::BatchSource> data = setup.open_data();
       ps::WorkerSettings settings{cluster.address(), ps_addresses, security, setup.timeout, max_message_bytes,
                                   setup.ps_synchronous,
-                                  setup.ps_synchronous ? static_cast<int>(worker_addresses.size()) : 1};
+                                  setup.ps_synchronous ? static_cast<int>(worker_addresses.size()) : 1,
+                                  cluster.cluster_json()};
       ps::WorkerTask worker(setup.model, config, *data, cpu_backend(), placement, std::move(settings));
       fmt::print(stderr, "{}: waiting for steps from the chief ({})\n", task, security.describe());
       worker.serve(stop, setup.timeout);
@@ -124,7 +125,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       DirectoryLock out_dir_lock(config.out_dir);
       train::CheckpointManager(config.out_dir, config.keep_checkpoints).remove_stale_temporaries();
       ps::ClusterSettings settings{ps_addresses,      worker_addresses,       security, setup.timeout,
-                                   max_message_bytes, setup.ps_synchronous, setup.max_staleness};
+                                   max_message_bytes, setup.ps_synchronous, setup.max_staleness,
+                                   cluster.cluster_json()};
       ps::Coordinator(setup.model, config, std::move(placement), std::move(settings)).run(stop);
     }
   }
