@@ -3,7 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "backend/backend.h"
@@ -22,8 +25,8 @@ void add_plan_command(CLI::App& app);
 void add_config_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 
-// A CLI11 check that an option's value is a number in `range`, refusing others with a message
-// naming the value and the range ("--ranks: 0 must be >= 1").
+// A CLI11 check that an option's value is a finite number in `range`, refusing others with a
+// message naming the value and the range ("--ranks: 0 must be >= 1"; "inf" and "nan" too).
 inline CLI::Validator in_range(const Range& range) {
   return CLI::Validator(
       [range](std::string& text) -> std::string {
@@ -35,9 +38,30 @@ inline CLI::Validator in_range(const Range& range) {
           used = 0;
         }
         if (used == 0 || used != text.size()) return fmt::format("'{}' is not a number", text);
+        if (!std::isfinite(value)) return fmt::format("{} is not a finite number", text);
         return range.contains(value) ? "" : fmt::format("{} must be {}", text, range.describe());
       },
       "NUMBER " + range.describe());
+}
+
+// --config of train, eval and plan, also accepted as the command's argument: `paraflow train my.yaml`.
+inline void add_config_option(CLI::App* command, std::string& path, const std::string& description) {
+  command->add_option("config,--config", path, description + " (--config may be left out: `" + command->get_name() + " my.yaml`)")
+      ->required()
+      ->check(CLI::ExistingFile);
+}
+
+// A CLI11 check for an unsigned 64-bit option (a seed): decimal digits in [0, 2^64 - 1]. (CLI11
+// alone would wrap -1 and saturate 999999999999999999999, both to 2^64 - 1.)
+inline CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc() && end == text.data() + text.size()) return "";
+        return fmt::format("{} is not an integer in [0, {}]", text, std::numeric_limits<uint64_t>::max());
+      },
+      "INTEGER in [0, 2^64-1]");
 }
 
 // --dtype of generate and serve: float32, bfloat16 or float16 on request; by default the 16-bit

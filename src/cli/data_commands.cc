@@ -62,19 +62,29 @@ void run_tokenizer_train(const TokenizerTrainOptions& options) {
              tokenizer.vocab_size(), documents, trainer.distinct_words(), options.out);
 }
 
-// Decimal ids separated by commas and/or whitespace; anything else ('12abc', '1.5', '0x10') is refused.
+// Decimal ids separated by commas and/or whitespace, optionally in brackets: "7,8", "7 8", "[7, 8]"
+// (as `tokenizer encode` and Python print them). Anything else ('12abc', '1.5', '0x10', '7;8') is
+// refused, naming the token.
 std::vector<data::TokenId> parse_ids(const std::string& text) {
+  constexpr const char* kSeparators = ", \t\n";
+  std::string_view list = text;
+  const size_t open = list.find_first_not_of(kSeparators);
+  const size_t close = list.find_last_not_of(kSeparators);
+  if (open != std::string_view::npos && list[open] == '[' && list[close] == ']') {
+    list = list.substr(open + 1, close - open - 1);
+  }
   std::vector<data::TokenId> ids;
   size_t position = 0;
   while (true) {
-    position = text.find_first_not_of(", \t\n", position);
-    if (position == std::string::npos) break;
-    const size_t end = std::min(text.find_first_of(", \t\n", position), text.size());
-    const std::string item = text.substr(position, end - position);
+    position = list.find_first_not_of(kSeparators, position);
+    if (position == std::string_view::npos) break;
+    const size_t end = std::min(list.find_first_of(kSeparators, position), list.size());
+    const std::string_view item = list.substr(position, end - position);
     data::TokenId id = 0;
     auto [stop, error] = std::from_chars(item.data(), item.data() + item.size(), id);
     check(error == std::errc() && stop == item.data() + item.size(),
-          "--ids: '{}' (at character {}) is not a decimal token id", item, position + 1);
+          "--ids: '{}' is not a decimal token id (the ids are separated by commas or spaces: '7,8', '7 8' or "
+          "'[7, 8]')", item);
     ids.push_back(id);
     position = end;
   }
@@ -130,9 +140,9 @@ void add_tokenizer_command(CLI::App& app) {
   });
 
   auto ids = std::make_shared<std::string>();
-  CLI::App* decode = command->add_subcommand("decode", "Print the text of comma-separated ids");
+  CLI::App* decode = command->add_subcommand("decode", "Print the text of token ids (as `tokenizer encode` prints them), with no newline added");
   decode->add_option("--tokenizer", *tokenizer_dir, "Tokenizer directory")->required()->check(CLI::ExistingDirectory);
-  decode->add_option("--ids", *ids, "Token ids separated by commas or spaces")->required();
+  decode->add_option("--ids", *ids, "Decimal token ids separated by commas and/or spaces, optionally in brackets: '7,8', '7 8', '[7, 8]'")->required();
   decode->callback([tokenizer_dir, ids] {
     data::Tokenizer tokenizer = data::Tokenizer::load(*tokenizer_dir);
     std::vector<data::TokenId> parsed = parse_ids(*ids);
@@ -160,7 +170,7 @@ void add_data_command(CLI::App& app) {
   prepare->add_option("--shard-mb", options->shard_mb, "Shard size bound")->capture_default_str()->check(in_range(above(0)));
   prepare->add_option("--compression", options->compression, "none | gzip | zlib")->capture_default_str();
   prepare->add_option("--on-bad-line", options->on_bad_line, "fail | skip")->capture_default_str();
-  prepare->add_option("--seed", options->prepare.seed, "Split seed")->capture_default_str();
+  prepare->add_option("--seed", options->prepare.seed, "Split seed")->capture_default_str()->check(unsigned_64());
   prepare->add_option("--threads", options->prepare.threads, "Threads (0 = all)")->check(in_range(at_least(0)));
   prepare->callback([options] {
     options->prepare.shard_bytes = static_cast<int64_t>(options->shard_mb * (1 << 20));

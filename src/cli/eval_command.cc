@@ -27,7 +27,9 @@ void run_eval(const EvalOptions& options) {
   std::unique_ptr<train::BatchSource> data = setup.open_data();
   train::Evaluator evaluator(setup.model, *data, cpu_backend(), setup.train);
   if (!options.watch.empty()) {
-    evaluator.watch(options.watch, setup.train.steps, stop_requests());
+    const std::atomic<bool>* stop = stop_requests("finishing this evaluation");
+    fmt::print(stderr, "evaluator: watching {} for checkpoints up to step {}\n", options.watch, setup.train.steps);
+    evaluator.watch(options.watch, setup.train.steps, stop);
     return;
   }
   train::EvalResult result = evaluator.evaluate_dir(options.checkpoint);
@@ -40,12 +42,14 @@ void run_eval(const EvalOptions& options) {
 void add_eval_command(CLI::App& app) {
   auto options = std::make_shared<EvalOptions>();
   CLI::App* command = app.add_subcommand("eval", "Evaluate a checkpoint on the validation split, or follow a run");
-  command->add_option("--config", options->config_path, "The run's YAML config")->required()->check(CLI::ExistingFile);
+  add_config_option(command, options->config_path, "The run's YAML config");
   command->add_option("--set", options->overrides, "Override a config key (repeatable)");
   auto* checkpoint = command->add_option("--checkpoint", options->checkpoint, "A checkpoint or export dir")
                          ->check(CLI::ExistingDirectory);
   auto* watch = command->add_option("--watch", options->watch,
-                                    "A run dir: evaluate each new checkpoint, TensorBoard summaries in <dir>/eval");
+                                    "A run dir (train.out_dir, which must exist): evaluate each new checkpoint, TensorBoard "
+                                    "summaries in <dir>/eval")
+                    ->check(CLI::ExistingDirectory);
   checkpoint->excludes(watch);
   command->add_option("--threads", options->threads, "CPU threads (default: all cores)")->check(in_range(at_least(0)));
   command->callback([options] {

@@ -145,7 +145,7 @@ void add_generate_command(CLI::App& app) {
                       "Lower the logit of every token generated already by this much (OpenAI's presence_penalty)")
       ->capture_default_str()
       ->check(in_range(between(-2, 2)));
-  command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str();
+  command->add_option("--seed", options->sampling.seed, "Sampling seed")->capture_default_str()->check(unsigned_64());
   command->add_option("--stop", options->stops,
                       "End the completion before this text, wherever it appears (repeatable; bash: --stop $'\\n\\n' "
                       "for two newlines)")

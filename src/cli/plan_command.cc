@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cmath>
 #include <memory>
 
 #include "cli/commands.h"
@@ -35,6 +36,16 @@ int64_t largest_fitting(int64_t low, int64_t high, int64_t step, const std::func
     (fits(middle) ? good : bad) = middle;
   }
   return good;
+}
+
+// `value` in `unit` with the SI prefix that leaves 1 to 3 digits before the point, to 3
+// significant digits: "35.2 GFLOP/s" and "4.1 ms" for a small model, not "0.0 TFLOP/s" and "0.000 s".
+std::string with_si_prefix(double value, const char* unit) {
+  static constexpr const char* kPrefixes[] = {"n", "u", "m", "", "k", "M", "G", "T", "P", "E"};
+  int prefix = 3;
+  while (value != 0 && std::abs(value) < 1 && prefix > 0) value *= 1000, --prefix;
+  while (std::abs(value) >= 1000 && prefix < 9) value /= 1000, ++prefix;
+  return fmt::format("{:.3g} {}{}", value, kPrefixes[prefix], unit);
 }
 
 // Memory per rank of each stage, and the modelled step time with its bubble and communication.
@@ -74,10 +85,10 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
   const train::StepTimeModel time =
       train::model_step_time(setup.model, config, options.ranks, peak, options.bandwidth_gbs * 1e9, tensor_gbs * 1e9);
   const double total = time.total();
-  auto share = [&](double part) { return fmt::format("{:.3f} s ({:.1f}%)", part, 100.0 * part / total); };
-  fmt::print("modelled step at {:.1f} TFLOP/s{}, {:.1f} GB/s between ranks{}: {:.3f} s, {:.0f} tokens/s\n",
-             peak / 1e12, options.peak_tflops > 0 ? "" : " (this CPU's measured f32 GEMM peak)", options.bandwidth_gbs,
-             mesh.tensor > 1 ? fmt::format(" and {:.1f} GB/s between shards", tensor_gbs) : "", total,
+  auto share = [&](double part) { return fmt::format("{} ({:.1f}%)", with_si_prefix(part, "s"), 100.0 * part / total); };
+  fmt::print("modelled step at {}{}, {:.1f} GB/s between ranks{}: {}, {:.0f} tokens/s\n",
+             with_si_prefix(peak, "FLOP/s"), options.peak_tflops > 0 ? "" : " (this CPU's measured f32 GEMM peak)", options.bandwidth_gbs,
+             mesh.tensor > 1 ? fmt::format(" and {:.1f} GB/s between shards", tensor_gbs) : "", with_si_prefix(total, "s"),
              static_cast<double>(config.batch_size * config.sequence_length) / total);
   fmt::print("  compute {} | bubble {} | stage transfers {} | tensor-parallel all-reduces {} | gradient all-reduce {}\n",
              share(time.compute), share(time.bubble), share(time.pipeline_transfers), share(time.tensor_all_reduce),
@@ -130,7 +141,7 @@ void run_plan(const PlanOptions& options) {
 void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* command = app.add_subcommand("plan", "Memory per rank, FLOPs and modelled step time of a training layout, without training");
-  command->add_option("--config", options->config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  add_config_option(command, options->config_path, "YAML config");
   command->add_option("--set", options->overrides, "Override a config key (repeatable)");
   command->add_option("--ranks", options->ranks, "Ranks of the job (stages x data-parallel replicas)")
       ->capture_default_str()

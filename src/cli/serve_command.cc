@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/memory_flags.h"
 #include "cli/stop_signal.h"
 #include "infer/engine.h"
 #include "serve/http_server.h"
@@ -80,7 +81,8 @@ std::vector<serve::ModelSource> model_sources(const ServeOptions& options) {
 }
 
 void run_serve(ServeOptions options) {
-  const std::atomic<bool>* stop = stop_requests();
+  const std::atomic<bool>* stop = stop_requests("draining the requests in flight");
+  check_kv_cache_fits(options.engine.kv_cache_gb);
   Backend& backend = cpu_backend();
   options.engine.weights = weights_dtype(options.dtype, backend);
   options.engine.kv_cache_dtype = kv_cache_dtype(options.kv_cache_dtype, options.engine.weights);
@@ -93,6 +95,7 @@ void run_serve(ServeOptions options) {
                                                         : serve::read_batching_parameters(options.batching_parameters_file);
   }
   auto load_version = [&](const serve::ModelSource&, int64_t, const std::filesystem::path& dir) {
+    check_sequences_fit(options.engine, dir);
     return serve::load_export_dir(dir, backend, options.engine, batching);
   };
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));

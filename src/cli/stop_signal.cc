@@ -1,9 +1,12 @@
 #include "cli/stop_signal.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <optional>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -13,6 +16,7 @@ namespace {
 
 std::atomic<bool> stop_requested{false};
 std::atomic<bool> stop_handled{false};  // some command polls stop_requested
+std::string insisted_message;           // written before stop_handled is set, read after
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -23,14 +27,17 @@ sigset_t stop_signals() {
 }
 
 [[noreturn]] void watch_signals(sigset_t set) {
+  std::optional<std::chrono::steady_clock::time_point> first;  // of the stop request
   for (;;) {
     int signal_number = 0;
     if (sigwait(&set, &signal_number) != 0) continue;
     if (!stop_handled.load()) _exit(128 + signal_number);  // the default action, without a core
-    if (stop_requested.exchange(true)) {
-      // A second signal while the first is being honoured: the user insists.
-      static const char message[] = "second stop signal: exiting without a checkpoint\n";
-      [[maybe_unused]] ssize_t written = write(STDERR_FILENO, message, sizeof message - 1);
+    const auto now = std::chrono::steady_clock::now();
+    if (!first) {
+      first = now;
+      stop_requested.store(true);
+    } else if (now - *first >= kSameStopRequest) {
+      [[maybe_unused]] ssize_t written = write(STDERR_FILENO, insisted_message.data(), insisted_message.size());
       _exit(128 + signal_number);
     }
   }
@@ -46,7 +53,8 @@ void receive_stop_signals_on_one_thread() {
   std::thread(watch_signals, set).detach();
 }
 
-const std::atomic<bool>* stop_requests() {
+const std::atomic<bool>* stop_requests(std::string_view skipped) {
+  insisted_message = fmt::format("second stop signal: exiting without {}\n", skipped);
   stop_handled.store(true);
   return &stop_requested;
 }

@@ -12,6 +12,7 @@
 #include "cli/stop_signal.h"
 #include "dist/cluster_spec.h"
 #include "dist/communicator.h"
+#include "dist/mesh.h"
 #include "cli/run_setup.h"
 #include "ps/coordinator.h"
 #include "ps/parameter_server.h"
@@ -104,7 +105,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
   switch (cluster.role()) {
     case dist::Role::ps: {
-      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend());
+      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend(), cluster.cluster_json());
       fmt::print(stderr, "{}: serving its shard of the variables ({})\n", task, security.describe());
       server.serve(stop, setup.timeout);
       return;
@@ -113,7 +114,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       std::unique_ptr<train::BatchSource> data = setup.open_data();
       ps::WorkerSettings settings{cluster.address(), ps_addresses, security, setup.timeout, max_message_bytes,
                                   setup.ps_synchronous,
-                                  setup.ps_synchronous ? static_cast<int>(worker_addresses.size()) : 1};
+                                  setup.ps_synchronous ? static_cast<int>(worker_addresses.size()) : 1,
+                                  cluster.cluster_json()};
       ps::WorkerTask worker(setup.model, config, *data, cpu_backend(), placement, std::move(settings));
       fmt::print(stderr, "{}: waiting for steps from the chief ({})\n", task, security.describe());
       worker.serve(stop, setup.timeout);
@@ -123,7 +125,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       DirectoryLock out_dir_lock(config.out_dir, "train.out_dir");
       train::CheckpointManager(config.out_dir, config.keep_checkpoints).remove_stale_temporaries();
       ps::ClusterSettings settings{ps_addresses,      worker_addresses,       security, setup.timeout,
-                                   max_message_bytes, setup.ps_synchronous, setup.max_staleness};
+                                   max_message_bytes, setup.ps_synchronous, setup.max_staleness,
+                                   cluster.cluster_json()};
       ps::Coordinator(setup.model, config, std::move(placement), std::move(settings)).run(stop);
     }
   }
@@ -132,7 +135,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
 void run_train(const TrainOptions& options) {
   // From the start: a SIGTERM while the data loads or the graph builds still ends with a
   // checkpoint and exit 0, instead of killing the process.
-  const std::atomic<bool>* stop = stop_requests();
+  const std::atomic<bool>* stop = stop_requests("a checkpoint");
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   int threads = options.threads > 0 ? options.threads : setup.threads;
   if (threads > 0) omp_set_num_threads(threads);
@@ -158,10 +161,13 @@ void run_train(const TrainOptions& options) {
 
   std::unique_ptr<dist::Communicator> communicator = join_training_group(setup.timeout);
   if (communicator->size() == 1) return train_in_group(setup, data, *communicator, stop);
-  if (communicator->rank() == 0) {
-    fmt::print(stderr, "data parallel: {} ranks over {}\n", communicator->size(), communicator->name());
-  }
   try {
+    if (communicator->rank() == 0) {
+      const dist::MeshShape mesh =
+          dist::mesh_shape(communicator->size(), train_config.tensor_parallel, train_config.pipeline_parallel);
+      fmt::print(stderr, "{} ranks over {}: tensor parallel {} x pipeline parallel {} x data parallel {}\n",
+                 communicator->size(), communicator->name(), mesh.tensor, mesh.pipeline, mesh.data);
+    }
     train_in_group(setup, data, *communicator, stop);
   } catch (const std::exception& e) {
     // The other ranks may be waiting for this one in a collective: end the whole job from here.
@@ -175,7 +181,7 @@ void run_train(const TrainOptions& options) {
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* command = app.add_subcommand("train", "Train a GPT-2-architecture model from a YAML config");
-  command->add_option("--config", options->config_path, "YAML config (see configs/)")->required()->check(CLI::ExistingFile);
+  add_config_option(command, options->config_path, "YAML config (see configs/)");
   command->add_option("--set", options->overrides, "Override a config key: --set train.lr=3e-4 (repeatable)");
   command->add_option("--threads", options->threads, "CPU threads (default: all cores, or train.threads)")
       ->check(in_range(at_least(0)));

@@ -146,6 +146,8 @@ std::string ClusterSpec::address() const {
   return job == jobs.end() ? "" : job->second.at(static_cast<size_t>(task_index));
 }
 
+std::string ClusterSpec::cluster_json() const { return nlohmann::json(jobs).dump(); }
+
 std::string ClusterSpec::chief_address() const {
   return jobs.count("chief") ? jobs.at("chief")[0] : jobs.at("worker")[0];
 }

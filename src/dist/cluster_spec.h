@@ -29,6 +29,8 @@ struct ClusterSpec {
   int training_size() const;       // chiefs + workers
   std::string address() const;     // this task's host:port
   std::string chief_address() const;  // the rank-0 task's host:port
+  // The "cluster" part as compact JSON with sorted keys: equal for tasks of one job.
+  std::string cluster_json() const;
 };
 
 // Splits "host:port"; throws InputError naming `what` when malformed.

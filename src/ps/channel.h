@@ -80,6 +80,15 @@ inline std::string peer_name(const char* job, size_t index, const std::string& a
   return fmt::format("{} {} ({})", job, index, address);
 }
 
+// Every task of a job must read one TF_CONFIG cluster (a task that lists other workers would
+// split the batch otherwise). "" when `theirs` (task `peer`'s) is `chief` (the chief's) or either
+// is unknown (""), else the refusal naming the task and both clusters.
+inline std::string cluster_difference(const std::string& peer, const std::string& theirs, const std::string& chief) {
+  if (theirs.empty() || chief.empty() || theirs == chief) return "";
+  return fmt::format("TF_CONFIG differs between tasks: {} has the cluster {}, the chief {}; every task needs the "
+                     "same cluster", peer, theirs, chief);
+}
+
 // One unary call to `peer` (e.g. "ps 1 (127.0.0.1:2223)") within `deadline`; throws PeerError
 // naming the peer and the method. A peer that is not listening fails the call at once, unless
 // `wait_for_ready`: then the call waits for it (within the deadline) to come up.

@@ -95,9 +95,10 @@ struct Coordinator::Impl {
     return call_peer(ps_names[task], method, *shards[task], rpc, request, settings.timeout, settings.security);
   }
 
-  // Every ps task answering, or an error naming those that did not within the timeout. Each try
-  // opens a new channel: an old one to a task that died keeps answering with its last failure
-  // for as long as gRPC's reconnect backoff lasts (measured: up to 19 s).
+  // Every ps task answering (with the chief's cluster), or an error naming those that did not
+  // within the timeout. Each try opens a new channel: an old one to a task that died keeps
+  // answering with its last failure for as long as gRPC's reconnect backoff lasts (measured: up
+  // to 19 s).
   void wait_for_shards() {
     const auto deadline = Clock::now() + settings.timeout;
     while (true) {
@@ -106,8 +107,10 @@ struct Coordinator::Impl {
         try {
           shards[task] = ParameterServer::NewStub(
               open_channel(settings.ps_addresses[task], settings.security, settings.max_message_bytes));
-          call_peer(ps_names[task], "Status", *shards[task], &ParameterServer::Stub::Status, StatusRequest(),
-                    std::chrono::milliseconds(1000), settings.security);
+          const StatusReply status = call_peer(ps_names[task], "Status", *shards[task], &ParameterServer::Stub::Status,
+                                               StatusRequest(), std::chrono::milliseconds(1000), settings.security);
+          const std::string difference = cluster_difference(ps_names[task], status.cluster(), settings.cluster);
+          if (!difference.empty()) throw InputError(difference);
         } catch (const PeerError& e) {
           if (!e.unreachable()) throw;
           silent.push_back(e.what());
@@ -240,19 +243,23 @@ struct Coordinator::Impl {
     return metrics;
   }
 
-  // Steps [step, step + count), each a whole batch applied by its worker as it finishes.
-  StepMetrics asynchronous_steps(int64_t count) {
+  // Steps [step, step + count), each a whole batch applied by its worker as it finishes: the
+  // metrics of each, in order (the window's time shared evenly between them).
+  std::vector<StepMetrics> asynchronous_steps(int64_t count) {
     const auto start = Clock::now();
-    StepMetrics metrics;
     std::vector<StepRequest> steps;
     for (int64_t index = step; index < step + count; ++index) {
       steps.push_back(step_request(index, 0, 1, config.schedule.at(index)));
     }
-    metrics.lr = steps.back().lr();
-    metrics.add_replies(workers->run(steps), count);
-    stale_pushes += metrics.stale_pushes;
+    const std::vector<StepReply> replies = workers->run(steps);
+    const double seconds = seconds_since(start) / static_cast<double>(count);
+    std::vector<StepMetrics> metrics(replies.size());
+    for (size_t index = 0; index < replies.size(); ++index) {
+      metrics[index].lr = steps[index].lr();
+      metrics[index].seconds = seconds;
+      metrics[index].add_replies({replies[index]}, 1);
+    }
     step += count;
-    metrics.seconds = seconds_since(start) / static_cast<double>(count);
     return metrics;
   }
 
@@ -266,6 +273,7 @@ struct Coordinator::Impl {
     request.set_version(step);
     request.set_lr(lr);
     request.set_placement(placement_digest);
+    request.set_cluster(settings.cluster);
     return request;
   }
 
@@ -309,17 +317,18 @@ struct Coordinator::Impl {
     ps_tasks.join();
   }
 
-  void log(data::EventWriter& events, const StepMetrics& metrics) {
+  // The summaries of the step that ended at `at_step`.
+  void log(data::EventWriter& events, const StepMetrics& metrics, int64_t at_step) {
     const double tokens = static_cast<double>(config.batch_size * config.sequence_length);
-    events.add_scalar("train/loss", metrics.loss, step);
-    events.add_scalar("train/lr", metrics.lr, step);
-    if (settings.synchronous) events.add_scalar("train/grad_norm", metrics.grad_norm, step);
-    events.add_scalar("train/tokens_per_second", tokens / metrics.seconds, step);
-    events.add_scalar("ps/pull_seconds", metrics.pull_seconds, step);
-    events.add_scalar("ps/compute_seconds", metrics.compute_seconds, step);
-    events.add_scalar("ps/push_seconds", metrics.push_seconds, step);
-    events.add_scalar("ps/bytes_per_step", static_cast<double>(metrics.bytes), step);
-    if (!settings.synchronous) events.add_scalar("ps/stale_pushes", static_cast<double>(stale_pushes), step);
+    events.add_scalar("train/loss", metrics.loss, at_step);
+    events.add_scalar("train/lr", metrics.lr, at_step);
+    if (settings.synchronous) events.add_scalar("train/grad_norm", metrics.grad_norm, at_step);
+    events.add_scalar("train/tokens_per_second", tokens / metrics.seconds, at_step);
+    events.add_scalar("ps/pull_seconds", metrics.pull_seconds, at_step);
+    events.add_scalar("ps/compute_seconds", metrics.compute_seconds, at_step);
+    events.add_scalar("ps/push_seconds", metrics.push_seconds, at_step);
+    events.add_scalar("ps/bytes_per_step", static_cast<double>(metrics.bytes), at_step);
+    if (!settings.synchronous) events.add_scalar("ps/stale_pushes", static_cast<double>(stale_pushes), at_step);
   }
 };
 
@@ -354,7 +363,7 @@ void Coordinator::train_and_export(const std::atomic<bool>* stop) {
   m.load_shards();
   const int64_t last_step = config.stop_at_step > 0 ? std::min(config.stop_at_step, config.steps) : config.steps;
   const size_t workers = m.settings.worker_addresses.size();
-  Progress progress("step", config.steps, m.settings.synchronous ? config.log_every : 1, m.step);
+  Progress progress("step", config.steps, config.log_every, m.step);
   data::EventWriter events(config.out_dir);
   const double tokens_per_step = static_cast<double>(config.batch_size * config.sequence_length);
   int recoveries = 0;  // in a row, without a step between them
@@ -374,29 +383,31 @@ void Coordinator::train_and_export(const std::atomic<bool>* stop) {
   while (checkpoint.empty()) {
     try {
       while (m.step < last_step && !(stopping = stop && stop->load())) {
-        const int64_t before = m.step;
-        StepMetrics metrics;
+        std::vector<StepMetrics> steps;  // the steps this pass ran, which end at m.step
         if (m.settings.synchronous) {
-          metrics = m.synchronous_step();
+          steps.push_back(m.synchronous_step());
         } else {
           // Windows of 8 steps per worker keep every worker busy; one ends early at a checkpoint.
           int64_t count = std::min<int64_t>(last_step - m.step, 8 * static_cast<int64_t>(workers));
           if (config.checkpoint_every > 0) {
             count = std::min(count, config.checkpoint_every - m.step % config.checkpoint_every);
           }
-          metrics = m.asynchronous_steps(count);
+          steps = m.asynchronous_steps(count);
         }
         recoveries = 0;
-        m.log(events, metrics);
-        std::string line = fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s | pull {:.3f}s compute {:.3f}s push "
-                                       "{:.3f}s | {:.1f} MB/step", metrics.loss, metrics.lr,
-                                       tokens_per_step / metrics.seconds, metrics.pull_seconds,
-                                       metrics.compute_seconds, metrics.push_seconds,
-                                       static_cast<double>(metrics.bytes) / 1e6);
-        if (!m.settings.synchronous) line += fmt::format(" | stale pushes {}", m.stale_pushes);
-        // (Asynchronous windows need not end on a multiple of train.log_every.)
-        if (m.settings.synchronous || m.step / config.log_every != before / config.log_every || m.step == last_step) {
-          progress.update(m.step, line);
+        // Each step logged on its own, as train.log_every asks, in either mode.
+        int64_t ended = m.step - static_cast<int64_t>(steps.size());
+        for (const StepMetrics& metrics : steps) {
+          ++ended;
+          m.stale_pushes += metrics.stale_pushes;
+          m.log(events, metrics, ended);
+          std::string line = fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s | pull {:.3f}s compute {:.3f}s push "
+                                         "{:.3f}s | {:.1f} MB/step", metrics.loss, metrics.lr,
+                                         tokens_per_step / metrics.seconds, metrics.pull_seconds,
+                                         metrics.compute_seconds, metrics.push_seconds,
+                                         static_cast<double>(metrics.bytes) / 1e6);
+          if (!m.settings.synchronous) line += fmt::format(" | stale pushes {}", m.stale_pushes);
+          progress.update(ended, line);
         }
         if (config.checkpoint_every > 0 && m.step % config.checkpoint_every == 0 && m.step < config.steps) {
           m.save_checkpoint();

@@ -24,6 +24,7 @@ struct ClusterSettings {
   int64_t max_message_bytes = 0;
   bool synchronous = true;
   int64_t max_staleness = 0;  // asynchronous
+  std::string cluster;        // the chief's TF_CONFIG cluster (dist::ClusterSpec::cluster_json)
 };
 
 class Coordinator {

@@ -41,7 +41,8 @@ struct Shard {
 
 class ParameterServerService final : public ParameterServer::Service {
  public:
-  ParameterServerService(const ChannelSecurity& security, Backend& backend) : security_(security), backend_(backend) {}
+  ParameterServerService(const ChannelSecurity& security, Backend& backend, std::string cluster)
+      : security_(security), backend_(backend), cluster_(std::move(cluster)) {}
 
   grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
@@ -230,6 +231,7 @@ class ParameterServerService final : public ParameterServer::Service {
 
   grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply* reply) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
+    reply->set_cluster(cluster_);
     std::lock_guard<std::mutex> lock(mutex_);
     if (shard_) {
       reply->set_generation(shard_->generation);
@@ -273,6 +275,7 @@ class ParameterServerService final : public ParameterServer::Service {
 
   const ChannelSecurity& security_;
   Backend& backend_;
+  const std::string cluster_;
   std::mutex mutex_;
   std::unique_ptr<Shard> shard_;
   ShutdownLatch latch_;
@@ -288,10 +291,10 @@ struct ParameterServerTask::Impl {
 };
 
 ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecurity security,
-                                         int64_t max_message_bytes, Backend& backend)
+                                         int64_t max_message_bytes, Backend& backend, std::string cluster)
     : impl_(std::make_unique<Impl>()) {
   impl_->security = std::move(security);
-  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend);
+  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend, std::move(cluster));
   impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()}, &impl_->port);
 }
 

@@ -15,9 +15,10 @@ namespace paraflow::ps {
 
 class ParameterServerTask {
  public:
-  // Listens on `address` at once (port 0: a free one).
+  // Listens on `address` at once (port 0: a free one). `cluster`: its TF_CONFIG cluster
+  // (dist::ClusterSpec::cluster_json), which Status tells the chief; "" when unknown.
   ParameterServerTask(const std::string& address, ChannelSecurity security, int64_t max_message_bytes,
-                      Backend& backend);
+                      Backend& backend, std::string cluster = "");
   ~ParameterServerTask();
 
   // Returns after the chief's Shutdown, or `grace` after *stop becomes true (see ShutdownLatch).

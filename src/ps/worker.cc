@@ -59,6 +59,12 @@ class WorkerService final : public Worker::Service {
                                       "the same model config with the same ps tasks", request->placement(),
                                       placement_digest_));
     }
+    // First: another cluster is the cause of any difference below (the worker count sets the slices).
+    if (const std::string difference = cluster_difference("worker " + settings_.address, settings_.cluster,
+                                                          request->cluster());
+        !difference.empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, difference);
+    }
     if (request->synchronous() != settings_.synchronous || request->slices() != settings_.slices ||
         request->slice() < 0 || request->slice() >= request->slices() || request->batch_index() < 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -24,6 +24,7 @@ struct WorkerSettings {
   int64_t max_message_bytes = 0;
   bool synchronous = true;
   int slices = 1;  // a step's batch is split into this many slices (synchronous: one per worker task)
+  std::string cluster;  // its TF_CONFIG cluster (dist::ClusterSpec::cluster_json); "": not compared
 };
 
 // Refuses, by name, a batch that the worker tasks cannot split in synchronous mode: every task

@@ -38,6 +38,7 @@ struct WorkerPool::Impl {
   uint64_t round = 0;  // run() calls so far: a late answer from an earlier one is dropped
   std::vector<bool> down;
   std::optional<std::string> shard_failure, fatal;
+  bool refused = false;  // `fatal` is a worker's refusal of the step (INVALID_ARGUMENT): bad input
   Clock::time_point last_progress = Clock::now();
 
   // A step pulls, computes and pushes, each of the worker's calls to a ps task bounded by the
@@ -119,6 +120,7 @@ struct WorkerPool::Impl {
         if (!shard_failure) shard_failure = error->what();
       } else if (!fatal) {
         fatal = error->what();
+        refused = error->code() == grpc::StatusCode::INVALID_ARGUMENT;
       }
       changed.notify_all();
     }
@@ -171,6 +173,7 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
   for (size_t index = 0; index < steps.size(); ++index) m.queue.push_back(index);
   m.shard_failure.reset();
   m.fatal.reset();
+  m.refused = false;
   m.last_progress = Clock::now();
   m.changed.notify_all();
   auto all_down = [&] { return std::count(m.down.begin(), m.down.end(), false) == 0; };
@@ -186,6 +189,7 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
   }
   m.queue.clear();
   m.steps = nullptr;
+  if (m.fatal && m.refused) throw InputError(*m.fatal);
   if (m.fatal) throw Error(*m.fatal);
   if (m.shard_failure) throw ShardFailure(*m.shard_failure);
   std::vector<StepReply> replies;

@@ -28,7 +28,8 @@ class WorkerPool {
 
   // Runs every step on some worker and returns the replies in the steps' order. Throws
   // ShardFailure when a worker reports a ps failure (after every call in flight has returned),
-  // and Error when a worker refuses a step, or no worker answers within the timeout.
+  // InputError when a worker refuses a step (its config or TF_CONFIG differs from the chief's),
+  // and Error when no worker answers within the timeout.
   std::vector<StepReply> run(const std::vector<StepRequest>& steps);
 
   // Asks every worker to exit (ps::shut_down_tasks, with the pool's timeout); run() may not be

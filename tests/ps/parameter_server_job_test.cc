@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <regex>
+
 #include "dist/training_job.h"
 
 namespace paraflow {
@@ -142,7 +144,7 @@ TEST_F(ParameterServerJob, AsynchronousModeConvergesAndRejectsStalePushes) {
   const std::map<int64_t, double> sync = scalars("sync", "train/loss"), async = scalars("async", "train/loss");
   ASSERT_FALSE(async.empty());
   const double sync_final = sync.rbegin()->second, async_final = async.rbegin()->second;
-  std::printf("  final loss: sync %.4f, async %.4f; first async window %.4f\n", sync_final, async_final,
+  std::printf("  final loss: sync %.4f, async %.4f; first async step %.4f\n", sync_final, async_final,
               async.begin()->second);
   EXPECT_LT(async_final, 0.8 * async.begin()->second) << "asynchronous training must learn";
   EXPECT_LT(std::abs(async_final - sync_final), 0.1 * sync_final);
@@ -350,6 +352,64 @@ TEST_F(ParameterServerJob, AChiefRefusingItsInputEndsTheWholeJob) {
   EXPECT_EQ(exit_status(tasks[1]), 1) << log("taken", "chief", 0);
   EXPECT_NE(log("taken", "chief", 0).find("other settings"), std::string::npos) << log("taken", "chief", 0);
   for (int task : {0, 2, 3}) EXPECT_EQ(exit_status(tasks[task]), 0) << types[task] << " (124: still waiting)";
+}
+
+// Tasks whose TF_CONFIG clusters differ (here one lists a single worker, the others two) are
+// refused naming the task and both clusters: a ps task by the chief at start, a worker at the
+// first step it is handed (before it computes); the chief exits 1 and tells every task to exit.
+TEST_F(ParameterServerJob, TasksWithAnotherClusterAreRefusedNamingBoth) {
+  for (const char* odd_type : {"ps", "worker"}) {
+    const std::string full = make_cluster(1, 2);
+    nlohmann::json cluster = nlohmann::json::parse("{" + full + "}")["cluster"];
+    nlohmann::json short_cluster = cluster;
+    short_cluster["worker"].erase(1);  // worker 0 alone
+    const std::string out = std::string("odd-") + odd_type;
+    const char* types[] = {"ps", "worker", "worker", "chief"};
+    const int indices[] = {0, 0, 1, 0};
+    std::vector<pid_t> tasks;
+    for (int task = 0; task < 4; ++task) {
+      const bool odd = std::string(types[task]) == odd_type && indices[task] == 0;
+      tasks.push_back(start(fmt::format("(TF_CONFIG='{{\"cluster\":{},\"task\":{{\"type\":\"{}\",\"index\":{}}}}}' "
+                                        "timeout 120 {} >> {} 2>&1)", (odd ? short_cluster : cluster).dump(), types[task],
+                                        indices[task], train_command(out), log_path(out, types[task], indices[task]).string())));
+    }
+    const int chief_status = exit_status(tasks[3]);
+    EXPECT_EQ(chief_status, 1) << odd_type << "\n" << log(out, "chief", 0);
+    const std::string odd_task = std::string(odd_type) == "ps" ? fmt::format("ps 0 ({})", cluster["ps"][0].get<std::string>())
+                                                               : "worker " + cluster["worker"][0].get<std::string>();
+    const std::string expected = fmt::format("TF_CONFIG differs between tasks: {} has the cluster {}, the chief {}",
+                                             odd_task, short_cluster.dump(), cluster.dump());
+    EXPECT_NE(log(out, "chief", 0).find(expected), std::string::npos) << expected << "\n" << log(out, "chief", 0);
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / out / "export"));
+    for (int task : {0, 1, 2}) EXPECT_EQ(exit_status(tasks[task]), 0) << types[task] << " (124: still waiting)";
+  }
+}
+
+// Asynchronous mode logs each step as train.log_every asks: a line every log_every steps and a
+// TensorBoard point every step, as synchronous mode does (it logged once per window of steps).
+TEST_F(ParameterServerJob, AsynchronousModeLogsEveryStepItIsAskedTo) {
+  for (int log_every : {1, 10}) {
+    const std::string out = fmt::format("async-log-{}", log_every);
+    const int status = std::system((launch(1, 2) +
+                                    train_command(out, fmt::format("--set dist.ps_mode=async --set train.steps=40 "
+                                                                   "--set train.log_every={}", log_every)) +
+                                    " > " + (dir.path() / (out + ".log")).string() + " 2>&1")
+                                       .c_str());
+    ASSERT_EQ(status, 0) << read_file(dir.path() / (out + ".log"));
+    const std::string output = read_file(dir.path() / (out + ".log"));
+    const std::regex line("step ([0-9]+)/40 \\|");
+    std::vector<int64_t> logged;
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
+      logged.push_back(std::stoll((*it)[1]));
+    }
+    std::vector<int64_t> expected;
+    for (int64_t step = log_every; step <= 40; step += log_every) expected.push_back(step);
+    EXPECT_EQ(logged, expected) << output;
+    const std::map<int64_t, double> losses = scalars(out, "train/loss");
+    EXPECT_EQ(losses.size(), 40u);
+    if (!losses.empty()) EXPECT_EQ(losses.begin()->first, 1);
+    if (!losses.empty()) EXPECT_EQ(losses.rbegin()->first, 40);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+#include "base/system_memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+namespace paraflow {
+
+namespace {
+
+// The first number in `path` after `key` ("" for the file's first word); -1 when absent.
+int64_t read_number(const char* path, const std::string& key) {
+  std::ifstream file(path);
+  std::string word;
+  while (file >> word) {
+    if (!key.empty() && word != key) continue;
+    if (!key.empty() && !(file >> word)) return -1;
+    try {
+      return std::stoll(word);
+    } catch (const std::exception&) {
+      return -1;  // "max": no limit
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t available_memory_bytes() {
+  int64_t available = read_number("/proc/meminfo", "MemAvailable:") * 1024;
+  if (available < 0) available = static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  // cgroup v2: the limit less what the group already uses.
+  const int64_t limit = read_number("/sys/fs/cgroup/memory.max", "");
+  const int64_t used = read_number("/sys/fs/cgroup/memory.current", "");
+  if (limit >= 0 && used >= 0) available = std::min(available, std::max<int64_t>(limit - used, 0));
+  return available;
+}
+
+}  // namespace paraflow
