@@ -1,32 +1,15 @@
 #include "serve/batching_parameters.h"
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 #include <sched.h>
 
 #include <thread>
 
 #include "base/error.h"
 #include "base/file_io.h"
+#include "serve/tf_serving_config.h"
 #include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
 namespace paraflow::serve {
-
-namespace {
-
-// Keeps the parser's first error with its place (the parser counts lines and columns from 0).
-class FirstError : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-    if (message_.empty()) message_ = fmt::format("{}:{}: {}", line + 1, column + 1, message);
-  }
-  const std::string& message() const { return message_; }
-
- private:
-  std::string message_;
-};
-
-}  // namespace
 
 int64_t schedulable_cpus() {
   cpu_set_t cpus;
@@ -61,12 +44,7 @@ void validate(const BatchingOptions& options) {
 
 BatchingOptions parse_batching_parameters(const std::string& text, const std::string& source) {
   tensorflow::serving::BatchingParameters parameters;
-  FirstError errors;
-  google::protobuf::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &parameters)) {
-    fail("{}:{}", source, errors.message().empty() ? " not a BatchingParameters message" : errors.message());
-  }
+  parse_text_proto(text, source, parameters);
   check(!parameters.enable_large_batch_splitting().value(),
         "{}: enable_large_batch_splitting: not supported; a request's rows always run in one batch "
         "(a request may have up to max_batch_size rows)",

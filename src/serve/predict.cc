@@ -77,9 +77,15 @@ class RowSink : public infer::RequestSink {
 
 }  // namespace
 
-void check_predict_inputs(const model::GptConfig& config, const PredictInputs& inputs) {
+void check_predict_inputs(const infer::Engine& engine, const PredictInputs& inputs) {
+  const model::GptConfig& config = engine.config();
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
   check(!rows.empty(), "input_ids: needs at least one row");
+  const int64_t at_once = engine.options().max_num_seqs + engine.options().max_waiting;
+  check(static_cast<int64_t>(rows.size()) <= at_once,
+        "input_ids: {} rows are more than this server runs at once ({} = --max-num-seqs {} + --max-waiting {}); "
+        "send at most {} rows per call", rows.size(), at_once, engine.options().max_num_seqs,
+        engine.options().max_waiting, at_once);
   for (size_t i = 1; i < rows.size(); ++i) {
     check(rows[i].size() == rows[0].size(), "input_ids: row {} has {} ids, row 0 has {}: a tensor's rows are equal",
           i, rows[i].size(), rows[0].size());
@@ -101,7 +107,7 @@ void check_predict_inputs(const model::GptConfig& config, const PredictInputs& i
 }
 
 void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
-  check_predict_inputs(engine.config(), inputs);
+  check_predict_inputs(engine, inputs);
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
   if (client_gone(inputs.abandoned)) {  // gone while the rows waited for a batch
     done(client_gone_outcome());

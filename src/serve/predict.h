@@ -45,8 +45,10 @@ struct PredictOutcome {
   PredictFailure failure = PredictFailure::none;
 };
 
-// Throws InputError naming the input ("input_ids", ...) when the inputs do not fit the model.
-void check_predict_inputs(const model::GptConfig& config, const PredictInputs& inputs);
+// Throws InputError naming the input ("input_ids", ...) when the inputs do not fit the model, or
+// have more rows than the engine takes at once (--max-num-seqs running + --max-waiting queued:
+// such a call could never run, where one that finds the queue busy is told to retry later).
+void check_predict_inputs(const infer::Engine& engine, const PredictInputs& inputs);
 
 // Checks the inputs (check_predict_inputs), submits the rows and calls `done` on the engine's
 // thread once every row has finished. Throws what Engine::submit throws (QueueFull, Draining)

@@ -1,0 +1,23 @@
+// TF Serving's configuration files, protobuf messages in text format: the parse they share, and
+// `--monitoring_config_file` (MonitoringConfig,
+// serve/proto/tensorflow_serving/config/monitoring_config.proto), e.g.
+//   prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <optional>
+#include <string>
+
+namespace paraflow::serve {
+
+// Parses `text` into `message`. Throws InputError "<source>:<line>:<column>: <what>" (1-based)
+// at the first error.
+void parse_text_proto(const std::string& text, const std::string& source, google::protobuf::Message& message);
+
+// The HTTP path a MonitoringConfig file serves Prometheus' metrics at (TF Serving's default
+// /monitoring/prometheus/metrics when `path` is empty); nullopt when prometheus_config is not
+// enabled. Throws InputError naming the file, and IoError when it cannot be read.
+std::optional<std::string> read_monitoring_config(const std::string& file);
+
+}  // namespace paraflow::serve
