@@ -40,6 +40,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int grpc_port = -1;  // TF Serving's gRPC services; -1: off
+  std::string grpc_flag = "--grpc-port";  // the flag that named it
   std::string served_model_name;  // default: the model dir's name
   std::string api_key;
   std::string dtype = "auto";
@@ -129,7 +130,13 @@ void run_serve(ServeOptions options) {
   std::optional<serve::TfServingGrpc> grpc;
   if (options.grpc_port >= 0) {
     grpc.emplace(registry, options.api_key, tf.allow_unavailable_labels);
-    say(fmt::format("grpc listening on {}:{}", options.host, grpc->listen(options.host, options.grpc_port)));
+    int port = 0;
+    try {
+      port = grpc->listen(options.host, options.grpc_port);
+    } catch (const IoError& error) {
+      throw IoError(fmt::format("{} {}: {}", options.grpc_flag, options.grpc_port, error.what()));
+    }
+    say(fmt::format("grpc listening on {}:{}", options.host, port));
   }
 
   registry.poll();  // the first versions, before polling goes on in the background
@@ -243,7 +250,7 @@ void add_serve_command(CLI::App& app) {
   add_tf_serving_flags(*command, options->tf_serving);
   command->callback([options, command] {
     apply_tf_serving_flags(*command, options->tf_serving,
-                           {options->port, options->grpc_port, options->engine.threads, options->http.io_threads}, say);
+                           {options->port, options->grpc_port, options->grpc_flag, options->engine.threads, options->http.io_threads}, say);
     run_serve(*options);
   });
 }

@@ -62,6 +62,7 @@ void apply_tf_serving_flags(const CLI::App& command, const TfServingFlags& flags
             "--port {} with --rest_api_port is TF Serving's gRPC port, and --grpc-port {} names another: give one",
             settings.http_port, settings.grpc_port);
       settings.grpc_port = settings.http_port;
+      settings.grpc_flag = "--port";
     }
     settings.http_port = flags.rest_api_port;
   }

@@ -32,6 +32,7 @@ void add_tf_serving_flags(CLI::App& command, TfServingFlags& flags);
 struct ServerSettings {
   int& http_port;
   int& grpc_port;
+  std::string& grpc_flag;  // the flag that named the gRPC port, for errors
   int& threads;
   int& io_threads;
 };

@@ -305,7 +305,10 @@ int TfServingGrpc::listen(const std::string& host, int port) {
   quiet_grpc = true;
   impl_->server = builder.BuildAndStart();
   quiet_grpc = false;
-  if (!impl_->server || bound == 0) throw IoError(fmt::format("grpc: cannot listen on {}", address));
+  if (!impl_->server || bound == 0) {
+    throw IoError(fmt::format("gRPC cannot listen on {}: the port is in use, or the address is not this machine's",
+                              address));
+  }
   return bound;
 }
 
