@@ -59,6 +59,14 @@ std::map<int64_t, fs::path> version_dirs(const ModelSource& source) {
   return versions;
 }
 
+// ':' would read as a version label in OpenAI's `model` field ("name:label"), '/' as a path step
+// in TF Serving's REST paths: a model so named could not be reached.
+void check_name(const std::string& name) {
+  check(name.find_first_of(":/") == std::string::npos,
+        "model name \"{}\": ':' and '/' cannot be in a model name (\"name:label\" selects a version; TF "
+        "Serving's paths split at '/')", name);
+}
+
 }  // namespace
 
 std::optional<int64_t> version_number(const std::string& text) {
@@ -187,11 +195,7 @@ ModelRegistry::ModelRegistry(std::vector<ModelSource> sources, Loader loader, Lo
     : loader_(std::move(loader)), log_(std::move(log)), unload_grace_(unload_grace),
       reaper_(std::make_shared<Reaper>()) {
   for (ModelSource& source : sources) {
-    // ':' would read as a version label in OpenAI's `model` field ("name:label"), '/' as a path
-    // step in TF Serving's REST paths: a model so named could not be reached.
-    check(source.name.find_first_of(":/") == std::string::npos,
-          "model name \"{}\": ':' and '/' cannot be in a model name (\"name:label\" selects a version; TF "
-          "Serving's paths split at '/')", source.name);
+    check_name(source.name);
     models_.push_back(std::make_unique<Model>(Model{.source = std::move(source)}));
   }
 }
@@ -278,14 +282,16 @@ void ModelRegistry::poll() {
 }
 
 void ModelRegistry::reload(std::vector<ModelSource> sources, bool allow_unavailable_labels) {
+  for (const ModelSource& source : sources) check_name(source.name);
   std::lock_guard polling(poll_mutex_);
   // Each model of the new config, with its new labels set aside until its versions are loaded.
+  // A new model, or one whose base path changed, is loaded beside what serves, and swapped in.
   std::vector<std::pair<Model*, std::map<std::string, int64_t>>> plan;
   std::vector<std::unique_ptr<Model>> added;
   for (ModelSource& source : sources) {
     std::map<std::string, int64_t> labels = std::move(source.labels);
     Model* model = find_model(source.name);
-    if (model == nullptr) {
+    if (model == nullptr || model->source.base_path != source.base_path) {
       added.push_back(std::make_unique<Model>(Model{.source = std::move(source)}));
       model = added.back().get();
     } else {
@@ -314,11 +320,12 @@ void ModelRegistry::reload(std::vector<ModelSource> sources, bool allow_unavaila
       next.push_back(std::move(*it));
       from.erase(it);
     }
-    removed.swap(models_);  // what is left: the models the new config leaves out
+    removed.swap(models_);  // what is left: the models the new config leaves out, or serves from elsewhere
     models_ = std::move(next);
   }
   for (auto& model : removed) {
-    log_(fmt::format("model {} is no longer configured: unloading it", model->source.name));
+    log_(fmt::format("model {} from {} is no longer configured: unloading it", model->source.name,
+                     model->source.base_path.string()));
     unload_unwanted(*model, {});
   }
   for (auto& [model, labels] : plan) unload_unwanted(*model, wanted[model]);

@@ -136,10 +136,11 @@ class ModelRegistry {
   void check_labels() const;
   // Serves `sources` from now on, as TF Serving's config reload does: models added, removed,
   // their base paths, policies and labels changed. Versions the new config wants are loaded
-  // while the old config serves; then labels move and new models appear at once; then what is no
-  // longer wanted is unloaded (its requests in flight finish). A label whose version is not
-  // available (unless `allow_unavailable_labels`) leaves that model's labels as they were, and
-  // throws InputError once the rest is done.
+  // while the old config serves (a model whose base path changed is loaded anew beside the old
+  // one); then labels move and new models appear at once; then what is no longer wanted is
+  // unloaded (its requests in flight finish). A label whose version is not available (unless
+  // `allow_unavailable_labels`) leaves that model's labels as they were, and throws InputError
+  // once the rest is done.
   void reload(std::vector<ModelSource> sources, bool allow_unavailable_labels);
 
   bool ready() const;  // every model has a version available

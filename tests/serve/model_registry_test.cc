@@ -311,6 +311,10 @@ TEST_F(VersionsTest, AReloadAddsRemovesAndMovesLabels) {
   models.reload({{.name = "gpt", .base_path = base(), .labels = {{"stable", 7}}}}, true);
   testing::expect_error<ModelNotFound>([&] { models.find("gpt", {}, "stable"); }, {"no version 7", "label \"stable\""});
   testing::expect_error<InputError>([&] { models.check_labels(); }, {"names version 7"});
+
+  models.reload({{.name = "gpt", .base_path = dir.path() / "other"}}, false);  // served from elsewhere now
+  EXPECT_EQ(models.find("gpt")->version, 5);
+  EXPECT_EQ(states(), (std::map<int64_t, std::string>{{5, "AVAILABLE"}}));
 }
 
 TEST(ModelBasePath, AFileIsRefusedNamingIt) {
