@@ -217,7 +217,7 @@ class ModelService final : public tfs::ModelService::CallbackService {
     return unary(context->DefaultReactor(), *context, model_, [&](grpc::ServerUnaryReactor* reactor) {
       grpc::Status status;
       try {
-        model_.registry.reload(model_sources(request->config(), "config"), model_.allow_unavailable_labels);
+        model_.registry.reload(model_sources(request->config(), "ReloadConfigRequest.config"), model_.allow_unavailable_labels);
       } catch (...) {
         status = current_error_status();
       }
