@@ -111,6 +111,7 @@ void run_serve(ServeOptions options) {
   if (!tf.monitoring_config_file.empty()) {
     if (auto path = serve::read_monitoring_config(tf.monitoring_config_file)) service.serve_metrics_at(*path);
   }
+  service.tf_serving().set_timeout(std::chrono::milliseconds(tf.rest_api_timeout_ms));
   options.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.read_timeout_seconds * 1000));
   allow_descriptors(options.http.max_connections);
 

@@ -34,6 +34,11 @@ void add_tf_serving_flags(CLI::App& command, TfServingFlags& flags) {
       ->check(in_range(at_least(0)));
   command.add_option("--rest_api_num_threads", flags.rest_api_num_threads, "Threads serving HTTP connections")
       ->check(in_range(between(1, 1024)));
+  command.add_option("--rest_api_timeout_in_ms", flags.rest_api_timeout_ms,
+                     "Milliseconds a REST :predict may take from its arrival; later it stops and answers 504 "
+                     "(0: no limit)")
+      ->capture_default_str()
+      ->check(in_range(at_least(0)));
   command.add_option("--monitoring_config_file", flags.monitoring_config_file,
                      "TF Serving's MonitoringConfig (protobuf text): prometheus_config { enable: true path: ... } "
                      "serves the metrics at that path as well as /metrics")
@@ -46,8 +51,6 @@ void add_tf_serving_flags(CLI::App& command, TfServingFlags& flags) {
                      "changed while serving (0: read at start only)")
       ->capture_default_str()
       ->check(in_range(at_least(0)));
-  accept_with_note(command, flags, "--rest_api_timeout_in_ms", false,
-                   "a REST call here runs until it is answered (--read-timeout bounds receiving a request)");
   accept_with_note(command, flags, "--enable_model_warmup", true,
                    "paraflow's models need no warmup requests (assets.extra is not read)");
   accept_with_note(command, flags, "--tensorflow_inter_op_parallelism", false,

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct TfServingFlags {
   int rest_api_port = -1;          // given: the HTTP port, and --port is then gRPC's, as in TF Serving
   int intra_op_threads = -1;       // --tensorflow_intra_op_parallelism: the compute threads
   int rest_api_num_threads = -1;   // the HTTP server's threads
+  int64_t rest_api_timeout_ms = 0;  // a REST :predict's time limit; 0: none
   std::string monitoring_config_file;  // prometheus_config's path serves /metrics too
   bool allow_unavailable_labels = false;  // --allow_version_labels_for_unavailable_models
   double config_poll_seconds = 0;  // --model_config_file_poll_wait_seconds; 0: read once

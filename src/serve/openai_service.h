@@ -38,6 +38,7 @@ class OpenAiService {
 
   void draining();  // /health answers 503 from now on
   void serve_metrics_at(std::string path) { metrics_path_ = std::move(path); }  // as well as /metrics; before serving
+  TfServingRest& tf_serving() { return tf_serving_; }  // to set its options before serving
 
   MetricsRegistry& metrics() { return metrics_; }  // the server's own metrics
 

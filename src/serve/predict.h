@@ -11,9 +11,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,9 @@ struct PredictInputs {
   // Set by the front end when its client has gone: rows not started are not run, running ones
   // stop at their next token, and `done` reports the request as cancelled.
   std::shared_ptr<const std::atomic<bool>> abandoned;
+  // When the answer is due (REST's --rest_api_timeout_in_ms): past it, as for a client gone,
+  // and `done` reports deadline_exceeded.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // Why a Predict failed, for the status each API answers with.
@@ -36,6 +41,7 @@ enum class PredictFailure {
   none,
   queue_full,   // the engine's queue was full (retry later)
   unavailable,  // the server is shutting down (the rows were refused or cancelled), or the client left
+  deadline_exceeded,  // the answer was not ready by the inputs' deadline
   failed,       // a row failed
 };
 

@@ -253,12 +253,14 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     auto abandoned = std::make_shared<std::atomic<bool>>(false);
     exchange->on_disconnect([abandoned] { abandoned->store(true); });
     inputs.abandoned = abandoned;
+    if (timeout_.count() > 0) inputs.deadline = std::chrono::steady_clock::now() + timeout_;
     ServedVersion& served = *version;
     served.predict(std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
       if (!outcome.error.empty()) {
-        const int status = outcome.failure == PredictFailure::queue_full    ? 429
-                           : outcome.failure == PredictFailure::unavailable ? 503
-                                                                            : 500;
+        const int status = outcome.failure == PredictFailure::queue_full          ? 429
+                           : outcome.failure == PredictFailure::unavailable       ? 503
+                           : outcome.failure == PredictFailure::deadline_exceeded ? 504
+                                                                                  : 500;
         respond_error(exchange, status, outcome.error);
         return;
       }

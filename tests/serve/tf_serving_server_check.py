@@ -157,7 +157,7 @@ assert tf_like.channel is not None, tf_like.log()
 status, body = http(tf_like, "POST", "/v1/models/gpt:predict", {"instances": [{"input_ids": PROMPT, "max_new_tokens": 8}]})
 assert status == 200, body
 assert grpc_predict(tf_like, "gpt", [PROMPT]) == body["predictions"], body
-for flag in ("--rest_api_timeout_in_ms", "--enable_model_warmup", "--tensorflow_inter_op_parallelism"):
+for flag in ("--enable_model_warmup", "--tensorflow_inter_op_parallelism"):
     assert f"{flag}: accepted for TF Serving's command lines" in tf_like.log(), (flag, tf_like.log())
 status, metrics = http(tf_like, "GET", "/monitoring/prometheus/metrics")
 assert status == 200 and "paraflow_http_requests_total" in metrics, (status, metrics)
@@ -167,6 +167,15 @@ status, body = http(tf_like, "POST", "/v1/models/gpt:predict", {"instances": [PR
 assert status == 401 and isinstance(body, dict) and list(body) == ["error"] and "API key" in body["error"], body
 print(f"  TF Serving command line: REST on {tf_like.http}, gRPC on --port; 401 {body}")
 tf_like.stop()
+# --rest_api_timeout_in_ms: a :predict still waiting for its batch (300 ms here) when its 50 ms are
+# up is stopped and answered 504, as TF Serving answers DEADLINE_EXCEEDED; gRPC has its own deadlines.
+batching = write("batching.config", "max_batch_size { value: 8 } batch_timeout_micros { value: 300000 }\n")
+timed = Server(["--model", args.model, "--port=0", "--rest_api_port=0", "--rest_api_timeout_in_ms=50",
+                "--enable_batching", f"--batching_parameters_file={batching}", f"--api-key={KEY}", *SMALL])
+status, body = http(timed, "POST", "/v1/models/tiny-gpt:predict", {"instances": [PROMPT]})
+assert status == 504 and "deadline exceeded" in body["error"], (status, body)
+assert len(grpc_predict(timed, "tiny-gpt", [PROMPT])[0]) == 8
+timed.stop()
 refused_at_start(["--port", "0", "--rest_api_port", "0", "--grpc-port", "0", "--model", args.model],
                  "--port 0 with --rest_api_port is TF Serving's gRPC port", "--grpc-port")
 
