@@ -4,6 +4,7 @@
 // versions. It listens before the models load (/health answers 503 until they are ready), serves
 // until SIGTERM/SIGINT, then drains: no new connections or requests, in-flight ones finish within
 // the grace period (the rest are cancelled with an error), answers are sent, and it exits 0.
+// TF Serving's own flags work too (cli/tf_serving_flags.h), its config file reloads included.
 #include <fmt/format.h>
 #include <sys/resource.h>
 

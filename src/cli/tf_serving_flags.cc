@@ -13,12 +13,12 @@ namespace {
 void accept_with_note(CLI::App& command, TfServingFlags& flags, const std::string& name, bool boolean,
                       const std::string& why) {
   const std::string note = fmt::format("{}: accepted for TF Serving's command lines; {}", name, why);
-  auto remember = [&flags, note](const auto&) { flags.notes.push_back(note); };
+  auto remember = [&flags, note] { flags.notes.push_back(note); };
   const std::string help = "TF Serving's; " + why;
   if (boolean) {
-    command.add_flag_callback(name, [remember] { remember(0); }, help);
+    command.add_flag_callback(name, remember, help);  // called for true only (--flag, --flag=true)
   } else {
-    command.add_option_function<std::string>(name, remember, help);
+    command.add_option_function<std::string>(name, [remember](const std::string&) { remember(); }, help);
   }
 }
 

@@ -6,7 +6,9 @@
 // no longer wants unloaded: new requests go to the new version at once, requests in flight finish
 // on the old one. A version that fails to load (a truncated file, a bad config) is reported in
 // its status and left alone until its files change; the versions already loaded keep serving.
-// `--model <dir>` is the same with one version, 1, that is never polled.
+// `--model <dir>` is the same with one version, 1, that is never polled. A new config (TF
+// Serving's reload: its file read again, or gRPC's HandleReloadConfigRequest) swaps models and
+// labels in the same way: what it wants is loaded first, then the swap, then the unloading.
 //
 // States are TF Serving's (ModelVersionStatus.State): LOADING, AVAILABLE, UNLOADING, END (unloaded,
 // or failed: then with the error).

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "serve/auth.h"
 #include "serve/model_registry.h"
@@ -193,6 +196,14 @@ void add_status(const VersionStatus& status, tfs::ModelVersionStatus& answer) {
 class ModelService final : public tfs::ModelService::CallbackService {
  public:
   explicit ModelService(const Model& model) : model_(model) {}
+  ~ModelService() override { finish_reloads(); }
+
+  // Waits for the reloads under way to answer (before the server stops: they finish their calls).
+  void finish_reloads() {
+    std::lock_guard lock(mutex_);
+    for (std::thread& reload : reloads_) reload.join();
+    reloads_.clear();
+  }
 
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const tfs::GetModelStatusRequest* request,
@@ -210,25 +221,32 @@ class ModelService final : public tfs::ModelService::CallbackService {
   }
 
   // Serves the request's ModelServerConfig from now on (ModelRegistry::reload); answers once the
-  // new versions are loaded, with the outcome as both the call's status and the response's.
+  // new versions are loaded, with the outcome as both the call's status and the response's. The
+  // loading runs on a thread of its own: gRPC's callback threads must not wait on it.
   grpc::ServerUnaryReactor* HandleReloadConfigRequest(grpc::CallbackServerContext* context,
                                                       const tfs::ReloadConfigRequest* request,
                                                       tfs::ReloadConfigResponse* response) override {
     return unary(context->DefaultReactor(), *context, model_, [&](grpc::ServerUnaryReactor* reactor) {
-      grpc::Status status;
-      try {
-        model_.registry.reload(model_sources(request->config(), "ReloadConfigRequest.config"), model_.allow_unavailable_labels);
-      } catch (...) {
-        status = current_error_status();
-      }
-      *response->mutable_status() = status_proto(status);
-      reactor->Finish(status);
+      std::lock_guard lock(mutex_);
+      reloads_.emplace_back([this, request, reactor, response] {
+        grpc::Status status;
+        try {
+          model_.registry.reload(model_sources(request->config(), "ReloadConfigRequest.config"),
+                                 model_.allow_unavailable_labels);
+        } catch (...) {
+          status = current_error_status();
+        }
+        *response->mutable_status() = status_proto(status);
+        reactor->Finish(status);
+      });
       return true;
     });
   }
 
  private:
   const Model& model_;
+  std::mutex mutex_;
+  std::vector<std::thread> reloads_;
 };
 
 // Every method the services above do not have: PredictionService's Classify, Regress and
@@ -315,6 +333,7 @@ int TfServingGrpc::listen(const std::string& host, int port) {
 void TfServingGrpc::draining() { impl_->model.draining = true; }
 
 void TfServingGrpc::stop(std::chrono::milliseconds grace) {
+  impl_->model_service.finish_reloads();
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
   impl_->server.reset();
