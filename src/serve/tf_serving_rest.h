@@ -7,7 +7,9 @@
 //   POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict   row ({"instances": [...]}) or
 //                                                              columnar ({"inputs": ...}) form,
 //                                                              answered in the same form
-// Errors are TF Serving's {"error": "..."}: 400 invalid argument, 404 not found, 429 resource
+// :classify and :regress answer 400: the models have only the Predict signature.
+// Errors are TF Serving's {"error": "..."}: 400 invalid argument (an unknown version label or
+// signature too, as TF Serving answers), 404 not found, 429 resource
 // exhausted (the engine's queue is full), 503 unavailable (no version loaded yet, or draining),
 // 504 deadline exceeded (set_timeout).
 // Models, versions and labels are the registry's (serve/model_registry.h), the signature the
