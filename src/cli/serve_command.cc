@@ -4,6 +4,7 @@
 // versions. It listens before the models load (/health answers 503 until they are ready), serves
 // until SIGTERM/SIGINT, then drains: no new connections or requests, in-flight ones finish within
 // the grace period (the rest are cancelled with an error), answers are sent, and it exits 0.
+// TF Serving's own flags work too (cli/tf_serving_flags.h), its config file reloads included.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -16,10 +17,14 @@
 #include "cli/commands.h"
 #include "cli/memory_flags.h"
 #include "cli/stop_signal.h"
+#include "cli/tf_serving_flags.h"
+#include "base/file_io.h"
 #include "infer/engine.h"
+#include "serve/config_file_watcher.h"
 #include "serve/http_server.h"
 #include "serve/model_registry.h"
 #include "serve/openai_service.h"
+#include "serve/monitoring_config.h"
 #include "serve/tf_serving_grpc.h"
 
 namespace paraflow::cli {
@@ -37,6 +42,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int grpc_port = -1;  // TF Serving's gRPC services; -1: off
+  std::string grpc_flag = "--grpc-port";  // the flag that named it
   std::string served_model_name;  // default: the model dir's name
   std::string api_key;
   std::string allowed_origins;  // the pages' origins that may call the API (serve/cors.h); none by default
@@ -48,6 +54,7 @@ struct ServeOptions {
   serve::HttpLimits http;
   double read_timeout_seconds = 30;
   double grace_seconds = 30;
+  TfServingFlags tf_serving;
 };
 
 // Each connection is a file descriptor: let the process have enough for the connection limit.
@@ -66,12 +73,13 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-// What --model, --model_base_path or --model_config_file ask to serve.
-std::vector<serve::ModelSource> model_sources(const ServeOptions& options) {
+// What --model, --model_base_path or --model_config_file (its text: `config_text`) ask to serve.
+std::vector<serve::ModelSource> model_sources(const ServeOptions& options, const std::string& config_text) {
   const int given = !options.model_dir.empty() + !options.model_base_path.empty() + !options.model_config_file.empty();
   if (given != 1) throw InputError("give one of --model, --model_base_path or --model_config_file");
-  if (!options.model_config_file.empty()) return serve::read_model_config_file(options.model_config_file);
+  if (!options.model_config_file.empty()) return serve::parse_model_config(config_text, options.model_config_file);
   if (!options.model_base_path.empty()) {
+    serve::check_base_path(options.model_base_path, "--model_base_path");
     return {{.name = options.model_name, .base_path = std::filesystem::absolute(options.model_base_path)}};
   }
   const std::filesystem::path dir = std::filesystem::weakly_canonical(options.model_dir);
@@ -99,9 +107,18 @@ void run_serve(ServeOptions options) {
     return serve::load_export_dir(dir, backend, options.engine, batching);
   };
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
-  serve::ModelRegistry registry(model_sources(options), load_version, say, grace);
+  const TfServingFlags& tf = options.tf_serving;
+  if (tf.config_poll_seconds > 0 && options.model_config_file.empty()) {
+    throw InputError("--model_config_file_poll_wait_seconds reads --model_config_file again: give that file too");
+  }
+  const std::string config_text = options.model_config_file.empty() ? "" : read_file(options.model_config_file);
+  serve::ModelRegistry registry(model_sources(options, config_text), load_version, say, grace);
 
   serve::OpenAiService service(registry, options.api_key, serve::CorsPolicy::parse(options.allowed_origins));
+  if (!tf.monitoring_config_file.empty()) {
+    if (auto path = serve::read_monitoring_config(tf.monitoring_config_file)) service.serve_metrics_at(*path);
+  }
+  service.tf_serving().set_timeout(std::chrono::milliseconds(tf.rest_api_timeout_ms));
   options.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.read_timeout_seconds * 1000));
   allow_descriptors(options.http.max_connections);
 
@@ -126,14 +143,25 @@ void run_serve(ServeOptions options) {
   // TF Serving's gRPC services (--grpc-port): the same lifecycle as HTTP.
   std::optional<serve::TfServingGrpc> grpc;
   if (options.grpc_port >= 0) {
-    grpc.emplace(registry, options.api_key);
-    say(fmt::format("grpc listening on {}:{}{}", options.host,
-                    grpc->listen(options.host, options.grpc_port, options.ssl_config_file),
-                    options.ssl_config_file.empty() ? "" : " (TLS)"));
+    grpc.emplace(registry, options.api_key, tf.allow_unavailable_labels);
+    int port = 0;
+    try {
+      port = grpc->listen(options.host, options.grpc_port, options.ssl_config_file);
+    } catch (const IoError& error) {
+      throw IoError(fmt::format("{} {}: {}", options.grpc_flag, options.grpc_port, error.what()));
+    }
+    say(fmt::format("grpc listening on {}:{}{}", options.host, port, options.ssl_config_file.empty() ? "" : " (TLS)"));
   }
 
   registry.poll();  // the first versions, before polling goes on in the background
+  if (!tf.allow_unavailable_labels) registry.check_labels();
   if (options.model_dir.empty()) registry.start_polling(std::chrono::milliseconds(static_cast<int64_t>(options.poll_seconds * 1000)));
+  std::optional<serve::ConfigFileWatcher> config_watcher;
+  if (tf.config_poll_seconds > 0) {
+    config_watcher.emplace(registry, options.model_config_file, config_text,
+                           std::chrono::milliseconds(static_cast<int64_t>(tf.config_poll_seconds * 1000)),
+                           tf.allow_unavailable_labels, say);
+  }
   bool announced = false;
   while (!stop->load()) {
     if (!announced && registry.ready()) {
@@ -144,6 +172,7 @@ void run_serve(ServeOptions options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   say(fmt::format("stopping: finishing requests in flight (up to {} s)", options.grace_seconds));
+  if (config_watcher) config_watcher->stop();
   service.draining();
   if (grpc) grpc->draining();
   server.stop_accepting();
@@ -181,9 +210,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(at_least(0)));
   command->add_option("--host", options->host, "Address to listen on")->capture_default_str();
-  command->add_option("--port,--rest_api_port", options->port,
-                      "HTTP port (OpenAI and TF Serving REST APIs; 0: any free port). TF Serving's --port is "
-                      "gRPC's: here --grpc-port")
+  command->add_option("--port", options->port,
+                      "HTTP port (OpenAI and TF Serving REST APIs; 0: any free port); with --rest_api_port, the "
+                      "gRPC port, as in TF Serving")
       ->capture_default_str()
       ->check(in_range(between(0, 65535)));
   command->add_option("--grpc-port", options->grpc_port,
@@ -243,7 +272,12 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--max-connections", options->http.max_connections, "Open connections at most (beyond: 503)")
       ->capture_default_str()
       ->check(in_range(at_least(1)));
-  command->callback([options] { run_serve(*options); });
+  add_tf_serving_flags(*command, options->tf_serving);
+  command->callback([options, command] {
+    apply_tf_serving_flags(*command, options->tf_serving,
+                           {options->port, options->grpc_port, options->grpc_flag, options->engine.threads, options->http.io_threads}, say);
+    run_serve(*options);
+  });
 }
 
 }  // namespace paraflow::cli

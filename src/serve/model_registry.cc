@@ -1,15 +1,13 @@
 #include "serve/model_registry.h"
 
 #include <fmt/format.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
 
-#include "tensorflow_serving/config/model_server_config.pb.h"
+#include "serve/text_proto.h"
 
 namespace paraflow::serve {
 
@@ -17,20 +15,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Parse errors with the file's name and a 1-based line and column.
-class ConfigErrors : public google::protobuf::io::ErrorCollector {
- public:
-  explicit ConfigErrors(const fs::path& file) : file_(file) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-    if (first_.empty()) first_ = fmt::format("{}:{}:{}: {}", file_.string(), line + 1, column + 1, message);
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  fs::path file_;
-  std::string first_;
-};
 
 VersionPolicy version_policy(const tensorflow::serving::FileSystemStoragePathSourceConfig::ServableVersionPolicy& policy,
                              const std::string& where) {
@@ -75,6 +59,14 @@ std::map<int64_t, fs::path> version_dirs(const ModelSource& source) {
   return versions;
 }
 
+// ':' would read as a version label in OpenAI's `model` field ("name:label"), '/' as a path step
+// in TF Serving's REST paths: a model so named could not be reached.
+void check_name(const std::string& name) {
+  check(name.find_first_of(":/") == std::string::npos,
+        "model name \"{}\": ':' and '/' cannot be in a model name (\"name:label\" selects a version; TF "
+        "Serving's paths split at '/')", name);
+}
+
 }  // namespace
 
 std::optional<int64_t> version_number(const std::string& text) {
@@ -89,33 +81,45 @@ std::vector<ModelSource> read_model_config_file(const fs::path& file) {
   if (!in) throw IoError(fmt::format("--model_config_file {}: cannot be read", file.string()));
   std::stringstream text;
   text << in.rdbuf();
+  return parse_model_config(text.str(), file.string());
+}
+
+std::vector<ModelSource> parse_model_config(const std::string& text, const std::string& source) {
   tensorflow::serving::ModelServerConfig config;
-  ConfigErrors errors(file);
-  google::protobuf::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), &config)) throw InputError(errors.first());
+  parse_text_proto(text, config, source);
+  return model_sources(config, source);
+}
+
+std::vector<ModelSource> model_sources(const tensorflow::serving::ModelServerConfig& config, const std::string& source) {
   check(config.has_model_config_list() && config.model_config_list().config_size() > 0,
         "{}: model_config_list names no model (expected model_config_list {{ config {{ name: ... base_path: ... }} }})",
-        file.string());
-
+        source);
   std::vector<ModelSource> sources;
   std::set<std::string> names;
   for (int i = 0; i < config.model_config_list().config_size(); ++i) {
     const auto& model = config.model_config_list().config(i);
-    const std::string where = fmt::format("{}: model_config_list.config[{}]", file.string(), i);
+    const std::string where = fmt::format("{}: model_config_list.config[{}]", source, i);
     check(!model.name().empty(), "{}.name: is empty", where);
     check(names.insert(model.name()).second, "{}.name: \"{}\" is configured twice", where, model.name());
     check(!model.base_path().empty(), "{}.base_path: is empty (model \"{}\")", where, model.name());
+    check_base_path(model.base_path(), where + ".base_path");
     // Every platform's clients are served the same way: paraflow's export dirs are the only format.
     check(model.model_platform().empty() || model.model_platform() == "tensorflow" || model.model_platform() == "paraflow",
           "{}.model_platform: \"{}\" cannot be served (tensorflow or paraflow: paraflow export dirs)", where,
           model.model_platform());
-    ModelSource source{.name = model.name(), .base_path = model.base_path(),
+    ModelSource parsed{.name = model.name(), .base_path = model.base_path(),
                        .policy = version_policy(model.model_version_policy(), where)};
-    for (const auto& [label, version] : model.version_labels()) source.labels.emplace(label, version);
-    sources.push_back(std::move(source));
+    for (const auto& [label, version] : model.version_labels()) parsed.labels.emplace(label, version);
+    sources.push_back(std::move(parsed));
   }
   return sources;
+}
+
+void check_base_path(const fs::path& base_path, const std::string& what) {
+  std::error_code error;
+  check(!fs::exists(base_path, error) || fs::is_directory(base_path, error),
+        "{} {}: is a file, not a folder (the versions are export dirs under it: <base_path>/<version>/)", what,
+        base_path.string());
 }
 
 std::unique_ptr<ServedVersion> load_export_dir(const fs::path& dir, Backend& backend, const infer::EngineOptions& options,
@@ -191,12 +195,8 @@ ModelRegistry::ModelRegistry(std::vector<ModelSource> sources, Loader loader, Lo
     : loader_(std::move(loader)), log_(std::move(log)), unload_grace_(unload_grace),
       reaper_(std::make_shared<Reaper>()) {
   for (ModelSource& source : sources) {
-    // ':' would read as a version label in OpenAI's `model` field ("name:label"), '/' as a path
-    // step in TF Serving's REST paths: a model so named could not be reached.
-    check(source.name.find_first_of(":/") == std::string::npos,
-          "model name \"{}\": ':' and '/' cannot be in a model name (\"name:label\" selects a version; TF "
-          "Serving's paths split at '/')", source.name);
-    models_.push_back(Model{.source = std::move(source)});
+    check_name(source.name);
+    models_.push_back(std::make_unique<Model>(Model{.source = std::move(source)}));
   }
 }
 
@@ -204,7 +204,7 @@ ModelRegistry::~ModelRegistry() {
   drain(std::chrono::milliseconds(0));
   {
     std::lock_guard lock(mutex_);
-    for (Model& model : models_) model.available.clear();
+    for (auto& model : models_) model->available.clear();
   }
   // Whoever still holds a version lets go of it soon (a request's last callback): wait for them.
   const auto until = Clock::now() + std::chrono::seconds(10);
@@ -216,31 +216,58 @@ ModelRegistry::~ModelRegistry() {
   }
 }
 
-ModelRegistry::Model& ModelRegistry::model(const std::string& name) {
-  return const_cast<Model&>(std::as_const(*this).model(name));
+const ModelRegistry::Model& ModelRegistry::model(const std::string& name) const {
+  std::string known;
+  for (const auto& model : models_) {
+    if (model->source.name == name) return *model;
+    known += (known.empty() ? "\"" : ", \"") + model->source.name + "\"";
+  }
+  throw ModelNotFound(fmt::format("no model \"{}\" is served (models: {})", name, known));
 }
 
-const ModelRegistry::Model& ModelRegistry::model(const std::string& name) const {
-  for (const Model& model : models_) {
-    if (model.source.name == name) return model;
+ModelRegistry::Model* ModelRegistry::find_model(const std::string& name) {
+  for (auto& model : models_) {
+    if (model->source.name == name) return model.get();
   }
-  std::vector<std::string> names = model_names();
-  std::string known;
-  for (const std::string& known_name : names) known += (known.empty() ? "\"" : ", \"") + known_name + "\"";
-  throw ModelNotFound(fmt::format("no model \"{}\" is served (models: {})", name, known));
+  return nullptr;
 }
 
 int64_t ModelRegistry::labelled_version(const Model& model, const std::string& label) {
   const auto labelled = model.source.labels.find(label);
   if (labelled == model.source.labels.end()) {
-    throw ModelNotFound(fmt::format("model \"{}\" has no version label \"{}\"", model.source.name, label));
+    std::string labels;
+    for (const auto& [known, version] : model.source.labels) labels += (labels.empty() ? "" : ", ") + known;
+    throw UnknownLabel(fmt::format("model \"{}\" has no version label \"{}\" (labels: {})", model.source.name,
+                                   label, labels.empty() ? "none" : labels));
   }
   return labelled->second;
 }
 
+std::string ModelRegistry::label_problems(const Model& model, const std::map<std::string, int64_t>& labels) {
+  std::string problems;
+  for (const auto& [label, version] : labels) {
+    if (model.available.contains(version)) continue;
+    problems += fmt::format("{}model \"{}\": version label \"{}\" names version {}, which is not available",
+                            problems.empty() ? "" : "; ", model.source.name, label, version);
+  }
+  return problems;
+}
+
+void ModelRegistry::check_labels() const {
+  std::lock_guard lock(mutex_);
+  std::string problems;
+  for (const auto& model : models_) {
+    const std::string these = label_problems(*model, model->source.labels);
+    if (!these.empty()) problems += (problems.empty() ? "" : "; ") + these;
+  }
+  check(problems.empty(), "{} (--allow_version_labels_for_unavailable_models lets a label name a version before it "
+        "is available)", problems);
+}
+
 std::vector<std::string> ModelRegistry::model_names() const {
+  std::lock_guard lock(mutex_);
   std::vector<std::string> names;
-  for (const Model& model : models_) names.push_back(model.source.name);
+  for (const auto& model : models_) names.push_back(model->source.name);
   return names;
 }
 
@@ -251,10 +278,63 @@ void ModelRegistry::set_state(Model& model, int64_t version, VersionState state,
 
 void ModelRegistry::poll() {
   std::lock_guard polling(poll_mutex_);
-  for (Model& model : models_) poll(model);
+  for (auto& model : models_) unload_unwanted(*model, load_wanted(*model));
 }
 
-void ModelRegistry::poll(Model& model) {
+void ModelRegistry::reload(std::vector<ModelSource> sources, bool allow_unavailable_labels) {
+  for (const ModelSource& source : sources) check_name(source.name);
+  std::lock_guard polling(poll_mutex_);
+  // Each model of the new config, with its new labels set aside until its versions are loaded.
+  // A new model, or one whose base path changed, is loaded beside what serves, and swapped in.
+  std::vector<std::pair<Model*, std::map<std::string, int64_t>>> plan;
+  std::vector<std::unique_ptr<Model>> added;
+  for (ModelSource& source : sources) {
+    std::map<std::string, int64_t> labels = std::move(source.labels);
+    Model* model = find_model(source.name);
+    if (model == nullptr || model->source.base_path != source.base_path) {
+      added.push_back(std::make_unique<Model>(Model{.source = std::move(source)}));
+      model = added.back().get();
+    } else {
+      std::lock_guard lock(mutex_);
+      source.labels = std::move(model->source.labels);
+      model->source = std::move(source);
+    }
+    plan.emplace_back(model, std::move(labels));
+  }
+  std::map<Model*, std::vector<int64_t>> wanted;
+  for (auto& [model, labels] : plan) wanted[model] = load_wanted(*model);
+  std::string problems;
+  std::vector<std::unique_ptr<Model>> removed;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    for (auto& [model, labels] : plan) {
+      const std::string these = allow_unavailable_labels ? "" : label_problems(*model, labels);
+      if (these.empty()) model->source.labels = std::move(labels);
+      problems += (problems.empty() || these.empty() ? "" : "; ") + these;
+    }
+    std::vector<std::unique_ptr<Model>> next;
+    for (auto& [model, labels] : plan) {
+      auto& from = find_model(model->source.name) == model ? models_ : added;
+      const auto it = std::find_if(from.begin(), from.end(), [&](const auto& owned) { return owned.get() == model; });
+      next.push_back(std::move(*it));
+      from.erase(it);
+    }
+    removed.swap(models_);  // what is left: the models the new config leaves out, or serves from elsewhere
+    models_ = std::move(next);
+  }
+  for (auto& model : removed) {
+    log_(fmt::format("model {} from {} is no longer configured: unloading it", model->source.name,
+                     model->source.base_path.string()));
+    unload_unwanted(*model, {});
+  }
+  for (auto& [model, labels] : plan) unload_unwanted(*model, wanted[model]);
+  log_(fmt::format("reloaded the model config: {} models", plan.size()));
+  check(problems.empty(), "{}: kept the labels as they were (--allow_version_labels_for_unavailable_models lets "
+        "a label name a version before it is available)", problems);
+}
+
+std::vector<int64_t> ModelRegistry::load_wanted(Model& model) {
   const std::map<int64_t, fs::path> on_disk = version_dirs(model.source);
   if (on_disk.empty() && !model.said_empty) {
     log_(fmt::format("no versions of model {} under {} yet (waiting for <base_path>/<version>/ export dirs)",
@@ -293,7 +373,7 @@ void ModelRegistry::poll(Model& model) {
       bool loaded;
       {
         std::lock_guard lock(mutex_);
-        if (stopping_) return;
+        if (stopping_) return versions;
         loaded = model.available.contains(version);
       }
       if (loaded) continue;
@@ -303,6 +383,10 @@ void ModelRegistry::poll(Model& model) {
       if (!model.available.contains(version)) loaded_all = false;
     }
   }
+  return versions;
+}
+
+void ModelRegistry::unload_unwanted(Model& model, const std::vector<int64_t>& versions) {
   std::vector<int64_t> unwanted;
   {
     std::lock_guard lock(mutex_);
@@ -376,14 +460,14 @@ void ModelRegistry::start_polling(std::chrono::milliseconds period) {
 
 bool ModelRegistry::ready() const {
   std::lock_guard lock(mutex_);
-  return std::all_of(models_.begin(), models_.end(), [](const Model& model) { return !model.available.empty(); });
+  return std::all_of(models_.begin(), models_.end(), [](const auto& model) { return !model->available.empty(); });
 }
 
 std::shared_ptr<ServedVersion> ModelRegistry::find(const std::string& name, std::optional<int64_t> version,
                                                    const std::string& label) const {
+  std::lock_guard lock(mutex_);
   const Model& found = model(name);
   if (!label.empty()) version = labelled_version(found, label);
-  std::lock_guard lock(mutex_);
   if (version) {
     const auto served = found.available.find(*version);
     if (served != found.available.end()) return served->second;
@@ -403,9 +487,9 @@ std::shared_ptr<ServedVersion> ModelRegistry::find(const std::string& name, std:
 
 std::vector<VersionStatus> ModelRegistry::status(const std::string& name, std::optional<int64_t> version,
                                                const std::string& label) const {
+  std::lock_guard lock(mutex_);
   const Model& found = model(name);
   if (!label.empty()) version = labelled_version(found, label);
-  std::lock_guard lock(mutex_);
   if (found.status.empty()) {
     throw ModelNotFound(fmt::format("could not find any versions of model \"{}\" (base path {})", name,
                                     found.source.base_path.string()));
@@ -435,8 +519,8 @@ void ModelRegistry::drain(std::chrono::milliseconds grace) {
   std::vector<std::shared_ptr<ServedVersion>> versions;
   {
     std::lock_guard lock(mutex_);
-    for (Model& model : models_) {
-      for (const auto& [version, served] : model.available) versions.push_back(served);
+    for (auto& model : models_) {
+      for (const auto& [version, served] : model->available) versions.push_back(served);
     }
   }
   // Every version stops taking work first (the front ends refuse new requests already), then
@@ -453,10 +537,10 @@ std::string ModelRegistry::render_metrics(const MetricsRegistry& own) const {
   std::vector<LabelledMetrics> sources;
   {
     std::lock_guard lock(mutex_);
-    for (const Model& model : models_) {
-      for (const auto& [version, served] : model.available) {
+    for (const auto& model : models_) {
+      for (const auto& [version, served] : model->available) {
         versions.push_back(served);
-        sources.push_back({&served->engine->metrics(), {{"model", model.source.name}, {"version", std::to_string(version)}}});
+        sources.push_back({&served->engine->metrics(), {{"model", model->source.name}, {"version", std::to_string(version)}}});
       }
     }
   }

@@ -6,7 +6,9 @@
 // no longer wants unloaded: new requests go to the new version at once, requests in flight finish
 // on the old one. A version that fails to load (a truncated file, a bad config) is reported in
 // its status and left alone until its files change; the versions already loaded keep serving.
-// `--model <dir>` is the same with one version, 1, that is never polled.
+// `--model <dir>` is the same with one version, 1, that is never polled. A new config (TF
+// Serving's reload: its file read again, or gRPC's HandleReloadConfigRequest) swaps models and
+// labels in the same way: what it wants is loaded first, then the swap, then the unloading.
 //
 // States are TF Serving's (ModelVersionStatus.State): LOADING, AVAILABLE, UNLOADING, END (unloaded,
 // or failed: then with the error).
@@ -30,6 +32,7 @@
 #include "infer/text_codec.h"
 #include "model/model_files.h"
 #include "serve/predict_batcher.h"
+#include "tensorflow_serving/config/model_server_config.pb.h"
 
 namespace paraflow::serve {
 
@@ -50,6 +53,13 @@ struct ModelSource {
 // A TF Serving model config file (ModelServerConfig in protobuf text format): its model_config_list.
 // Errors name the file, and the line and column or the model and field.
 std::vector<ModelSource> read_model_config_file(const std::filesystem::path& file);
+std::vector<ModelSource> parse_model_config(const std::string& text, const std::string& source);  // the file's text
+// The same for a ModelServerConfig message (a gRPC reload's); `source` names it in errors.
+std::vector<ModelSource> model_sources(const tensorflow::serving::ModelServerConfig& config, const std::string& source);
+
+// Refuses a base path that is a file (InputError, naming it as `what` says): the versions are
+// folders under it. One that does not exist yet is waited for.
+void check_base_path(const std::filesystem::path& base_path, const std::string& what);
 
 // One loaded model version, ready to serve. Destroyed by the registry only (never on an engine's
 // thread): front ends hold the shared_ptr while they use the version, callbacks included.
@@ -93,6 +103,12 @@ class ModelNotFound : public Error {
  public:
   using Error::Error;
 };
+// A request names a version label the model does not have: TF Serving's INVALID_ARGUMENT (HTTP
+// 400). A ModelNotFound for the OpenAI API ("name:label" names no model version: 404).
+class UnknownLabel : public ModelNotFound {
+ public:
+  using ModelNotFound::ModelNotFound;
+};
 // The model is known but has no version available: loading, or every version failed (503, UNAVAILABLE).
 class ModelUnavailable : public Error {
  public:
@@ -117,6 +133,17 @@ class ModelRegistry {
   void poll();
   // Polls every `period` on a thread of its own (0: no more polls) until drain().
   void start_polling(std::chrono::milliseconds period);
+  // Throws InputError naming each version label whose version is not available (TF Serving
+  // refuses them unless --allow_version_labels_for_unavailable_models).
+  void check_labels() const;
+  // Serves `sources` from now on, as TF Serving's config reload does: models added, removed,
+  // their base paths, policies and labels changed. Versions the new config wants are loaded
+  // while the old config serves (a model whose base path changed is loaded anew beside the old
+  // one); then labels move and new models appear at once; then what is no longer wanted is
+  // unloaded (its requests in flight finish). A label whose version is not available (unless
+  // `allow_unavailable_labels`) leaves that model's labels as they were, and throws InputError
+  // once the rest is done.
+  void reload(std::vector<ModelSource> sources, bool allow_unavailable_labels);
 
   bool ready() const;  // every model has a version available
   std::vector<std::string> model_names() const;  // in the order configured
@@ -145,10 +172,14 @@ class ModelRegistry {
   };
   struct Reaper;
 
-  Model& model(const std::string& name);
+  // The model named (mutex_ held); throws ModelNotFound.
   const Model& model(const std::string& name) const;
-  static int64_t labelled_version(const Model& model, const std::string& label);  // throws ModelNotFound
-  void poll(Model& model);
+  Model* find_model(const std::string& name);  // nullptr when none; poll_mutex_ or mutex_ held
+  static int64_t labelled_version(const Model& model, const std::string& label);  // throws UnknownLabel
+  // What is wrong with `labels` on `model` ("" when every one names an available version); mutex_ held.
+  static std::string label_problems(const Model& model, const std::map<std::string, int64_t>& labels);
+  std::vector<int64_t> load_wanted(Model& model);  // the versions the policy wants, loaded
+  void unload_unwanted(Model& model, const std::vector<int64_t>& wanted);
   void load(Model& model, int64_t version, const std::filesystem::path& dir);
   void unload(Model& model, int64_t version);
   void set_state(Model& model, int64_t version, VersionState state, std::string error = "");
@@ -157,9 +188,11 @@ class ModelRegistry {
   Log log_;
   std::chrono::milliseconds unload_grace_;
   std::shared_ptr<Reaper> reaper_;
-  mutable std::mutex mutex_;  // guards models_' status and available maps
-  std::vector<Model> models_;
-  std::mutex poll_mutex_;     // one poll at a time
+  // Guards models_ (the list, and each one's status, available and labels); changes to the list
+  // and to a model's source hold poll_mutex_ too, so a poll reads them without it.
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Model>> models_;  // in the order configured; a Model never moves
+  std::mutex poll_mutex_;     // one poll or reload at a time
   std::condition_variable stop_polling_;
   bool stopping_ = false;     // guarded by mutex_
   std::thread poller_;

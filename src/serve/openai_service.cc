@@ -54,11 +54,14 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<Exchange> exchan
   }
   if (HttpHeaders headers = cors_.headers(request); !headers.empty()) exchange = with_headers(std::move(exchange), std::move(headers));
   try {
-    answer(route(request, api_key_), request, exchange);
+    answer(route(request, api_key_, metrics_path_), request, exchange);
   } catch (const ApiError& error) {
     HttpHeaders headers = error.headers();
     if (error.status() == 429) headers.emplace_back("Retry-After", "1");
-    exchange->respond(error.status(), "application/json", error.body(), headers);
+    // TF Serving's clients read its error shape on its paths (a 401 there).
+    const bool tf_serving = target_path(request.target).starts_with(tf_serving_prefix);
+    exchange->respond(error.status(), "application/json", tf_serving ? json{{"error", error.what()}}.dump() : error.body(),
+                      headers);
   } catch (const std::exception& error) {
     exchange->respond(500, "application/json", ApiError(500, "server_error", error.what()).body());
   }

@@ -11,7 +11,8 @@
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
 // A browser's CORS preflight (OPTIONS) is answered for the allowed origins (serve/cors.h).
-// Errors are OpenAI's error object. A request's `model` is a model's name (its newest available
+// Errors are OpenAI's error object; on TF Serving's paths TF Serving's {"error": "..."}, a 401
+// included. A request's `model` is a model's name (its newest available
 // version), or "<name>:<version>" or "<name>:<label>" for a version (serve/model_registry.h); it
 // may be left out when one model is served.
 #pragma once
@@ -40,6 +41,8 @@ class OpenAiService {
   void count(const std::string& target, int status);                     // a StatusObserver
 
   void draining();  // /health answers 503 from now on
+  void serve_metrics_at(std::string path) { metrics_path_ = std::move(path); }  // as well as /metrics; before serving
+  TfServingRest& tf_serving() { return tf_serving_; }  // to set its options before serving
 
   MetricsRegistry& metrics() { return metrics_; }  // the server's own metrics
 
@@ -56,6 +59,7 @@ class OpenAiService {
   const ModelRegistry& registry_;
   std::string api_key_;
   CorsPolicy cors_;
+  std::string metrics_path_;
   std::atomic<bool> draining_{false};
   int64_t started_at_ = 0;  // Unix seconds: the models' `created`
   MetricsRegistry metrics_;

@@ -9,22 +9,31 @@ namespace paraflow::serve {
 
 namespace {
 
-bool client_gone(const std::shared_ptr<const std::atomic<bool>>& abandoned) { return abandoned && abandoned->load(); }
-
-PredictOutcome client_gone_outcome() {
-  return {.error = "the client went away before the answer", .failure = PredictFailure::unavailable};
+// Why the rows stop before they are done (their client left, or their deadline passed);
+// nullopt while they run on.
+std::optional<PredictOutcome> stop_reason(const PredictInputs& inputs) {
+  if (inputs.abandoned && inputs.abandoned->load()) {
+    return PredictOutcome{.error = "the client went away before the answer", .failure = PredictFailure::unavailable};
+  }
+  if (inputs.deadline && std::chrono::steady_clock::now() >= *inputs.deadline) {
+    return PredictOutcome{.error = "deadline exceeded: the answer was not ready within the request's time limit "
+                                   "(--rest_api_timeout_in_ms)",
+                          .failure = PredictFailure::deadline_exceeded};
+  }
+  return std::nullopt;
 }
 
 // The rows of one Predict call: each row's tokens, and `done` once the last row finishes.
 class PredictCall {
  public:
-  PredictCall(size_t rows, std::function<void(PredictOutcome)> done, std::shared_ptr<const std::atomic<bool>> abandoned)
-      : done_(std::move(done)), abandoned_(std::move(abandoned)) {
+  // `inputs`: the call's, its rows taken.
+  PredictCall(size_t rows, std::function<void(PredictOutcome)> done, PredictInputs inputs)
+      : done_(std::move(done)), inputs_(std::move(inputs)) {
     outcome_.output_ids.resize(rows);
     remaining_ = rows;
   }
 
-  bool abandoned() const { return client_gone(abandoned_); }
+  bool stopped() const { return stop_reason(inputs_).has_value(); }
 
   void add_token(size_t row, int32_t token) {
     std::lock_guard lock(mutex_);
@@ -36,10 +45,9 @@ class PredictCall {
     PredictOutcome result;
     {
       std::lock_guard lock(mutex_);
-      if (abandoned() && outcome_.error.empty()) {
-        const PredictOutcome gone = client_gone_outcome();
-        outcome_.error = gone.error;
-        outcome_.failure = gone.failure;
+      if (const std::optional<PredictOutcome> stop = stop_reason(inputs_); stop && outcome_.error.empty()) {
+        outcome_.error = stop->error;
+        outcome_.failure = stop->failure;
       }
       if (!outcome.error.empty() && outcome_.error.empty()) {
         outcome_.error = "row " + std::to_string(row) + ": " + outcome.error;
@@ -57,14 +65,14 @@ class PredictCall {
   size_t remaining_ = 0;
   PredictOutcome outcome_;
   std::function<void(PredictOutcome)> done_;
-  std::shared_ptr<const std::atomic<bool>> abandoned_;
+  PredictInputs inputs_;
 };
 
 class RowSink : public infer::RequestSink {
  public:
   RowSink(std::shared_ptr<PredictCall> call, size_t row) : call_(std::move(call)), row_(row) {}
   bool on_token(const infer::TokenEvent& event) override {
-    if (call_->abandoned()) return false;  // ends the row: its client is gone
+    if (call_->stopped()) return false;  // ends the row: its client is gone, or its time is up
     call_->add_token(row_, event.token);
     return true;
   }
@@ -77,9 +85,15 @@ class RowSink : public infer::RequestSink {
 
 }  // namespace
 
-void check_predict_inputs(const model::GptConfig& config, const PredictInputs& inputs) {
+void check_predict_inputs(const infer::Engine& engine, const PredictInputs& inputs) {
+  const model::GptConfig& config = engine.config();
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
   check(!rows.empty(), "input_ids: needs at least one row");
+  const int64_t at_once = engine.options().max_num_seqs + engine.options().max_waiting;
+  check(static_cast<int64_t>(rows.size()) <= at_once,
+        "input_ids: {} rows are more than this server runs at once ({} = --max-num-seqs {} + --max-waiting {}); "
+        "send at most {} rows per call", rows.size(), at_once, engine.options().max_num_seqs,
+        engine.options().max_waiting, at_once);
   for (size_t i = 1; i < rows.size(); ++i) {
     check(rows[i].size() == rows[0].size(), "input_ids: row {} has {} ids, row 0 has {}: a tensor's rows are equal",
           i, rows[i].size(), rows[0].size());
@@ -101,13 +115,14 @@ void check_predict_inputs(const model::GptConfig& config, const PredictInputs& i
 }
 
 void start_predict(infer::Engine& engine, PredictInputs inputs, std::function<void(PredictOutcome)> done) {
-  check_predict_inputs(engine.config(), inputs);
+  check_predict_inputs(engine, inputs);
   const std::vector<std::vector<int32_t>>& rows = inputs.input_ids;
-  if (client_gone(inputs.abandoned)) {  // gone while the rows waited for a batch
-    done(client_gone_outcome());
+  if (std::optional<PredictOutcome> stop = stop_reason(inputs)) {  // while the rows waited for a batch
+    done(std::move(*stop));
     return;
   }
-  auto call = std::make_shared<PredictCall>(rows.size(), std::move(done), inputs.abandoned);
+  auto call = std::make_shared<PredictCall>(rows.size(), std::move(done),
+                                            PredictInputs{.abandoned = inputs.abandoned, .deadline = inputs.deadline});
   std::vector<uint64_t> submitted;
   try {
     for (size_t row = 0; row < rows.size(); ++row) {

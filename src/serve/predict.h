@@ -11,9 +11,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,9 @@ struct PredictInputs {
   // Set by the front end when its client has gone: rows not started are not run, running ones
   // stop at their next token, and `done` reports the request as cancelled.
   std::shared_ptr<const std::atomic<bool>> abandoned;
+  // When the answer is due (REST's --rest_api_timeout_in_ms): past it, as for a client gone,
+  // and `done` reports deadline_exceeded.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // Why a Predict failed, for the status each API answers with.
@@ -36,6 +41,7 @@ enum class PredictFailure {
   none,
   queue_full,   // the engine's queue was full (retry later)
   unavailable,  // the server is shutting down (the rows were refused or cancelled), or the client left
+  deadline_exceeded,  // the answer was not ready by the inputs' deadline
   failed,       // a row failed
 };
 
@@ -45,8 +51,10 @@ struct PredictOutcome {
   PredictFailure failure = PredictFailure::none;
 };
 
-// Throws InputError naming the input ("input_ids", ...) when the inputs do not fit the model.
-void check_predict_inputs(const model::GptConfig& config, const PredictInputs& inputs);
+// Throws InputError naming the input ("input_ids", ...) when the inputs do not fit the model, or
+// have more rows than the engine takes at once (--max-num-seqs running + --max-waiting queued:
+// such a call could never run, where one that finds the queue busy is told to retry later).
+void check_predict_inputs(const infer::Engine& engine, const PredictInputs& inputs);
 
 // Checks the inputs (check_predict_inputs), submits the rows and calls `done` on the engine's
 // thread once every row has finished. Throws what Engine::submit throws (QueueFull, Draining)

@@ -60,7 +60,7 @@ PredictBatcher::PredictBatcher(infer::Engine& engine, BatchingOptions options, M
 PredictBatcher::~PredictBatcher() { stop(); }
 
 void PredictBatcher::predict(PredictInputs inputs, std::function<void(PredictOutcome)> done) {
-  check_predict_inputs(engine_.config(), inputs);
+  check_predict_inputs(engine_, inputs);
   const auto rows = static_cast<int64_t>(inputs.input_ids.size());
   if (rows > options_.max_batch_size) {
     refused_too_large_.add();

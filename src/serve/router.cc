@@ -39,9 +39,9 @@ const Route* find_route(const std::string& path) {
 
 }  // namespace
 
-Endpoint route(const HttpRequest& request, const std::string& api_key) {
+Endpoint route(const HttpRequest& request, const std::string& api_key, const std::string& metrics_path) {
   const std::string path = target_path(request.target);
-  const Route* found = find_route(path);
+  const Route* found = find_route(!metrics_path.empty() && path == metrics_path ? "/metrics" : path);
   if (!(found && found->open) && !api_key.empty() && !bearer_token_matches(request.authorization, api_key)) {
     throw ApiError(401, "invalid_request_error",
                    request.authorization.empty() ? "no API key: send the header Authorization: Bearer <key>"

@@ -15,8 +15,9 @@ enum class Endpoint { web_page, health, metrics, models, completions, chat_compl
 constexpr std::string_view tf_serving_prefix = "/v1/models/";
 
 // Throws ApiError: 401 without the API key (when there is one, every endpoint but /health and the
-// web page asks for it), 404 for no such endpoint, 405 for the wrong method.
-Endpoint route(const HttpRequest& request, const std::string& api_key);
+// web page asks for it), 404 for no such endpoint, 405 for the wrong method. `metrics_path`, when
+// given, is /metrics' too (TF Serving's --monitoring_config_file path).
+Endpoint route(const HttpRequest& request, const std::string& api_key, const std::string& metrics_path = "");
 
 // A target's path: what comes before its query.
 std::string target_path(const std::string& target);

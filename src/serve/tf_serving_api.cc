@@ -60,6 +60,7 @@ tensorflow::TensorInfo tensor_info(const char* name, tensorflow::DataType dtype,
   tensorflow::TensorInfo info;
   info.set_name(name);
   info.set_dtype(dtype);
+  info.mutable_tensor_shape();  // a scalar's shape: present, with no dims (as TF Serving writes it)
   if (matrix) {
     for (int i = 0; i < 2; ++i) info.mutable_tensor_shape()->add_dim()->set_size(-1);  // any batch, any length
   }
@@ -70,8 +71,10 @@ tensorflow::TensorInfo tensor_info(const char* name, tensorflow::DataType dtype,
 
 PredictInputs predict_inputs(const tensorflow::serving::PredictRequest& request) {
   const std::string& signature = request.model_spec().signature_name();
-  check(signature.empty() || signature == signature_name,
-        "model_spec.signature_name: no signature \"{}\" (the model has \"{}\")", signature, signature_name);
+  if (!signature.empty() && signature != signature_name) {
+    throw UnknownSignature(fmt::format("model_spec.signature_name: no signature \"{}\" (the model has \"{}\")",
+                                       signature, signature_name));
+  }
   for (const auto& [name, tensor] : request.inputs()) {
     bool known = false;
     for (const InputInfo& input : signature_inputs) known = known || name == input.name;
@@ -123,6 +126,12 @@ tensorflow::serving::GetModelMetadataResponse model_metadata(const tensorflow::s
   *response.mutable_model_spec() = answered_spec(model);
   (*response.mutable_metadata())["signature_def"].PackFrom(signatures);
   return response;
+}
+
+std::string only_predict_signature(const std::string& method) {
+  return fmt::format("the models served have only the predict signature (\"{}\", method tensorflow/serving/predict): "
+                     "{} needs a classification or regression signature; send a Predict (REST :predict)",
+                     signature_name, method);
 }
 
 }  // namespace paraflow::serve

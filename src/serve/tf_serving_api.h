@@ -22,8 +22,14 @@ struct ServedModel {
   int64_t version = 1;
 };
 
-// The request's inputs, checked against the signature: signature name, input names, dtypes and
-// shapes, output_filter. Throws InputError naming the input.
+// A request names a signature the model does not have: TF Serving's FAILED_PRECONDITION (HTTP 400).
+class UnknownSignature : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// The request's inputs, checked against the signature: signature name (UnknownSignature), input
+// names, dtypes and shapes, output_filter. Throws InputError naming the input.
 PredictInputs predict_inputs(const tensorflow::serving::PredictRequest& request);
 
 // The generated tokens as the `output_ids` output (DT_INT32 [batch, max_new_tokens]).
@@ -34,5 +40,9 @@ tensorflow::serving::PredictResponse predict_response(std::vector<std::vector<in
 // Throws InputError for no or another metadata_field.
 tensorflow::serving::GetModelMetadataResponse model_metadata(const tensorflow::serving::GetModelMetadataRequest& request,
                                                              const ServedModel& model);
+
+// What Classify, Regress and MultiInference (`method`: REST's :classify, :regress) are told: the
+// model has the Predict signature only. TF Serving answers INVALID_ARGUMENT (HTTP 400).
+std::string only_predict_signature(const std::string& method);
 
 }  // namespace paraflow::serve

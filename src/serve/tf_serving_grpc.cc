@@ -1,10 +1,16 @@
 #include "serve/tf_serving_grpc.h"
 
 #include <fmt/format.h>
+#include <grpc/support/log.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "base/error.h"
 #include "base/file_io.h"
@@ -24,10 +30,11 @@ namespace tfs = tensorflow::serving;
 
 constexpr int max_message_bytes = 16 << 20;
 
-// What both services read.
+// What the services read.
 struct Model {
-  const ModelRegistry& registry;
+  ModelRegistry& registry;
   std::string api_key;
+  bool allow_unavailable_labels = false;
   std::atomic<bool> draining{false};
 };
 
@@ -40,11 +47,12 @@ auto look_up(const tfs::ModelSpec& spec, const ModelRegistry& registry, Lookup l
   const std::string label = spec.version_choice_case() == tfs::ModelSpec::kVersionLabel ? spec.version_label() : "";
   try {
     return lookup(spec.name(), version, label);
+  } catch (const UnknownLabel& error) {
+    throw UnknownLabel(fmt::format("model_spec.version_label: {}", error.what()));
   } catch (const ModelNotFound& error) {
     const std::vector<std::string> names = registry.model_names();
     const bool known = std::find(names.begin(), names.end(), spec.name()) != names.end();
-    const char* field = !known ? "name" : !label.empty() ? "version_label" : "version";
-    throw ModelNotFound(fmt::format("model_spec.{}: {}", field, error.what()));
+    throw ModelNotFound(fmt::format("model_spec.{}: {}", known ? "version" : "name", error.what()));
   }
 }
 
@@ -60,6 +68,10 @@ std::shared_ptr<ServedVersion> find_version(const tfs::ModelSpec& spec, const Mo
 grpc::Status current_error_status() {
   try {
     throw;
+  } catch (const UnknownLabel& error) {  // TF Serving's codes for these two
+    return {grpc::StatusCode::INVALID_ARGUMENT, error.what()};
+  } catch (const UnknownSignature& error) {
+    return {grpc::StatusCode::FAILED_PRECONDITION, error.what()};
   } catch (const ModelNotFound& error) {
     return {grpc::StatusCode::NOT_FOUND, error.what()};
   } catch (const ModelUnavailable& error) {
@@ -75,6 +87,14 @@ grpc::Status current_error_status() {
   } catch (const std::exception& error) {
     return {grpc::StatusCode::INTERNAL, error.what()};
   }
+}
+
+// The status as TF Serving's StatusProto (a reload's answer carries it).
+tfs::StatusProto status_proto(const grpc::Status& status) {
+  tfs::StatusProto proto;
+  proto.set_error_code(static_cast<tensorflow::error::Code>(status.error_code()));
+  proto.set_error_message(status.error_message());
+  return proto;
 }
 
 grpc::Status check_api_key(const grpc::CallbackServerContext& context, const std::string& api_key) {
@@ -180,6 +200,14 @@ void add_status(const VersionStatus& status, tfs::ModelVersionStatus& answer) {
 class ModelService final : public tfs::ModelService::CallbackService {
  public:
   explicit ModelService(const Model& model) : model_(model) {}
+  ~ModelService() override { finish_reloads(); }
+
+  // Waits for the reloads under way to answer (before the server stops: they finish their calls).
+  void finish_reloads() {
+    std::lock_guard lock(mutex_);
+    for (std::thread& reload : reloads_) reload.join();
+    reloads_.clear();
+  }
 
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const tfs::GetModelStatusRequest* request,
@@ -196,22 +224,89 @@ class ModelService final : public tfs::ModelService::CallbackService {
     });
   }
 
+  // Serves the request's ModelServerConfig from now on (ModelRegistry::reload); answers once the
+  // new versions are loaded, with the outcome as both the call's status and the response's. The
+  // loading runs on a thread of its own: gRPC's callback threads must not wait on it.
+  grpc::ServerUnaryReactor* HandleReloadConfigRequest(grpc::CallbackServerContext* context,
+                                                      const tfs::ReloadConfigRequest* request,
+                                                      tfs::ReloadConfigResponse* response) override {
+    return unary(context->DefaultReactor(), *context, model_, [&](grpc::ServerUnaryReactor* reactor) {
+      std::lock_guard lock(mutex_);
+      reloads_.emplace_back([this, request, reactor, response] {
+        grpc::Status status;
+        try {
+          model_.registry.reload(model_sources(request->config(), "ReloadConfigRequest.config"),
+                                 model_.allow_unavailable_labels);
+        } catch (...) {
+          status = current_error_status();
+        }
+        *response->mutable_status() = status_proto(status);
+        reactor->Finish(status);
+      });
+      return true;
+    });
+  }
+
+ private:
+  const Model& model_;
+  std::mutex mutex_;
+  std::vector<std::thread> reloads_;
+};
+
+// Every method the services above do not have: PredictionService's Classify, Regress and
+// MultiInference are told that the model has only the Predict signature (INVALID_ARGUMENT, as TF
+// Serving answers for a model without theirs); anything else is UNIMPLEMENTED, naming the method.
+class OtherMethods final : public grpc::CallbackGenericService {
+ public:
+  explicit OtherMethods(const Model& model) : model_(model) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
+    class Refusal final : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Refusal(const grpc::Status& status) { Finish(status); }
+      void OnDone() override { delete this; }
+    };
+    grpc::Status status = check_api_key(*context, model_.api_key);
+    if (!status.ok()) return new Refusal(status);
+    const std::string& method = context->method();
+    const std::string prediction = "/tensorflow.serving.PredictionService/";
+    const std::string name = method.substr(method.rfind('/') + 1);
+    if (method.starts_with(prediction) && (name == "Classify" || name == "Regress" || name == "MultiInference")) {
+      return new Refusal({grpc::StatusCode::INVALID_ARGUMENT, only_predict_signature(name)});
+    }
+    return new Refusal({grpc::StatusCode::UNIMPLEMENTED,
+                        fmt::format("no method {} (served: tensorflow.serving.PredictionService/Predict and "
+                                    "GetModelMetadata, tensorflow.serving.ModelService/GetModelStatus and "
+                                    "HandleReloadConfigRequest)", method)});
+  }
+
  private:
   const Model& model_;
 };
 
+// gRPC's own log, except while a port is bound: a port in use is our error to say (naming the
+// flag), not gRPC's internal trace of it.
+std::atomic<bool> quiet_grpc{false};
+void grpc_log(gpr_log_func_args* args) {
+  if (quiet_grpc.load()) return;
+  std::fprintf(stderr, "grpc %s %s:%d: %s\n", gpr_log_severity_string(args->severity), args->file, args->line,
+               args->message);
+}
+
 }  // namespace
 
 struct TfServingGrpc::Impl {
-  explicit Impl(const ModelRegistry& registry, std::string api_key) : model{registry, std::move(api_key)} {}
+  Impl(ModelRegistry& registry, std::string api_key, bool allow_unavailable_labels)
+      : model{registry, std::move(api_key), allow_unavailable_labels} {}
   Model model;
   PredictionService prediction{model};
   ModelService model_service{model};
+  OtherMethods other_methods{model};
   std::unique_ptr<grpc::Server> server;
 };
 
-TfServingGrpc::TfServingGrpc(const ModelRegistry& registry, std::string api_key)
-    : impl_(std::make_unique<Impl>(registry, std::move(api_key))) {}
+TfServingGrpc::TfServingGrpc(ModelRegistry& registry, std::string api_key, bool allow_unavailable_labels)
+    : impl_(std::make_unique<Impl>(registry, std::move(api_key), allow_unavailable_labels)) {}
 
 TfServingGrpc::~TfServingGrpc() {
   if (impl_->server) stop(std::chrono::milliseconds(0));
@@ -251,13 +346,16 @@ int TfServingGrpc::listen(const std::string& host, int port, const std::string& 
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not shared
   builder.RegisterService(&impl_->prediction);
   builder.RegisterService(&impl_->model_service);
+  builder.RegisterCallbackGenericService(&impl_->other_methods);
+  gpr_set_log_function(grpc_log);
+  quiet_grpc = true;
   impl_->server = builder.BuildAndStart();
+  quiet_grpc = false;
   if (!impl_->server || bound == 0) {
     // gRPC checks the PEM texts only here: say which file may be at fault.
-    throw IoError(fmt::format("grpc: cannot listen on {}{}", address,
-                              ssl_config_file.empty() ? "" : fmt::format(" (or --ssl_config_file {} holds a key and "
-                                                                         "certificate gRPC cannot use: see the log above)",
-                                                                         ssl_config_file)));
+    throw IoError(fmt::format("gRPC cannot listen on {}: the port is in use, or the address is not this machine's{}", address,
+                              ssl_config_file.empty() ? "" : fmt::format(", or --ssl_config_file {} holds a key and "
+                                                                         "certificate gRPC cannot use", ssl_config_file)));
   }
   return bound;
 }
@@ -265,6 +363,7 @@ int TfServingGrpc::listen(const std::string& host, int port, const std::string& 
 void TfServingGrpc::draining() { impl_->model.draining = true; }
 
 void TfServingGrpc::stop(std::chrono::milliseconds grace) {
+  impl_->model_service.finish_reloads();
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
   impl_->server.reset();

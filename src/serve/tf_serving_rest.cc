@@ -32,20 +32,30 @@ template <typename... Args>
   throw RestError(status, fmt::format(format, std::forward<Args>(args)...));
 }
 
-// /v1/models/{name}[/versions/{v}|/labels/{l}][/metadata|:predict]
+// /v1/models/{name}[/versions/{v}|/labels/{l}][/metadata|:{verb}]
 struct Target {
   std::string name;
   std::optional<int64_t> version;
   std::optional<std::string> label;
-  enum class Kind { status, metadata, predict } kind = Kind::status;
+  enum class Kind { status, metadata, predict, other_signature } kind = Kind::status;
+  std::string verb;  // other_signature's: classify or regress
 };
 
 Target parse_target(const std::string& path) {
   std::string rest = path.substr(tf_serving_prefix.size());
   Target target;
-  if (rest.size() > 8 && rest.compare(rest.size() - 8, 8, ":predict") == 0) {
-    target.kind = Target::Kind::predict;
-    rest.resize(rest.size() - 8);
+  // A model's name has no ':' (serve/model_registry.h): one starts the verb.
+  if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+    target.verb = rest.substr(colon + 1);
+    rest.resize(colon);
+    if (target.verb == "predict") {
+      target.kind = Target::Kind::predict;
+    } else if (target.verb == "classify" || target.verb == "regress") {
+      target.kind = Target::Kind::other_signature;
+    } else {
+      fail(404, "Malformed request: {}: no verb ':{}' (a model answers :predict; :classify and :regress need "
+                "signatures these models do not have)", path, target.verb);
+    }
   } else if (rest.size() > 9 && rest.compare(rest.size() - 9, 9, "/metadata") == 0) {
     target.kind = Target::Kind::metadata;
     rest.resize(rest.size() - 9);
@@ -186,8 +196,9 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
                            const std::shared_ptr<Exchange>& exchange) const {
   try {
     const Target target = parse_target(path);
-    const char* method = target.kind == Target::Kind::predict ? "POST" : "GET";
-    const bool head_of_get = request.method == "HEAD" && target.kind != Target::Kind::predict;
+    const bool post = target.kind == Target::Kind::predict || target.kind == Target::Kind::other_signature;
+    const char* method = post ? "POST" : "GET";
+    const bool head_of_get = request.method == "HEAD" && !post;
     if (request.method != method && !head_of_get) fail(405, "{} {} is not supported; use {}", request.method, path, method);
     if (target.kind == Target::Kind::status) {
       const std::vector<VersionStatus> statuses =
@@ -211,6 +222,7 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
       exchange->respond(200, "application/json", metadata_json({version->model, version->version}).dump());
       return;
     }
+    if (target.kind == Target::Kind::other_signature) fail(400, "{}", only_predict_signature(":" + target.verb));
     if (draining_.load()) fail(503, "the server is shutting down and accepts no new requests");
     json body;
     try {
@@ -241,12 +253,14 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     auto abandoned = std::make_shared<std::atomic<bool>>(false);
     exchange->on_disconnect([abandoned] { abandoned->store(true); });
     inputs.abandoned = abandoned;
+    if (timeout_.count() > 0) inputs.deadline = std::chrono::steady_clock::now() + timeout_;
     ServedVersion& served = *version;
     served.predict(std::move(inputs), [exchange, rows, version = std::move(version)](PredictOutcome outcome) {
       if (!outcome.error.empty()) {
-        const int status = outcome.failure == PredictFailure::queue_full    ? 429
-                           : outcome.failure == PredictFailure::unavailable ? 503
-                                                                            : 500;
+        const int status = outcome.failure == PredictFailure::queue_full          ? 429
+                           : outcome.failure == PredictFailure::unavailable       ? 503
+                           : outcome.failure == PredictFailure::deadline_exceeded ? 504
+                                                                                  : 500;
         respond_error(exchange, status, outcome.error);
         return;
       }
@@ -254,6 +268,8 @@ void TfServingRest::handle(const HttpRequest& request, const std::string& path,
     });
   } catch (const RestError& error) {
     respond_error(exchange, error.status(), error.what());
+  } catch (const UnknownLabel& error) {
+    respond_error(exchange, 400, error.what());
   } catch (const ModelNotFound& error) {
     respond_error(exchange, 404, error.what());
   } catch (const ModelUnavailable& error) {

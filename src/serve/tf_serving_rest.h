@@ -7,13 +7,17 @@
 //   POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict   row ({"instances": [...]}) or
 //                                                              columnar ({"inputs": ...}) form,
 //                                                              answered in the same form
-// Errors are TF Serving's {"error": "..."}: 400 invalid argument, 404 not found, 429 resource
-// exhausted (the engine's queue is full), 503 unavailable (no version loaded yet, or draining).
+// :classify and :regress answer 400: the models have only the Predict signature.
+// Errors are TF Serving's {"error": "..."}: 400 invalid argument (an unknown version label or
+// signature too, as TF Serving answers), 404 not found, 429 resource
+// exhausted (the engine's queue is full), 503 unavailable (no version loaded yet, or draining),
+// 504 deadline exceeded (set_timeout).
 // Models, versions and labels are the registry's (serve/model_registry.h), the signature the
 // gRPC API's (serve/tf_serving_api.h).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -31,10 +35,14 @@ class TfServingRest {
   // Answers every request itself, errors included.
   void handle(const HttpRequest& request, const std::string& path, const std::shared_ptr<Exchange>& exchange) const;
   void draining();  // :predict answers 503 from now on (status and metadata still answer)
+  // A :predict not answered within `timeout` of its arrival stops and answers 504 (TF Serving's
+  // --rest_api_timeout_in_ms); 0: no limit. Before serving.
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  private:
   const ModelRegistry& registry_;
   int64_t created_;
+  std::chrono::milliseconds timeout_{0};
   std::atomic<bool> draining_{false};
 };
 

@@ -87,12 +87,13 @@ TEST(ModelRegistryNames, ColonsAndSlashesAreRefused) {
 // Export dirs of tiny random GPTs under <base>/<version>/; each version has its own weights.
 class VersionsTest : public ::testing::Test {
  protected:
-  void add_version(int64_t version) {
+  // Under `under` (default: base()).
+  void add_version(int64_t version, const fs::path& under = {}) {
     const model::GptConfig config = testing::gpt_config(37, 24, 16, 1, 2);
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
     Rng rng(static_cast<uint64_t>(version));
     model::initialize_gpt(parameters, config, rng);
-    model::save_model_dir(base() / std::to_string(version), config, parameters);
+    model::save_model_dir((under.empty() ? base() : under) / std::to_string(version), config, parameters);
   }
   fs::path base() const { return dir.path() / "gpt"; }
 
@@ -162,7 +163,7 @@ TEST_F(VersionsTest, PoliciesLatestNAllAndSpecific) {
   EXPECT_EQ(states(), (std::map<int64_t, std::string>{{1, "AVAILABLE"}, {3, "AVAILABLE"}}));
   EXPECT_EQ(models.find("gpt", {}, "stable")->version, 1);
   EXPECT_EQ(models.find("gpt", {}, "canary")->version, 3);
-  testing::expect_error<ModelNotFound>([&] { models.find("gpt", {}, "beta"); }, {"no version label \"beta\""});
+  testing::expect_error<UnknownLabel>([&] { models.find("gpt", {}, "beta"); }, {"no version label \"beta\"", "canary, gone, stable"});
   testing::expect_error<ModelNotFound>([&] { models.find("gpt", {}, "gone"); }, {"no version 2", "label \"gone\""});
 }
 
@@ -269,6 +270,63 @@ TEST_F(VersionsTest, ARequestInFlightFinishesOnTheVersionBeingReplaced) {
   EXPECT_EQ(sink->tokens.load(), 20);
   polled.get();
   EXPECT_EQ(states().at(1), "END");
+}
+
+// TF Serving's config reload: models added and removed, policies changed, labels moved once the
+// versions they name are loaded; a label naming a version that is not available is refused
+// (unless allowed), leaving that model's labels as they were.
+TEST_F(VersionsTest, AReloadAddsRemovesAndMovesLabels) {
+  for (int64_t version : {1, 2}) add_version(version);
+  add_version(5, dir.path() / "other");
+  const VersionPolicy only_1{.kind = VersionPolicy::Kind::specific, .versions = {1}};
+  ModelRegistry& models = registry(only_1, {{"stable", 1}});
+  models.poll();
+  models.check_labels();
+
+  const ModelSource other{.name = "other", .base_path = dir.path() / "other"};
+  models.reload({{.name = "gpt", .base_path = base(), .policy = {.kind = VersionPolicy::Kind::all},
+                  .labels = {{"stable", 1}, {"canary", 2}}},
+                 other},
+                false);
+  EXPECT_EQ(models.model_names(), (std::vector<std::string>{"gpt", "other"}));
+  EXPECT_EQ(models.find("gpt", {}, "canary")->version, 2);
+  EXPECT_EQ(models.find("other")->version, 5);
+
+  models.reload({other, {.name = "gpt", .base_path = base(), .policy = {.kind = VersionPolicy::Kind::latest},
+                         .labels = {{"stable", 2}}}},
+                false);
+  EXPECT_EQ(models.model_names(), (std::vector<std::string>{"other", "gpt"}));
+  EXPECT_EQ(models.find("gpt", {}, "stable")->version, 2);
+  testing::expect_error<UnknownLabel>([&] { models.find("gpt", {}, "canary"); }, {"\"canary\""});
+  EXPECT_EQ(states(), (std::map<int64_t, std::string>{{1, "END"}, {2, "AVAILABLE"}}));
+
+  testing::expect_error<InputError>(
+      [&] { models.reload({{.name = "gpt", .base_path = base(), .labels = {{"stable", 7}}}}, false); },
+      {"model \"gpt\": version label \"stable\" names version 7, which is not available",
+       "--allow_version_labels_for_unavailable_models"});
+  EXPECT_EQ(models.model_names(), (std::vector<std::string>{"gpt"}));  // the rest of the reload applied
+  testing::expect_error<ModelNotFound>([&] { models.find("other"); }, {"no model \"other\""});
+  EXPECT_EQ(models.find("gpt", {}, "stable")->version, 2);  // the label as it was
+
+  models.reload({{.name = "gpt", .base_path = base(), .labels = {{"stable", 7}}}}, true);
+  testing::expect_error<ModelNotFound>([&] { models.find("gpt", {}, "stable"); }, {"no version 7", "label \"stable\""});
+  testing::expect_error<InputError>([&] { models.check_labels(); }, {"names version 7"});
+
+  models.reload({{.name = "gpt", .base_path = dir.path() / "other"}}, false);  // served from elsewhere now
+  EXPECT_EQ(models.find("gpt")->version, 5);
+  EXPECT_EQ(states(), (std::map<int64_t, std::string>{{5, "AVAILABLE"}}));
+}
+
+TEST(ModelBasePath, AFileIsRefusedNamingIt) {
+  testing::TempDir dir;
+  const fs::path file = write(dir.path() / "model.safetensors", "x");
+  testing::expect_error<InputError>([&] { check_base_path(file, "--model_base_path"); },
+                                    {"--model_base_path " + file.string(), "is a file, not a folder"});
+  check_base_path(dir.path() / "not-yet", "--model_base_path");  // waited for
+  testing::expect_error<InputError>(
+      [&] { read_model_config_file(write(dir.path() / "m.config", "model_config_list { config { name: 'x' base_path: '" +
+                                                                 file.string() + "' } }")); },
+      {"config[0].base_path " + file.string(), "is a file"});
 }
 
 }  // namespace

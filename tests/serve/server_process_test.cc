@@ -549,18 +549,37 @@ TEST_F(ServeTest, OpenAiPythonClient) {
                   server_->url(), api_key));
 }
 
-// TF Serving's Python client (tensorflow-serving-api in .venv-data, scripts/setup_python_data.sh:
-// FAILS without it) on --grpc-port: Predict, GetModelMetadata, GetModelStatus and their errors.
-TEST_F(ServeTest, TfServingGrpcClient) {
-  ASSERT_NE(server_->grpc_port(), 0) << server_->log();
+// Python with TF Serving's client (tensorflow-serving-api in .venv-data, scripts/setup_python_data.sh:
+// the tests using it FAIL without it).
+fs::path data_python() {
   const char* env = std::getenv("PARAFLOW_DATA_PYTHON");
   const fs::path python = env ? fs::path(env) : source_dir() / ".venv-data/bin/python";
-  ASSERT_TRUE(fs::exists(python)) << "no " << python << ": run scripts/setup_python_data.sh";
+  EXPECT_TRUE(fs::exists(python)) << "no " << python << ": run scripts/setup_python_data.sh";
+  return python;
+}
+
+// TF Serving's Python client on --grpc-port: Predict, GetModelMetadata, GetModelStatus, the
+// signatures the model lacks, and their errors.
+TEST_F(ServeTest, TfServingGrpcClient) {
+  ASSERT_NE(server_->grpc_port(), 0) << server_->log();
+  const fs::path python = data_python();
   std::printf("%s\n", run(fmt::format("{} {} --grpc-port {} --http-port {} --model tiny-gpt --api-key {}", python.string(),
                                       (source_dir() / "tests/serve/tf_serving_grpc_check.py").string(),
                                       server_->grpc_port(), server_->port(), api_key))
                           .c_str());
   expect_engine_idle();
+}
+
+// Servers started as TF Serving is (its Docker command line, config files, reloads while clients
+// ask, refusals at start), checked with TF Serving's client and HTTP: tf_serving_server_check.py.
+TEST_F(ServeTest, TfServingCommandLinesAndConfigReloads) {
+  const fs::path work = dir_->path() / "tf-serving";
+  fs::create_directories(work);
+  std::printf("%s\n", run(fmt::format("{} {} --paraflow {} --model {} --work {}", data_python().string(),
+                                      (source_dir() / "tests/serve/tf_serving_server_check.py").string(),
+                                      std::getenv("PARAFLOW_BINARY"), (dir_->path() / "tiny-gpt").string(),
+                                      work.string()))
+                          .c_str());
 }
 
 TEST_F(ServeTest, PrometheusParserReadsTheMetrics) {

@@ -19,11 +19,13 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_serving.apis import (  # noqa: E402
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 parser = argparse.ArgumentParser()
@@ -42,10 +44,12 @@ PROMPTS = [list(b"the quick brown"), list(b"over the lazy d")]  # a [2, 15] tens
 NEW_TOKENS = 24
 
 
-def predict_request(ids, dtype=tf.int32, model=None, **scalars):
+def predict_request(ids, dtype=tf.int32, model=None, signature="serving_default", label=None, **scalars):
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model or args.model
-    request.model_spec.signature_name = "serving_default"
+    request.model_spec.signature_name = signature
+    if label:
+        request.model_spec.version_label = label
     request.inputs["input_ids"].CopyFrom(tf.make_tensor_proto(np.array(ids), dtype=dtype))
     for name, value in scalars.items():
         request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
@@ -122,6 +126,9 @@ assert signature.inputs["input_ids"].dtype == tf.int32.as_datatype_enum
 assert [d.size for d in signature.inputs["input_ids"].tensor_shape.dim] == [-1, -1]
 assert signature.inputs["temperature"].dtype == tf.float32.as_datatype_enum
 assert signature.outputs["output_ids"].dtype == tf.int32.as_datatype_enum
+# A scalar input's shape is there, with no dims (TF Serving's; tf.TensorShape reads it as a scalar).
+assert signature.inputs["max_new_tokens"].HasField("tensor_shape"), signature.inputs["max_new_tokens"]
+assert tf.TensorShape(signature.inputs["max_new_tokens"].tensor_shape).rank == 0
 
 # GetModelStatus: version 1 AVAILABLE, status OK.
 status_request = get_model_status_pb2.GetModelStatusRequest()
@@ -142,9 +149,22 @@ refused(lambda: predict(PROMPTS[0]), codes.INVALID_ARGUMENT, "input_ids: shape [
 refused(lambda: predict(PROMPTS, max_new_tokens=90), codes.INVALID_ARGUMENT, "max_new_tokens: 15 ids per row plus max_new_tokens 90")
 refused(lambda: predict(PROMPTS, max_new_tokens=np.float32(3)), codes.INVALID_ARGUMENT, "max_new_tokens")
 refused(lambda: predict([[300]]), codes.INVALID_ARGUMENT, "input_ids")  # beyond the 256-token vocabulary
-# 64 rows at once: beyond 4 running and 4 waiting. (With 12 the check was flaky on a loaded
-# machine: a server thread descheduled while it submitted the rows let the first four finish.)
-refused(lambda: predict([[116]] * 64, max_new_tokens=60), codes.RESOURCE_EXHAUSTED, "")
+# More rows than 4 running and 4 waiting: refused at once, naming the limit (never "retry later").
+refused(lambda: predict([[116]] * 9, max_new_tokens=60), codes.INVALID_ARGUMENT, "send at most 8 rows per call")
+# TF Serving's codes: an unknown label INVALID_ARGUMENT, an unknown signature FAILED_PRECONDITION.
+refused(lambda: predict(PROMPTS, label="beta"), codes.INVALID_ARGUMENT, "model_spec.version_label")
+refused(lambda: predict(PROMPTS, signature="classify_x"), codes.FAILED_PRECONDITION, "no signature \"classify_x\"")
+# Classify and Regress: the model has only the Predict signature.
+classify = classification_pb2.ClassificationRequest()
+classify.model_spec.name = args.model
+refused(lambda: prediction.Classify(classify, timeout=10, metadata=auth), codes.INVALID_ARGUMENT,
+        "only the predict signature")
+regress = regression_pb2.RegressionRequest()
+regress.model_spec.name = args.model
+refused(lambda: prediction.Regress(regress, timeout=10, metadata=auth), codes.INVALID_ARGUMENT, "Regress needs a")
+refused(lambda: prediction.Classify(classify, timeout=10), codes.UNAUTHENTICATED, "authorization")
+refused(lambda: channel.unary_unary("/tensorflow.serving.SessionService/SessionRun")(b"", timeout=10, metadata=auth),
+        codes.UNIMPLEMENTED, "no method /tensorflow.serving.SessionService/SessionRun")
 refused(lambda: prediction.Predict(predict_request(PROMPTS), timeout=10), codes.UNAUTHENTICATED, "authorization")
 # Over the 16 MiB a message may hold.
 refused(lambda: predict([[1] * (5 << 20)], dtype=tf.int32), codes.RESOURCE_EXHAUSTED, "")

@@ -98,6 +98,8 @@ TEST_F(TfServingRestTest, StatusAndMetadataAsTfServingWritesThem) {
   EXPECT_EQ(signature["inputs"]["input_ids"]["tensor_shape"]["dim"].size(), 2u);
   EXPECT_EQ(signature["inputs"]["input_ids"]["tensor_shape"]["dim"][0]["size"], "-1");
   EXPECT_EQ(signature["outputs"]["output_ids"]["dtype"], "DT_INT32");
+  // A scalar's shape, as TF Serving writes one: present, with no dims.
+  EXPECT_EQ(signature["inputs"]["max_new_tokens"]["tensor_shape"], json::parse(R"({"dim": [], "unknown_rank": false})"));
 }
 
 TEST_F(TfServingRestTest, PredictRowsAndColumnsEqualTheGeneratorsGreedyTokens) {
@@ -132,13 +134,24 @@ TEST_F(TfServingRestTest, BadRequestsGetTfServingErrors) {
   expect_error("POST", "/v1/models/other:predict", R"({"instances": [[1]]})", 404, "no model \"other\"");
   expect_error("GET", "/v1/models/gpt/versions/2", "", 404, "no version 2");
   expect_error("GET", "/v1/models/gpt/versions/x", "", 400, "version 'x'");
-  expect_error("GET", "/v1/models/gpt/labels/canary", "", 404, "canary");
+  expect_error("GET", "/v1/models/gpt/labels/canary", "", 400, "no version label \"canary\"");  // TF Serving's code
+  // The other signatures' verbs: this model has only Predict's; no other verb is TF Serving's.
+  expect_error("POST", "/v1/models/gpt:classify", R"({"examples": [{"x": 1}]})", 400, "only the predict signature");
+  expect_error("POST", "/v1/models/gpt/versions/1:regress", R"({"examples": [{"x": 1}]})", 400, ":regress needs a");
+  expect_error("POST", "/v1/models/other:classify", "{}", 404, "no model \"other\"");
+  expect_error("GET", "/v1/models/gpt:classify", "", 405, "use POST");
+  expect_error("POST", "/v1/models/gpt:explain", "{}", 404, "no verb ':explain'");
   expect_error("GET", predict, "", 405, "use POST");
   expect_error("POST", predict, "{not json", 400, "JSON Parse error");
   expect_error("POST", predict, R"({"instances": [[1, 2], [3]]})", 400, "input_ids: row 1 has 1 ids");
   expect_error("POST", predict, R"({"instances": [[1, -2]]})", 400, "instances[0][1]");
   expect_error("POST", predict, R"({"instances": [[1, 99]]})", 400, "input_ids: id 99 at [0, 1] is outside the model's vocabulary of 61");
   expect_error("POST", predict, R"({"instances": [[1]], "inputs": [[1]]})", 400, "exactly one of");
+  // More rows than the engine ever holds (64 running + 1024 queued by default): never "retry later".
+  json rows = json::array();
+  for (int i = 0; i < 64 + 1024 + 1; ++i) rows.push_back({1, 2});
+  expect_error("POST", predict, json{{"instances", rows}}.dump(), 400,
+               "1089 rows are more than this server runs at once (1088 = --max-num-seqs 64 + --max-waiting 1024)");
   expect_error("POST", predict, R"({"instances": [[1]], "extra": 1})", 400, "unknown field 'extra'");
   expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "top_k": 3}})", 400, "no input 'top_k'");
   expect_error("POST", predict, R"({"inputs": {"input_ids": [[1]], "max_new_tokens": 0}})", 400, "max_new_tokens");
