@@ -128,6 +128,21 @@ TEST(Evaluator, RunsEachBatchInTheTrainingMicroBatches) {
   }
 }
 
+// A GEMM peak measured while other processes held the cores reads low (a user's run printed MFU
+// 400%): MFU stays at most 1 however low the start-up measurement was (here 1 FLOP/s).
+TEST(TrainerSummaries, MfuNeverExceedsOneWhenThePeakWasMeasuredLow) {
+  testing::TempDir dir;
+  const model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::Trainer trainer(config, testing::short_training(dir.path(), 4), data, cpu_backend());
+  trainer.initialize_or_resume();
+  trainer.run(nullptr, 1.0);
+  nlohmann::json scalars = tensorboard_scalars(dir.path());
+  ASSERT_TRUE(scalars.contains("train/mfu"));
+  ASSERT_EQ(scalars["train/mfu"].size(), 4u);
+  for (const auto& point : scalars["train/mfu"]) EXPECT_LE(point[1].get<double>(), 1.0) << point;
+}
+
 // An evaluator that cannot evaluate a checkpoint that stays (here: no validation split) stops
 // with the reason after a second try, instead of retrying without pause forever.
 TEST(Evaluator, WatchStopsOnAFailureThatIsItsOwn) {
