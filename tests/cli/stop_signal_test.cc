@@ -58,11 +58,13 @@ TEST_F(StopSignal, TrainUnderGnuTimeoutEndsWithACheckpoint) {
 }
 
 // A signal after cli::kSameStopRequest is a second request: the process ends at once, during a
-// step that takes seconds (so not after a checkpoint), with 128 + SIGTERM.
+// step that takes seconds (so not after a checkpoint), with 128 + SIGTERM. The first signal comes
+// just after the second step's memory line, so the third step has just begun (a signal before the
+// first step, during the start-up's GEMM peak measurement, let the run checkpoint within 1.5 s).
 TEST_F(StopSignal, ALaterSecondSignalExitsWithoutACheckpoint) {
   use_slow_steps();
   testing::Process process(train(), dir.path() / "output.txt");
-  ASSERT_TRUE(wait_for_output(process, dir.path() / "output.txt", "precision")) << "training did not start";
+  ASSERT_TRUE(wait_for_output(process, dir.path() / "output.txt", "memory: peak RSS grew")) << "training did not start";
   process.signal(SIGTERM);
   std::this_thread::sleep_for(cli::kSameStopRequest + 500ms);
   process.signal(SIGTERM);
