@@ -16,6 +16,12 @@ void register_cpu_kernels(KernelRegistry& registry) {
   constexpr DeviceKind cpu = DeviceKind::cpu;
   registry.add(cpu, DType::f32, &cpu::embedding_forward);
   registry.add(cpu, DType::f32, &cpu::embedding_backward);
+  registry.add(cpu, DType::f32, &cpu::rmsnorm_forward);
+  registry.add(cpu, DType::f32, &cpu::rmsnorm_backward);
+  registry.add(cpu, DType::f32, &cpu::rope_forward);
+  registry.add(cpu, DType::f32, &cpu::rope_backward);
+  registry.add(cpu, DType::f32, &cpu::swiglu_forward);
+  registry.add(cpu, DType::f32, &cpu::swiglu_backward);
   registry.add(cpu, DType::f32, &cpu::matmul_forward);
   registry.add(cpu, DType::f32, &cpu::matmul_backward);
   registry.add(cpu, DType::f32, &cpu::attention_forward);

@@ -12,6 +12,9 @@ namespace paraflow::graph {
 PARAFLOW_OP_KINDS(PARAFLOW_OP_DEF_DECLARATION)
 #undef PARAFLOW_OP_DEF_DECLARATION
 
+// rope's attributes as the kernels' RopeFrequencies (graph/ops/rope.cc lists the keys).
+RopeFrequencies rope_frequencies(const Attributes& attributes);
+
 // Rows of a (..., C) tensor: the product of all but the last dimension.
 inline int64_t leading_rows(const Shape& shape) { return shape.numel() / shape[shape.rank() - 1]; }
 
