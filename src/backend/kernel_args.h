@@ -80,7 +80,8 @@ inline int64_t tiles_offset(int64_t row, int64_t column, int64_t rows, int64_t c
 // wpe (maxT,C). The position is positions[b*T + t] when `positions` (B*T, i32, host memory) is
 // given (a ragged batch of many sequences), else position0 + t.
 // A vocabulary-parallel shard's wte holds rows [vocab_begin, vocab_begin + V): other tokens add
-// nothing; without add_positions, neither does wpe (one shard adds it).
+// nothing; without add_positions, neither does wpe (one shard adds it), which may then be
+// undefined (a model without a position table).
 struct EmbeddingForward {
   static constexpr KernelOp op = KernelOp::embedding_forward;
   Tensor out, tokens, wte, wpe;
