@@ -182,7 +182,11 @@ GptConfig llama_from_hf(const HfFields& fields, const std::string& model_type) {
   }
   c.qkv_bias = model_type == "qwen2";
   const bool windowed = model_type == "mistral" || (model_type == "qwen2" && fields.boolean("use_sliding_window", false));
-  if (windowed) c.sliding_window = fields.integer("sliding_window", nullptr, model_type == "mistral" ? 4096 : 0);
+  // An explicit null is no window; an absent field is the config class's default (Mistral's 4096).
+  const bool null_window = json.contains("sliding_window") && json["sliding_window"].is_null();
+  if (windowed && !null_window) {
+    c.sliding_window = fields.integer("sliding_window", nullptr, model_type == "mistral" ? 4096 : 0);
+  }
   return c;
 }
 
