@@ -244,20 +244,22 @@ struct AttentionBackward {
   DType dtype() const { return qkv.dtype(); }
 };
 
-// Generation with a KV cache: qkv (B,Tn,3C) holds Tn new positions starting at `past`; their
-// k and v are stored into k_cache, v_cache (B,NH,max_T,hs) at [past, past+Tn), then new
-// position t attends causally over cached positions [0, past+t]. out (B,Tn,C).
+// Generation with a KV cache: qkv (B,Tn,(NH+2·KVH)·hs), laid out as attention's, holds Tn new
+// positions starting at `past`; their k and v are stored into k_cache, v_cache (B,KVH,max_T,hs)
+// at [past, past+Tn), then new position t attends causally over cached positions [0, past+t].
+// out (B,Tn,NH·hs).
 struct AttentionCachedForward {
   static constexpr KernelOp op = KernelOp::attention_cached_forward;
   Tensor out, qkv, k_cache, v_cache;
-  int64_t n_head = 1;
+  int64_t n_head = 1, n_kv_head = 0;
   float scale = 1.0f;
   int64_t past = 0;
   DType dtype() const { return qkv.dtype(); }
 };
 
 // ---- attention of a ragged batch over a paged KV cache (serving) ----
-// qkv (N,1,3C); out (N,1,C); k_pool, v_pool (blocks, NH, block_size, hs), both f32 or both bf16
+// qkv (N,1,(NH+2·KVH)·hs) laid out as attention's; out (N,1,NH·hs); k_pool, v_pool
+// (blocks, KVH, block_size, hs), both f32 or both bf16
 // (keys and values rounded to bf16 as they are stored, widened as they are read); positions (N) and
 // block_tables (N, max_blocks) i32 in host memory. Token i stores its key and value at position
 // p = positions[i] of its sequence (block block_tables[i][p / block_size], slot p % block_size),
@@ -265,7 +267,7 @@ struct AttentionCachedForward {
 struct AttentionPagedForward {
   static constexpr KernelOp op = KernelOp::attention_paged_forward;
   Tensor out, qkv, k_pool, v_pool, positions, block_tables;
-  int64_t n_head = 1;
+  int64_t n_head = 1, n_kv_head = 0;
   float scale = 1.0f;
   DType dtype() const { return qkv.dtype(); }
 };

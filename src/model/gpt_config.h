@@ -49,6 +49,8 @@ struct GptConfig {
   int64_t mlp_width() const { return is_llama() ? intermediate_size : 4 * n_embd; }
   // The fused q, k, v projection's width: (n_head + 2 * kv_heads) * head_size.
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }
+  // A position's keys (or values) in one layer's KV cache: kv_heads * head_size.
+  int64_t kv_width() const { return kv_heads() * head_size(); }
   // Fails naming the setting when sequences of `length` positions would need what is not implemented.
   void check_sequence_length(int64_t length, const std::string& what) const;
 

@@ -198,25 +198,12 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   return g;
 }
 
-namespace {
-
-// Decoding's caches and serving's pools hold GPT-2's heads; the Llama family's grouped k/v heads
-// and rotary positions are not in them yet.
-void refuse_llama_decoding(const GptConfig& config) {
-  check(!config.is_llama(),
-        "model_type {}: generation and serving (KV caches with rotary embeddings and grouped k/v heads) are not "
-        "implemented for the llama architecture yet; paraflow trains it and exports it for transformers",
-        config.model_type);
-}
-
-}  // namespace
-
 GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t new_tokens, int64_t max_sequence) {
-  refuse_llama_decoding(config);
+  if (config.is_llama()) config.check_sequence_length(max_sequence, "the decoding context");
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{batch, new_tokens}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("position", Shape{1}, DType::i32, ValueRole::input);
-  const Shape cache{batch, config.n_head, max_sequence, config.n_embd / config.n_head};
+  const Shape cache{batch, config.kv_heads(), max_sequence, config.head_size()};
   ValueId hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     ValueId keys = g.graph.add_value(h + "attn.k_cache", cache, DType::f32, ValueRole::state);
     ValueId values = g.graph.add_value(h + "attn.v_cache", cache, DType::f32, ValueRole::state);
@@ -229,13 +216,14 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
 
 GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks,
                                    int64_t block_size, DType kv_dtype) {
-  refuse_llama_decoding(config);
+  // A sequence may grow to the model's whole context.
+  if (config.is_llama()) config.check_sequence_length(config.n_positions, "the serving context (max_position_embeddings)");
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{max_tokens, 1}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("positions", Shape{max_tokens}, DType::i32, ValueRole::input);
   const int64_t max_blocks = (config.n_positions + block_size - 1) / block_size;
   g.block_tables = g.graph.add_value("block_tables", Shape{max_tokens, max_blocks}, DType::i32, ValueRole::input);
-  const Shape pool{kv_blocks, config.n_head, block_size, config.n_embd / config.n_head};
+  const Shape pool{kv_blocks, config.kv_heads(), block_size, config.head_size()};
   g.hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     ValueId keys = g.graph.add_value(h + "attn.k_pool", pool, kv_dtype, ValueRole::state);
     ValueId values = g.graph.add_value(h + "attn.v_pool", pool, kv_dtype, ValueRole::state);
@@ -247,7 +235,6 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
 }
 
 GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden) {
-  refuse_llama_decoding(config);
   GptGraph g;
   g.hidden = g.graph.add_value("hidden", Shape{max_rows, 1, config.n_embd}, hidden, ValueRole::input);
   const std::string head = lm_head_name(config);

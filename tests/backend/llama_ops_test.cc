@@ -187,6 +187,51 @@ TEST_P(LlamaOpsTest, GroupedQueryAttention) {
   }
 }
 
+// Decoding's attention with grouped k/v heads: a contiguous cache filled in two steps, and a
+// paged one (blocks in shuffled order, f32 and bf16 pools) filled by a whole prompt, each token
+// then attending to its sequence so far; against the reference's causal attention.
+TEST_P(LlamaOpsTest, GroupedQueryAttentionOverKvCaches) {
+  const int64_t T = 11, NH = 6, KVH = 2, hs = 16, C = NH * hs, W = (NH + 2 * KVH) * hs, max_T = 16, block = 4;
+  const float scale = 0.25f;
+  Vec qkv = random_vector(rng, T * W), ref_out;
+  reference::attention_forward(ref_out, qkv, 1, T, C, NH, scale, KVH);
+  {
+    Tensor k_cache = zeros({1, KVH, max_T, hs}), v_cache = zeros({1, KVH, max_T, hs}), out = zeros({1, T, C});
+    Vec first(qkv.begin(), qkv.begin() + 4 * W), rest(qkv.begin() + 4 * W, qkv.end());
+    Tensor out_first = zeros({1, 4, C}), out_rest = zeros({1, T - 4, C});
+    backend().launch(AttentionCachedForward{.out = out_first, .qkv = put(first, {1, 4, W}), .k_cache = k_cache,
+                                            .v_cache = v_cache, .n_head = NH, .n_kv_head = KVH, .scale = scale});
+    backend().launch(AttentionCachedForward{.out = out_rest, .qkv = put(rest, {1, T - 4, W}), .k_cache = k_cache,
+                                            .v_cache = v_cache, .n_head = NH, .n_kv_head = KVH, .scale = scale,
+                                            .past = 4});
+    Vec got = get(out_first), more = get(out_rest);
+    got.insert(got.end(), more.begin(), more.end());
+    EXPECT_CLOSE(got, ref_out, hs + T, "gqa attention over a contiguous cache");
+  }
+  for (DType pool_dtype : {DType::f32, DType::bf16}) {
+    const int64_t blocks = 5, max_blocks = 4;
+    Tensor k_pool = backend().empty({blocks, KVH, block, hs}, pool_dtype);
+    Tensor v_pool = backend().empty({blocks, KVH, block, hs}, pool_dtype);
+    Tensor positions = Tensor::zeros(Shape{T}, DType::i32), tables = Tensor::zeros(Shape{T, max_blocks}, DType::i32);
+    const int32_t order[max_blocks] = {3, 0, 4, 1};
+    for (int64_t i = 0; i < T; ++i) {
+      positions.data<int32_t>()[i] = static_cast<int32_t>(i);
+      std::copy(order, order + max_blocks, tables.data<int32_t>() + i * max_blocks);
+    }
+    Tensor out = zeros({T, 1, C});
+    backend().launch(AttentionPagedForward{.out = out, .qkv = put(qkv, {T, 1, W}), .k_pool = k_pool, .v_pool = v_pool,
+                                           .positions = positions, .block_tables = tables, .n_head = NH,
+                                           .n_kv_head = KVH, .scale = scale});
+    if (pool_dtype == DType::f32) {
+      EXPECT_CLOSE(get(out), ref_out, hs + T, "gqa attention over a paged cache");
+    } else {  // keys and values rounded to bf16: within bf16's rounding
+      const double error = testing::relative_error(get(out), ref_out);
+      std::printf("  gqa paged attention, bf16 pools rel err %.3e\n", error);
+      EXPECT_LT(error, 1e-2);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, LlamaOpsTest,
                          ::testing::ValuesIn([] {
                            std::vector<Backend*> backends = available_backends();

@@ -138,10 +138,12 @@ TEST(LlamaConfig, GraphsRefuseWhatIsNotImplementedYet) {
   testing::expect_error<InputError>(
       [&] { model::build_gpt_training_graph(mistral, 1, 8, {.end_layer = 1, .last = false}); },
       {"llama", "pipeline"});
-  testing::expect_error<InputError>([&] { model::build_gpt_decode_graph(mistral, 1, 1, 16); },
-                                    {"mistral", "generation and serving", "not implemented"});
+  // Decoding to the model's whole context would pass the window.
+  model::build_gpt_decode_graph(mistral, 1, 1, 32);
+  testing::expect_error<InputError>([&] { model::build_gpt_decode_graph(mistral, 1, 1, 128); },
+                                    {"decoding context (128)", "sliding_window (32)"});
   testing::expect_error<InputError>([&] { model::build_gpt_serving_decoder(mistral, 4, 4, 16); },
-                                    {"mistral", "generation and serving"});
+                                    {"serving context", "(128)", "sliding_window (32)"});
 }
 
 TEST(LlamaConfig, ExportLoadsBackAndATiedHeadMustEqualTheEmbedding) {

@@ -586,26 +586,31 @@ float* decode_scores(int64_t count) {
 }  // namespace
 
 void attention_cached_forward(const AttentionCachedForward& args) {
-  const int64_t B = args.qkv.shape()[0], Tn = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
+  const AttentionDims d = dims_of(args);
+  const int64_t B = d.B, Tn = d.T, NH = d.NH, KVH = d.KVH, hs = d.hs, W = d.W, C = NH * hs;
   const int64_t past = args.past, max_T = args.k_cache.shape()[2];
   const float* qkv = pointer<float>(args.qkv);
   float *out = pointer<float>(args.out), *k_cache = pointer<float>(args.k_cache), *v_cache = pointer<float>(args.v_cache);
-  const int64_t hs = C / NH;
+  // The new keys and values first, once per k/v head (a group of q heads reads them).
+#pragma omp parallel for schedule(static)
+  for (int64_t bkv = 0; bkv < B * KVH; ++bkv) {
+    const int64_t b = bkv / KVH, kv = bkv % KVH;
+    for (int64_t t = 0; t < Tn; ++t) {
+      const float* row = qkv + (b * Tn + t) * W;
+      std::copy(row + d.k_offset(kv), row + d.k_offset(kv) + hs, k_cache + (bkv * max_T + past + t) * hs);
+      std::copy(row + d.v_offset(kv), row + d.v_offset(kv) + hs, v_cache + (bkv * max_T + past + t) * hs);
+    }
+  }
 #pragma omp parallel
   {
     float* scores = decode_scores(past + Tn);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
-      int64_t b = bh / NH, h = bh % NH;
-      float* keys = k_cache + bh * max_T * hs;    // (max_T, hs)
-      float* values = v_cache + bh * max_T * hs;  // (max_T, hs)
+      const int64_t b = bh / NH, h = bh % NH, bkv = b * KVH + h / d.group();
+      const float* keys = k_cache + bkv * max_T * hs;    // (max_T, hs)
+      const float* values = v_cache + bkv * max_T * hs;  // (max_T, hs)
       for (int64_t t = 0; t < Tn; ++t) {
-        const float* row = qkv + (b * Tn + t) * 3 * C + h * hs;
-        std::copy(row + C, row + C + hs, keys + (past + t) * hs);
-        std::copy(row + 2 * C, row + 2 * C + hs, values + (past + t) * hs);
-      }
-      for (int64_t t = 0; t < Tn; ++t) {
-        const float* q = qkv + (b * Tn + t) * 3 * C + h * hs;
+        const float* q = qkv + (b * Tn + t) * W + h * hs;
         const int64_t visible = past + t + 1;
         softmax_in_place(scores, visible, key_scores(scores, q, keys, visible, hs, args.scale, -INFINITY));
         float* y = out + (b * Tn + t) * C + h * hs;
@@ -621,27 +626,30 @@ namespace {
 // The pools' element type KV: f32, or bf16 (keys and values rounded as they are written).
 template <typename KV>
 void attention_paged(const AttentionPagedForward& args) {
-  const int64_t N = args.qkv.shape()[0], C = args.qkv.shape()[2] / 3, NH = args.n_head, hs = C / NH;
+  const AttentionDims d = dims_of(args);
+  const int64_t N = d.B, NH = d.NH, KVH = d.KVH, hs = d.hs, W = d.W, C = NH * hs;
   const int64_t block_size = args.k_pool.shape()[2], max_blocks = args.block_tables.shape()[1];
   const int32_t* positions = args.positions.data<int32_t>();
   const int32_t* tables = args.block_tables.data<int32_t>();
   const float* qkv = pointer<float>(args.qkv);
   float* out = pointer<float>(args.out);
   KV *k_pool = pointer<KV>(args.k_pool), *v_pool = pointer<KV>(args.v_pool);
-  // Row (block, h, slot) of a pool: where position p of token i's sequence keeps head h.
-  auto pool_row = [&](int64_t i, int64_t h, int64_t p) {
+  // Row (block, kv, slot) of a pool: where position p of token i's sequence keeps k/v head kv.
+  auto kv_row = [&](int64_t i, int64_t kv, int64_t p) {
     const int64_t block = tables[i * max_blocks + p / block_size];
-    return ((block * NH + h) * block_size + p % block_size) * hs;
+    return ((block * KVH + kv) * block_size + p % block_size) * hs;
   };
+  // The k/v head that q head h reads.
+  auto pool_row = [&](int64_t i, int64_t h, int64_t p) { return kv_row(i, h / d.group(), p); };
   // Every token's key and value first, so that tokens of one sequence see each other's.
 #pragma omp parallel for schedule(static)
-  for (int64_t ih = 0; ih < N * NH; ++ih) {
-    const int64_t i = ih / NH, h = ih % NH;
-    const float* row = qkv + i * 3 * C + h * hs;
-    const int64_t at = pool_row(i, h, positions[i]);
-    for (int64_t d = 0; d < hs; ++d) {
-      k_pool[at + d] = from_float<KV>(row[C + d]);
-      v_pool[at + d] = from_float<KV>(row[2 * C + d]);
+  for (int64_t ikv = 0; ikv < N * KVH; ++ikv) {
+    const int64_t i = ikv / KVH, kv = ikv % KVH;
+    const float* row = qkv + i * W;
+    const int64_t at = kv_row(i, kv, positions[i]);
+    for (int64_t c = 0; c < hs; ++c) {
+      k_pool[at + c] = from_float<KV>(row[d.k_offset(kv) + c]);
+      v_pool[at + c] = from_float<KV>(row[d.v_offset(kv) + c]);
     }
   }
   // Tiles: up to kQueries consecutive rows at consecutive positions whose block tables agree on
@@ -664,7 +672,7 @@ void attention_paged(const AttentionPagedForward& args) {
   }
   tiles.push_back(N);
   const auto tile_count = static_cast<int64_t>(tiles.size()) - 1;
-  // A tile's heads in one iteration: a block holds every head's keys (and values) in one
+  // A tile's heads in one iteration: a block holds every k/v head's keys (and values) in one
   // contiguous run, which the hardware prefetcher follows; head by head, a tile would jump
   // between runs of a few KiB. Only with fewer tiles than twice the threads are a tile's heads
   // split into parts (contiguous runs still), so that every thread has work.
@@ -700,7 +708,7 @@ void attention_paged(const AttentionPagedForward& args) {
         QueryRows selected{.count = static_cast<int>(count)};
         for (int64_t k = 0; k < count; ++k) {
           const int64_t r = r0 + k, at = r * NH + h;
-          selected.q[k] = qkv + (first_row + r) * 3 * C + h * hs;
+          selected.q[k] = qkv + (first_row + r) * W + h * hs;
           selected.scores[k] = scores + at * stride + first;
           selected.max_value[k] = max_values + at;
           selected.y[k] = out + (first_row + r) * C + h * hs;

@@ -14,14 +14,10 @@ class AttentionOp final : public OpDef {
   std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
     check(in.size() == 1, "attention: expected 1 input, got {}", in.size());
     const Shape& qkv = in[0]->shape;
-    const int64_t NH = attributes.get("n_head"), KVH = attributes.get("n_kv_head", NH);
+    const int64_t NH = attributes.get("n_head");
     attributes.get_float("scale");
     expect_shape(qkv.rank() == 3, "attention", "qkv must be (B,T,(n_head+2*n_kv_head)*head_dim)", qkv);
-    expect_shape(NH > 0 && KVH > 0 && NH % KVH == 0 && qkv[2] % (NH + 2 * KVH) == 0, "attention",
-                 fmt::format("qkv's last dimension must be (n_head={} + 2*n_kv_head={})*head_dim, n_kv_head "
-                             "dividing n_head", NH, KVH),
-                 qkv);
-    const int64_t hs = qkv[2] / (NH + 2 * KVH);
+    const int64_t hs = qkv_head_size(qkv, NH, attributes.get("n_kv_head", NH), "attention");
     return {{"", Shape{qkv[0], qkv[1], NH * hs}, DType::f32, ValueRole::activation},
             {".logsumexp", Shape{qkv[0], NH, qkv[1]}, DType::f32, ValueRole::saved}};
   }
@@ -55,6 +51,15 @@ class AttentionOp final : public OpDef {
 };
 
 }  // namespace
+
+int64_t qkv_head_size(const Shape& qkv, int64_t NH, int64_t KVH, const char* op) {
+  expect_shape(NH > 0 && KVH > 0 && NH % KVH == 0 && qkv[qkv.rank() - 1] % (NH + 2 * KVH) == 0, op,
+               fmt::format("qkv's last dimension must be (n_head={} + 2*n_kv_head={})*head_dim, n_kv_head dividing "
+                           "n_head",
+                           NH, KVH),
+               qkv);
+  return qkv[qkv.rank() - 1] / (NH + 2 * KVH);
+}
 
 const OpDef& attention_op() {
   static AttentionOp op;

@@ -30,10 +30,8 @@ class RopeOp final : public OpDef {
     const Shape& qkv = in[0]->shape;
     const int64_t NH = attributes.get("n_head"), KVH = attributes.get("n_kv_head");
     rope_frequencies(attributes);
-    expect_shape(qkv.rank() == 3 && NH > 0 && KVH > 0 && qkv[2] % (NH + 2 * KVH) == 0 &&
-                     qkv[2] / (NH + 2 * KVH) % 2 == 0,
-                 "rope", fmt::format("qkv must be (B,T,(n_head={} + 2*n_kv_head={})*head_dim), head_dim even", NH, KVH),
-                 qkv);
+    expect_shape(qkv.rank() == 3 && qkv_head_size(qkv, NH, KVH, "rope") % 2 == 0, "rope",
+                 "qkv must be (B,T,(n_head+2*n_kv_head)*head_dim), head_dim even", qkv);
     expect_shape(in.size() == 1 || (in[1]->dtype == DType::i32 && in[1]->shape.rank() == 1 &&
                                     (in[1]->shape[0] == 1 || in[1]->shape[0] == qkv[0] * qkv[1])),
                  "rope", "positions must be (1) or (B*T) i32", in.size() == 2 ? in[1]->shape : qkv);
