@@ -225,7 +225,8 @@ nlohmann::json llama_hf_json(const GptConfig& c, const nlohmann::json& special) 
                     {"factor", c.rope.factor},
                     {"low_freq_factor", c.rope.low_freq_factor},
                     {"high_freq_factor", c.rope.high_freq_factor},
-                    {"original_max_position_embeddings", c.rope.original_max_position}};
+                    // transformers wants an integer here
+                    {"original_max_position_embeddings", static_cast<int64_t>(c.rope.original_max_position)}};
   }
   nlohmann::json json = {{"model_type", c.model_type},
                          {"architectures", {architecture}},
@@ -302,6 +303,10 @@ void GptConfig::validate(const std::string& origin) const {
     check(rope.theta > 0, "{}: rope_theta must be positive, got {}", origin, rope.theta);
     check(rope.scaling == RopeScaling::none || rope.factor > 0, "{}: rope_scaling.factor must be positive, got {}",
           origin, rope.factor);
+    check(rope.scaling != RopeScaling::llama3 ||
+              (rope.original_max_position >= 1 && std::floor(rope.original_max_position) == rope.original_max_position),
+          "{}: rope_scaling.original_max_position_embeddings must be a positive integer, got {}", origin,
+          rope.original_max_position);
     check(rope.scaling != RopeScaling::llama3 || rope.high_freq_factor > rope.low_freq_factor,
           "{}: rope_scaling.high_freq_factor ({}) must exceed low_freq_factor ({})", origin, rope.high_freq_factor,
           rope.low_freq_factor);

@@ -124,7 +124,13 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, cons
   check(!config.is_llama() || (shard.size == 1 && range.whole_model()),
         "model.architecture llama: tensor parallelism (dist.tensor_parallel) and pipeline stages are not implemented "
         "for it yet; train it with data parallelism only");
+  check(config.tie_word_embeddings || shard.size == 1,
+        "model tie_word_embeddings false: a head of its own is not implemented with tensor parallelism "
+        "(dist.tensor_parallel {})",
+        shard.size);
+  // An untied head's weight is the head's (head_weight), not the stack's.
   for (const TensorSpec& spec : part_tensor_specs(gpt_tensor_specs(config), range, shard)) {
+    if (spec.name == "lm_head.weight") continue;
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
   }
   const BlockContext block{g, config, shard, attention_core, position, linear};
@@ -149,6 +155,16 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, cons
   }
   return block.node(OpKind::layernorm, "ln_f", {x, block.param("ln_f.weight"), block.param("ln_f.bias")},
                     Attributes().set_float("eps", config.layer_norm_epsilon));
+}
+
+// The head's [vocab, n_embd] weight: the embedding table when tied, else lm_head.weight (added).
+ValueId head_weight(GptGraph& g, const GptConfig& config) {
+  const std::string name = lm_head_name(config);
+  if (!g.parameters.count(name)) {
+    g.parameters[name] =
+        g.graph.add_value(name, Shape{config.vocab_size, config.n_embd}, DType::f32, ValueRole::parameter);
+  }
+  return g.parameters.at(name);
 }
 
 // Tied head: logits = hidden · wte^T, reading the embedding table in its [V, C] layout; profiled
@@ -184,14 +200,14 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
     return g;
   }
   if (shard.size == 1) {
-    g.logits = add_lm_head(g, hidden, g.parameters.at(lm_head_name(config)));
+    g.logits = add_lm_head(g, hidden, head_weight(g, config));
     g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
     return g;
   }
   // Vocabulary-parallel: each shard computes its columns of the logits, and the loss needs only
   // two all-reduces of per-row numbers: no rank holds all the logits.
   const ValueId whole_hidden = g.graph.add_node(OpKind::tp_copy, "lm_head.tp_copy", {hidden})[0];
-  g.logits = add_lm_head(g, whole_hidden, g.parameters.at(lm_head_name(config)));
+  g.logits = add_lm_head(g, whole_hidden, head_weight(g, config));
   const Attributes xent =
       Attributes().set("vocab_parallel", 1).set("vocab_begin", shard.rank * (config.vocab_size / shard.size));
   g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets}, xent)[0];
@@ -210,7 +226,7 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, core)[0];
   }, forward_only());
-  g.logits = add_lm_head(g, hidden, g.parameters.at(lm_head_name(config)));
+  g.logits = add_lm_head(g, hidden, head_weight(g, config));
   return g;
 }
 
@@ -237,10 +253,7 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
 GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden) {
   GptGraph g;
   g.hidden = g.graph.add_value("hidden", Shape{max_rows, 1, config.n_embd}, hidden, ValueRole::input);
-  const std::string head = lm_head_name(config);
-  const ValueId weight = g.graph.add_value(head, Shape{config.vocab_size, config.n_embd}, DType::f32, ValueRole::parameter);
-  g.parameters[head] = weight;
-  g.logits = add_lm_head(g, g.hidden, weight, row_invariant());
+  g.logits = add_lm_head(g, g.hidden, head_weight(g, config), row_invariant());
   return g;
 }
 

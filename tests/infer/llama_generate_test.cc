@@ -1,0 +1,110 @@
+// The Llama family's decoding against transformers' own KV-cache greedy decoding
+// (tests/reference/gpt2_hf.py greedy, float64): the generator's contiguous cache in process, and
+// `paraflow generate --temperature 0 --dtype float32` (the serving engine's paged cache) on the
+// export, for Llama 3 (grouped k/v heads, llama3 rope scaling, an untied head) and Qwen2 (q/k/v
+// biases, a tied head). Vocabulary 128 with no tokenizer: each token is one ASCII byte.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "base/file_io.h"
+#include "infer/generator.h"
+#include "model/model_files.h"
+#include "model/safetensors.h"
+#include "model_configs.h"
+#include "reference_runner.h"
+#include "test_util.h"
+
+namespace paraflow {
+namespace {
+
+struct Case {
+  const char* name;
+  model::GptConfig config;
+};
+
+// Random weights ten times transformers' initial ones, so that the next token is rarely a near-tie.
+model::ParameterSet random_model(const model::GptConfig& config, Rng& rng) {
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  model::initialize_gpt(parameters, config, rng);
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    const model::TensorSpec& spec = parameters.specs()[i];
+    float* values = parameters.at(i).data<float>();
+    for (int64_t j = 0; j < spec.shape.numel(); ++j) {
+      values[j] = spec.init == model::Init::ones ? 1.0f + static_cast<float>(rng.normal() * 0.1)
+                  : spec.init == model::Init::zeros ? static_cast<float>(rng.normal() * 0.1)
+                                                    : values[j] * 10;
+    }
+  }
+  return parameters;
+}
+
+class LlamaGenerate : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
+  const model::GptConfig& config = GetParam().config;
+  testing::TempDir dir;
+  Rng rng(testing::test_seed());
+  const model::ParameterSet parameters = random_model(config, rng);
+  model::save_model_dir(dir.path() / "export", config, parameters);
+  const std::string prompt_text = "Hello, llama";
+  const std::vector<int32_t> prompt(prompt_text.begin(), prompt_text.end());
+  const int64_t max_new = 24;
+  std::string prompt_ids;
+  for (int32_t id : prompt) prompt_ids += (prompt_ids.empty() ? "" : ",") + std::to_string(id);
+  ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt {} --max-new {} --out {}",
+                                                            (dir.path() / "export").string(), prompt_ids, max_new,
+                                                            (dir.path() / "greedy.safetensors").string())));
+  const model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "greedy.safetensors").string());
+  const Tensor tokens = expected.tensor("tokens"), gaps = expected.tensor("gaps");
+
+  // The generator (contiguous KV cache), in process.
+  infer::Generator generator(config, parameters, cpu_backend());
+  infer::Sampler greedy({.temperature = 0.0});
+  const std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy).tokens;
+  // paraflow generate on the export (the engine's paged KV cache).
+  const std::filesystem::path printed = dir.path() / "generated.txt";
+  ASSERT_EQ(std::system(fmt::format("{} generate --model {} --prompt '{}' --max-tokens {} --temperature 0 "
+                                    "--dtype float32 > {}",
+                                    std::getenv("PARAFLOW_BINARY"), (dir.path() / "export").string(), prompt_text,
+                                    max_new, printed.string())
+                            .c_str()),
+            0);
+  const std::string text = read_file(printed);
+  ASSERT_GE(text.size(), prompt_text.size() + 1);
+  const std::string generated = text.substr(prompt_text.size(), text.size() - prompt_text.size() - 1);
+
+  // Up to the first near-tie, where float32 may rightly pick the other token.
+  int compared = 0;
+  for (int64_t step = 0; step < max_new; ++step) {
+    if (gaps.data<double>()[step] < 1e-3) break;
+    const int64_t token = tokens.data<int64_t>()[step];
+    EXPECT_EQ(ours[static_cast<size_t>(step)], token) << "generator, step " << step;
+    ASSERT_LT(static_cast<size_t>(step), generated.size());
+    EXPECT_EQ(static_cast<unsigned char>(generated[static_cast<size_t>(step)]), token) << "paraflow generate, step "
+                                                                                       << step;
+    ++compared;
+  }
+  std::printf("  %s: greedy tokens equal transformers' for %d of %lld steps\n", GetParam().name, compared,
+              static_cast<long long>(max_new));
+  EXPECT_GE(compared, 12);
+}
+
+model::GptConfig llama3() {
+  model::GptConfig config = testing::llama_config("llama", 128, 64, 32, 48, 2, 4, 2, 12);
+  config.rope = {.theta = 500000, .scaling = RopeScaling::llama3, .factor = 8, .low_freq_factor = 1,
+                 .high_freq_factor = 4, .original_max_position = 16};
+  return config;
+}
+
+model::GptConfig qwen2() {
+  model::GptConfig config = testing::llama_config("qwen2", 128, 64, 24, 40, 2, 6, 3, 8);
+  config.tie_word_embeddings = true;
+  return config;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LlamaGenerate, ::testing::Values(Case{"llama3", llama3()}, Case{"qwen2", qwen2()}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace paraflow
