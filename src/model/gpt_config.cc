@@ -17,6 +17,22 @@ GptConfig GptConfig::from_config(const Config& config) {
   c.layer_norm_epsilon = config.get<double>("model.layer_norm_epsilon");
   c.scale_attn_weights = config.get<bool>("model.scale_attn_weights");
   c.scale_attn_by_inverse_layer_idx = config.get<bool>("model.scale_attn_by_inverse_layer_idx");
+  c.tie_word_embeddings = config.get<bool>("model.tie_word_embeddings");
+  if (config.get<std::string>("model.architecture") == "llama") {
+    c.architecture = Architecture::llama;
+    c.model_type = "llama";
+    c.n_kv_head = config.get<int64_t>("model.n_kv_head");
+    c.head_dim = config.get<int64_t>("model.head_dim");
+    c.intermediate_size = config.get<int64_t>("model.intermediate_size");
+    c.rope.theta = config.get<double>("model.rope_theta");
+    check(c.intermediate_size > 0, "{}: model.intermediate_size is required (> 0) with model.architecture llama",
+          config.origin());
+  } else {
+    // Llama-only keys given to a GPT-2 would be silently ignored: refused by name.
+    for (const char* key : {"model.n_kv_head", "model.head_dim", "model.intermediate_size", "model.rope_theta"}) {
+      check(!config.has(key), "{}: {} is a model.architecture llama key (architecture is gpt2)", config.origin(), key);
+    }
+  }
   c.validate(config.origin());
   return c;
 }

@@ -9,10 +9,13 @@
 
 #include "base/file_io.h"
 #include "infer/generator.h"
+#include "train/trainer.h"
+#include "trained_model.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
 #include "model_configs.h"
 #include "reference_runner.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace paraflow {
@@ -88,6 +91,46 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   std::printf("  %s: greedy tokens equal transformers' for %d of %lld steps\n", GetParam().name, compared,
               static_cast<long long>(max_new));
   EXPECT_GE(compared, 12);
+}
+
+// Trained by paraflow (loss falling), exported, and loaded by transformers, whose greedy
+// tokens on the trained model are the generator's; float32 training of llama only.
+TEST(LlamaTraining, ATrainedModelDecodesAsTransformersDecodesIt) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::llama_config("llama", 67, 48, 32, 64, 2, 4, 2, 8);
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  train::Trainer trainer(config, testing::short_training(dir.path() / "run", 40), data, cpu_backend());
+  trainer.initialize_or_resume();
+  const double first = trainer.step().loss;
+  double last = first;
+  for (int i = 1; i < 40; ++i) last = trainer.step().loss;
+  std::printf("  llama training loss %.3f -> %.3f\n", first, last);
+  EXPECT_LT(last, first - 1.0);
+  trainer.export_model(dir.path() / "export");
+
+  const std::vector<int32_t> prompt{3, 24, 38, 1, 10};
+  const int64_t max_new = 20;
+  ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt 3,24,38,1,10 --max-new {} --out {}",
+                                                            (dir.path() / "export").string(), max_new,
+                                                            (dir.path() / "greedy.safetensors").string())));
+  const model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "greedy.safetensors").string());
+  const Tensor tokens = expected.tensor("tokens"), gaps = expected.tensor("gaps");
+  const model::LoadedModel loaded = model::load_model_dir(dir.path() / "export", cpu_backend());
+  infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
+  infer::Sampler greedy({.temperature = 0.0});
+  const std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy).tokens;
+  int compared = 0;
+  for (int64_t step = 0; step < max_new && gaps.data<double>()[step] >= 1e-3; ++step, ++compared) {
+    EXPECT_EQ(ours[static_cast<size_t>(step)], tokens.data<int64_t>()[step]) << "step " << step;
+  }
+  std::printf("  trained llama: greedy tokens equal transformers' for %d of %lld steps\n", compared,
+              static_cast<long long>(max_new));
+  EXPECT_GE(compared, 10);
+
+  train::TrainConfig bf16 = testing::short_training(dir.path() / "bf16", 1);
+  bf16.precision = graph::PrecisionPolicy::mixed_bfloat16;
+  testing::expect_error<InputError>([&] { train::Trainer(config, bf16, data, cpu_backend()); },
+                                    {"train.precision mixed_bfloat16", "llama"});
 }
 
 model::GptConfig llama3() {
