@@ -233,11 +233,7 @@ TEST_P(LlamaOpsTest, GroupedQueryAttentionOverKvCaches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, LlamaOpsTest,
-                         ::testing::ValuesIn([] {
-                           std::vector<Backend*> backends = available_backends();
-                           backends.push_back(&testing::opaque_backend());
-                           return backends;
-                         }()),
+                         ::testing::ValuesIn(testing::backends_with_opaque()),
                          [](const auto& info) { return info.param->name(); });
 
 }  // namespace
