@@ -91,6 +91,8 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   std::printf("  %s: greedy tokens equal transformers' for %d of %lld steps\n", GetParam().name, compared,
               static_cast<long long>(max_new));
   EXPECT_GE(compared, 12);
+  testing::expect_error<InputError>([&] { infer::Generator(config, parameters, cpu_backend(), DType::bf16); },
+                                    {"bfloat16", "llama"});
 }
 
 // Trained by paraflow (loss falling), exported, and loaded by transformers, whose greedy
