@@ -135,6 +135,54 @@ TEST(LlamaTraining, ATrainedModelDecodesAsTransformersDecodesIt) {
                                     {"train.precision mixed_bfloat16", "llama"});
 }
 
+// The command line end to end: `paraflow train` on a YAML with model.architecture llama (byte
+// text), then `paraflow generate` on its export prints transformers' greedy continuation.
+TEST(LlamaTraining, TrainAndGenerateCommandsAgreeWithTransformers) {
+  testing::TempDir dir;
+  const std::vector<std::string> words{"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran"};
+  Rng rng(7);
+  std::string corpus;
+  for (int i = 0; i < 20000; ++i) corpus += words[rng.below(words.size())] + " ";
+  write_file_atomic(dir.path() / "corpus.txt", corpus);
+  write_file_atomic(dir.path() / "run.yaml",
+                    fmt::format("model: {{architecture: llama, vocab_size: 256, n_positions: 64, n_embd: 32, n_layer: 2,\n"
+                                "        n_head: 4, n_kv_head: 2, head_dim: 8, intermediate_size: 64, rope_theta: 500000,\n"
+                                "        tie_word_embeddings: false}}\n"
+                                "data: {{train: {}, format: text}}\n"
+                                "train: {{batch_size: 8, sequence_length: 32, steps: 60, lr: 3e-3, out_dir: {}, "
+                                "eval_every: 0}}\n",
+                                (dir.path() / "corpus.txt").string(), (dir.path() / "run").string()));
+  const std::string paraflow = std::getenv("PARAFLOW_BINARY");
+  ASSERT_EQ(std::system(fmt::format("{} train --config {} > {} 2>&1", paraflow, (dir.path() / "run.yaml").string(),
+                                    (dir.path() / "train.log").string())
+                            .c_str()),
+            0)
+      << read_file(dir.path() / "train.log");
+  const std::filesystem::path exported = dir.path() / "run" / "export";
+  const std::string prompt = "the cat ";
+  const int64_t max_new = 24;
+  ASSERT_EQ(std::system(fmt::format("{} generate --model {} --prompt '{}' --max-tokens {} --temperature 0 --dtype float32 "
+                                    "> {} 2>/dev/null",
+                                    paraflow, exported.string(), prompt, max_new, (dir.path() / "out.txt").string())
+                            .c_str()),
+            0);
+  std::string prompt_ids;
+  for (unsigned char c : prompt) prompt_ids += (prompt_ids.empty() ? "" : ",") + std::to_string(c);
+  ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt {} --max-new {} --out {}",
+                                                            exported.string(), prompt_ids, max_new,
+                                                            (dir.path() / "greedy.safetensors").string())));
+  const model::SafetensorsFile greedy = model::SafetensorsFile::load((dir.path() / "greedy.safetensors").string());
+  const Tensor tokens = greedy.tensor("tokens"), gaps = greedy.tensor("gaps");
+  // The printed text up to the first near-tie, where float32 may rightly pick the other token.
+  std::string expected = prompt;
+  for (int64_t i = 0; i < max_new && gaps.data<double>()[i] >= 1e-3; ++i) {
+    expected += static_cast<char>(tokens.data<int64_t>()[i]);
+  }
+  std::printf("  paraflow generate printed %s\n", read_file(dir.path() / "out.txt").c_str());
+  EXPECT_GE(expected.size(), prompt.size() + 12);
+  EXPECT_EQ(read_file(dir.path() / "out.txt").substr(0, expected.size()), expected);
+}
+
 model::GptConfig llama3() {
   model::GptConfig config = testing::llama_config("llama", 128, 64, 32, 48, 2, 4, 2, 12);
   config.rope = {.theta = 500000, .scaling = RopeScaling::llama3, .factor = 8, .low_freq_factor = 1,
