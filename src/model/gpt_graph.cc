@@ -41,13 +41,13 @@ struct BlockContext {
   ValueId leave(const std::string& name, ValueId x) const {
     return shard.size > 1 ? node(OpKind::tp_reduce, name, {x}) : x;
   }
-  // x · weight (+ bias when the model has it), the weight in `layout`.
-  ValueId linear_layer(const std::string& name, ValueId x, WeightLayout layout, Attributes extra = {}) const {
+  // x · weight (+ bias when the model has it), the weight in `layout`, then GELU if asked.
+  ValueId linear_layer(const std::string& name, ValueId x, WeightLayout layout, bool gelu = false) const {
     std::vector<ValueId> inputs{x, param(name + ".weight")};
     if (has(name + ".bias")) inputs.push_back(param(name + ".bias"));
     Attributes attributes = linear;
     attributes.set("layout", static_cast<int64_t>(layout));
-    if (extra.get("gelu", 0) != 0) attributes.set("gelu", 1);
+    if (gelu) attributes.set("gelu", 1);
     return node(OpKind::matmul, name, std::move(inputs), attributes);
   }
   Attributes attention_attributes(int64_t layer) const {
@@ -77,8 +77,7 @@ ValueId add_gpt2_block(const BlockContext& b, int64_t layer, ValueId x) {
                              {x, b.leave(h + "attn.tp_reduce", row_split(h + "attn.c_proj", attention))});
   ValueId ln2 = b.node(OpKind::layernorm, h + "ln_2",
                        {residual1, b.param(h + "ln_2.weight"), b.param(h + "ln_2.bias")}, layernorm);
-  ValueId hidden = b.linear_layer(h + "mlp.c_fc", b.enter(h + "mlp.tp_copy", ln2), WeightLayout::in_out,
-                                  Attributes().set("gelu", 1));
+  ValueId hidden = b.linear_layer(h + "mlp.c_fc", b.enter(h + "mlp.tp_copy", ln2), WeightLayout::in_out, true);
   return b.node(OpKind::add, h + "residual_2", {residual1, b.leave(h + "mlp.tp_reduce", row_split(h + "mlp.c_proj", hidden))});
 }
 
