@@ -119,7 +119,8 @@ struct LayernormBackward {
 };
 
 // ---- RMSNorm over the last axis (Llama's): out = x * rstd * weight, rstd = 1/sqrt(mean(x²) + eps) ----
-// out (N,C), rstd (N) f32 saved for backward, weight (C) f32; inp, out, dinp and dout share dtype().
+// out (N,C), rstd (N) f32 saved for backward, weight (C) f32; inp, out, dinp and dout share the
+// storage type dtype() (f32, bf16 or f16: the mixed-precision policies').
 struct RmsnormForward {
   static constexpr KernelOp op = KernelOp::rmsnorm_forward;
   Tensor out, rstd, inp, weight;

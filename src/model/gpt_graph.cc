@@ -296,12 +296,6 @@ void check_decoding_weights(const Backend& backend, DType weights) {
 
 StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights) {
   check_decoding_weights(backend, weights);
-  // The Llama family's norms have f32 kernels only, so its hidden rows would not become the
-  // bf16 rows that a bf16 head multiplies.
-  for (const graph::Node& node : g.graph.nodes()) {
-    check(weights != DType::bf16 || node.kind != OpKind::rmsnorm,
-          "bfloat16 weights are not implemented for the llama architecture yet (float32 and float16 are)");
-  }
   if (weights == DType::f32) return lay_out_for_decoding(g.graph, g.parameters, backend);
   if (weights == DType::f16) {
     name_half_parameters(g, graph::read_matmul_weights_in(g.graph, DType::f16));

@@ -56,6 +56,38 @@ TEST_P(LlamaOpsTest, RmsNorm) {
   }
 }
 
+// bf16 and float16 rows in and out (mixed precision's activations), the sums in f32: within the
+// formats' rounding of the float64 reference on the rounded inputs.
+TEST_P(LlamaOpsTest, RmsNormIn16Bits) {
+  const int64_t N = 21, C = 30;
+  Vec x = random_vector(rng, N * C, 2.0), w = random_vector(rng, C), dout = random_vector(rng, N * C);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto half = [&](const Vec& values, Shape shape) {
+      Tensor tensor = backend().empty(shape, dtype);
+      backend().launch(Cast{.src = put(values, shape), .dst = tensor});
+      return tensor;
+    };
+    auto values = [&](const Tensor& tensor) {
+      Tensor f32 = zeros(tensor.shape());
+      backend().launch(Cast{.src = tensor, .dst = f32});
+      return get(f32);
+    };
+    Tensor x_t = half(x, {N, C}), dout_t = half(dout, {N, C}), w_t = put(w, {C});
+    Tensor out = backend().empty({N, C}, dtype), rstd = zeros({N}), dx = backend().empty({N, C}, dtype), dw = zeros({C});
+    backend().launch(RmsnormForward{.out = out, .rstd = rstd, .inp = x_t, .weight = w_t, .eps = 1e-5f});
+    backend().launch(RmsnormBackward{.dinp = dx, .dweight = dw, .dout = dout_t, .inp = x_t, .weight = w_t,
+                                     .rstd = rstd});
+    Vec ref_out, ref_dx(N * C), ref_dw(C);
+    reference::rmsnorm_forward(ref_out, values(x_t), w, N, C, 1e-5);
+    reference::rmsnorm_backward(ref_dx, ref_dw, values(dout_t), values(x_t), w, N, C, 1e-5);
+    const double epsilon = dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;  // half an ulp, relative
+    EXPECT_LT(testing::relative_error(values(out), ref_out), 2 * epsilon);
+    EXPECT_LT(testing::relative_error(values(dx), ref_dx), 2 * epsilon);
+    EXPECT_LT(testing::relative_error(get(dw), ref_dw), 1e-5);
+  }
+}
+
 TEST_P(LlamaOpsTest, SwiGlu) {
   const int64_t N = 7, F = 37;
   Vec gate = random_vector(rng, N * F, 4.0), up = random_vector(rng, N * F), dout = random_vector(rng, N * F);

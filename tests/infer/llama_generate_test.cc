@@ -91,8 +91,17 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   std::printf("  %s: greedy tokens equal transformers' for %d of %lld steps\n", GetParam().name, compared,
               static_cast<long long>(max_new));
   EXPECT_GE(compared, 12);
-  testing::expect_error<InputError>([&] { infer::Generator(config, parameters, cpu_backend(), DType::bf16); },
-                                    {"bfloat16", "llama"});
+  // bfloat16 weights (and rmsnorm's bf16 rows): transformers' tokens until they part, which may
+  // only happen where its top two logits are within bf16's rounding of each other.
+  infer::Generator bf16(config, parameters, cpu_backend(), DType::bf16);
+  infer::Sampler greedy_bf16({.temperature = 0.0});
+  const std::vector<int32_t> rounded = bf16.generate(prompt, max_new, greedy_bf16).tokens;
+  int agreed = 0;
+  for (; agreed < max_new && rounded[static_cast<size_t>(agreed)] == tokens.data<int64_t>()[agreed]; ++agreed) {
+  }
+  if (agreed < max_new) EXPECT_LT(gaps.data<double>()[agreed], 0.05) << "bfloat16 parted at a clear step " << agreed;
+  std::printf("  %s: bfloat16 weights give transformers' tokens for %d of %lld steps\n", GetParam().name, agreed,
+              static_cast<long long>(max_new));
 }
 
 // Trained by paraflow (loss falling), exported, and loaded by transformers, whose greedy

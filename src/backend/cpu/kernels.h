@@ -24,7 +24,9 @@ void layernorm_forward(const LayernormForward& args);
 template <typename T>
 void layernorm_backward(const LayernormBackward& args);
 
+template <typename T>
 void rmsnorm_forward(const RmsnormForward& args);
+template <typename T>
 void rmsnorm_backward(const RmsnormBackward& args);
 void rope_forward(const RopeForward& args);
 void rope_backward(const RopeBackward& args);

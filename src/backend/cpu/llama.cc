@@ -1,57 +1,64 @@
-// The kernels Llama-family blocks add to GPT-2's: RMSNorm, rotary position embeddings and
-// SwiGLU (f32).
+// The kernels Llama-family blocks add to GPT-2's: RMSNorm (f32, bf16 or f16 activations), rotary
+// position embeddings and SwiGLU (f32).
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
 
 namespace paraflow::cpu {
 
+// inp, out, dinp and dout of storage type T (f32, bf16 or f16), the sums in f32.
+template <typename T>
 void rmsnorm_forward(const RmsnormForward& a) {
   const int64_t C = a.inp.shape()[a.inp.shape().rank() - 1], N = a.inp.numel() / C;
-  const float *inp = pointer<float>(a.inp), *weight = pointer<float>(a.weight);
-  float *out = pointer<float>(a.out), *rstd = pointer<float>(a.rstd);
+  const T* inp = pointer<T>(a.inp);
+  const float* weight = pointer<float>(a.weight);
+  T* out = pointer<T>(a.out);
+  float* rstd = pointer<float>(a.rstd);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;
+    const T* x = inp + n * C;
     float sum_sq = 0.0f;
 #pragma omp simd reduction(+ : sum_sq)
-    for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
+    for (int64_t c = 0; c < C; ++c) sum_sq += to_float(x[c]) * to_float(x[c]);
     const float s = 1.0f / std::sqrt(sum_sq / static_cast<float>(C) + a.eps);
     // transformers' order: weight * (x * rstd)
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) out[n * C + c] = weight[c] * (x[c] * s);
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = from_float<T>(weight[c] * (to_float(x[c]) * s));
     rstd[n] = s;
   }
 }
 
 // dx = rstd·w·dy - rstd³·x·mean(w·dy·x); dweight += x·rstd·dy, summed per fixed block of rows
 // (one per thread asked for) and then in block order, as layernorm's.
+template <typename T>
 void rmsnorm_backward(const RmsnormBackward& a) {
   const int64_t C = a.inp.shape()[a.inp.shape().rank() - 1], N = a.inp.numel() / C;
-  const float *inp = pointer<float>(a.inp), *weight = pointer<float>(a.weight), *dout = pointer<float>(a.dout);
-  const float* rstd = pointer<float>(a.rstd);
-  float *dinp = pointer<float>(a.dinp), *dweight = pointer<float>(a.dweight);
+  const T *inp = pointer<T>(a.inp), *dout = pointer<T>(a.dout);
+  const float *weight = pointer<float>(a.weight), *rstd = pointer<float>(a.rstd);
+  T* dinp = pointer<T>(a.dinp);
+  float* dweight = pointer<float>(a.dweight);
   const int blocks = omp_get_max_threads();
   std::vector<float> partial(static_cast<size_t>(blocks) * C, 0.0f);
 #pragma omp parallel for schedule(static, 1)
   for (int block = 0; block < blocks; ++block) {
     float* pw = partial.data() + static_cast<int64_t>(block) * C;
     for (int64_t n = N * block / blocks; n < N * (block + 1) / blocks; ++n) {
-      const float *x = inp + n * C, *dy = dout + n * C;
+      const T *x = inp + n * C, *dy = dout + n * C;
       const float s = rstd[n];
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < C; ++c) dot += weight[c] * dy[c] * x[c];
+      for (int64_t c = 0; c < C; ++c) dot += weight[c] * to_float(dy[c]) * to_float(x[c]);
       const float correction = s * s * s * dot / static_cast<float>(C);
-      float* dx = dinp + n * C;
+      T* dx = dinp + n * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
-        pw[c] += x[c] * s * dy[c];
-        const float contribution = s * weight[c] * dy[c] - correction * x[c];
-        dx[c] = a.accumulate_dinp ? dx[c] + contribution : contribution;
+        pw[c] += to_float(x[c]) * s * to_float(dy[c]);
+        const float contribution = s * weight[c] * to_float(dy[c]) - correction * to_float(x[c]);
+        dx[c] = from_float<T>(a.accumulate_dinp ? to_float(dx[c]) + contribution : contribution);
       }
     }
   }
@@ -59,6 +66,13 @@ void rmsnorm_backward(const RmsnormBackward& a) {
     for (int64_t c = 0; c < C; ++c) dweight[c] += partial[static_cast<size_t>(block) * C + c];
   }
 }
+
+template void rmsnorm_forward<float>(const RmsnormForward&);
+template void rmsnorm_forward<BFloat16>(const RmsnormForward&);
+template void rmsnorm_forward<Float16>(const RmsnormForward&);
+template void rmsnorm_backward<float>(const RmsnormBackward&);
+template void rmsnorm_backward<BFloat16>(const RmsnormBackward&);
+template void rmsnorm_backward<Float16>(const RmsnormBackward&);
 
 namespace {
 

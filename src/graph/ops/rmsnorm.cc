@@ -37,6 +37,7 @@ class RmsNormOp final : public OpDef {
 
   std::vector<KernelOp> kernels() const override { return {KernelOp::rmsnorm_forward, KernelOp::rmsnorm_backward}; }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
+  bool accepts_half_input(size_t index) const override { return index == 0; }
   bool backward_reads_output(size_t index) const override { return index == 1; }  // rstd
 };
 
