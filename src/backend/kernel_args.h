@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -18,6 +19,8 @@ namespace paraflow {
 // The kernel list, written once: the enum, the names and the registry are expanded from it.
 #define PARAFLOW_KERNELS(X)                                                                          \
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward)              \
+  X(rmsnorm_forward) X(rmsnorm_backward) X(rope_forward) X(rope_backward)                            \
+  X(swiglu_forward) X(swiglu_backward)                                                               \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward)                    \
   X(attention_cached_forward) X(attention_paged_forward) X(add_forward) X(add_backward)              \
   X(softmax_xent_forward) X(softmax_xent_backward) X(xent_row_max) X(xent_sum_exp) X(xent_finish)    \
@@ -77,7 +80,8 @@ inline int64_t tiles_offset(int64_t row, int64_t column, int64_t rows, int64_t c
 // wpe (maxT,C). The position is positions[b*T + t] when `positions` (B*T, i32, host memory) is
 // given (a ragged batch of many sequences), else position0 + t.
 // A vocabulary-parallel shard's wte holds rows [vocab_begin, vocab_begin + V): other tokens add
-// nothing; without add_positions, neither does wpe (one shard adds it).
+// nothing; without add_positions, neither does wpe (one shard adds it), which may then be
+// undefined (a model without a position table).
 struct EmbeddingForward {
   static constexpr KernelOp op = KernelOp::embedding_forward;
   Tensor out, tokens, wte, wpe;
@@ -112,6 +116,74 @@ struct LayernormBackward {
   Tensor dinp, dweight, dbias, dout, inp, weight, mean, rstd;
   bool accumulate_dinp = false;
   DType dtype() const { return inp.dtype(); }
+};
+
+// ---- RMSNorm over the last axis (Llama's): out = x * rstd * weight, rstd = 1/sqrt(mean(x²) + eps) ----
+// out (N,C), rstd (N) f32 saved for backward, weight (C) f32; inp, out, dinp and dout share the
+// storage type dtype() (f32, bf16 or f16: the mixed-precision policies').
+struct RmsnormForward {
+  static constexpr KernelOp op = KernelOp::rmsnorm_forward;
+  Tensor out, rstd, inp, weight;
+  float eps = 1e-6f;
+  DType dtype() const { return inp.dtype(); }
+};
+struct RmsnormBackward {
+  static constexpr KernelOp op = KernelOp::rmsnorm_backward;
+  Tensor dinp, dweight, dout, inp, weight, rstd;
+  bool accumulate_dinp = false;
+  DType dtype() const { return inp.dtype(); }
+};
+
+// ---- rotary position embeddings (RoPE), transformers' rotate_half form ----
+// How the inverse frequencies are made (transformers' ROPE_INIT_FUNCTIONS): default
+// 1/theta^(2i/hs); linear divides them by `factor`; llama3 divides the low frequencies by
+// `factor`, keeps the high ones and blends those between (_compute_llama3_parameters).
+enum class RopeScaling : uint8_t { none, linear, llama3 };
+struct RopeFrequencies {
+  double theta = 10000.0;
+  RopeScaling scaling = RopeScaling::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  double original_max_position = 8192;                   // llama3
+};
+// The hs/2 inverse frequencies, computed in float32 step by step as transformers does.
+std::vector<float> rope_inverse_frequencies(const RopeFrequencies& frequencies, int64_t head_size);
+
+// qkv (B,T,(NH+2·KVH)·hs): q's NH heads, then k's KVH heads, then v's. out has qkv's shape: q and
+// k heads rotated, v copied. Within a head, element i < hs/2 pairs with i + hs/2:
+// (x_i, x_{i+hs/2}) -> (x_i cos - x_{i+hs/2} sin, x_{i+hs/2} cos + x_i sin), the angle being
+// position · inv_freq[i]. The position is positions[b*T + t] when `positions` (B*T, i32, host
+// memory) is given, else position0 + t. f32 only.
+struct RopeForward {
+  static constexpr KernelOp op = KernelOp::rope_forward;
+  Tensor out, qkv;
+  int64_t n_head = 1, n_kv_head = 1;
+  RopeFrequencies frequencies;
+  int64_t position0 = 0;
+  Tensor positions;
+  DType dtype() const { return qkv.dtype(); }
+};
+// dqkv (+)= the inverse rotation of dout (positions 0..T-1).
+struct RopeBackward {
+  static constexpr KernelOp op = KernelOp::rope_backward;
+  Tensor dqkv, dout;
+  int64_t n_head = 1, n_kv_head = 1;
+  RopeFrequencies frequencies;
+  bool accumulate_dqkv = false;
+  DType dtype() const { return dout.dtype(); }
+};
+
+// ---- SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); all (N,F) f32 ----
+struct SwigluForward {
+  static constexpr KernelOp op = KernelOp::swiglu_forward;
+  Tensor out, gate, up;
+  DType dtype() const { return gate.dtype(); }
+};
+struct SwigluBackward {
+  static constexpr KernelOp op = KernelOp::swiglu_backward;
+  Tensor dgate, dup, dout, gate, up;
+  bool accumulate_gate = false, accumulate_up = false;
+  DType dtype() const { return gate.dtype(); }
 };
 
 // ---- matmul: out (N,OC) = inp (N,C) · W + bias, optionally followed by GELU (tanh form) ----
@@ -151,40 +223,44 @@ struct MatmulBackward {
 // block's probabilities (and their gradients) per thread, which the memory report counts.
 constexpr int64_t kAttentionBlockRows = 64;
 
-// qkv (B,T,3C) holds q,k,v for n_head heads of C/n_head; out (B,T,C); logsumexp (B,NH,T) saved.
-// out = softmax(scale * q·k^T) · v over the causal keys; GPT-2's scale is 1/sqrt(C/NH).
+// qkv (B,T,(NH+2·KVH)·hs) holds q for n_head heads of hs, then k and v for n_kv_head heads each
+// (grouped-query attention: q head h reads k/v head h / (NH/KVH); n_kv_head 0 means n_head, and
+// GPT-2's qkv is then (B,T,3C), hs = C/NH); out (B,T,NH·hs); logsumexp (B,NH,T) saved.
+// out = softmax(scale * q·k^T) · v over the causal keys; GPT-2's scale is 1/sqrt(hs).
 // logsumexp holds each row's log(sum(exp(scores))), from which backward recomputes the
 // probabilities (no (B,NH,T,T) tensor).
 struct AttentionForward {
   static constexpr KernelOp op = KernelOp::attention_forward;
   Tensor out, logsumexp, qkv;
-  int64_t n_head = 1;
+  int64_t n_head = 1, n_kv_head = 0;
   float scale = 1.0f;
   DType dtype() const { return qkv.dtype(); }
 };
 struct AttentionBackward {
   static constexpr KernelOp op = KernelOp::attention_backward;
   Tensor dqkv, dout, qkv, logsumexp;
-  int64_t n_head = 1;
+  int64_t n_head = 1, n_kv_head = 0;
   float scale = 1.0f;
   bool accumulate_dqkv = false;
   DType dtype() const { return qkv.dtype(); }
 };
 
-// Generation with a KV cache: qkv (B,Tn,3C) holds Tn new positions starting at `past`; their
-// k and v are stored into k_cache, v_cache (B,NH,max_T,hs) at [past, past+Tn), then new
-// position t attends causally over cached positions [0, past+t]. out (B,Tn,C).
+// Generation with a KV cache: qkv (B,Tn,(NH+2·KVH)·hs), laid out as attention's, holds Tn new
+// positions starting at `past`; their k and v are stored into k_cache, v_cache (B,KVH,max_T,hs)
+// at [past, past+Tn), then new position t attends causally over cached positions [0, past+t].
+// out (B,Tn,NH·hs).
 struct AttentionCachedForward {
   static constexpr KernelOp op = KernelOp::attention_cached_forward;
   Tensor out, qkv, k_cache, v_cache;
-  int64_t n_head = 1;
+  int64_t n_head = 1, n_kv_head = 0;
   float scale = 1.0f;
   int64_t past = 0;
   DType dtype() const { return qkv.dtype(); }
 };
 
 // ---- attention of a ragged batch over a paged KV cache (serving) ----
-// qkv (N,1,3C); out (N,1,C); k_pool, v_pool (blocks, NH, block_size, hs), both f32 or both bf16
+// qkv (N,1,(NH+2·KVH)·hs) laid out as attention's; out (N,1,NH·hs); k_pool, v_pool
+// (blocks, KVH, block_size, hs), both f32 or both bf16
 // (keys and values rounded to bf16 as they are stored, widened as they are read); positions (N) and
 // block_tables (N, max_blocks) i32 in host memory. Token i stores its key and value at position
 // p = positions[i] of its sequence (block block_tables[i][p / block_size], slot p % block_size),
@@ -192,7 +268,7 @@ struct AttentionCachedForward {
 struct AttentionPagedForward {
   static constexpr KernelOp op = KernelOp::attention_paged_forward;
   Tensor out, qkv, k_pool, v_pool, positions, block_tables;
-  int64_t n_head = 1;
+  int64_t n_head = 1, n_kv_head = 0;
   float scale = 1.0f;
   DType dtype() const { return qkv.dtype(); }
 };

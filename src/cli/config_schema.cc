@@ -18,6 +18,9 @@ ConfigKey required_count(const char* key, const char* help) {
 
 const ConfigSchema& run_config_schema() {
   static const ConfigSchema schema = {
+      {.key = "model.architecture", .type = text, .default_value = "gpt2", .choices = {"gpt2", "llama"},
+       .help = "gpt2, or llama: RMSNorm, rotary attention with model.n_kv_head k/v heads, a SwiGLU MLP (exported as "
+               "Hugging Face's LlamaForCausalLM)"},
       required_count("model.vocab_size", "tokens in the vocabulary (at least the data's largest id + 1)"),
       required_count("model.n_positions", "longest sequence the model accepts (learned position embeddings)"),
       required_count("model.n_embd", "width of the residual stream; a multiple of model.n_head"),
@@ -29,6 +32,16 @@ const ConfigSchema& run_config_schema() {
        .help = "attention scores x 1/sqrt(head size), as GPT-2's config.json field"},
       {.key = "model.scale_attn_by_inverse_layer_idx", .type = boolean, .default_value = "false",
        .help = "attention scores also x 1/(layer index + 1), as GPT-2's config.json field"},
+      {.key = "model.tie_word_embeddings", .type = boolean, .default_value = "true",
+       .help = "the head is the token embedding table; false: an lm_head.weight of its own"},
+      {.key = "model.n_kv_head", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "llama: key/value heads, dividing model.n_head (grouped-query attention); 0: model.n_head"},
+      {.key = "model.head_dim", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "llama: size of each attention head, even; 0: model.n_embd / model.n_head"},
+      {.key = "model.intermediate_size", .type = integer, .default_value = "0", .range = at_least(0),
+       .help = "llama: width of the SwiGLU MLP (required for llama)"},
+      {.key = "model.rope_theta", .type = number, .default_value = "10000", .range = above(0),
+       .help = "llama: base of the rotary embeddings' frequencies"},
 
       {.key = "data.train", .type = text, .help = "a `paraflow data prepare` dir, TFRecord files (dir or glob), or text files", .path = true},
       {.key = "data.format", .type = text, .default_value = "auto", .choices = {"auto", "prepared", "tfrecord", "text"},

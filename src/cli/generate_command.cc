@@ -74,7 +74,7 @@ class PrintingSink : public infer::RequestSink {
 
 // The serving engine with room for one sequence of the model's whole context.
 infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights, DType kv_cache) {
-  const double bytes = 2.0 * static_cast<double>(config.n_layer * config.n_embd) *
+  const double bytes = 2.0 * static_cast<double>(config.n_layer * config.kv_width()) *
                        static_cast<double>(dtype_size(kv_cache)) * static_cast<double>(config.n_positions + 16);
   return infer::EngineOptions{.kv_cache_gb = bytes / (1024.0 * 1024 * 1024),
                               .max_num_seqs = 1,

@@ -35,7 +35,7 @@ struct Value {
 // passes' lists of known kinds are all expanded from it.
 #define PARAFLOW_OP_KINDS(X) \
   X(embedding) X(layernorm) X(matmul) X(attention) X(attention_cached) X(attention_paged) X(add) X(softmax_xent) X(cast) \
-  X(tp_copy) X(tp_reduce)
+  X(tp_copy) X(tp_reduce) X(rmsnorm) X(rope) X(swiglu)
 
 #define PARAFLOW_OP_KIND_ENUMERATOR(kind) kind,
 enum class OpKind : uint8_t { PARAFLOW_OP_KINDS(PARAFLOW_OP_KIND_ENUMERATOR) };

@@ -161,7 +161,7 @@ struct Engine::Impl {
 namespace {
 
 int64_t pool_blocks(const model::GptConfig& config, const EngineOptions& options) {
-  const double bytes_per_block = 2.0 * static_cast<double>(config.n_layer * config.n_embd * options.block_size) *
+  const double bytes_per_block = 2.0 * static_cast<double>(config.n_layer * config.kv_width() * options.block_size) *
                                  static_cast<double>(dtype_size(options.kv_cache_dtype));
   return static_cast<int64_t>(options.kv_cache_gb * 1024 * 1024 * 1024 / bytes_per_block);
 }
@@ -254,7 +254,7 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   const model::ParameterSet& bound = half ? parameters : decoding_parameters;
   model::bind_parameters(*decoder, decoder_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
   model::bind_parameters(*head, head_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
-  const Shape pool_shape{pool.total(), config.n_head, options.block_size, config.n_embd / config.n_head};
+  const Shape pool_shape{pool.total(), config.kv_heads(), options.block_size, config.head_size()};
   for (const auto& [keys, values] : decoder_graph.caches) {
     pools.emplace_back(backend.empty(pool_shape, options.kv_cache_dtype), backend.empty(pool_shape, options.kv_cache_dtype));
     decoder->bind(keys, pools.back().first);
@@ -410,7 +410,7 @@ bool Engine::Impl::reserve_blocks(Sequence& sequence, int64_t count, bool may_pr
     std::optional<int32_t> copy = take_block(sequence, may_preempt);
     if (!copy) return false;
     // Copy-on-write: the shared block's keys and values so far, then this sequence's own writes.
-    const int64_t block_elements = config.n_head * block_size * (config.n_embd / config.n_head);
+    const int64_t block_elements = config.kv_heads() * block_size * config.head_size();
     for (const auto& [keys, values] : pools) {
       for (const Tensor& tensor : {keys, values}) {
         backend.copy(tensor.slice_flat(sequence.blocks[first_written] * block_elements, block_elements),

@@ -13,7 +13,7 @@ Generator::Generator(const model::GptConfig& config, const model::ParameterSet& 
       backend_(backend),
       weights_(weights),
       logits_(static_cast<size_t>(config.vocab_size)) {
-  const Shape cache{1, config.n_head, config.n_positions, config.n_embd / config.n_head};
+  const Shape cache{1, config.kv_heads(), config.n_positions, config.head_size()};
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     caches_.emplace_back(backend.empty(cache, DType::f32), backend.empty(cache, DType::f32));
   }

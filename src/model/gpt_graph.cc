@@ -1,5 +1,7 @@
 #include "model/gpt_graph.h"
 
+#include <functional>
+
 #include "graph/executor.h"
 #include "graph/weight_layout.h"
 
@@ -12,79 +14,156 @@ using graph::ValueRole;
 
 namespace {
 
-// The decoder stack shared by every graph: embedding, n_layer blocks and the final layernorm —
-// or, for a pipeline stage, the blocks of `range`, starting from g.stage_input unless it is the
-// first stage and returning the residual stream unless it is the last.
-// `attention_core` adds one block's attention core given its qkv value and the core's attributes
-// (n_head and the layer's score scale).
-// `linear` holds the attributes every matmul of the stack shares (decoding's forward_only, serving's
-// row_invariant).
-// A tensor-parallel `shard` runs its heads and its part of the MLP between tp_copy and tp_reduce.
-template <typename AttentionBuilder>
-ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, AttentionBuilder attention_core,
+// One block's attention core, given its (rotated) qkv value and the core's attributes (n_head,
+// n_kv_head and the layer's score scale): the training graph's attention, decoding's over a KV
+// cache, serving's over a paged one.
+using AttentionCore = std::function<ValueId(const std::string& prefix, ValueId qkv, const Attributes& core)>;
+
+// What a block's ops are built from: the graph and its parameters, the attributes every matmul of
+// the stack shares (decoding's forward_only, serving's row_invariant), and a tensor-parallel
+// `shard`'s way into and out of its region (identities without tensor parallelism).
+struct BlockContext {
+  GptGraph& g;
+  const GptConfig& config;
+  const TensorShard& shard;
+  const AttentionCore& attention_core;
+  ValueId position;  // decoding's positions (rotary embeddings), or kNoValue
+  Attributes linear;
+
+  ValueId param(const std::string& name) const { return g.parameters.at(name); }
+  bool has(const std::string& name) const { return g.parameters.count(name) != 0; }
+  ValueId node(OpKind kind, const std::string& name, std::vector<ValueId> inputs, Attributes attributes = {}) const {
+    return g.graph.add_node(kind, name, std::move(inputs), std::move(attributes))[0];
+  }
+  ValueId enter(const std::string& name, ValueId x) const {
+    return shard.size > 1 ? node(OpKind::tp_copy, name, {x}) : x;
+  }
+  ValueId leave(const std::string& name, ValueId x) const {
+    return shard.size > 1 ? node(OpKind::tp_reduce, name, {x}) : x;
+  }
+  // x · weight (+ bias when the model has it), the weight in `layout`, then GELU if asked.
+  ValueId linear_layer(const std::string& name, ValueId x, WeightLayout layout, bool gelu = false) const {
+    std::vector<ValueId> inputs{x, param(name + ".weight")};
+    if (has(name + ".bias")) inputs.push_back(param(name + ".bias"));
+    Attributes attributes = linear;
+    attributes.set("layout", static_cast<int64_t>(layout));
+    if (gelu) attributes.set("gelu", 1);
+    return node(OpKind::matmul, name, std::move(inputs), attributes);
+  }
+  Attributes attention_attributes(int64_t layer) const {
+    return Attributes()
+        .set("n_head", config.n_head / shard.size)
+        .set("n_kv_head", config.kv_heads() / shard.size)
+        .set_float("scale", config.attention_scale(layer));
+  }
+};
+
+// GPT-2's block: x + attn(ln_1(x)), then + mlp(ln_2(.)) with a GELU MLP; a tensor-parallel shard
+// runs its heads and its part of the MLP between tp_copy and tp_reduce.
+ValueId add_gpt2_block(const BlockContext& b, int64_t layer, ValueId x) {
+  const std::string h = "h." + std::to_string(layer) + ".";
+  const Attributes layernorm = Attributes().set_float("eps", b.config.layer_norm_epsilon);
+  // A row-split layer's shards add partial products; shard 0 alone adds the bias.
+  auto row_split = [&](const std::string& name, ValueId input) {
+    std::vector<ValueId> inputs{input, b.param(name + ".weight")};
+    if (b.shard.rank == 0) inputs.push_back(b.param(name + ".bias"));
+    Attributes attributes = b.linear;
+    return b.node(OpKind::matmul, name, inputs, attributes.set("layout", static_cast<int64_t>(WeightLayout::in_out)));
+  };
+  ValueId ln1 = b.node(OpKind::layernorm, h + "ln_1", {x, b.param(h + "ln_1.weight"), b.param(h + "ln_1.bias")}, layernorm);
+  ValueId qkv = b.linear_layer(h + "attn.c_attn", b.enter(h + "attn.tp_copy", ln1), WeightLayout::in_out);
+  ValueId attention = b.attention_core(h, qkv, b.attention_attributes(layer));
+  ValueId residual1 = b.node(OpKind::add, h + "residual_1",
+                             {x, b.leave(h + "attn.tp_reduce", row_split(h + "attn.c_proj", attention))});
+  ValueId ln2 = b.node(OpKind::layernorm, h + "ln_2",
+                       {residual1, b.param(h + "ln_2.weight"), b.param(h + "ln_2.bias")}, layernorm);
+  ValueId hidden = b.linear_layer(h + "mlp.c_fc", b.enter(h + "mlp.tp_copy", ln2), WeightLayout::in_out, true);
+  return b.node(OpKind::add, h + "residual_2", {residual1, b.leave(h + "mlp.tp_reduce", row_split(h + "mlp.c_proj", hidden))});
+}
+
+// The Llama family's block: x + o_proj(attention(rope(qkv_proj(rmsnorm(x))))), then
+// + down_proj(silu(gate_proj(.)) * up_proj(.)) of rmsnorm of that; nn.Linear weights [out, in].
+ValueId add_llama_block(const BlockContext& b, int64_t layer, ValueId x) {
+  const std::string h = "model.layers." + std::to_string(layer) + ".";
+  const Attributes rmsnorm = Attributes().set_float("eps", b.config.layer_norm_epsilon);
+  const RopeFrequencies& rope = b.config.rope;
+  const Attributes rotary = Attributes()
+                                .set("n_head", b.config.n_head)
+                                .set("n_kv_head", b.config.kv_heads())
+                                .set_float("rope_theta", rope.theta)
+                                .set("rope_scaling", static_cast<int64_t>(rope.scaling))
+                                .set_float("rope_factor", rope.factor)
+                                .set_float("rope_low_freq_factor", rope.low_freq_factor)
+                                .set_float("rope_high_freq_factor", rope.high_freq_factor)
+                                .set_float("rope_original_max_position", rope.original_max_position);
+  constexpr WeightLayout linear = WeightLayout::out_in;
+  ValueId norm1 = b.node(OpKind::rmsnorm, h + "input_layernorm", {x, b.param(h + "input_layernorm.weight")}, rmsnorm);
+  ValueId qkv = b.linear_layer(h + "self_attn.qkv_proj", norm1, linear);
+  std::vector<ValueId> rope_inputs{qkv};
+  if (b.position != graph::kNoValue) rope_inputs.push_back(b.position);
+  ValueId rotated = b.node(OpKind::rope, h + "self_attn.rope", rope_inputs, rotary);
+  ValueId attention = b.attention_core(h + "self_attn.", rotated, b.attention_attributes(layer));
+  ValueId residual1 = b.node(OpKind::add, h + "residual_1", {x, b.linear_layer(h + "self_attn.o_proj", attention, linear)});
+  ValueId norm2 = b.node(OpKind::rmsnorm, h + "post_attention_layernorm",
+                         {residual1, b.param(h + "post_attention_layernorm.weight")}, rmsnorm);
+  ValueId gated = b.node(OpKind::swiglu, h + "mlp.act", {b.linear_layer(h + "mlp.gate_proj", norm2, linear),
+                                                         b.linear_layer(h + "mlp.up_proj", norm2, linear)});
+  return b.node(OpKind::add, h + "residual_2", {residual1, b.linear_layer(h + "mlp.down_proj", gated, linear)});
+}
+
+// The decoder stack shared by every graph: the embedding, n_layer blocks of the config's
+// architecture and the final norm — or, for a pipeline stage, the blocks of `range`, starting
+// from g.stage_input unless it is the first stage and returning the residual stream unless it is
+// the last. `position`: decoding's positions input, or kNoValue (training: 0..T-1).
+ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, const AttentionCore& attention_core,
                     Attributes linear = {}, const LayerRange& range = {}, const TensorShard& shard = {}) {
   graph::Graph& graph = g.graph;
   check(config.n_head % shard.size == 0, "dist.tensor_parallel ({}) must divide model.n_head ({})", shard.size,
         config.n_head);
+  check(!config.is_llama() || (shard.size == 1 && range.whole_model()),
+        "model.architecture llama: tensor parallelism (dist.tensor_parallel) and pipeline stages are not implemented "
+        "for it yet; train it with data parallelism only");
+  check(config.tie_word_embeddings || shard.size == 1,
+        "model tie_word_embeddings false: a head of its own is not implemented with tensor parallelism "
+        "(dist.tensor_parallel {})",
+        shard.size);
+  // An untied head's weight is the head's (head_weight), not the stack's.
   for (const TensorSpec& spec : part_tensor_specs(gpt_tensor_specs(config), range, shard)) {
+    if (spec.name == "lm_head.weight") continue;
     g.parameters[spec.name] = graph.add_value(spec.name, spec.shape, DType::f32, ValueRole::parameter);
   }
-  auto param = [&](const std::string& name) { return g.parameters.at(name); };
-  Attributes layernorm = Attributes().set_float("eps", config.layer_norm_epsilon);
-  linear.set("layout", static_cast<int64_t>(WeightLayout::in_out));
-  Attributes linear_gelu = Attributes(linear).set("gelu", 1);
-  const bool parallel = shard.size > 1;
-  // Into a tensor-parallel region and out of it (identities without tensor parallelism).
-  auto enter = [&](const std::string& name, ValueId x) {
-    return parallel ? graph.add_node(OpKind::tp_copy, name, {x})[0] : x;
-  };
-  auto leave = [&](const std::string& name, ValueId x) {
-    return parallel ? graph.add_node(OpKind::tp_reduce, name, {x})[0] : x;
-  };
-  // A row-split layer's shards add partial products; shard 0 alone adds the bias.
-  auto row_split_inputs = [&](ValueId x, const std::string& weight, const std::string& bias) {
-    std::vector<ValueId> inputs{x, param(weight)};
-    if (shard.rank == 0) inputs.push_back(param(bias));
-    return inputs;
-  };
-
+  const BlockContext block{g, config, shard, attention_core, position, linear};
   ValueId x = g.stage_input;
   if (range.first) {
-    std::vector<ValueId> embed_inputs{g.tokens, param("wte.weight"), param("wpe.weight")};
-    if (position != graph::kNoValue) embed_inputs.push_back(position);
+    std::vector<ValueId> embed_inputs{g.tokens, block.param(embedding_table_name(config))};
+    if (!config.is_llama()) embed_inputs.push_back(block.param("wpe.weight"));
+    if (position != graph::kNoValue && !config.is_llama()) embed_inputs.push_back(position);
     // Vocabulary-parallel: each shard looks up its rows of wte, shard 0 adds the positions.
     Attributes embed = Attributes()
                            .set("vocab_begin", shard.rank * (config.vocab_size / shard.size))
                            .set("add_positions", shard.rank == 0 ? 1 : 0);
-    x = leave("embed.tp_reduce", graph.add_node(OpKind::embedding, "embed", embed_inputs, embed)[0]);
+    x = block.leave("embed.tp_reduce", block.node(OpKind::embedding, "embed", embed_inputs, embed));
   }
   for (int64_t layer = range.first_layer; layer < config.n_layer && range.holds_layer(layer); ++layer) {
-    std::string h = "h." + std::to_string(layer) + ".";
-    ValueId ln1 = graph.add_node(OpKind::layernorm, h + "ln_1", {x, param(h + "ln_1.weight"), param(h + "ln_1.bias")},
-                                 layernorm)[0];
-    ValueId qkv = graph.add_node(OpKind::matmul, h + "attn.c_attn",
-                                 {enter(h + "attn.tp_copy", ln1), param(h + "attn.c_attn.weight"),
-                                  param(h + "attn.c_attn.bias")},
-                                 linear)[0];
-    Attributes core =
-        Attributes().set("n_head", config.n_head / shard.size).set_float("scale", config.attention_scale(layer));
-    ValueId attention = attention_core(h, qkv, core);
-    ValueId attention_out = graph.add_node(
-        OpKind::matmul, h + "attn.c_proj",
-        row_split_inputs(attention, h + "attn.c_proj.weight", h + "attn.c_proj.bias"), linear)[0];
-    ValueId residual1 = graph.add_node(OpKind::add, h + "residual_1", {x, leave(h + "attn.tp_reduce", attention_out)})[0];
-    ValueId ln2 = graph.add_node(OpKind::layernorm, h + "ln_2",
-                                 {residual1, param(h + "ln_2.weight"), param(h + "ln_2.bias")}, layernorm)[0];
-    ValueId hidden = graph.add_node(OpKind::matmul, h + "mlp.c_fc",
-                                    {enter(h + "mlp.tp_copy", ln2), param(h + "mlp.c_fc.weight"),
-                                     param(h + "mlp.c_fc.bias")},
-                                    linear_gelu)[0];
-    ValueId mlp_out = graph.add_node(OpKind::matmul, h + "mlp.c_proj",
-                                     row_split_inputs(hidden, h + "mlp.c_proj.weight", h + "mlp.c_proj.bias"), linear)[0];
-    x = graph.add_node(OpKind::add, h + "residual_2", {residual1, leave(h + "mlp.tp_reduce", mlp_out)})[0];
+    x = config.is_llama() ? add_llama_block(block, layer, x) : add_gpt2_block(block, layer, x);
   }
   if (!range.last) return x;
-  return graph.add_node(OpKind::layernorm, "ln_f", {x, param("ln_f.weight"), param("ln_f.bias")}, layernorm)[0];
+  if (config.is_llama()) {
+    return block.node(OpKind::rmsnorm, "model.norm", {x, block.param("model.norm.weight")},
+                      Attributes().set_float("eps", config.layer_norm_epsilon));
+  }
+  return block.node(OpKind::layernorm, "ln_f", {x, block.param("ln_f.weight"), block.param("ln_f.bias")},
+                    Attributes().set_float("eps", config.layer_norm_epsilon));
+}
+
+// The head's [vocab, n_embd] weight: the embedding table when tied, else lm_head.weight (added).
+ValueId head_weight(GptGraph& g, const GptConfig& config) {
+  const std::string name = lm_head_name(config);
+  if (!g.parameters.count(name)) {
+    g.parameters[name] =
+        g.graph.add_value(name, Shape{config.vocab_size, config.n_embd}, DType::f32, ValueRole::parameter);
+  }
+  return g.parameters.at(name);
 }
 
 // Tied head: logits = hidden · wte^T, reading the embedding table in its [V, C] layout; profiled
@@ -111,6 +190,7 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
     g.stage_input = g.graph.add_value("stage_input", Shape{batch, sequence, config.n_embd}, DType::f32, ValueRole::input);
   }
   if (range.last) g.targets = g.graph.add_value("targets", Shape{batch, sequence}, DType::i32, ValueRole::input);
+  if (config.is_llama()) config.check_sequence_length(sequence, "the training sequence length");
   ValueId hidden = add_decoder(g, config, graph::kNoValue, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     return g.graph.add_node(OpKind::attention, h + "attn.core", {qkv}, core)[0];
   }, {}, range, shard);
@@ -119,14 +199,14 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
     return g;
   }
   if (shard.size == 1) {
-    g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
+    g.logits = add_lm_head(g, hidden, head_weight(g, config));
     g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets})[0];
     return g;
   }
   // Vocabulary-parallel: each shard computes its columns of the logits, and the loss needs only
   // two all-reduces of per-row numbers: no rank holds all the logits.
   const ValueId whole_hidden = g.graph.add_node(OpKind::tp_copy, "lm_head.tp_copy", {hidden})[0];
-  g.logits = add_lm_head(g, whole_hidden, g.parameters.at("wte.weight"));
+  g.logits = add_lm_head(g, whole_hidden, head_weight(g, config));
   const Attributes xent =
       Attributes().set("vocab_parallel", 1).set("vocab_begin", shard.rank * (config.vocab_size / shard.size));
   g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets}, xent)[0];
@@ -134,28 +214,31 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
 }
 
 GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t new_tokens, int64_t max_sequence) {
+  if (config.is_llama()) config.check_sequence_length(max_sequence, "the decoding context");
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{batch, new_tokens}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("position", Shape{1}, DType::i32, ValueRole::input);
-  const Shape cache{batch, config.n_head, max_sequence, config.n_embd / config.n_head};
+  const Shape cache{batch, config.kv_heads(), max_sequence, config.head_size()};
   ValueId hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     ValueId keys = g.graph.add_value(h + "attn.k_cache", cache, DType::f32, ValueRole::state);
     ValueId values = g.graph.add_value(h + "attn.v_cache", cache, DType::f32, ValueRole::state);
     g.caches.push_back({keys, values});
     return g.graph.add_node(OpKind::attention_cached, h + "attn.core", {qkv, keys, values, g.position}, core)[0];
   }, forward_only());
-  g.logits = add_lm_head(g, hidden, g.parameters.at("wte.weight"));
+  g.logits = add_lm_head(g, hidden, head_weight(g, config));
   return g;
 }
 
 GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, int64_t kv_blocks,
                                    int64_t block_size, DType kv_dtype) {
+  // A sequence may grow to the model's whole context.
+  if (config.is_llama()) config.check_sequence_length(config.n_positions, "the serving context (max_position_embeddings)");
   GptGraph g;
   g.tokens = g.graph.add_value("tokens", Shape{max_tokens, 1}, DType::i32, ValueRole::input);
   g.position = g.graph.add_value("positions", Shape{max_tokens}, DType::i32, ValueRole::input);
   const int64_t max_blocks = (config.n_positions + block_size - 1) / block_size;
   g.block_tables = g.graph.add_value("block_tables", Shape{max_tokens, max_blocks}, DType::i32, ValueRole::input);
-  const Shape pool{kv_blocks, config.n_head, block_size, config.n_embd / config.n_head};
+  const Shape pool{kv_blocks, config.kv_heads(), block_size, config.head_size()};
   g.hidden = add_decoder(g, config, g.position, [&](const std::string& h, ValueId qkv, const Attributes& core) {
     ValueId keys = g.graph.add_value(h + "attn.k_pool", pool, kv_dtype, ValueRole::state);
     ValueId values = g.graph.add_value(h + "attn.v_pool", pool, kv_dtype, ValueRole::state);
@@ -169,10 +252,7 @@ GptGraph build_gpt_serving_decoder(const GptConfig& config, int64_t max_tokens, 
 GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType hidden) {
   GptGraph g;
   g.hidden = g.graph.add_value("hidden", Shape{max_rows, 1, config.n_embd}, hidden, ValueRole::input);
-  const ValueId wte = g.graph.add_value("wte.weight", Shape{config.vocab_size, config.n_embd}, DType::f32,
-                                        ValueRole::parameter);
-  g.parameters["wte.weight"] = wte;
-  g.logits = add_lm_head(g, g.hidden, wte, row_invariant());
+  g.logits = add_lm_head(g, g.hidden, head_weight(g, config), row_invariant());
   return g;
 }
 

@@ -19,13 +19,46 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const ParameterSet& parameters) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    const TensorSpec& spec = parameters.specs()[i];
+    if (spec.stored_as.empty()) {
+      tensors.emplace_back(spec.name, parameters.at(i));
+      continue;
+    }
+    const int64_t row = spec.shape.numel() / spec.shape[0];
+    int64_t first = 0;
+    for (const StoredPart& part : spec.stored_as) {
+      const Shape shape = spec.shape.rank() == 1 ? Shape{part.rows} : Shape{part.rows, row};
+      tensors.emplace_back(part.name, parameters.at(i).slice_flat(first * row, part.rows * row).reshape(shape));
+      first += part.rows;
+    }
+    check(first == spec.shape[0], "{}: its parts hold {} rows of {}", spec.name, first, spec.shape[0]);
+  }
+  return tensors;
+}
+
+namespace {
+
+// GPT2LMHeadModel's names for a GPT-2 with a head of its own: the body's under `transformer.`
+// (transformers loads bare GPT2Model names only into a model without lm_head).
+constexpr const char* kGpt2BodyPrefix = "transformer.";
+
+std::string stored_name(const GptConfig& config, const std::string& name) {
+  const bool prefixed = !config.is_llama() && !config.tie_word_embeddings && name != "lm_head.weight";
+  return prefixed ? kGpt2BodyPrefix + name : name;
+}
+
+}  // namespace
+
 void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& device_parameters,
                     int64_t end_of_text) {
   const ParameterSet parameters = device_parameters.on_host();
   std::filesystem::create_directories(dir);
   write_file_atomic(dir / "config.json", config.to_hf_json(end_of_text).dump(2) + "\n");
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (size_t i = 0; i < parameters.specs().size(); ++i) tensors.emplace_back(parameters.specs()[i].name, parameters.at(i));
+  for (auto& [name, tensor] : hf_tensors(parameters)) tensors.emplace_back(stored_name(config, name), tensor);
   // transformers requires metadata format=pt when __metadata__ is present.
   write_file_atomic(dir / "model.safetensors", serialize_safetensors(tensors, {{"format", "pt"}}));
 }
@@ -37,29 +70,35 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
   // GPT2LMHeadModel saves `transformer.`-prefixed names; GPT2Model saves bare ones.
   std::string prefix = name_prefix;
   if (prefix.empty() && !weights.contains("wte.weight") && weights.contains("transformer.wte.weight")) {
-    prefix = "transformer.";
+    prefix = kGpt2BodyPrefix;
   }
   std::set<std::string> expected;
-  for (const TensorSpec& spec : parameters.specs()) {
-    std::string name = prefix + spec.name;
+  for (const auto& [bare_name, tensor] : hf_tensors(parameters)) {
+    const std::string name = bare_name == "lm_head.weight" ? bare_name : prefix + bare_name;
     check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
-    weights.read_into(name, parameters.get(spec.name));
+    weights.read_into(name, tensor);
     expected.insert(name);
   }
+  const bool llama = !parameters.specs().empty() && parameters.specs()[0].name == "model.embed_tokens.weight";
+  const std::string table = llama ? "model.embed_tokens.weight" : "wte.weight";
   for (const auto& [name, entry] : weights.entries()) {
     if (expected.count(name)) continue;
     // Causal-mask buffers that older transformers versions saved; not parameters.
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+    if (!llama && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) continue;
     if (name == "lm_head.weight") {
-      // A tied head must equal the embedding table; an untied one we cannot represent.
+      // A tied head must equal the embedding table (config.json's tie_word_embeddings false
+      // gives the model a head of its own).
       Tensor head = Tensor::zeros(entry.shape, DType::f32);
       weights.read_into(name, head);
-      const Tensor& wte = parameters.get("wte.weight");
-      check(head.shape() == wte.shape() && std::equal(head.data<float>(), head.data<float>() + head.numel(), wte.data<float>()),
-            "{}: lm_head.weight differs from wte.weight; paraflow supports tied embeddings only", file.string());
+      const Tensor& embedding = parameters.get(table);
+      check(head.shape() == embedding.shape() &&
+                std::equal(head.data<float>(), head.data<float>() + head.numel(), embedding.data<float>()),
+            "{}: lm_head.weight differs from {} but config.json ties them (tie_word_embeddings true)", file.string(),
+            table);
       continue;
     }
-    fail("{}: unexpected tensor '{}' (not part of a GPT-2 model with this config)", file.string(), name);
+    fail("{}: unexpected tensor '{}' (not part of a {} model with this config)", file.string(), name,
+         llama ? "llama" : "GPT-2");
   }
 }
 

@@ -1,11 +1,15 @@
-// Model directories in Hugging Face GPT-2 layout: config.json + model.safetensors with GPT2Model
-// tensor names and Conv1D [in, out] weights. We write what transformers loads, and load what it
-// saves (bare GPT2Model keys or `transformer.`-prefixed GPT2LMHeadModel keys).
+// Model directories in Hugging Face layout: config.json + model.safetensors. GPT-2: GPT2Model
+// tensor names and Conv1D [in, out] weights (`transformer.`-prefixed GPT2LMHeadModel names with
+// lm_head.weight when the head is untied); the Llama family: LlamaForCausalLM's (Mistral's and
+// Qwen2's are the same) with nn.Linear [out, in] weights. We write what transformers loads, and
+// load what it saves.
 #pragma once
 
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/gpt_config.h"
 #include "model/parameters.h"
@@ -16,6 +20,10 @@ struct LoadedModel {
   GptConfig config;
   ParameterSet parameters;
 };
+
+// The parameters as Hugging Face's files name and shape them: (name, view) pairs, a fused tensor
+// (TensorSpec::stored_as) as views of its row blocks.
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const ParameterSet& parameters);
 
 // Writes config.json and model.safetensors into `dir` (created if needed), each atomically;
 // `end_of_text`: the tokenizer's end-of-text id, or -1 (see GptConfig::to_hf_json).

@@ -1,13 +1,66 @@
 #include "model/parameters.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
 
 namespace paraflow::model {
 
+namespace {
+
+// LlamaForCausalLM's tensors (nn.Linear weights [out, in]), q, k and v fused into one projection.
+std::vector<TensorSpec> llama_tensor_specs(const GptConfig& config, bool decay_embeddings) {
+  const int64_t C = config.n_embd, F = config.mlp_width(), hs = config.head_size();
+  const int64_t q_rows = config.n_head * hs, kv_rows = config.kv_heads() * hs;
+  std::vector<TensorSpec> specs{{"model.embed_tokens.weight", Shape{config.vocab_size, C}, Init::normal, decay_embeddings}};
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+    const std::string attention = prefix + "self_attn.", mlp = prefix + "mlp.";
+    auto parts = [&](const std::string& suffix) {
+      return std::vector<StoredPart>{{attention + "q_proj." + suffix, q_rows},
+                                     {attention + "k_proj." + suffix, kv_rows},
+                                     {attention + "v_proj." + suffix, kv_rows}};
+    };
+    specs.push_back({prefix + "input_layernorm.weight", Shape{C}, Init::ones, false});
+    specs.push_back({attention + "qkv_proj.weight", Shape{config.qkv_width(), C}, Init::normal, true, parts("weight")});
+    if (config.attention_bias || config.qkv_bias) {
+      specs.push_back({attention + "qkv_proj.bias", Shape{config.qkv_width()}, Init::zeros, false, parts("bias")});
+    }
+    specs.push_back({attention + "o_proj.weight", Shape{C, q_rows}, Init::normal, true});
+    if (config.attention_bias) specs.push_back({attention + "o_proj.bias", Shape{C}, Init::zeros, false});
+    specs.push_back({prefix + "post_attention_layernorm.weight", Shape{C}, Init::ones, false});
+    for (const auto& [name, out, in] : {std::tuple{"gate_proj", F, C}, std::tuple{"up_proj", F, C},
+                                        std::tuple{"down_proj", C, F}}) {
+      specs.push_back({mlp + name + ".weight", Shape{out, in}, Init::normal, true});
+      if (config.mlp_bias) specs.push_back({mlp + name + ".bias", Shape{out}, Init::zeros, false});
+    }
+  }
+  specs.push_back({"model.norm.weight", Shape{C}, Init::ones, false});
+  return specs;
+}
+
+}  // namespace
+
 std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_embeddings) {
+  std::vector<TensorSpec> specs =
+      config.is_llama() ? llama_tensor_specs(config, decay_embeddings) : gpt2_tensor_specs(config, decay_embeddings);
+  if (!config.tie_word_embeddings) {
+    specs.push_back({"lm_head.weight", Shape{config.vocab_size, config.n_embd}, Init::normal, true});
+  }
+  return specs;
+}
+
+std::string embedding_table_name(const GptConfig& config) {
+  return config.is_llama() ? "model.embed_tokens.weight" : "wte.weight";
+}
+
+std::string lm_head_name(const GptConfig& config) {
+  return config.tie_word_embeddings ? embedding_table_name(config) : "lm_head.weight";
+}
+
+std::vector<TensorSpec> gpt2_tensor_specs(const GptConfig& config, bool decay_embeddings) {
   const int64_t C = config.n_embd;
   std::vector<TensorSpec> specs{
       {"wte.weight", Shape{config.vocab_size, C}, Init::normal, decay_embeddings},

@@ -17,15 +17,33 @@ namespace paraflow::model {
 
 enum class Init : uint8_t { normal, residual_projection, zeros, ones };
 
-struct TensorSpec {
-  std::string name;  // Hugging Face GPT2Model name: "h.0.attn.c_attn.weight"
-  Shape shape;       // [in, out] for linear weights, as HF's Conv1D stores them
-  Init init;
-  bool weight_decay;  // AdamW decays the linear layers' matrices; not biases, layernorm or (by default) embeddings
+// A Hugging Face tensor stored as `rows` consecutive rows of one of ours (a fused projection).
+struct StoredPart {
+  std::string name;
+  int64_t rows;
 };
 
-// `decay_embeddings` puts wte and wpe under weight decay too (train.decay_embeddings).
+struct TensorSpec {
+  // Hugging Face's name: GPT2Model's ("h.0.attn.c_attn.weight"), or LlamaForCausalLM's
+  // ("model.layers.0.mlp.up_proj.weight"); "lm_head.weight" for an untied head.
+  std::string name;
+  // GPT-2's linear weights [in, out], as HF's Conv1D stores them; the Llama family's [out, in],
+  // as nn.Linear does.
+  Shape shape;
+  Init init;
+  bool weight_decay;  // AdamW decays the linear layers' matrices; not biases, norms or (by default) embeddings
+  // Where files hold it as several tensors, their names and rows in order (the Llama family's
+  // fused q, k, v projection: q_proj, k_proj, v_proj); empty: one tensor named `name`.
+  std::vector<StoredPart> stored_as = {};
+};
+
+// The model's tensors for `config`'s architecture. `decay_embeddings` puts the embedding tables
+// under weight decay too (train.decay_embeddings).
 std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_embeddings = false);
+std::vector<TensorSpec> gpt2_tensor_specs(const GptConfig& config, bool decay_embeddings = false);
+// The token embedding table's name, and the head's: that table when tied, else "lm_head.weight".
+std::string embedding_table_name(const GptConfig& config);
+std::string lm_head_name(const GptConfig& config);
 
 // A pipeline stage's part of the model: blocks [first_layer, end_layer), the embeddings on the
 // first stage, the final layernorm and the (tied) head on the last. The whole model by default.
@@ -103,6 +121,7 @@ class ParameterSet {
 
 // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, N(0, 0.02/sqrt(2·n_layer)) for
 // the projections that write into the residual stream, zeros for biases, ones for layernorm gains.
+// (The Llama family's specs ask for N(0, 0.02) everywhere, as transformers initialises them.)
 void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng);
 
 }  // namespace paraflow::model

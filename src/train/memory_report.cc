@@ -91,7 +91,7 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   // Per thread: the CPU attention's scratch (a block's scores and their gradients,
   // (kAttentionBlockRows, T) f32 each, and in bf16 the two rounded to bf16 and one head's dq, dk,
   // dv summed in f32), layernorm's and the bias gradients' partial sums.
-  const int64_t head_size = C / model.n_head;
+  const int64_t head_size = model.head_size();
   const bool bf16 = config.precision == graph::PrecisionPolicy::mixed_bfloat16 &&
                     cpu_backend().supports(KernelOp::attention_forward, DType::bf16);
   const int64_t attention_floats = (bf16 ? 3 : 2) * kAttentionBlockRows * T + (bf16 ? 3 * T * head_size : 0);

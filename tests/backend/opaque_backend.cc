@@ -45,4 +45,10 @@ Backend& opaque_backend() {
   return backend;
 }
 
+std::vector<Backend*> backends_with_opaque() {
+  std::vector<Backend*> backends = available_backends();
+  backends.push_back(&opaque_backend());
+  return backends;
+}
+
 }  // namespace paraflow::testing

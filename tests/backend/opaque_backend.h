@@ -5,10 +5,15 @@
 // or the generator: a CUDA backend then only has to supply kernels and copies.
 #pragma once
 
+#include <vector>
+
 #include "backend/backend.h"
 
 namespace paraflow::testing {
 
 Backend& opaque_backend();
+
+// Every backend present, then the opaque one: what the kernel tests run on.
+std::vector<Backend*> backends_with_opaque();
 
 }  // namespace paraflow::testing

@@ -927,11 +927,7 @@ TEST_P(OpsTest, MissingKernelNamesKernelDeviceAndDtype) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, OpsTest,
-                         ::testing::ValuesIn([] {
-                           std::vector<Backend*> backends = available_backends();
-                           backends.push_back(&testing::opaque_backend());
-                           return backends;
-                         }()),
+                         ::testing::ValuesIn(testing::backends_with_opaque()),
                          [](const auto& info) { return info.param->name(); });
 
 TEST(OpaqueBackend, RefusesHostAccessAndNamesTheWayOut) {

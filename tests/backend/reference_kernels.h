@@ -108,9 +108,22 @@ inline void matmul_backward(Vec& dinp, Vec& dW, Vec* dbias, const Vec& dout, con
     }
 }
 
-// Scores are scale * q·k^T (GPT-2: scale = 1/sqrt(C/NH)).
-inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, double scale) {
-  int64_t hs = C / NH;
+// Scores are scale * q·k^T (GPT-2: scale = 1/sqrt(C/NH)). C = NH·hs is the output's width; qkv
+// holds q's NH heads, then k's and v's KVH heads (0: NH) each, q head h reading k/v head
+// h / (NH/KVH).
+struct QkvLayout {
+  int64_t C, NH, KVH, hs, W;
+  QkvLayout(int64_t C, int64_t NH, int64_t KVH)
+      : C(C), NH(NH), KVH(KVH > 0 ? KVH : NH), hs(C / NH), W(C + 2 * (KVH > 0 ? KVH : NH) * (C / NH)) {}
+  int64_t q(int64_t h) const { return h * hs; }
+  int64_t k(int64_t h) const { return C + h / (NH / KVH) * hs; }
+  int64_t v(int64_t h) const { return C + KVH * hs + h / (NH / KVH) * hs; }
+};
+
+inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, double scale,
+                              int64_t KVH = 0) {
+  const QkvLayout l(C, NH, KVH);
+  const int64_t hs = l.hs, W = l.W;
   out.assign(B * T * C, 0.0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
@@ -119,27 +132,27 @@ inline void attention_forward(Vec& out, const Vec& qkv, int64_t B, int64_t T, in
         double max_value = -INFINITY, sum = 0;
         for (int64_t j = 0; j <= t; ++j) {
           double s = 0;
-          for (int64_t i = 0; i < hs; ++i)
-            s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + j) * 3 * C + C + h * hs + i];
+          for (int64_t i = 0; i < hs; ++i) s += qkv[(b * T + t) * W + l.q(h) + i] * qkv[(b * T + j) * W + l.k(h) + i];
           p[j] = s * scale;
           max_value = std::max(max_value, p[j]);
         }
         for (int64_t j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - max_value));
         for (int64_t j = 0; j <= t; ++j)
           for (int64_t i = 0; i < hs; ++i)
-            out[(b * T + t) * C + h * hs + i] += p[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i];
+            out[(b * T + t) * C + h * hs + i] += p[j] / sum * qkv[(b * T + j) * W + l.v(h) + i];
       }
 }
 
 inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int64_t B, int64_t T, int64_t C,
-                               int64_t NH, double scale) {
-  int64_t hs = C / NH;
+                               int64_t NH, double scale, int64_t KVH = 0) {
+  const QkvLayout l(C, NH, KVH);
+  const int64_t hs = l.hs, W = l.W;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        auto q = [&](int64_t i) { return qkv[(b * T + t) * 3 * C + h * hs + i]; };
-        auto k = [&](int64_t j, int64_t i) { return qkv[(b * T + j) * 3 * C + C + h * hs + i]; };
-        auto v = [&](int64_t j, int64_t i) { return qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i]; };
+        auto q = [&](int64_t i) { return qkv[(b * T + t) * W + l.q(h) + i]; };
+        auto k = [&](int64_t j, int64_t i) { return qkv[(b * T + j) * W + l.k(h) + i]; };
+        auto v = [&](int64_t j, int64_t i) { return qkv[(b * T + j) * W + l.v(h) + i]; };
         std::vector<double> p(t + 1), dp(t + 1);
         double max_value = -INFINITY, sum = 0;
         for (int64_t j = 0; j <= t; ++j) {
@@ -156,18 +169,75 @@ inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int64
           for (int64_t i = 0; i < hs; ++i) {
             double dy = dout[(b * T + t) * C + h * hs + i];
             dp[j] += dy * v(j, i);
-            dqkv[(b * T + j) * 3 * C + 2 * C + h * hs + i] += p[j] * dy;
+            dqkv[(b * T + j) * W + l.v(h) + i] += p[j] * dy;
           }
           dot += p[j] * dp[j];
         }
         for (int64_t j = 0; j <= t; ++j) {
           double ds = p[j] * (dp[j] - dot) * scale;
           for (int64_t i = 0; i < hs; ++i) {
-            dqkv[(b * T + t) * 3 * C + h * hs + i] += ds * k(j, i);
-            dqkv[(b * T + j) * 3 * C + C + h * hs + i] += ds * q(i);
+            dqkv[(b * T + t) * W + l.q(h) + i] += ds * k(j, i);
+            dqkv[(b * T + j) * W + l.k(h) + i] += ds * q(i);
           }
         }
       }
+}
+
+inline void rmsnorm_forward(Vec& out, const Vec& inp, const Vec& w, int64_t N, int64_t C, double eps) {
+  out.assign(N * C, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double mean_sq = 0;
+    for (int64_t c = 0; c < C; ++c) mean_sq += inp[n * C + c] * inp[n * C + c] / C;
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = inp[n * C + c] / std::sqrt(mean_sq + eps) * w[c];
+  }
+}
+
+// Differentiates y_c = x_c·r·w_c with r = (mean(x²) + eps)^-1/2, dr/dx_c = -r³·x_c/C.
+inline void rmsnorm_backward(Vec& dinp, Vec& dw, const Vec& dout, const Vec& inp, const Vec& w, int64_t N, int64_t C,
+                             double eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    double mean_sq = 0;
+    for (int64_t c = 0; c < C; ++c) mean_sq += inp[n * C + c] * inp[n * C + c] / C;
+    const double r = 1 / std::sqrt(mean_sq + eps);
+    double dr = 0;  // dL/dr
+    for (int64_t c = 0; c < C; ++c) {
+      dr += dout[n * C + c] * inp[n * C + c] * w[c];
+      dw[c] += dout[n * C + c] * inp[n * C + c] * r;
+    }
+    for (int64_t c = 0; c < C; ++c)
+      dinp[n * C + c] += dout[n * C + c] * r * w[c] - dr * r * r * r * inp[n * C + c] / C;
+  }
+}
+
+// Rotary embeddings on the q and k heads of rows of W = (NH + 2·KVH)·hs, row r at position
+// positions[r]: element i < hs/2 of a head and element i + hs/2 rotated by positions[r]·inv[i].
+inline void rope_forward(Vec& out, const Vec& qkv, const std::vector<int64_t>& positions, const Vec& inv, int64_t NH,
+                         int64_t KVH, int64_t hs) {
+  const int64_t W = (NH + 2 * KVH) * hs, half = hs / 2;
+  out = qkv;
+  for (size_t r = 0; r < positions.size(); ++r)
+    for (int64_t head = 0; head < NH + KVH; ++head)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(positions[r]) * inv[i];
+        const double x1 = qkv[r * W + head * hs + i], x2 = qkv[r * W + head * hs + half + i];
+        out[r * W + head * hs + i] = x1 * std::cos(angle) - x2 * std::sin(angle);
+        out[r * W + head * hs + half + i] = x2 * std::cos(angle) + x1 * std::sin(angle);
+      }
+}
+
+inline double silu(double x) { return x / (1 + std::exp(-x)); }
+
+inline void swiglu_forward(Vec& out, const Vec& gate, const Vec& up) {
+  out.resize(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) out[i] = silu(gate[i]) * up[i];
+}
+
+inline void swiglu_backward(Vec& dgate, Vec& dup, const Vec& dout, const Vec& gate, const Vec& up) {
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double s = 1 / (1 + std::exp(-gate[i]));
+    dgate[i] += dout[i] * up[i] * (s + gate[i] * s * (1 - s));
+    dup[i] += dout[i] * silu(gate[i]);
+  }
 }
 
 inline void softmax_xent_forward(Vec& losses, const Vec& logits, const std::vector<int32_t>& targets, int64_t N,

@@ -63,6 +63,30 @@ TEST(ReferenceKernels, BackwardMatchesFiniteDifferences) {
     auto forward = [&] { Vec out; reference::attention_forward(out, qkv, B, T, C, NH, scale); return out; };
     check_gradient(qkv, forward, dout, dqkv, scale == 0.3 ? "attention dqkv, scale 0.3" : "attention dqkv");
   }
+  {  // grouped-query attention: 4 q heads on 2 k/v heads of 3
+    const int64_t QH = 4, KVH = 2, hs = 3, W = (QH + 2 * KVH) * hs;
+    Vec qkv = testing::random_vector(rng, B * T * W), dout = testing::random_vector(rng, B * T * QH * hs);
+    Vec dqkv(B * T * W);
+    reference::attention_backward(dqkv, dout, qkv, B, T, QH * hs, QH, 0.4, KVH);
+    auto forward = [&] { Vec out; reference::attention_forward(out, qkv, B, T, QH * hs, QH, 0.4, KVH); return out; };
+    check_gradient(qkv, forward, dout, dqkv, "gqa attention dqkv");
+  }
+  {  // rmsnorm: x, weight
+    Vec x = testing::random_vector(rng, N * C), w = testing::random_vector(rng, C);
+    Vec dout = testing::random_vector(rng, N * C), dx(N * C), dw(C);
+    reference::rmsnorm_backward(dx, dw, dout, x, w, N, C, 1e-5);
+    auto forward = [&] { Vec out; reference::rmsnorm_forward(out, x, w, N, C, 1e-5); return out; };
+    check_gradient(x, forward, dout, dx, "rmsnorm dx");
+    check_gradient(w, forward, dout, dw, "rmsnorm dweight");
+  }
+  {  // swiglu: gate, up
+    Vec gate = testing::random_vector(rng, N * C), up = testing::random_vector(rng, N * C);
+    Vec dout = testing::random_vector(rng, N * C), dgate(N * C), dup(N * C);
+    reference::swiglu_backward(dgate, dup, dout, gate, up);
+    auto forward = [&] { Vec out; reference::swiglu_forward(out, gate, up); return out; };
+    check_gradient(gate, forward, dout, dgate, "swiglu dgate");
+    check_gradient(up, forward, dout, dup, "swiglu dup");
+  }
   {  // softmax cross-entropy
     Vec logits = testing::random_vector(rng, N * V), dlosses = testing::random_vector(rng, N), dlogits(N * V);
     std::vector<int32_t> targets{0, 4, -1, 2, 1, 3};

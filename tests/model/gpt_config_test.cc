@@ -66,7 +66,7 @@ TEST(GptConfig, HfFieldsThatChangeTheModelAreRefused) {
     nlohmann::json value;
   };
   for (const Refused& r : {Refused{"n_inner", 48}, Refused{"activation_function", "relu"},
-                           Refused{"add_cross_attention", true}, Refused{"tie_word_embeddings", false},
+                           Refused{"add_cross_attention", true},
                            Refused{"pruned_heads", {{"0", {1}}}}, Refused{"num_attention_heads", 4},
                            Refused{"hidden_size", 16}, Refused{"quantization_config", {{"quant_method", "gptq"}}}}) {
     SCOPED_TRACE(r.field);

@@ -1,7 +1,8 @@
 """transformers-side helpers for the generation and model-file interop tests.
 
   greedy  --model DIR --prompt 1,2,3 --max-new N --out FILE
-      greedy decoding with GPT2LMHeadModel's KV cache in float64; writes `tokens` (int64,
+      greedy decoding with the model's KV cache in float64 (GPT2LMHeadModel, or the model_type's
+      *ForCausalLM: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM); writes `tokens` (int64,
       the new tokens) and `gaps` (float64, top-1 minus top-2 logit at each step) to FILE.
   save    --kind model|lmhead --config JSON --seed S --dir DIR --tokens 1,2,3 --out FILE
       saves a randomly initialised GPT2Model (bare keys) or GPT2LMHeadModel (`transformer.`
@@ -38,7 +39,7 @@ def ids(text):
 
 
 def load(model_dir):
-    return transformers.GPT2LMHeadModel.from_pretrained(model_dir, attn_implementation="eager").double().eval()
+    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").double().eval()
 
 
 def greedy(args):

@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
-"""Independent PyTorch / Hugging Face oracle for the C++ GPT-2 trainer.
+"""Independent PyTorch / Hugging Face oracle for the C++ trainer: GPT-2 and the Llama family.
 
 Usage (from the repo root, after scripts/setup_python.sh):
 
     .venv-ref/bin/python tests/reference/gpt2_torch.py --model DIR --batch FILE --out FILE \
         [--steps N --lr X --beta1 B1 --beta2 B2 --eps E --weight-decay WD --dtype float64|float32]
 
-DIR    Hugging Face GPT-2 model directory (config.json + model.safetensors with
-       GPT2Model tensor names: wte.weight, h.0.attn.c_attn.weight, ...), as the
-       C++ code writes it. It is loaded with GPT2LMHeadModel.from_pretrained, so
-       the layout is checked by transformers itself; lm_head is tied to wte.
+DIR    Hugging Face model directory (config.json + model.safetensors), as the
+       C++ code writes it: GPT-2 (GPT2Model tensor names: wte.weight,
+       h.0.attn.c_attn.weight, ...; lm_head tied to wte unless
+       tie_word_embeddings is false), or model_type llama, mistral or qwen2
+       (LlamaForCausalLM names: model.layers.0.self_attn.q_proj.weight, ...).
+       It is loaded with the model_type's *ForCausalLM.from_pretrained, so the
+       layout is checked by transformers itself.
 FILE   safetensors batch with `tokens` and `targets`, both int64 [B, T].
 OUT    safetensors written with safetensors.torch.save_file:
          logits        float32 [B, T, V]   at the initial weights
          loss          float32 [1]         mean cross-entropy over all B*T positions
          grad.<name>   float32, same shape as the parameter, for every parameter
-                       <name> of the input file (grad.wte.weight includes the
-                       tied lm_head contribution)
+                       <name> of the input file, GPT-2's without `transformer.`
+                       (a tied head's gradient is in its embedding table's)
          losses        float64 [N]         only with --steps N > 0: the loss of
                        the forward pass before each of N AdamW steps (steps 0..N-1),
                        restarted from the initial weights, same batch every step.
@@ -39,7 +42,12 @@ import torch.nn.functional as F  # noqa: E402
 import safetensors  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 import transformers  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers import (AutoConfig, GPT2LMHeadModel, LlamaForCausalLM,  # noqa: E402
+                          MistralForCausalLM, Qwen2ForCausalLM)
+
+MODEL_CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM,
+                 "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM}
+EMBEDDINGS = ("wte.weight", "wpe.weight", "embed_tokens.weight")
 
 PREFIX = "transformer."
 # Non-parameter buffers that older checkpoints carry; never an error.
@@ -75,7 +83,7 @@ def parse_args(argv):
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--decay-embeddings", action="store_true",
-                   help="also decay wte/wpe (default: only the linear layers' 2-D weights)")
+                   help="also decay the embedding tables (default: only the linear layers' 2-D weights)")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     args = p.parse_args(argv)
     if args.steps < 0:
@@ -90,21 +98,21 @@ def load_model(model_dir, dtype):
     if not os.path.isfile(st_path):
         raise OracleError(f"{model_dir}: no model.safetensors")
 
-    config = GPT2Config.from_pretrained(model_dir, local_files_only=True)
-    if config.model_type != "gpt2":
-        raise OracleError(f"config.json: model_type is {config.model_type!r}, not 'gpt2'")
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    if config.model_type not in MODEL_CLASSES:
+        raise OracleError(f"config.json: model_type is {config.model_type!r}, not one of {sorted(MODEL_CLASSES)}")
+    model_class = MODEL_CLASSES[config.model_type]
     # No dropout anywhere, whatever config.json says.
-    config.resid_pdrop = 0.0
-    config.embd_pdrop = 0.0
-    config.attn_pdrop = 0.0
-    config.summary_first_dropout = 0.0
+    for field in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout"):
+        if hasattr(config, field):
+            setattr(config, field, 0.0)
 
     kwargs = dict(config=config, local_files_only=True, output_loading_info=True,
                   torch_dtype=torch.float32, use_safetensors=True)
     try:
-        model, info = GPT2LMHeadModel.from_pretrained(model_dir, attn_implementation="eager", **kwargs)
+        model, info = model_class.from_pretrained(model_dir, attn_implementation="eager", **kwargs)
     except TypeError:  # a transformers too old to choose the attention implementation
-        model, info = GPT2LMHeadModel.from_pretrained(model_dir, **kwargs)
+        model, info = model_class.from_pretrained(model_dir, **kwargs)
 
     problems = []
     for kind in ("missing_keys", "unexpected_keys"):
@@ -116,13 +124,14 @@ def load_model(model_dir, dtype):
     if info.get("error_msgs"):
         problems.append(f"error_msgs: {info['error_msgs']}")
     if problems:
-        raise OracleError("checkpoint does not match GPT2LMHeadModel: " + "; ".join(problems))
+        raise OracleError(f"checkpoint does not match {model_class.__name__}: " + "; ".join(problems))
 
     # Independent check that every parameter really holds the file's values,
-    # that the file has no parameter the model lacks, and that lm_head is wte.
-    if model.lm_head.weight is not model.transformer.wte.weight:
-        raise OracleError("lm_head.weight is not tied to transformer.wte.weight "
-                          "(tie_word_embeddings must be true)")
+    # that the file has no parameter the model lacks, and that a tied lm_head
+    # is the embedding table.
+    tied = model.lm_head.weight is model.get_input_embeddings().weight
+    if tied != config.tie_word_embeddings:
+        raise OracleError(f"lm_head tied: {tied}, but tie_word_embeddings is {config.tie_word_embeddings}")
     file_tensors = {k: v for k, v in load_file(st_path).items() if not is_ignored(k)}
     file_tensors = {bare(k): v for k, v in file_tensors.items()}
     params = {bare(n): p for n, p in model.named_parameters()}
@@ -142,10 +151,7 @@ def load_model(model_dir, dtype):
 
     model = model.to(dtype)
     model.eval()
-    log(f"config: vocab_size={config.vocab_size} n_positions={config.n_positions} "
-        f"n_embd={config.n_embd} n_layer={config.n_layer} n_head={config.n_head} "
-        f"layer_norm_epsilon={config.layer_norm_epsilon} "
-        f"activation_function={config.activation_function} "
+    log(f"config: {config.to_json_string(use_diff=True)} "
         f"attn={getattr(config, '_attn_implementation', '?')} dtype={dtype}")
     return model, config
 
@@ -167,8 +173,8 @@ def load_batch(path, config):
     tokens, targets = out
     if tokens.shape != targets.shape:
         raise OracleError(f"tokens {tuple(tokens.shape)} and targets {tuple(targets.shape)} differ in shape")
-    if tokens.shape[1] > config.n_positions:
-        raise OracleError(f"T={tokens.shape[1]} exceeds n_positions={config.n_positions}")
+    if tokens.shape[1] > config.max_position_embeddings:
+        raise OracleError(f"T={tokens.shape[1]} exceeds max_position_embeddings={config.max_position_embeddings}")
     return tokens, targets
 
 
@@ -211,7 +217,7 @@ def main(argv=None):
             model.load_state_dict(init_state)
         model.zero_grad(set_to_none=True)
         def decayed(name, p):
-            return p.dim() >= 2 and (args.decay_embeddings or not name.endswith(("wte.weight", "wpe.weight")))
+            return p.dim() >= 2 and (args.decay_embeddings or not name.endswith(EMBEDDINGS))
         decay = [p for name, p in named if decayed(name, p)]
         no_decay = [p for name, p in named if not decayed(name, p)]
         opt = torch.optim.AdamW(

@@ -1,7 +1,8 @@
 // The whole model against PyTorch + transformers (tests/reference/gpt2_torch.py, float64):
 // logits, loss, every parameter gradient, and a 10-step AdamW loss curve, on GPT-2-shaped and
-// awkward configs. The oracle loads our export with GPT2LMHeadModel.from_pretrained, so this
-// also checks the Hugging Face file layout. Each case runs on the CPU backend and on the opaque
+// awkward configs, and on the Llama family's (Llama with grouped k/v heads and rope scaling,
+// Mistral, Qwen2 with its q/k/v biases). The oracle loads our export with the model_type's
+// *ForCausalLM.from_pretrained, so this also checks the Hugging Face file layout. Each case runs on the CPU backend and on the opaque
 // test backend, whose memory only its copies and kernels reach.
 #include <gtest/gtest.h>
 
@@ -75,14 +76,20 @@ void check_against_torch(const Case& c, Backend& backend, const std::filesystem:
 
   check(testing::relative_error(to_vector(executor.tensor(g.logits)), read_f32(expected, "logits")), 1e-5, "logits");
   check(std::abs(loss - read_f32(expected, "loss")[0]) / read_f32(expected, "loss")[0], 1e-5, "loss");
+  // Gradients by Hugging Face's tensors (a fused q/k/v projection's as q_proj, k_proj, v_proj),
+  // and every tensor the oracle has a gradient for is one of ours.
   double worst = 0;
-  for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    const std::string& name = parameters.specs()[i].name;
-    double error = testing::relative_error(to_vector(gradients.at(i)), read_f32(expected, "grad." + name));
+  size_t compared = 0;
+  for (const auto& [name, gradient] : model::hf_tensors(gradients)) {
+    double error = testing::relative_error(to_vector(gradient), read_f32(expected, "grad." + name));
     EXPECT_LE(error, 1e-4) << "gradient of " << name;
     worst = std::max(worst, error);
+    ++compared;
   }
-  check(worst, 1e-4, fmt::format("worst of {} parameter gradients", parameters.specs().size()));
+  size_t oracle_gradients = 0;
+  for (const auto& [name, entry] : expected.entries()) oracle_gradients += name.rfind("grad.", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(compared, oracle_gradients) << "parameter tensors compared vs the oracle's";
+  check(worst, 1e-4, fmt::format("worst of {} parameter gradients", compared));
 
   // The AdamW curve: the loss before each of `steps` updates, from the same initial weights.
   Tensor losses_expected = expected.tensor("losses");
@@ -109,6 +116,12 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
 
   model::ParameterSet parameters(model::gpt_tensor_specs(c.config, c.decay_embeddings), backend);
   model::initialize_gpt(parameters, c.config, rng);
+  // The Llama family's biases start at zero; random ones show that the forward pass adds them.
+  for (size_t i = 0; i < parameters.specs().size() && c.config.is_llama(); ++i) {
+    if (!parameters.specs()[i].name.ends_with(".bias")) continue;
+    float* bias = parameters.at(i).data<float>();
+    for (int64_t j = 0; j < parameters.at(i).numel(); ++j) bias[j] = static_cast<float>(rng.normal() * 0.1);
+  }
   model::save_model_dir(dir.path() / "model", c.config, parameters);
 
   Tensor tokens = Tensor::zeros({B, T}, DType::i64), targets = Tensor::zeros({B, T}, DType::i64);
@@ -139,6 +152,7 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
 }
 
 using testing::gpt_config;
+using testing::llama_config;
 
 // GPT2Config's attention options, which the oracle reads from our config.json. They change the
 // attention weights' gradients even where, at GPT-2's small initial weights, the logits hardly move.
@@ -159,6 +173,44 @@ INSTANTIATE_TEST_SUITE_P(
                            3, 13},
                       Case{"inverse_layer_scaled", with_attention_scaling(gpt_config(61, 16, 20, 3, 2), true, true),
                            2, 11}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+model::GptConfig untied(model::GptConfig config) {
+  config.tie_word_embeddings = false;
+  return config;
+}
+
+// Llama 3's rope: theta 500000 and llama3 scaling, with an original context short enough that
+// the test's positions reach every band of the frequencies.
+model::GptConfig llama3_rope(model::GptConfig config) {
+  config.rope = {.theta = 500000, .scaling = RopeScaling::llama3, .factor = 8, .low_freq_factor = 1,
+                 .high_freq_factor = 4, .original_max_position = 16};
+  return config;
+}
+
+model::GptConfig with_biases(model::GptConfig config) {
+  config.attention_bias = true;
+  config.mlp_bias = true;
+  config.tie_word_embeddings = true;
+  config.rope = {.theta = 1000, .scaling = RopeScaling::linear, .factor = 2.5};
+  return config;
+}
+
+model::GptConfig windowed(model::GptConfig config, int64_t window) {
+  config.sliding_window = window;
+  return config;
+}
+
+// Awkward sizes: head_dim not n_embd / n_head, widths not multiples of 8; biases get random
+// values through AdamW's first steps (they start at zero).
+INSTANTIATE_TEST_SUITE_P(
+    Llama, TorchReference,
+    ::testing::Values(Case{"gpt2_untied_head", untied(gpt_config(97, 24, 30, 2, 3)), 3, 13},
+                      Case{"llama_mha", llama_config("llama", 89, 64, 32, 56, 2, 4, 4, 8), 2, 17},
+                      Case{"llama3_gqa", llama3_rope(llama_config("llama", 97, 64, 30, 37, 2, 6, 2, 6)), 3, 21},
+                      Case{"llama_biases_tied", with_biases(llama_config("llama", 61, 32, 20, 28, 2, 2, 1, 10)), 2, 11},
+                      Case{"mistral", windowed(llama_config("mistral", 71, 64, 24, 40, 2, 4, 2, 6), 32), 2, 19},
+                      Case{"qwen2", llama_config("qwen2", 83, 64, 28, 44, 2, 4, 2, 14), 2, 15, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

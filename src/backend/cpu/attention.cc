@@ -83,11 +83,13 @@ void attend_head(E* out, int64_t out_ld, float* logsumexp, float* scores, E* pro
 
 // The gradients of one head: dq, dk, dv (f32) with row stride dld, assigned or (accumulate)
 // added to; dy with row stride dy_ld. `scores` and `dprobs` are (kBlock, T) f32 scratch buffers,
-// `probs` and `dscores` E ones (in f32 the same two buffers).
+// `probs` and `dscores` E ones (in f32 the same two buffers). dk and dv take accumulate_kv: under
+// grouped-query attention the group's other q heads have written them.
 template <typename E>
 void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const E* dy, int64_t dy_ld, const E* q,
                           const E* k, const E* v, int64_t ld, const float* logsumexp, float* scores, float* dprobs,
-                          E* probs, E* dscores, int64_t T, int64_t hs, float scale, bool accumulate) {
+                          E* probs, E* dscores, int64_t T, int64_t hs, float scale, bool accumulate,
+                          bool accumulate_kv) {
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock), rows = r1 - r0, visible = r1;
     const E* dy_block = dy + r0 * dy_ld;
@@ -119,22 +121,26 @@ void attend_head_backward(float* dq, float* dk, float* dv, int64_t dld, const E*
     // dv[0:visible] += probs^T · dout: keys [0, r0) were written by earlier blocks; keys
     // [r0, r1) are written first here, so they take the caller's accumulate/assign choice.
     product(true, false, r0, hs, rows, probs, T, dy_block, dy_ld, true, dv, dld);
-    product(true, false, rows, hs, rows, probs + r0, T, dy_block, dy_ld, accumulate, dv + r0 * dld, dld);
+    product(true, false, rows, hs, rows, probs + r0, T, dy_block, dy_ld, accumulate_kv, dv + r0 * dld, dld);
     // dq[r0:r1] = dscores · k (its only writer) ; dk[0:visible] += dscores^T · q
     product(false, false, rows, hs, visible, dscores, T, k, ld, accumulate, dq + r0 * dld, dld);
     product(true, false, r0, hs, rows, dscores, T, q + r0 * ld, ld, true, dk, dld);
-    product(true, false, rows, hs, rows, dscores + r0, T, q + r0 * ld, ld, accumulate, dk + r0 * dld, dld);
+    product(true, false, rows, hs, rows, dscores + r0, T, q + r0 * ld, ld, accumulate_kv, dk + r0 * dld, dld);
   }
 }
 
+// q's NH heads, then k's and v's KVH heads each, of hs values: a row of W = (NH + 2·KVH)·hs.
 struct AttentionDims {
-  int64_t B, T, C, NH, hs;
+  int64_t B, T, NH, KVH, hs, W;
+  int64_t group() const { return NH / KVH; }  // q heads per k/v head
+  int64_t k_offset(int64_t kv_head) const { return (NH + kv_head) * hs; }
+  int64_t v_offset(int64_t kv_head) const { return (NH + KVH + kv_head) * hs; }
 };
 
 template <typename Args>
 AttentionDims dims_of(const Args& args) {
-  const int64_t C = args.qkv.shape()[2] / 3;
-  return {args.qkv.shape()[0], args.qkv.shape()[1], C, args.n_head, C / args.n_head};
+  const int64_t KVH = args.n_kv_head > 0 ? args.n_kv_head : args.n_head, W = args.qkv.shape()[2];
+  return {args.qkv.shape()[0], args.qkv.shape()[1], args.n_head, KVH, W / (args.n_head + 2 * KVH), W};
 }
 
 // f32 rows of `count` values (dense) rounded into bf16 ones with row stride `ld`, or added to what
@@ -172,10 +178,11 @@ void attention_forward_of(const AttentionForward& args) {
     RoundedBlock<E> probs(d.T);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-      const int64_t b = bh / d.NH, h = bh % d.NH;
-      const E* q = qkv + b * d.T * 3 * d.C + h * d.hs;
-      attend_head(out + b * d.T * d.C + h * d.hs, d.C, logsumexp + bh * d.T, scores.data(),
-                  probs.or_else(scores.data()), q, q + d.C, q + 2 * d.C, 3 * d.C, d.T, d.hs, args.scale);
+      const int64_t b = bh / d.NH, h = bh % d.NH, kv = h / d.group();
+      const E* row = qkv + b * d.T * d.W;
+      attend_head(out + b * d.T * d.NH * d.hs + h * d.hs, d.NH * d.hs, logsumexp + bh * d.T, scores.data(),
+                  probs.or_else(scores.data()), row + h * d.hs, row + d.k_offset(kv), row + d.v_offset(kv), d.W, d.T,
+                  d.hs, args.scale);
     }
   }
 }
@@ -193,22 +200,29 @@ void attention_backward_of(const AttentionBackward& args) {
     RoundedBlock<E> probs(d.T), dscores(d.T);
     // In bf16 a head's dq, dk, dv are summed in f32 and rounded once; in f32 they go to dqkv.
     std::vector<float> staged(f32 ? 0 : static_cast<size_t>(3 * d.T * d.hs));
+    // One (batch, k/v head) pair per iteration: its group of q heads add to the same dk and dv.
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-      const int64_t b = bh / d.NH, h = bh % d.NH;
-      const E* q = qkv + b * d.T * 3 * d.C + h * d.hs;
-      const E* dy = dout + b * d.T * d.C + h * d.hs;
-      E* dhead = dqkv + b * d.T * 3 * d.C + h * d.hs;
-      float* dq = staged.data();
-      if constexpr (f32) dq = dhead;
-      const int64_t dld = f32 ? 3 * d.C : d.hs, dk_offset = f32 ? d.C : d.T * d.hs;
-      attend_head_backward(dq, dq + dk_offset, dq + 2 * dk_offset, dld, dy, d.C, q, q + d.C, q + 2 * d.C, 3 * d.C,
-                           logsumexp + bh * d.T, scores.data(), dprobs.data(), probs.or_else(scores.data()),
-                           dscores.or_else(dprobs.data()), d.T, d.hs, args.scale, f32 && args.accumulate_dqkv);
-      if constexpr (!f32) {
-        for (int part = 0; part < 3; ++part) {
-          store_rows(dhead + part * d.C, dq + part * dk_offset, d.T, d.hs, 3 * d.C, args.accumulate_dqkv);
+    for (int64_t bkv = 0; bkv < d.B * d.KVH; ++bkv) {
+      const int64_t b = bkv / d.KVH, kv = bkv % d.KVH;
+      const E* row = qkv + b * d.T * d.W;
+      E* drow = dqkv + b * d.T * d.W;
+      for (int64_t h = kv * d.group(); h < (kv + 1) * d.group(); ++h) {
+        const bool first = h == kv * d.group();
+        const E* dy = dout + b * d.T * d.NH * d.hs + h * d.hs;
+        float *dq = staged.data(), *dk = dq + d.T * d.hs, *dv = dk + d.T * d.hs;
+        int64_t dld = d.hs;
+        if constexpr (f32) {
+          dq = drow + h * d.hs, dk = drow + d.k_offset(kv), dv = drow + d.v_offset(kv), dld = d.W;
         }
+        attend_head_backward(dq, dk, dv, dld, dy, d.NH * d.hs, row + h * d.hs, row + d.k_offset(kv),
+                             row + d.v_offset(kv), d.W, logsumexp + (b * d.NH + h) * d.T, scores.data(), dprobs.data(),
+                             probs.or_else(scores.data()), dscores.or_else(dprobs.data()), d.T, d.hs, args.scale,
+                             f32 && args.accumulate_dqkv, (f32 && args.accumulate_dqkv) || !first);
+        if constexpr (!f32) store_rows(drow + h * d.hs, dq, d.T, d.hs, d.W, args.accumulate_dqkv);
+      }
+      if constexpr (!f32) {
+        store_rows(drow + d.k_offset(kv), staged.data() + d.T * d.hs, d.T, d.hs, d.W, args.accumulate_dqkv);
+        store_rows(drow + d.v_offset(kv), staged.data() + 2 * d.T * d.hs, d.T, d.hs, d.W, args.accumulate_dqkv);
       }
     }
   }
@@ -572,26 +586,31 @@ float* decode_scores(int64_t count) {
 }  // namespace
 
 void attention_cached_forward(const AttentionCachedForward& args) {
-  const int64_t B = args.qkv.shape()[0], Tn = args.qkv.shape()[1], C = args.qkv.shape()[2] / 3, NH = args.n_head;
+  const AttentionDims d = dims_of(args);
+  const int64_t B = d.B, Tn = d.T, NH = d.NH, KVH = d.KVH, hs = d.hs, W = d.W, C = NH * hs;
   const int64_t past = args.past, max_T = args.k_cache.shape()[2];
   const float* qkv = pointer<float>(args.qkv);
   float *out = pointer<float>(args.out), *k_cache = pointer<float>(args.k_cache), *v_cache = pointer<float>(args.v_cache);
-  const int64_t hs = C / NH;
+  // The new keys and values first, once per k/v head (a group of q heads reads them).
+#pragma omp parallel for schedule(static)
+  for (int64_t bkv = 0; bkv < B * KVH; ++bkv) {
+    const int64_t b = bkv / KVH, kv = bkv % KVH;
+    for (int64_t t = 0; t < Tn; ++t) {
+      const float* row = qkv + (b * Tn + t) * W;
+      std::copy(row + d.k_offset(kv), row + d.k_offset(kv) + hs, k_cache + (bkv * max_T + past + t) * hs);
+      std::copy(row + d.v_offset(kv), row + d.v_offset(kv) + hs, v_cache + (bkv * max_T + past + t) * hs);
+    }
+  }
 #pragma omp parallel
   {
     float* scores = decode_scores(past + Tn);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
-      int64_t b = bh / NH, h = bh % NH;
-      float* keys = k_cache + bh * max_T * hs;    // (max_T, hs)
-      float* values = v_cache + bh * max_T * hs;  // (max_T, hs)
+      const int64_t b = bh / NH, h = bh % NH, bkv = b * KVH + h / d.group();
+      const float* keys = k_cache + bkv * max_T * hs;    // (max_T, hs)
+      const float* values = v_cache + bkv * max_T * hs;  // (max_T, hs)
       for (int64_t t = 0; t < Tn; ++t) {
-        const float* row = qkv + (b * Tn + t) * 3 * C + h * hs;
-        std::copy(row + C, row + C + hs, keys + (past + t) * hs);
-        std::copy(row + 2 * C, row + 2 * C + hs, values + (past + t) * hs);
-      }
-      for (int64_t t = 0; t < Tn; ++t) {
-        const float* q = qkv + (b * Tn + t) * 3 * C + h * hs;
+        const float* q = qkv + (b * Tn + t) * W + h * hs;
         const int64_t visible = past + t + 1;
         softmax_in_place(scores, visible, key_scores(scores, q, keys, visible, hs, args.scale, -INFINITY));
         float* y = out + (b * Tn + t) * C + h * hs;
@@ -607,27 +626,30 @@ namespace {
 // The pools' element type KV: f32, or bf16 (keys and values rounded as they are written).
 template <typename KV>
 void attention_paged(const AttentionPagedForward& args) {
-  const int64_t N = args.qkv.shape()[0], C = args.qkv.shape()[2] / 3, NH = args.n_head, hs = C / NH;
+  const AttentionDims d = dims_of(args);
+  const int64_t N = d.B, NH = d.NH, KVH = d.KVH, hs = d.hs, W = d.W, C = NH * hs;
   const int64_t block_size = args.k_pool.shape()[2], max_blocks = args.block_tables.shape()[1];
   const int32_t* positions = args.positions.data<int32_t>();
   const int32_t* tables = args.block_tables.data<int32_t>();
   const float* qkv = pointer<float>(args.qkv);
   float* out = pointer<float>(args.out);
   KV *k_pool = pointer<KV>(args.k_pool), *v_pool = pointer<KV>(args.v_pool);
-  // Row (block, h, slot) of a pool: where position p of token i's sequence keeps head h.
-  auto pool_row = [&](int64_t i, int64_t h, int64_t p) {
+  // Row (block, kv, slot) of a pool: where position p of token i's sequence keeps k/v head kv.
+  auto kv_row = [&](int64_t i, int64_t kv, int64_t p) {
     const int64_t block = tables[i * max_blocks + p / block_size];
-    return ((block * NH + h) * block_size + p % block_size) * hs;
+    return ((block * KVH + kv) * block_size + p % block_size) * hs;
   };
+  // The k/v head that q head h reads.
+  auto pool_row = [&](int64_t i, int64_t h, int64_t p) { return kv_row(i, h / d.group(), p); };
   // Every token's key and value first, so that tokens of one sequence see each other's.
 #pragma omp parallel for schedule(static)
-  for (int64_t ih = 0; ih < N * NH; ++ih) {
-    const int64_t i = ih / NH, h = ih % NH;
-    const float* row = qkv + i * 3 * C + h * hs;
-    const int64_t at = pool_row(i, h, positions[i]);
-    for (int64_t d = 0; d < hs; ++d) {
-      k_pool[at + d] = from_float<KV>(row[C + d]);
-      v_pool[at + d] = from_float<KV>(row[2 * C + d]);
+  for (int64_t ikv = 0; ikv < N * KVH; ++ikv) {
+    const int64_t i = ikv / KVH, kv = ikv % KVH;
+    const float* row = qkv + i * W;
+    const int64_t at = kv_row(i, kv, positions[i]);
+    for (int64_t c = 0; c < hs; ++c) {
+      k_pool[at + c] = from_float<KV>(row[d.k_offset(kv) + c]);
+      v_pool[at + c] = from_float<KV>(row[d.v_offset(kv) + c]);
     }
   }
   // Tiles: up to kQueries consecutive rows at consecutive positions whose block tables agree on
@@ -650,7 +672,7 @@ void attention_paged(const AttentionPagedForward& args) {
   }
   tiles.push_back(N);
   const auto tile_count = static_cast<int64_t>(tiles.size()) - 1;
-  // A tile's heads in one iteration: a block holds every head's keys (and values) in one
+  // A tile's heads in one iteration: a block holds every k/v head's keys (and values) in one
   // contiguous run, which the hardware prefetcher follows; head by head, a tile would jump
   // between runs of a few KiB. Only with fewer tiles than twice the threads are a tile's heads
   // split into parts (contiguous runs still), so that every thread has work.
@@ -686,7 +708,7 @@ void attention_paged(const AttentionPagedForward& args) {
         QueryRows selected{.count = static_cast<int>(count)};
         for (int64_t k = 0; k < count; ++k) {
           const int64_t r = r0 + k, at = r * NH + h;
-          selected.q[k] = qkv + (first_row + r) * 3 * C + h * hs;
+          selected.q[k] = qkv + (first_row + r) * W + h * hs;
           selected.scores[k] = scores + at * stride + first;
           selected.max_value[k] = max_values + at;
           selected.y[k] = out + (first_row + r) * C + h * hs;

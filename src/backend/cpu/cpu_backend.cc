@@ -16,6 +16,10 @@ void register_cpu_kernels(KernelRegistry& registry) {
   constexpr DeviceKind cpu = DeviceKind::cpu;
   registry.add(cpu, DType::f32, &cpu::embedding_forward);
   registry.add(cpu, DType::f32, &cpu::embedding_backward);
+  registry.add(cpu, DType::f32, &cpu::rope_forward);
+  registry.add(cpu, DType::f32, &cpu::rope_backward);
+  registry.add(cpu, DType::f32, &cpu::swiglu_forward);
+  registry.add(cpu, DType::f32, &cpu::swiglu_backward);
   registry.add(cpu, DType::f32, &cpu::matmul_forward);
   registry.add(cpu, DType::f32, &cpu::matmul_backward);
   registry.add(cpu, DType::f32, &cpu::attention_forward);
@@ -34,6 +38,8 @@ void register_cpu_kernels(KernelRegistry& registry) {
     using T = decltype(element);
     registry.add(cpu, dtype, &cpu::layernorm_forward<T>);
     registry.add(cpu, dtype, &cpu::layernorm_backward<T>);
+    registry.add(cpu, dtype, &cpu::rmsnorm_forward<T>);
+    registry.add(cpu, dtype, &cpu::rmsnorm_backward<T>);
     registry.add(cpu, dtype, &cpu::add_forward<T>);
     registry.add(cpu, dtype, &cpu::add_backward<T>);
     registry.add(cpu, dtype, &cpu::cast);

@@ -18,11 +18,16 @@ void embedding_forward(const EmbeddingForward& args) {
     const int64_t token = mine ? row : 0;
     const float* token_row = wte + (args.wte_interleaved ? interleaved_offset(token, 0, V, C) : token * C);
     const int64_t stride = args.wte_interleaved ? interleaved_column_stride(token, V) : 1;
-    const float* position_row = wpe + (positions ? positions[bt] : position0 + bt % T) * C;
     float* out_row = out + bt * C;
-    const float token_weight = mine ? 1.0f : 0.0f, position_weight = add_positions ? 1.0f : 0.0f;
+    const float token_weight = mine ? 1.0f : 0.0f;
+    if (!add_positions) {  // (wpe may be absent: a model without a position table)
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) out_row[c] = token_weight * token_row[c * stride] + position_weight * position_row[c];
+      for (int64_t c = 0; c < C; ++c) out_row[c] = token_weight * token_row[c * stride];
+      continue;
+    }
+    const float* position_row = wpe + (positions ? positions[bt] : position0 + bt % T) * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) out_row[c] = token_weight * token_row[c * stride] + position_row[c];
   }
 }
 

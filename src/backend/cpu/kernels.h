@@ -24,6 +24,15 @@ void layernorm_forward(const LayernormForward& args);
 template <typename T>
 void layernorm_backward(const LayernormBackward& args);
 
+template <typename T>
+void rmsnorm_forward(const RmsnormForward& args);
+template <typename T>
+void rmsnorm_backward(const RmsnormBackward& args);
+void rope_forward(const RopeForward& args);
+void rope_backward(const RopeBackward& args);
+void swiglu_forward(const SwigluForward& args);
+void swiglu_backward(const SwigluBackward& args);
+
 void matmul_forward(const MatmulForward& args);
 void matmul_backward(const MatmulBackward& args);
 void matmul_forward_bf16(const MatmulForward& args);

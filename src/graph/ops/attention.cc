@@ -1,6 +1,7 @@
 // attention: causal multi-head self-attention over a fused qkv projection.
-// inputs: qkv (B,T,3C); attributes: n_head, scale (float: scores are scale * q·k^T)
-// outputs: out (B,T,C); saved logsumexp (B,NH,T): each row's log-sum-exp of its scores, from
+// inputs: qkv (B,T,(NH+2·KVH)·hs); attributes: n_head, n_kv_head (grouped-query attention; absent:
+// n_head, GPT-2's (B,T,3C)), scale (float: scores are scale * q·k^T)
+// outputs: out (B,T,NH·hs); saved logsumexp (B,NH,T): each row's log-sum-exp of its scores, from
 // which backward recomputes the probabilities
 #include "graph/ops/ops.h"
 
@@ -13,12 +14,11 @@ class AttentionOp final : public OpDef {
   std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
     check(in.size() == 1, "attention: expected 1 input, got {}", in.size());
     const Shape& qkv = in[0]->shape;
-    int64_t NH = attributes.get("n_head");
+    const int64_t NH = attributes.get("n_head");
     attributes.get_float("scale");
-    expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention", "qkv must be (B,T,3C)", qkv);
-    int64_t C = qkv[2] / 3;
-    expect_shape(NH > 0 && C % NH == 0, "attention", fmt::format("C must be a multiple of n_head={}", NH), qkv);
-    return {{"", Shape{qkv[0], qkv[1], C}, DType::f32, ValueRole::activation},
+    expect_shape(qkv.rank() == 3, "attention", "qkv must be (B,T,(n_head+2*n_kv_head)*head_dim)", qkv);
+    const int64_t hs = qkv_head_size(qkv, NH, attributes.get("n_kv_head", NH), "attention");
+    return {{"", Shape{qkv[0], qkv[1], NH * hs}, DType::f32, ValueRole::activation},
             {".logsumexp", Shape{qkv[0], NH, qkv[1]}, DType::f32, ValueRole::saved}};
   }
 
@@ -27,6 +27,7 @@ class AttentionOp final : public OpDef {
                                     .logsumexp = t.outputs[1],
                                     .qkv = t.inputs[0],
                                     .n_head = attributes.get("n_head"),
+                                    .n_kv_head = attributes.get("n_kv_head", 0),
                                     .scale = static_cast<float>(attributes.get_float("scale"))});
   }
 
@@ -36,6 +37,7 @@ class AttentionOp final : public OpDef {
                                      .qkv = t.inputs[0],
                                      .logsumexp = t.outputs[1],
                                      .n_head = attributes.get("n_head"),
+                                     .n_kv_head = attributes.get("n_kv_head", 0),
                                      .scale = static_cast<float>(attributes.get_float("scale")),
                                      .accumulate_dqkv = t.accumulate[0]});
   }
@@ -49,6 +51,15 @@ class AttentionOp final : public OpDef {
 };
 
 }  // namespace
+
+int64_t qkv_head_size(const Shape& qkv, int64_t NH, int64_t KVH, const char* op) {
+  expect_shape(NH > 0 && KVH > 0 && NH % KVH == 0 && qkv[qkv.rank() - 1] % (NH + 2 * KVH) == 0, op,
+               fmt::format("qkv's last dimension must be (n_head={} + 2*n_kv_head={})*head_dim, n_kv_head dividing "
+                           "n_head",
+                           NH, KVH),
+               qkv);
+  return qkv[qkv.rank() - 1] / (NH + 2 * KVH);
+}
 
 const OpDef& attention_op() {
   static AttentionOp op;

@@ -1,6 +1,7 @@
 // attention_cached: causal attention for generation, reading and extending a KV cache.
-// inputs: qkv (B,Tn,3C), k_cache (B,NH,max_T,hs) state, v_cache (same) state, position (1) i32
-// attributes: n_head, scale (float, as attention's). outputs: out (B,Tn,C). Inference only: it
+// inputs: qkv (B,Tn,(NH+2·KVH)·hs) as attention's, k_cache (B,KVH,max_T,hs) state, v_cache (same)
+// state, position (1) i32. attributes: n_head, n_kv_head (absent: n_head), scale (float, as
+// attention's). outputs: out (B,Tn,NH·hs). Inference only: it
 // has no backward.
 #include "graph/ops/ops.h"
 
@@ -13,12 +14,12 @@ class AttentionCachedOp final : public OpDef {
   std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
     check(in.size() == 4, "attention_cached: expected 4 inputs, got {}", in.size());
     const Shape &qkv = in[0]->shape, &cache = in[1]->shape;
-    int64_t NH = attributes.get("n_head");
+    const int64_t NH = attributes.get("n_head"), KVH = attributes.get("n_kv_head", NH);
     attributes.get_float("scale");
-    expect_shape(qkv.rank() == 3 && qkv[2] % 3 == 0, "attention_cached", "qkv must be (B,Tn,3C)", qkv);
-    int64_t C = qkv[2] / 3;
-    expect_shape(NH > 0 && C % NH == 0 && cache == Shape{qkv[0], NH, cache[2], C / NH} && in[2]->shape == cache,
-                 "attention_cached", "caches must be (B,NH,max_T,hs)", cache);
+    expect_shape(qkv.rank() == 3, "attention_cached", "qkv must be (B,Tn,(n_head+2*n_kv_head)*hs)", qkv);
+    const int64_t hs = qkv_head_size(qkv, NH, KVH, "attention_cached"), C = NH * hs;
+    expect_shape(cache.rank() == 4 && cache == Shape{qkv[0], KVH, cache[2], hs} && in[2]->shape == cache,
+                 "attention_cached", "caches must be (B,n_kv_head,max_T,hs)", cache);
     expect_shape(in[3]->shape == Shape{1} && in[3]->dtype == DType::i32, "attention_cached", "position must be (1) i32",
                  in[3]->shape);
     return {{"", Shape{qkv[0], qkv[1], C}, DType::f32, ValueRole::activation}};
@@ -35,6 +36,7 @@ class AttentionCachedOp final : public OpDef {
                                           .k_cache = t.inputs[1],
                                           .v_cache = t.inputs[2],
                                           .n_head = attributes.get("n_head"),
+                                          .n_kv_head = attributes.get("n_kv_head", 0),
                                           .scale = static_cast<float>(attributes.get_float("scale")),
                                           .past = past});
   }

@@ -1,9 +1,9 @@
 // attention_paged: causal attention of a ragged batch (tokens of many sequences, each at its own
 // position) over a paged KV cache, as vLLM's PagedAttention. Serving's one graph for any batch.
-// inputs: qkv (N,1,3C); k_pool, v_pool (blocks, NH, block_size, hs) state, both f32 or both bf16
-// (keys and values rounded to bf16 as they are written); positions (N) i32;
-// block_tables (N, max_blocks) i32 (token i's sequence's blocks). attributes: n_head, scale.
-// outputs: out (N,1,C). Inference only: it has no backward.
+// inputs: qkv (N,1,(NH+2·KVH)·hs) as attention's; k_pool, v_pool (blocks, KVH, block_size, hs)
+// state, both f32 or both bf16 (keys and values rounded to bf16 as they are written); positions
+// (N) i32; block_tables (N, max_blocks) i32 (token i's sequence's blocks). attributes: n_head,
+// n_kv_head (absent: n_head), scale. outputs: out (N,1,NH·hs). Inference only: it has no backward.
 #include "graph/ops/ops.h"
 
 namespace paraflow::graph {
@@ -15,12 +15,12 @@ class AttentionPagedOp final : public OpDef {
   std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes& attributes) const override {
     check(in.size() == 5, "attention_paged: expected 5 inputs, got {}", in.size());
     const Shape &qkv = in[0]->shape, &pool = in[1]->shape, &positions = in[3]->shape, &tables = in[4]->shape;
-    const int64_t NH = attributes.get("n_head");
+    const int64_t NH = attributes.get("n_head"), KVH = attributes.get("n_kv_head", NH);
     attributes.get_float("scale");
-    expect_shape(qkv.rank() == 3 && qkv[1] == 1 && qkv[2] % 3 == 0, "attention_paged", "qkv must be (N,1,3C)", qkv);
-    const int64_t C = qkv[2] / 3;
-    expect_shape(NH > 0 && C % NH == 0 && pool.rank() == 4 && pool[1] == NH && pool[3] == C / NH && in[2]->shape == pool,
-                 "attention_paged", "KV pools must be (blocks,NH,block_size,hs)", pool);
+    expect_shape(qkv.rank() == 3 && qkv[1] == 1, "attention_paged", "qkv must be (N,1,(n_head+2*n_kv_head)*hs)", qkv);
+    const int64_t hs = qkv_head_size(qkv, NH, KVH, "attention_paged"), C = NH * hs;
+    expect_shape(pool.rank() == 4 && pool[1] == KVH && pool[3] == hs && in[2]->shape == pool, "attention_paged",
+                 "KV pools must be (blocks,n_kv_head,block_size,hs)", pool);
     check((in[1]->dtype == DType::f32 || in[1]->dtype == DType::bf16) && in[2]->dtype == in[1]->dtype,
           "attention_paged: KV pools must both be f32 or both bf16 (got {} and {})", dtype_name(in[1]->dtype),
           dtype_name(in[2]->dtype));
@@ -55,6 +55,7 @@ class AttentionPagedOp final : public OpDef {
                                          .positions = positions,
                                          .block_tables = tables,
                                          .n_head = attributes.get("n_head"),
+                                         .n_kv_head = attributes.get("n_kv_head", 0),
                                          .scale = static_cast<float>(attributes.get_float("scale"))});
   }
 
