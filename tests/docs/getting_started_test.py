@@ -13,6 +13,7 @@ Ports 8080 and 6006 must be free (the README's commands use them).
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -93,9 +94,22 @@ def main() -> int:
         shutil.copytree(SOURCE / "configs", scratch / "configs")
         (scratch / "build").symlink_to(BINARY.parents[2])  # build/src/cli/paraflow -> build
         env = dict(os.environ, PATH=f"{TENSORBOARD_BIN}:{os.environ['PATH']}")
-        run = subprocess.run(["bash", "-c", as_bash(blocks)], cwd=scratch, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
-        output = run.stdout
+        # Its own process group: a server or TensorBoard the README starts in the background is
+        # stopped with it, also when a command fails before the README's own `kill`. The output
+        # goes to a file, not a pipe, which such a process would hold open after bash ends.
+        log_path = scratch / "commands.log"
+        with open(log_path, "w") as log:
+            commands = subprocess.Popen(["bash", "-c", as_bash(blocks)], cwd=scratch, env=env,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                commands.wait(timeout=1200)
+            finally:
+                try:
+                    os.killpg(commands.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        output = log_path.read_text()
+        run = subprocess.CompletedProcess(commands.args, commands.returncode, output)
         print(output)
         failures = []
         if run.returncode != 0:
