@@ -88,7 +88,10 @@ Config Config::from_string(const std::string& yaml_text, const std::string& orig
 }
 
 Config Config::from_file(const std::string& path, const ConfigSchema& schema) {
-  return from_string(read_file(path), path, schema, std::filesystem::path(path).parent_path());
+  // The folder with its links resolved, so that a "../" in a value may be folded away (printed
+  // paths read /repo/runs/x, not configs/../runs/x) and still names the folder's real parent.
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  return from_string(read_file(path), path, schema, folder.empty() ? folder : std::filesystem::weakly_canonical(folder));
 }
 
 void Config::set(const std::string& assignment) {
@@ -136,7 +139,7 @@ std::filesystem::path Config::path(const std::string& key) const {
     return key == set || key.rfind(set + ".", 0) == 0;
   });
   if (value.empty() || value.is_absolute() || overridden || !has(key)) return value;
-  return base_dir_ / value;
+  return (base_dir_ / value).lexically_normal();
 }
 
 std::string Config::describe_path(const std::string& key) const {
