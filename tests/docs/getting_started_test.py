@@ -109,11 +109,10 @@ def main() -> int:
                 except ProcessLookupError:
                     pass
         output = log_path.read_text()
-        run = subprocess.CompletedProcess(commands.args, commands.returncode, output)
         print(output)
         failures = []
-        if run.returncode != 0:
-            failures.append(f"the commands exited {run.returncode}")
+        if commands.returncode != 0:
+            failures.append(f"the commands exited {commands.returncode}")
         if "bit for bit the same" not in output:
             failures.append("the resumed run's weights differ from the uninterrupted run's")
         if '"object":"text_completion"' not in output.replace(" ", ""):
