@@ -24,6 +24,10 @@ PINS=(
   tiktoken==0.12.0
   tokenizers==0.22.2
   transformers==4.57.6
+  # Chat templates (tests/reference/chat_template_oracle.py): transformers renders them with
+  # jinja2, which it does not install itself.
+  jinja2==3.1.6
+  markupsafe==3.0.4
   # deploy/kubernetes's manifests checked against the Kubernetes API's own JSON schemas
   # (tests/deploy/deploy_files_test.py).
   kubernetes-validate==1.37.0
@@ -63,9 +67,9 @@ TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" - <<'PYEOF'
 import tensorflow as tf, tensorboard
 print(f"tensorflow {tf.__version__}")
 print(f"tensorboard {tensorboard.__version__}")
-import tiktoken, tokenizers, transformers
+import tiktoken, tokenizers, transformers, jinja2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc, model_service_pb2_grpc
 import grpc
 print(f"grpcio {grpc.__version__}, tensorflow-serving-api (predict_pb2, prediction_service_pb2_grpc)")
-print(f"tiktoken {tiktoken.__version__}, tokenizers {tokenizers.__version__}, transformers {transformers.__version__}")
+print(f"tiktoken {tiktoken.__version__}, tokenizers {tokenizers.__version__}, transformers {transformers.__version__}, jinja2 {jinja2.__version__}")
 PYEOF
