@@ -34,4 +34,10 @@ std::optional<int32_t> TextCodec::end_of_text() const {
   return std::nullopt;
 }
 
+std::optional<int32_t> TextCodec::special_token(const std::string& text) const {
+  if (!tokenizer_) return std::nullopt;
+  const int32_t id = tokenizer_->special_id(text);
+  return id >= 0 ? std::optional<int32_t>(id) : std::nullopt;
+}
+
 }  // namespace paraflow::infer

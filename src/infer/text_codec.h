@@ -23,6 +23,8 @@ class TextCodec {
   std::string decode(int32_t token) const;
   bool is_end_of_text(int32_t token) const;
   std::optional<int32_t> end_of_text() const;
+  // The id of a special token spelled `text` (a chat template's "<|im_end|>"), if the tokenizer has one.
+  std::optional<int32_t> special_token(const std::string& text) const;
 
  private:
   std::optional<data::Tokenizer> tokenizer_;

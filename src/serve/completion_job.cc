@@ -1,5 +1,6 @@
 #include "serve/completion_job.h"
 
+#include <algorithm>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -202,7 +203,8 @@ bool Completion::on_token(size_t index, const infer::TokenEvent& event) {
   Choice& choice = choices_[index];
   if (refused_ || choice.text.stopped()) return false;
   send_echo(index);
-  if (codec_.is_end_of_text(event.token)) {  // the request ends with it: no text
+  const std::vector<int32_t>& stop_tokens = spec_.choices[index].stop_tokens;
+  if (std::find(stop_tokens.begin(), stop_tokens.end(), event.token) != stop_tokens.end()) {  // it ends the request: no text
     // Completions' logprobs still list it, as OpenAI's do: a client that reads the last entry as
     // the generated token (lm-evaluation-harness) finds it there.
     if (spec_.logprobs && !spec_.chat) {

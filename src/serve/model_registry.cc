@@ -127,6 +127,7 @@ std::unique_ptr<ServedVersion> load_export_dir(const fs::path& dir, Backend& bac
   auto version = std::make_unique<ServedVersion>();
   version->weights = model::load_model_dir(dir, backend);
   version->codec = std::make_unique<infer::TextCodec>(dir);
+  version->chat_template = infer::ChatTemplate::load(dir);  // refused here when outside the Jinja subset
   version->engine = std::make_unique<infer::Engine>(version->weights.config, version->weights.parameters, backend, options);
   if (batching) version->batcher = std::make_unique<PredictBatcher>(*version->engine, *batching, version->engine->metrics());
   return version;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "infer/chat_template.h"
 #include "infer/engine.h"
 #include "infer/text_codec.h"
 #include "model/model_files.h"
@@ -68,6 +69,7 @@ struct ServedVersion {
   int64_t version = 0;
   model::LoadedModel weights;
   std::unique_ptr<infer::TextCodec> codec;
+  std::optional<infer::ChatTemplate> chat_template;  // the export's, when it has one (infer/chat_template.h)
   std::unique_ptr<infer::Engine> engine;          // stops before the weights go
   std::unique_ptr<PredictBatcher> batcher;        // with --enable_batching; stops before the engine
 

@@ -138,16 +138,45 @@ void OpenAiService::complete(const CompletionRequest& request, const std::shared
       for (int32_t id : prompts.back()) check_in_vocabulary("prompt", name, id, *version);
     }
   }
-  start(false, request.params, std::move(prompts), std::move(version), exchange, request.echo);
+  Stops stops{request.params.stop, {}};
+  if (auto end = version->codec->end_of_text()) stops.tokens.push_back(*end);
+  start(false, request.params, std::move(prompts), std::move(stops), std::move(version), exchange, request.echo);
 }
 
 void OpenAiService::chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange) {
   std::shared_ptr<ServedVersion> version = find_version(request.params.model);
-  start(true, request.params, {version->codec->encode(chat_prompt(request.messages))}, version, exchange, false);
+  Stops stops;
+  if (auto end = version->codec->end_of_text()) stops.tokens.push_back(*end);
+  if (!version->chat_template) {
+    stops.strings = chat_stops(request.params.stop);
+    return start(true, request.params, {version->codec->encode(chat_prompt(request.messages))}, std::move(stops),
+                 version, exchange, false);
+  }
+  // The model's own template. The reply ends at the end of the assistant's turn: a special token
+  // of the tokenizer when it has that marker as one, else the marker's text.
+  stops.strings = request.params.stop;
+  for (const std::string& marker : version->chat_template->end_of_turn()) {
+    if (auto id = version->codec->special_token(marker)) {
+      stops.tokens.push_back(*id);
+    } else {
+      stops.strings.push_back(marker);
+    }
+  }
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const ChatMessage& message : request.messages) messages.push_back({{"role", message.role}, {"content", message.content}});
+  std::string prompt;
+  try {
+    prompt = version->chat_template->render(messages, true);
+  } catch (const infer::jinja::TemplateRaised& error) {  // the template refuses these messages
+    refuse("messages", "{}", error.what());
+  } catch (const infer::jinja::RenderError& error) {
+    refuse("messages", "the model's chat template cannot render these messages: {}", error.what());
+  }
+  start(true, request.params, {version->codec->encode(prompt)}, std::move(stops), version, exchange, false);
 }
 
 void OpenAiService::start(bool chat, const GenerationParams& params, std::vector<std::vector<int32_t>> prompts,
-                          std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange,
+                          Stops stops, std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange,
                           bool echo) {
   const char* prompt_field = chat ? "messages" : "prompt";
   const auto context = version->engine->config().n_positions;
@@ -174,7 +203,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
   spec.id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", random_number());
   spec.model = params.model.value_or(version->model);
   spec.created = unix_seconds();
-  spec.stops = chat ? chat_stops(params.stop) : params.stop;
+  spec.stops = std::move(stops.strings);
   spec.stream = params.stream;
   spec.include_usage = params.include_usage;
   spec.logprobs = params.logprobs >= 0;
@@ -197,7 +226,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
                         .logit_bias = params.logit_bias};
     request.top_logprobs = params.logprobs;
     request.prompt_logprobs = echo && spec.logprobs;
-    if (auto end = version->codec->end_of_text()) request.stop_tokens = {*end};
+    request.stop_tokens = stops.tokens;
     spec.choices.push_back(std::move(request));
   }
   start_completion(std::move(spec), std::move(version), exchange);

@@ -7,7 +7,8 @@
 //   GET  /v1/models            the models served
 //   POST /v1/completions       OpenAI's completions (legacy), streaming or not; the answer's header
 //                              Paraflow-Model-Version says which version answered (both endpoints)
-//   POST /v1/chat/completions  OpenAI's chat completions, through chat_prompt()'s template
+//   POST /v1/chat/completions  OpenAI's chat completions, through the model's chat template when its
+//                              export has one (infer/chat_template.h), else chat_prompt()'s
 //   /v1/models/{name}...       TF Serving's REST API (serve/tf_serving_rest.h), its own errors
 // With an API key, every endpoint but /health and the page asks for `Authorization: Bearer <key>` (401).
 // A browser's CORS preflight (OPTIONS) is answered for the allowed origins (serve/cors.h).
@@ -50,8 +51,14 @@ class OpenAiService {
   void answer(Endpoint endpoint, const HttpRequest& request, const std::shared_ptr<Exchange>& exchange);
   void complete(const CompletionRequest& request, const std::shared_ptr<Exchange>& exchange);
   void chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange);
+  // Where generation stops: at these strings (left out of the text), or when one of these
+  // tokens is generated.
+  struct Stops {
+    std::vector<std::string> strings;
+    std::vector<int32_t> tokens;
+  };
   // The engine requests of a completion, its prompt checked against the model.
-  void start(bool chat, const GenerationParams& params, std::vector<std::vector<int32_t>> prompts,
+  void start(bool chat, const GenerationParams& params, std::vector<std::vector<int32_t>> prompts, Stops stops,
              std::shared_ptr<ServedVersion> version, const std::shared_ptr<Exchange>& exchange, bool echo);
   // The version a request's `model` names. Throws ApiError (404, or 503 while it loads).
   std::shared_ptr<ServedVersion> find_version(const std::optional<std::string>& model) const;

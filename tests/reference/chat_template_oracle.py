@@ -6,6 +6,8 @@ C++ test can compare its own rendering byte for byte.
 
     .venv-data/bin/python tests/reference/chat_template_oracle.py --templates DIR --cases CASES.json \
         --out OUT.json
+    .venv-data/bin/python tests/reference/chat_template_oracle.py --model-dir DIR --cases CASES.json \
+        --out OUT.json
 
 CASES.json: {"templates": {"<file>.jinja": {special tokens passed to the template}},
              "conversations": [{"name", "messages", ["tools"]}, ...]}
@@ -14,6 +16,10 @@ gets a list of {"template", "conversation", "context", and one of "rendered" (th
 (the message of the template's raise_exception) or "failed" (another jinja2 error, a TypeError,
 an UndefinedError, ...)}; "context" holds the variables the template saw, as the C++ side must
 pass them.
+With --model-dir, the whole of transformers' path instead: AutoTokenizer.from_pretrained(DIR)
+(the template from DIR/chat_template.jinja or tokenizer_config.json, the special tokens from the
+config) and apply_chat_template(messages, tokenize=False, add_generation_prompt=...) on every
+conversation; OUT.json gets [{"conversation", "add_generation_prompt", "rendered"}, ...].
 Exit status 0 on success, 1 on any error (reason on stderr).
 """
 import argparse
@@ -24,7 +30,8 @@ import sys
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--templates", required=True)
+    parser.add_argument("--templates")
+    parser.add_argument("--model-dir")
     parser.add_argument("--cases", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -37,6 +44,17 @@ def main():
     with open(args.cases, encoding="utf-8") as f:
         cases = json.load(f)
     results = []
+    if args.model_dir:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(args.model_dir)
+        for conversation in cases["conversations"]:
+            for add_generation_prompt in (False, True):
+                rendered = tokenizer.apply_chat_template(conversation["messages"], tokenize=False,
+                                                         add_generation_prompt=add_generation_prompt)
+                results.append({"conversation": conversation["name"], "add_generation_prompt": add_generation_prompt,
+                                "rendered": rendered})
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(results, f, ensure_ascii=False, indent=1)
+        return 0
     for template_file, special_tokens in cases["templates"].items():
         with open(os.path.join(args.templates, template_file), encoding="utf-8", newline="") as f:
             template = f.read()
