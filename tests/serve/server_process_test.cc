@@ -359,6 +359,70 @@ TEST_F(ServeTest, ChatLogprobsAreTheCompletionsOnesInChatsShape) {
 // lists start with the prompt's tokens, the first without a log-probability, each other one's
 // the same as the log-probability a request for its prefix reports for it (lm-evaluation-harness
 // scores continuations this way).
+// A model dir with a chat template (tokenizer_config.json's): chat messages are rendered through
+// it with its special tokens, the reply ends at its eos token, and its raise_exception is a 400
+// that says the template's message. The template is written so that its rendering is known by
+// hand ("the " + "lazy"), and the eos token is a word of the model's greedy text after it.
+TEST_F(ServeTest, ChatTemplateOfTheModelDir) {
+  const std::string text = completion({{"prompt", "the lazy"}, {"max_tokens", 40}, {"temperature", 0}})["choices"][0]["text"];
+  size_t from = 10;
+  while (from + 3 < text.size() && !(std::isalpha(text[from]) && std::isalpha(text[from + 1]) && std::isalpha(text[from + 2]))) {
+    ++from;
+  }
+  ASSERT_LT(from + 3, text.size()) << text;
+  const std::string eos = text.substr(from, 3);
+  const fs::path templated = dir_->path() / "templated";
+  fs::copy(dir_->path() / "tiny-gpt", templated, fs::copy_options::recursive);
+  const json config = {{"chat_template",
+                        "{{ bos_token }}\n{%- if messages[0].role == 'system' %}\n"
+                        "  {{- raise_exception('no system messages here, got: ' ~ messages[0].content) }}\n"
+                        "{%- endif %}\n{%- for m in messages %}{{ m.content }}{% endfor %}"},
+                       {"bos_token", "the "},
+                       {"eos_token", eos}};
+  std::ofstream(templated / "tokenizer_config.json") << config.dump();
+  Server server(dir_->path(), "", "--model " + templated.string());
+  const auto chat = [&](const json& body) {
+    return testing::http_request(server.port(), "POST", "/v1/chat/completions", body.dump());
+  };
+  for (bool stream : {false, true}) {
+    json request = {{"messages", {{{"role", "user"}, {"content", "lazy"}}}}, {"max_tokens", 40}, {"temperature", 0},
+                    {"stream", stream}};
+    if (stream) request["stream_options"] = {{"include_usage", true}};
+    testing::HttpReply reply = chat(request);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    std::string content, finish_reason;
+    int64_t prompt_tokens = -1;
+    for (const json& answer : stream ? events(reply.body) : std::vector<json>{json::parse(reply.body)}) {
+      if (answer.contains("usage") && answer["usage"].is_object()) prompt_tokens = answer["usage"]["prompt_tokens"];
+      if (answer["choices"].empty()) continue;
+      const json& choice = answer["choices"][0];
+      content += stream ? choice["delta"].value("content", "") : choice["message"]["content"].get<std::string>();
+      if (!choice["finish_reason"].is_null()) finish_reason = choice["finish_reason"];
+    }
+    EXPECT_EQ(prompt_tokens, 8) << "the prompt is \"the lazy\", one token a byte";
+    EXPECT_EQ(content, text.substr(0, text.find(eos))) << "stream " << stream;
+    EXPECT_EQ(finish_reason, "stop");
+  }
+  const testing::HttpReply raised = chat({{"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "x"}}}}});
+  EXPECT_EQ(raised.status, 400) << raised.body;
+  const json error = json::parse(raised.body)["error"];
+  EXPECT_EQ(error["message"], "no system messages here, got: be brief");
+  EXPECT_EQ(error["param"], "messages");
+}
+
+// A template outside the supported Jinja subset is refused when the model loads, naming its line.
+TEST_F(ServeTest, AnUnsupportedChatTemplateIsRefusedAtLoad) {
+  const fs::path macro = dir_->path() / "macro-template";
+  fs::copy(dir_->path() / "tiny-gpt", macro, fs::copy_options::recursive);
+  std::ofstream(macro / "chat_template.jinja") << "{{ bos_token }}\n{% macro turn(m) %}{{ m.content }}{% endmacro %}\n";
+  const testing::Ended ended = testing::run_process(
+      fmt::format("{} serve --model {} --port 0", std::getenv("PARAFLOW_BINARY"), macro.string()), macro / "serve.log", 60s);
+  testing::expect_clean_end(ended, "macro template");
+  EXPECT_EQ(ended.exit_code, 1) << ended.output;
+  EXPECT_NE(ended.output.find("chat_template.jinja line 2: unsupported construct '{% macro %}'"), std::string::npos)
+      << ended.output;
+}
+
 TEST_F(ServeTest, EchoReturnsThePromptAndItsLogprobs) {
   const std::string prompt = "the quick";
   const json plain = completion({{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}});
