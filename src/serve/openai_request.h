@@ -60,8 +60,8 @@ struct ChatRequest {
 CompletionRequest decode_completion_request(std::string_view body);
 ChatRequest decode_chat_request(std::string_view body);
 
-// The chat template for GPT-2 style models, which have none of their own: each message as
-// "<role>: <content>\n", then "assistant:" for the model to continue.
+// The chat template of a model without one of its own (GPT-2; infer/chat_template.h renders the
+// others'): each message as "<role>: <content>\n", then "assistant:" for the model to continue.
 std::string chat_prompt(const std::vector<ChatMessage>& messages);
 // A chat completion's stop strings: the request's, and the start of every turn of the template
 // ("\nuser:" ...), so a reply ends where a model would go on to write the next turn itself.
