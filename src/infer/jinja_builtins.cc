@@ -391,6 +391,9 @@ Value call_function(const std::string& name, const Arguments& arguments) {
     const int64_t stop = bounds.size() > 1 ? bounds[1] : bounds[0];
     const int64_t step = bounds.size() > 2 ? bounds[2] : 1;
     if (step == 0) throw RenderError("range: step must not be zero");
+    // jinja2's sandbox refuses ranges of more than 100000 items (MAX_RANGE).
+    const int64_t count = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
+    if (count > 100000) throw RenderError(fmt::format("range: {} items; the sandbox allows at most 100000", count));
     List items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::integer(i));
     return Value::list(std::move(items));

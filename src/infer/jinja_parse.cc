@@ -240,6 +240,17 @@ class Parser {
     throw TemplateSyntaxError(fmt::format("{} line {}: {}", name_, line, what));
   }
 
+  // Blocks and expressions nest at most kMaxNesting deep: the parser and the renderer recurse
+  // once per level, and a hostile template must not overflow the stack.
+  static constexpr int kMaxNesting = 100;
+  struct Nesting {
+    Nesting(Parser& parser, int line) : parser_(parser) {
+      if (++parser_.depth_ > kMaxNesting) parser_.refuse(line, fmt::format("nested deeper than {} levels", kMaxNesting));
+    }
+    ~Nesting() { --parser_.depth_; }
+    Parser& parser_;
+  };
+
   std::string current_tag() const { return index_ < pieces_.size() ? tag_name(pieces_[index_]) : ""; }
 
   static std::string tag_name(const Piece& piece) {
@@ -279,6 +290,7 @@ class Parser {
   }
 
   std::shared_ptr<const Node> statement(const Piece& piece, const std::string& tag) {
+    const Nesting nesting(*this, piece.line);
     auto node = std::make_shared<Node>();
     node->line = piece.line;
     begin(piece);
@@ -401,6 +413,7 @@ class Parser {
   }
 
   ExprPtr expression(bool with_conditional = true) {
+    const Nesting nesting(*this, token().line);
     ExprPtr value = or_expression();
     if (with_conditional && token().type == Token::Type::name && token().text == "if") {
       const int line = token().line;
@@ -433,6 +446,7 @@ class Parser {
   }
 
   ExprPtr not_expression() {
+    const Nesting nesting(*this, token().line);
     if (token().type == Token::Type::name && token().text == "not") {
       const int line = token().line;
       next();
@@ -515,6 +529,7 @@ class Parser {
   }
 
   ExprPtr unary() {
+    const Nesting nesting(*this, token().line);
     if (token().type == Token::Type::op && (token().text == "-" || token().text == "+")) {
       const std::string op = token().text;
       const int line = token().line;
@@ -678,6 +693,7 @@ class Parser {
   size_t index_ = 0;
   const std::vector<Token>* tokens_ = nullptr;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

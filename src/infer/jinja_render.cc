@@ -53,6 +53,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "*" && (a.is_string() || a.is_list()) && b.kind() == Value::Kind::integer) return arithmetic(op, b, a);
   if (op == "*" && a.kind() == Value::Kind::integer && (b.is_string() || b.is_list())) {
+    // A guard jinja2 lacks: a repetition that would need gigabytes fails instead of the server.
+    const size_t size = b.is_string() ? b.as_string().size() : b.as_list().size();
+    if (a.as_int() > 0 && size > 0 && static_cast<uint64_t>(a.as_int()) > (uint64_t{1} << 26) / size) {
+      throw RenderError(fmt::format("'{}' * {}: more than 64 Mi items", b.type_name(), a.as_int()));
+    }
     if (b.is_string()) {
       std::string text;
       for (int64_t i = 0; i < a.as_int(); ++i) text += b.as_string();

@@ -100,12 +100,25 @@ TEST(Jinja, RefusesUnsupportedConstructsNamingTheLine) {
   refused("{{ 'unterminated }}", {"line 1", "never closed"});
   refused("\n{{ (1, 2) }}", {"line 2", "a tuple literal"});
   refused("{{ 1 +* 2 }}", {"line 1", "unexpected '*'"});
+  // Nesting that would overflow the parser's (and the renderer's) stack.
+  refused(("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").c_str(), {"line 1", "nested deeper than 100 levels"});
+  refused(("{{ " + std::string(5000, '-') + "1 }}").c_str(), {"nested deeper than 100 levels"});
+  std::string blocks;
+  for (int i = 0; i < 500; ++i) blocks += "{% if true %}\n";
+  refused(blocks.c_str(), {"chat_template line 9", "nested deeper than 100 levels"});
 }
 
 TEST(Jinja, RaiseExceptionCarriesTheTemplatesMessage) {
   const Template chat_template("{% if messages | length == 0 %}{{ raise_exception('no messages given') }}{% endif %}",
                                "chat_template");
   expect_error<TemplateRaised>([&] { chat_template.render({{"messages", ordered_json::array()}}); }, {"no messages given"});
+}
+
+TEST(Jinja, RangesAndRepetitionsAreBounded) {
+  const auto render = [](const char* source) { return Template(source, "t").render(ordered_json::object()); };
+  EXPECT_EQ(render("{{ range(100000) | length }} {{ range(5, 0, -2) | list }}"), "100000 [5, 3, 1]");
+  expect_error<RenderError>([&] { render("{{ range(100001) | length }}"); }, {"t line 1", "at most 100000"});
+  expect_error<RenderError>([&] { render("{{ 'ab' * 100000000 }}"); }, {"t line 1", "more than 64 Mi"});
 }
 
 TEST(Jinja, RenderErrorsNameTheLine) {
