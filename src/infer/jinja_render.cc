@@ -20,12 +20,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   };
   if (op == "~") return Value::string(a.str() + b.str());
   if (a.is_number() && b.is_number()) {
-    const bool reals = a.kind() == Value::Kind::real || b.kind() == Value::Kind::real;
-    if (op == "/" || ((op == "//" || op == "%") && b.as_double() == 0)) {
-      if (b.as_double() == 0) throw RenderError(op == "%" ? "modulo by zero" : "division by zero");
-      if (op == "/") return Value::real(a.as_double() / b.as_double());
+    if ((op == "/" || op == "//" || op == "%") && b.as_double() == 0) {
+      throw RenderError(op == "%" ? "modulo by zero" : "division by zero");
     }
-    if (reals) {
+    if (op == "/") return Value::real(a.as_double() / b.as_double());  // true division, as Python 3's
+    if (a.kind() == Value::Kind::real || b.kind() == Value::Kind::real) {
       const double x = a.as_double(), y = b.as_double();
       if (op == "+") return Value::real(x + y);
       if (op == "-") return Value::real(x - y);
@@ -38,10 +37,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       if (op == "+") return Value::integer(x + y);
       if (op == "-") return Value::integer(x - y);
       if (op == "*") return Value::integer(x * y);
-      // Python's floor division and modulo round toward negative infinity.
-      const int64_t quotient = x / (y ? y : 1) - ((x % (y ? y : 1) != 0) && ((x < 0) != (y < 0)) ? 1 : 0);
-      if (op == "//") return Value::integer(quotient);
-      if (op == "%") return Value::integer(x - y * quotient);
+      if (op == "//" || op == "%") {
+        // Python's floor division and modulo round toward negative infinity.
+        const int64_t quotient = x / y - (x % y != 0 && (x < 0) != (y < 0) ? 1 : 0);
+        return Value::integer(op == "//" ? quotient : x - y * quotient);
+      }
       if (op == "**") return y >= 0 ? Value::integer(static_cast<int64_t>(std::pow(x, y))) : Value::real(std::pow(x, y));
     }
   }
