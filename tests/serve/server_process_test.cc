@@ -577,6 +577,53 @@ TEST(ServeTokenizer, AnEndOfTextTokenIsListedInTheLogprobs) {
   EXPECT_EQ(streamed, logprobs["tokens"]);
 }
 
+// A template whose end-of-turn marker is a special token of the tokenizer (ChatML's <|im_end|>):
+// generating it ends the reply, and its text is not part of it. logit_bias makes the model pick
+// it first; without the template the same request writes the marker as text.
+TEST(ServeTokenizer, AChatTemplatesEndOfTurnTokenEndsTheReply) {
+  testing::TempDir dir;
+  data::BpeTrainOptions options;
+  options.vocab_size = 300;
+  options.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  data::BpeTrainer bpe(options);
+  bpe.add_text("the quick brown fox jumps over the lazy dog ");
+  const data::Tokenizer tokenizer = bpe.train();
+  const int32_t im_end = tokenizer.special_id("<|im_end|>");
+  ASSERT_GE(im_end, 0);
+  const model::GptConfig config = testing::gpt_config(tokenizer.vocab_size(), context, 48, 2, 2);
+  train::TokenSource data = train::TokenSource::from_tokens(std::vector<int32_t>(2000, 5), 0.1);
+  train::Trainer trainer(config, testing::short_training(dir.path() / "run", 1), data, cpu_backend());
+  trainer.initialize_or_resume();
+  for (const char* name : {"plain", "chatml"}) {
+    trainer.export_model(dir.path() / name);
+    tokenizer.save(dir.path() / name);
+  }
+  json tokenizer_config = json::parse(read_file(dir.path() / "chatml/tokenizer_config.json"));
+  tokenizer_config["chat_template"] = read_file(source_dir() / "tests/infer/chat_templates/qwen2.jinja");
+  tokenizer_config["eos_token"] = "<|endoftext|>";
+  std::ofstream(dir.path() / "chatml/tokenizer_config.json") << tokenizer_config.dump();
+  const json request = {{"messages", {{{"role", "user"}, {"content", "the quick"}}}}, {"max_tokens", 4},
+                        {"temperature", 0}, {"logit_bias", {{std::to_string(im_end), 100}}}};
+  for (const char* name : {"plain", "chatml"}) {
+    Server server(dir.path(), "", "--model " + (dir.path() / name).string());
+    const testing::HttpReply reply = testing::http_request(server.port(), "POST", "/v1/chat/completions", request.dump());
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const json answer = json::parse(reply.body);
+    if (std::string(name) == "chatml") {
+      EXPECT_EQ(answer["choices"][0]["message"]["content"], "");
+      EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop");
+      EXPECT_EQ(answer["usage"]["completion_tokens"], 1);
+      // The prompt is the template's: ChatML with Qwen2's default system message.
+      const std::string prompt = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nthe quick"
+                                 "<|im_end|>\n<|im_start|>assistant\n";
+      EXPECT_EQ(answer["usage"]["prompt_tokens"], static_cast<int64_t>(tokenizer.encode(prompt).size()));
+    } else {
+      EXPECT_EQ(answer["choices"][0]["message"]["content"], "<|im_end|><|im_end|><|im_end|><|im_end|>");
+      EXPECT_EQ(answer["choices"][0]["finish_reason"], "length");
+    }
+  }
+}
+
 // An HTTP/1.0 client is answered in HTTP/1.0: a stream without chunked encoding (which 1.0 does
 // not have), its body ending when the connection closes; a 1.0 keep-alive is confirmed.
 TEST_F(ServeTest, Http10ClientsGetHttp10Answers) {
