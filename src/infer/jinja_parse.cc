@@ -162,6 +162,16 @@ class Lexer {
         ++end;
         while (end < source_.size() && std::isdigit(static_cast<unsigned char>(source_[end]))) ++end;
       }
+      // An exponent (1e-05, 2E3) makes a float too.
+      if (end < source_.size() && (source_[end] == 'e' || source_[end] == 'E')) {
+        size_t after = end + 1;
+        if (after < source_.size() && (source_[after] == '+' || source_[after] == '-')) ++after;
+        if (after < source_.size() && std::isdigit(static_cast<unsigned char>(source_[after]))) {
+          real = true;
+          end = after;
+          while (end < source_.size() && std::isdigit(static_cast<unsigned char>(source_[end]))) ++end;
+        }
+      }
       std::string digits = source_.substr(pos, end - pos);
       digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
       tokens.push_back({Token::Type::literal, digits, real ? Value::real(std::stod(digits)) : Value::integer(std::stoll(digits)), line});

@@ -330,21 +330,24 @@ std::string float_repr(double d) {
   const int exponent = std::stoi(scientific.substr(e + 1));
   const bool negative = mantissa[0] == '-';
   if (negative) mantissa.erase(0, 1);
-  std::string digits = mantissa.substr(0, 1) + (mantissa.size() > 2 ? mantissa.substr(2) : "");
-  std::string out;
+  std::string digits = mantissa.substr(0, 1);
+  if (mantissa.size() > 2) digits.append(mantissa, 2);
+  std::string out = negative ? "-" : "";
   if (exponent >= -4 && exponent < 16) {
+    const auto point = static_cast<size_t>(exponent + 1);  // digits before the decimal point
     if (exponent < 0) {
-      out = "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
-    } else if (static_cast<int>(digits.size()) <= exponent + 1) {
-      out = digits + std::string(static_cast<size_t>(exponent + 1) - digits.size(), '0') + ".0";
+      out.append("0.").append(static_cast<size_t>(-exponent - 1), '0').append(digits);
+    } else if (digits.size() <= point) {
+      out.append(digits).append(point - digits.size(), '0').append(".0");
     } else {
-      out = digits.substr(0, static_cast<size_t>(exponent + 1)) + "." + digits.substr(static_cast<size_t>(exponent + 1));
+      out.append(digits, 0, point).append(".").append(digits, point);
     }
   } else {
-    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") +
-          fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out.append(digits, 0, 1);
+    if (digits.size() > 1) out.append(".").append(digits, 1);
+    out.append(fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent)));
   }
-  return negative ? "-" + out : out;
+  return out;
 }
 
 std::u32string decode_utf8(const std::string& text) {
