@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
 
 #include "infer/jinja_builtins.h"
 #include "infer/jinja_syntax.h"
@@ -46,6 +47,9 @@ class Lexer {
       }
     }
     if (!source_.empty() && source_.back() == '\n') source_.pop_back();
+    for (size_t i = 0; i < source_.size(); ++i) {
+      if (source_[i] == '\n') newlines_.push_back(i);
+    }
   }
 
   std::vector<Piece> pieces() {
@@ -82,7 +86,7 @@ class Lexer {
   }
 
   int line_at(size_t pos) const {
-    return 1 + static_cast<int>(std::count(source_.begin(), source_.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+    return 1 + static_cast<int>(std::lower_bound(newlines_.begin(), newlines_.end(), pos) - newlines_.begin());
   }
 
   size_t find_tag(size_t pos) const {
@@ -174,7 +178,13 @@ class Lexer {
       }
       std::string digits = source_.substr(pos, end - pos);
       digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
-      tokens.push_back({Token::Type::literal, digits, real ? Value::real(std::stod(digits)) : Value::integer(std::stoll(digits)), line});
+      Value number;
+      try {
+        number = real ? Value::real(std::stod(digits)) : Value::integer(std::stoll(digits));
+      } catch (const std::out_of_range&) {
+        refuse(line, fmt::format("the number {} is out of range", digits));
+      }
+      tokens.push_back({Token::Type::literal, digits, number, line});
       return end;
     }
     if (c == '\'' || c == '"') return read_string(pos, tokens);
@@ -203,6 +213,7 @@ class Lexer {
         value = value * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
       }
       i += digits;
+      if (value > 0x10ffff) refuse(line, "a \\U escape beyond U+10FFFF");
       return encode_utf8(std::u32string(1, value));
     };
     for (; i < source_.size() && source_[i] != quote; ++i) {
@@ -236,6 +247,7 @@ class Lexer {
   }
 
   std::string source_;
+  std::vector<size_t> newlines_;  // their offsets, for line numbers
   const std::string& name_;
 };
 

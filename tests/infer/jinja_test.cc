@@ -100,6 +100,8 @@ TEST(Jinja, RefusesUnsupportedConstructsNamingTheLine) {
   refused("{{ 'unterminated }}", {"line 1", "never closed"});
   refused("\n{{ (1, 2) }}", {"line 2", "a tuple literal"});
   refused("{{ 1 +* 2 }}", {"line 1", "unexpected '*'"});
+  refused("\n\n{{ 123456789012345678901234567890 }}", {"line 3", "the number 123456789012345678901234567890 is out of range"});
+  refused("{{ '\\U00110000' }}", {"line 1", "beyond U+10FFFF"});
   // Nesting that would overflow the parser's (and the renderer's) stack.
   refused(("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").c_str(), {"line 1", "nested deeper than 100 levels"});
   refused(("{{ " + std::string(5000, '-') + "1 }}").c_str(), {"nested deeper than 100 levels"});
