@@ -281,6 +281,7 @@ class Parser {
 
   // Statements up to a block tag named in `ends` (left unread), or the template's end.
   Body statements(const std::vector<std::string>& ends) {
+    const Nesting nesting(*this, index_ < pieces_.size() ? pieces_[index_].line : 1);
     Body body;
     while (index_ < pieces_.size()) {
       const Piece& piece = pieces_[index_];
@@ -312,7 +313,6 @@ class Parser {
   }
 
   std::shared_ptr<const Node> statement(const Piece& piece, const std::string& tag) {
-    const Nesting nesting(*this, piece.line);
     auto node = std::make_shared<Node>();
     node->line = piece.line;
     begin(piece);

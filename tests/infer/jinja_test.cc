@@ -107,7 +107,10 @@ TEST(Jinja, RefusesUnsupportedConstructsNamingTheLine) {
   refused(("{{ " + std::string(5000, '-') + "1 }}").c_str(), {"nested deeper than 100 levels"});
   std::string blocks;
   for (int i = 0; i < 500; ++i) blocks += "{% if true %}\n";
-  refused(blocks.c_str(), {"chat_template line 9", "nested deeper than 100 levels"});
+  refused(blocks.c_str(), {"chat_template line 98: nested deeper than 100 levels"});
+  std::string generations;
+  for (int i = 0; i < 5000; ++i) generations += "{% generation %}";
+  refused(generations.c_str(), {"chat_template line 1", "nested deeper than 100 levels"});
 }
 
 TEST(Jinja, RaiseExceptionCarriesTheTemplatesMessage) {
