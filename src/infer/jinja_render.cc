@@ -246,6 +246,7 @@ class Renderer {
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
       if (const auto found = scope->find(name); found != scope->end()) return found->second;
     }
+    if (is_function(name)) return Value::function(name);  // `strftime_now is defined` is true
     return {};
   }
 

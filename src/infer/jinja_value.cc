@@ -51,6 +51,12 @@ Value Value::ns(Dict attributes) {
   return v;
 }
 
+Value Value::function(std::string name) {
+  Value v(Kind::function);
+  v.s_ = std::move(name);
+  return v;
+}
+
 Value Value::from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
     case nlohmann::ordered_json::value_t::null: return none();
@@ -107,7 +113,8 @@ bool Value::truthy() const {
     case Kind::string: return !s_.empty();
     case Kind::list: return !list_->empty();
     case Kind::dict: return !dict_->empty();
-    case Kind::ns: return true;
+    case Kind::ns:
+    case Kind::function: return true;
   }
   return false;
 }
@@ -229,6 +236,7 @@ void json_value(const Value& value, const JsonStyle& style, int depth, std::stri
     }
     case Value::Kind::undefined:
     case Value::Kind::ns:
+    case Value::Kind::function:
       throw RenderError(fmt::format("tojson: Object of type {} is not JSON serializable", value.type_name()));
   }
 }
@@ -256,6 +264,7 @@ std::string Value::str() const {
       }
       return out + (kind_ == Kind::ns ? "}>" : "}");
     }
+    case Kind::function: return "<function " + s_ + ">";
   }
   return "";
 }
@@ -277,6 +286,7 @@ const char* Value::type_name() const {
     case Kind::list: return "list";
     case Kind::dict: return "dict";
     case Kind::ns: return "Namespace";
+    case Kind::function: return "function";
   }
   return "?";
 }
@@ -299,6 +309,7 @@ bool equal(const Value& a, const Value& b) {
              std::all_of(a.as_dict().begin(), a.as_dict().end(),
                          [&](const auto& item) { return b.has(item.first) && equal(item.second, b.get(item.first)); });
     case Value::Kind::ns: return &a.as_dict() == &b.as_dict();
+    case Value::Kind::function: return a.as_string() == b.as_string();
     default: return false;
   }
 }

@@ -1,5 +1,6 @@
 // The values a Jinja template computes with, behaving as the Python objects jinja2 would hold:
-// None, bool, int, float, str, list, dict (insertion-ordered), a namespace(), and Undefined (a
+// None, bool, int, float, str, list, dict (insertion-ordered), a namespace(), a global function
+// (raise_exception, strftime_now, ...: a name a template may test with `is defined`), and Undefined (a
 // missing variable, key or index: empty when printed, false when tested, an error when used in
 // arithmetic or dotted into). Lists and dicts are shared, never mutated once built, except a
 // namespace's attributes, which `{% set ns.x = ... %}` changes for every holder (as in jinja2).
@@ -30,7 +31,7 @@ using Dict = std::vector<std::pair<std::string, Value>>;
 
 class Value {
  public:
-  enum class Kind { undefined, none, boolean, integer, real, string, list, dict, ns };
+  enum class Kind { undefined, none, boolean, integer, real, string, list, dict, ns, function };
 
   Value() = default;  // Undefined
   static Value none() { return Value(Kind::none); }
@@ -41,6 +42,7 @@ class Value {
   static Value list(List items);
   static Value dict(Dict items);
   static Value ns(Dict attributes);  // namespace(...)
+  static Value function(std::string name);
   static Value from_json(const nlohmann::ordered_json& json);
 
   Kind kind() const { return kind_; }
