@@ -550,15 +550,21 @@ class Parser {
     return left;
   }
 
-  ExprPtr unary() {
+  // jinja2's parse_unary: a sign applies to what follows it with its attributes, subscripts and
+  // calls; filters and tests then apply to the signed value (-x|abs is abs(-x)).
+  ExprPtr unary(bool with_filters = true) {
     const Nesting nesting(*this, token().line);
+    ExprPtr expr;
     if (token().type == Token::Type::op && (token().text == "-" || token().text == "+")) {
       const std::string op = token().text;
       const int line = token().line;
       next();
-      return postfix_and_filters(make(Expr::Kind::unary, line, {unary()}, op));
+      expr = make(Expr::Kind::unary, line, {unary(false)}, op);
+    } else {
+      expr = primary();
     }
-    return postfix_and_filters(primary());
+    expr = postfix(expr);
+    return with_filters ? filters(expr) : expr;
   }
 
   ExprPtr primary() {
@@ -608,8 +614,8 @@ class Parser {
     refuse(t.line, fmt::format("unexpected '{}'", t.type == Token::Type::end ? "end of tag" : describe(t)));
   }
 
-  // Attribute access, subscripts, calls, filters and tests bind tighter than any operator.
-  ExprPtr postfix_and_filters(ExprPtr expr) {
+  // Attribute access, subscripts and calls bind tighter than any operator.
+  ExprPtr postfix(ExprPtr expr) {
     while (true) {
       const int line = token().line;
       if (accept(".")) {
@@ -634,7 +640,17 @@ class Parser {
         next();
         arguments(*call);
         expr = call;
-      } else if (accept("|")) {
+      } else {
+        return expr;
+      }
+    }
+  }
+
+  // Filters (x | f(...)) and tests (x is [not] t ...), after the postfix operators.
+  ExprPtr filters(ExprPtr expr) {
+    while (true) {
+      const int line = token().line;
+      if (accept("|")) {
         const std::string filter = name("a filter name");
         if (!is_filter(filter)) refuse(line, fmt::format("unsupported construct: the filter '{}'", filter));
         auto call = make(Expr::Kind::filter, line, {expr}, filter);
@@ -655,7 +671,7 @@ class Parser {
         if (accept("(")) {
           arguments(*test);
         } else if (starts_test_argument()) {
-          test->args.push_back(primary());
+          test->args.push_back(postfix(primary()));
         }
         expr = test;
       } else {
