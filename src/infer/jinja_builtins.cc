@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <clocale>
 #include <cwctype>
 #include <locale.h>
@@ -16,12 +18,19 @@ namespace paraflow::infer::jinja {
 namespace {
 
 // The argument at `index` or named `name`, or nullopt.
-std::optional<Value> argument(const Arguments& arguments, size_t index, const char* name) {
-  if (index < arguments.positional.size()) return arguments.positional[index];
+
+
+// A keyword-only argument (map's attribute=), or nullopt.
+std::optional<Value> keyword(const Arguments& arguments, const char* name) {
   for (const auto& [key, value] : arguments.keyword) {
     if (key == name) return value;
   }
   return std::nullopt;
+}
+
+std::optional<Value> argument(const Arguments& arguments, size_t index, const char* name) {
+  if (index < arguments.positional.size()) return arguments.positional[index];
+  return keyword(arguments, name);
 }
 
 std::string string_argument(const Arguments& arguments, size_t index, const char* name, const char* caller) {
@@ -257,11 +266,11 @@ const std::map<std::string, Filter>& filters() {
     f["rejectattr"] = [](const Value& v, const Arguments& a) { return select(v, a, true, false, "rejectattr"); };
     f["map"] = [](const Value& v, const Arguments& a) {
       List mapped;
-      const std::optional<Value> attribute = argument(a, 99, "attribute");
+      const std::optional<Value> attribute = keyword(a, "attribute");
       for (const Value& item : sequence_of(v, "map")) {
         if (attribute) {
           Value found = attribute_path(item, attribute->str());
-          if (found.is_undefined()) found = argument(a, 99, "default").value_or(Value());
+          if (found.is_undefined()) found = keyword(a, "default").value_or(Value());
           mapped.push_back(found);
         } else {
           if (a.positional.empty()) throw RenderError("map: give a filter name or attribute=");
@@ -279,12 +288,19 @@ const std::map<std::string, Filter>& filters() {
       const int64_t count = argument(a, 2, "count").value_or(Value::integer(-1)).as_int();
       return Value::string(replace(v.str(), string_argument(a, 0, "old", "replace"), string_argument(a, 1, "new", "replace"), count));
     };
+    // jinja2's int: int(value), else int(float(value)), else the default.
     f["int"] = [](const Value& v, const Arguments& a) {
       if (v.kind() == Value::Kind::real) return Value::integer(static_cast<int64_t>(v.as_double()));
       if (v.is_number()) return Value::integer(v.as_int());
-      try {
-        if (v.is_string()) return Value::integer(std::stoll(strip(v.as_string(), std::nullopt, true, true)));
-      } catch (const std::exception&) {
+      if (v.is_string()) {
+        const std::string text = strip(v.as_string(), std::nullopt, true, true);
+        const char* end = text.data() + text.size();
+        int64_t whole = 0;
+        if (auto [at, error] = std::from_chars(text.data(), end, whole); error == std::errc() && at == end) return Value::integer(whole);
+        double real = 0;
+        if (auto [at, error] = std::from_chars(text.data(), end, real); error == std::errc() && at == end && std::isfinite(real)) {
+          return Value::integer(static_cast<int64_t>(real));
+        }
       }
       return argument(a, 0, "default").value_or(Value::integer(0));
     };
