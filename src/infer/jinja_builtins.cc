@@ -17,9 +17,6 @@ namespace paraflow::infer::jinja {
 
 namespace {
 
-// The argument at `index` or named `name`, or nullopt.
-
-
 // A keyword-only argument (map's attribute=), or nullopt.
 std::optional<Value> keyword(const Arguments& arguments, const char* name) {
   for (const auto& [key, value] : arguments.keyword) {
@@ -28,6 +25,7 @@ std::optional<Value> keyword(const Arguments& arguments, const char* name) {
   return std::nullopt;
 }
 
+// The argument at `index` or named `name`, or nullopt.
 std::optional<Value> argument(const Arguments& arguments, size_t index, const char* name) {
   if (index < arguments.positional.size()) return arguments.positional[index];
   return keyword(arguments, name);
