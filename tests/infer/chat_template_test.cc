@@ -119,6 +119,10 @@ TEST(ChatTemplate, NoTemplateAndBadOnesAreTold) {
   const fs::path bad_eos = model_dir(root.path(), "bad-eos", {{"chat_template", "x"}, {"eos_token", 7}});
   expect_error<InputError>([&] { ChatTemplate::load(bad_eos); }, {"tokenizer_config.json: eos_token"});
 
+  // An empty eos token is no end of turn (an empty stop string would end every reply at once).
+  const fs::path empty_eos = model_dir(root.path(), "empty-eos", {{"chat_template", "{{ messages[0].content }}"}, {"eos_token", ""}});
+  EXPECT_TRUE(ChatTemplate::load(empty_eos)->end_of_turn().empty());
+
   const fs::path macro = model_dir(root.path(), "macro", ordered_json::object());
   write_file_atomic(macro / "chat_template.jinja", "{{ bos_token }}\n{% macro turn(m) %}{{ m }}{% endmacro %}");
   expect_error<jinja::TemplateSyntaxError>([&] { ChatTemplate::load(macro); },
