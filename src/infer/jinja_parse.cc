@@ -60,13 +60,6 @@ class Parser {
         // The closing tag, or another block's: the caller says which block is left open.
         if (std::find(ends.begin(), ends.end(), tag) != ends.end()) return body;
         if (!ends.empty() && (tag.starts_with("end") || tag == "elif" || tag == "else")) return body;
-        if (tag == "generation") {  // transformers' {% generation %}: marks assistant text, renders its body
-          expect_bare_tag(piece);
-          Body inner = statements({"endgeneration"});
-          expect_closing("endgeneration", piece.line, "generation");
-          body.insert(body.end(), inner.begin(), inner.end());
-          continue;
-        }
         body.push_back(statement(piece, tag));
       }
     }
@@ -126,6 +119,11 @@ class Parser {
       node->expr = expression();
       expect_end();
       ++index_;
+    } else if (tag == "generation") {  // transformers' {% generation %}: marks assistant text, renders its body
+      node->kind = Node::Kind::scope;
+      expect_bare_tag(piece);
+      node->bodies.push_back(statements({"endgeneration"}));
+      expect_closing("endgeneration", piece.line, "generation");
     } else if (tag == "break" || tag == "continue") {
       node->kind = tag == "break" ? Node::Kind::break_loop : Node::Kind::continue_loop;
       expect_bare_tag(piece);

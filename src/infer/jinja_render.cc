@@ -170,6 +170,13 @@ class Renderer {
           }
           break;
         }
+        case Node::Kind::scope: {
+          scopes_.emplace_back();
+          const Flow flow = run(node->bodies[0]);
+          scopes_.pop_back();
+          if (flow != Flow::normal) return flow;
+          break;
+        }
         case Node::Kind::break_loop: return Flow::break_loop;
         case Node::Kind::continue_loop: return Flow::continue_loop;
       }

@@ -63,6 +63,7 @@ struct Node {
     set,         // {% set targets[0] = expr %}, or {% set targets[0].targets[1] = expr %} (a namespace's)
     break_loop,
     continue_loop,
+    scope,       // bodies[0] with variables of its own: transformers' {% generation %} (a call block)
   };
   Kind kind;
   int line = 0;
