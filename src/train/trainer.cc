@@ -50,15 +50,20 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.eval_batches = config.get<int64_t>("train.eval_batches");
   c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb") * (1 << 20));
   c.sync.overlap = config.get<bool>("dist.overlap");
-  c.sync.zero = config.get<int>("dist.zero") == 1;
+  c.sync.zero = config.get<int>("dist.zero");
   c.sync.exact = config.get<bool>("dist.exact_reduction");
-  check(!(c.sync.zero && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: 1 yet",
-        config.origin());
+  check(!(c.sync.zero > 0 && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: {} yet",
+        config.origin(), c.sync.zero);
   c.tensor_parallel = config.get<int>("dist.tensor_parallel");
   c.pipeline_parallel = config.get<int>("dist.pipeline_parallel");
   c.micro_batches = config.get<int64_t>("dist.micro_batches");
   c.pipeline_schedule = parse_pipeline_schedule(config.get<std::string>("dist.schedule"));
   c.stage_layers = parse_layers_per_stage(config.get<std::string>("dist.stage_layers"), "dist.stage_layers");
+  // A pipeline stage sums every micro-batch's gradients in its whole gradient buffer before they
+  // are reduced: there is nothing for ZeRO-2 to shard (DeepSpeed refuses the same pair).
+  check(c.sync.zero < 2 || c.pipeline_parallel == 1,
+        "{}: dist.zero: {} (sharded gradient accumulation) does not combine with dist.pipeline_parallel: {}; use "
+        "dist.zero: 1 with a pipeline", config.origin(), c.sync.zero, c.pipeline_parallel);
   c.recompute = config.get<std::string>("train.recompute");
   c.decay_embeddings = config.get<bool>("train.decay_embeddings");
   c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
@@ -122,7 +127,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
     executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
   }
-  if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(gradients_.specs(), backend);
+  if (config_.grad_accumulation > 1 && !shards_gradients()) accumulated_ = model::ParameterSet(gradients_.specs(), backend);
   if (partitioned() && mesh_->me.data == 0 && mesh_->me.tensor == 0) {
     fmt::print(stderr, "stage {} of {}, {} shard(s) x {} replica(s): blocks [{}, {}){}{}\n", mesh_->me.stage, stages,
                config_.tensor_parallel, replicas().size(), range_.first_layer,
@@ -138,16 +143,16 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     slices_of_grads.push_back({grads, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
   }
   dist::GradientSyncConfig sync_config = config_.sync;
-  sync_config.zero = shards_optimizer_state();
+  sync_config.zero = shards_optimizer_state() ? config_.sync.zero : 0;
   // A pipeline stage's gradients are complete only after its last micro-batch's backward, and
   // MPI calls from the gradient thread must not overlap the stage transfers or the tensor-parallel
   // all-reduces of the main thread.
   sync_config.overlap = config_.sync.overlap && !partitioned();
   sync_ = std::make_unique<dist::GradientSync>(
       replicas(), graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
-      config_.grad_accumulation > 1 ? accumulated_.flat().device_data<float>() : nullptr, sync_config);
+      accumulated_.specs().empty() ? nullptr : accumulated_.flat().device_data<float>(), sync_config);
   if (executor_) executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
-  // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
+  // With ZeRO this rank's optimizer holds the moments of its shard only.
   loss_scaler_.scale = config_.initial_loss_scale;
   optimizer_ = shards_optimizer_state()
                    ? std::make_unique<AdamW>(config_.adamw, parameters_, backend_, sync_->shard_begin(), sync_->shard_end())

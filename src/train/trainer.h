@@ -174,12 +174,15 @@ class Trainer {
   // Every rank waits here (up to 30 minutes, past dist.timeout_seconds) while the chief alone
   // loads or saves a checkpoint.
   void wait_for_chief_io();
-  // ZeRO stage 1 in effect: each replica keeps and updates one shard of the optimizer state.
-  bool shards_optimizer_state() const { return config_.sync.zero && replicas().size() > 1; }
+  // ZeRO stage 1 or more in effect: each replica keeps and updates one shard of the optimizer state.
+  bool shards_optimizer_state() const { return config_.sync.zero >= 1 && replicas().size() > 1; }
+  // ZeRO stage 2 in effect: each replica also sums the micro-batches' gradients of its shard only.
+  bool shards_gradients() const { return config_.sync.zero >= 2 && replicas().size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
-  model::ParameterSet& final_gradients() { return config_.grad_accumulation > 1 ? accumulated_ : gradients_; }
+  // Where the step's summed gradients are (of this rank's shard only, under ZeRO).
+  model::ParameterSet& final_gradients() { return accumulated_.specs().empty() ? gradients_ : accumulated_; }
 
   model::GptConfig model_config_;
   TrainConfig config_;

@@ -1,7 +1,7 @@
 // Gradient checkpointing and the memory planner: recomputation leaves every parameter bit
 // unchanged, block recomputation cuts the planned activation memory of a 12-layer gpt-small to
 // a third or less, and `paraflow plan`'s prediction of what a step allocates is within 10% of
-// the growth of peak RSS over a real run's first two steps; ZeRO-1's staging buffers are counted.
+// the growth of peak RSS over a real run's first two steps; ZeRO's staging buffers are counted.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -83,24 +83,34 @@ train: {{batch_size: 8, sequence_length: 256, steps: 3, out_dir: "{}", log_every
   EXPECT_NEAR(predicted, measured, 0.10 * measured);
 }
 
-// ZeRO-1's staging (gradient sync keeps a whole copy of the weights, padded to a multiple of the
-// replicas, to all-gather into, and one shard) is counted in what a step allocates, and a
-// checkpoint's gathered moments (two whole copies) while one is saved. The GPT-2 124M shape
-// (124,439,808 parameters) on 3 replicas: shards of 41,479,936.
+// ZeRO's staging (gradient sync reduce-scatters and all-gathers chunk by chunk through one
+// bucket: a chunk of every rank's shard and one of this rank's, (3 + 1) x 25 MiB / 4 / (3 + 1)
+// floats on 3 replicas) is counted in what a step allocates, and a checkpoint's gathered moments
+// (two whole copies) while one is saved. ZeRO-2 with accumulation holds a shard of the summed
+// gradients instead of a whole accumulator. The GPT-2 124M shape (124,439,808 parameters) on 3
+// replicas: shards of 41,479,936.
 TEST(MemoryPlan, ZeroStagingBuffersAreCounted) {
   model::GptConfig gpt2 = testing::gpt_config(50257, 1024, 768, 12, 12);
   ASSERT_EQ(gpt2.parameter_count(), 124439808);
+  const int64_t parameters = 124439808, shard = 41479936, staging = 25 << 20;
   train::TrainConfig config;
-  config.batch_size = 3;
+  config.batch_size = 6;
   config.sequence_length = 128;
+  config.grad_accumulation = 2;
   const train::MemoryReport plain = train::estimate_training_memory(gpt2, config, 3, 2);
-  config.sync.zero = true;
-  const train::MemoryReport zero = train::estimate_training_memory(gpt2, config, 3, 2);
-  const int64_t shard = 41479936;
-  EXPECT_EQ(zero.step_allocations() - plain.step_allocations(), (3 * shard + shard) * 4);
-  EXPECT_EQ(zero.checkpoint_extra, 2 * int64_t{124439808} * 4);
-  EXPECT_EQ(zero.optimizer_state, 2 * shard * 4);
-  EXPECT_NE(zero.to_text().find("gradient sync"), std::string::npos) << zero.to_text();
+  config.sync.zero = 1;
+  const train::MemoryReport zero1 = train::estimate_training_memory(gpt2, config, 3, 2);
+  EXPECT_EQ(zero1.step_allocations() - plain.step_allocations(), staging);
+  EXPECT_EQ(zero1.checkpoint_extra, 2 * parameters * 4);
+  EXPECT_EQ(zero1.optimizer_state, 2 * shard * 4);
+  EXPECT_EQ(zero1.gradients, 2 * parameters * 4) << "ZeRO-1 accumulates in a whole buffer";
+  EXPECT_NE(zero1.to_text().find("gradient sync"), std::string::npos) << zero1.to_text();
+  config.sync.zero = 2;
+  const train::MemoryReport zero2 = train::estimate_training_memory(gpt2, config, 3, 2);
+  EXPECT_EQ(zero2.gradients, parameters * 4) << "ZeRO-2 keeps no whole accumulator";
+  EXPECT_EQ(zero2.step_allocations() - plain.step_allocations(), staging + shard * 4);
+  EXPECT_EQ(zero2.optimizer_state, 2 * shard * 4);
+  EXPECT_NE(zero2.to_text().find("ZeRO-2"), std::string::npos) << zero2.to_text();
 }
 
 }  // namespace
