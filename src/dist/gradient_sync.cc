@@ -274,6 +274,18 @@ void GradientSync::all_gather_shards(float* data) {
   }).get();
 }
 
+std::future<void> GradientSync::gather_ranges(float* data, std::vector<std::pair<int64_t, int64_t>> runs) {
+  return submit([this, data, runs = std::move(runs)] {
+    const int64_t size = shard_size();
+    for (const auto& [begin, count] : runs) {
+      for (int rank = 0; rank < communicator_.size(); ++rank) {
+        const int64_t from = std::max(begin, rank * size), to = std::min({begin + count, (rank + 1) * size, total_});
+        if (from < to) communicator_.broadcast(data + from, static_cast<size_t>(to - from) * sizeof(float), rank);
+      }
+    }
+  });
+}
+
 float GradientSync::all_reduce_sum(float value) {
   submit([&] { communicator_.all_reduce_sum(&value, 1); }).get();
   return value;

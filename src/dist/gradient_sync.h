@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -41,7 +42,8 @@ struct GradientSyncConfig {
   // The ZeRO stage. 1: gradients are reduce-scattered after backward (each rank receives the sum
   // of its shard) instead of all-reduced; parameters are all-gathered after the optimizer step.
   // 2: as 1, and accumulation is sharded too: every micro-batch is reduce-scattered and summed
-  // into this rank's shard, so no rank holds a whole accumulator.
+  // into this rank's shard, so no rank holds a whole accumulator. 3: as 2, and the parameters
+  // are sharded as well (train/sharded_parameters.h): the caller skips the step's all-gather.
   int zero = 0;
   bool exact = false;  // order-independent fixed-point sums (see above); not with zero
 };
@@ -67,6 +69,9 @@ class GradientSync {
   int64_t shard_end() const { return std::min<int64_t>(shard_begin() + shard_size(), total_); }
   // ZeRO: every rank's shard of `data` (total elements) to every rank, in place.
   void all_gather_shards(float* data);
+  // ZeRO-3: every rank receives the (offset, count) runs of `data` from the ranks whose shards
+  // hold them (a broadcast from each), on the communication thread, in order with everything else.
+  std::future<void> gather_ranges(float* data, std::vector<std::pair<int64_t, int64_t>> runs);
   // Elements per rank of one chunk of the sharded collectives: they run chunk by chunk through
   // staging of (ranks + 1) chunks, about one bucket, never a whole padded copy of the buffer.
   static int64_t chunk_elements(int64_t bucket_bytes, int ranks);

@@ -5,6 +5,7 @@
 #include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
 #include "train/pipeline_schedule.h"
+#include "train/sharded_parameters.h"
 #include "train/training_graph.h"
 
 namespace paraflow::train {
@@ -17,7 +18,7 @@ std::string mib(int64_t bytes) { return fmt::format("{:9.1f} MiB", static_cast<d
 
 std::string MemoryReport::to_text() const {
   std::string text;
-  text += fmt::format("parameters       {}\n", mib(parameters));
+  text += fmt::format("parameters       {}{}\n", mib(parameters), zero_stage >= 3 ? "  (ZeRO-3: this rank's shard)" : "");
   text += fmt::format("gradients        {}\n", mib(gradients));
   text += fmt::format("optimizer state  {}  (AdamW moments{})\n", mib(optimizer_state),
                       zero_shards > 1 ? fmt::format(", ZeRO-{}: 1/{} each", zero_stage, zero_shards) : "");
@@ -26,13 +27,18 @@ std::string MemoryReport::to_text() const {
                       mib(activations_unplanned));
   text += fmt::format("inputs, losses   {}\n", mib(inputs));
   text += fmt::format("workspace        {}\n", mib(workspace));
+  if (gathered_layers > 0) {
+    text += fmt::format("gathered layers  {}  (ZeRO-3: other ranks' parts of the layers in use and the next one)\n",
+                        mib(gathered_layers));
+  }
   if (sync_buffers > 0) {
     text += fmt::format("gradient sync    {}  (ZeRO-{}: staging of one bucket{})\n", mib(sync_buffers), zero_stage,
                         zero_stage >= 2 ? ", and this rank's shard of the accumulated gradients" : "");
   }
   text += fmt::format("total            {}\n", mib(total()));
   if (checkpoint_extra > 0) {
-    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments)\n", mib(checkpoint_extra));
+    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments{})\n", mib(checkpoint_extra),
+                        zero_stage >= 3 ? " and weights" : "");
   }
   return text;
 }
@@ -88,6 +94,13 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     report.sync_buffers = (replicas + 1) * chunk * 4;
     if (report.zero_stage >= 2 && config.grad_accumulation > 1) report.sync_buffers += zero_shard * 4;
     report.checkpoint_extra = 2 * parameter_bytes;
+  }
+  if (report.zero_stage >= 3) {
+    // Rank 0's shard, and the layers it gathers (the checkpoint gathers the rest of the weights).
+    const std::vector<model::TensorSpec> specs = model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard);
+    report.parameters = zero_shard * 4;
+    report.gathered_layers = LayerSchedule(g, specs).peak_gathered_elements(0, zero_shard) * 4;
+    report.checkpoint_extra += parameter_bytes - report.parameters;
   }
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;

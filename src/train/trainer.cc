@@ -59,14 +59,21 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.micro_batches = config.get<int64_t>("dist.micro_batches");
   c.pipeline_schedule = parse_pipeline_schedule(config.get<std::string>("dist.schedule"));
   c.stage_layers = parse_layers_per_stage(config.get<std::string>("dist.stage_layers"), "dist.stage_layers");
+  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
   // A pipeline stage sums every micro-batch's gradients in its whole gradient buffer before they
   // are reduced: there is nothing for ZeRO-2 to shard (DeepSpeed refuses the same pair).
   check(c.sync.zero < 2 || c.pipeline_parallel == 1,
         "{}: dist.zero: {} (sharded gradient accumulation) does not combine with dist.pipeline_parallel: {}; use "
         "dist.zero: 1 with a pipeline", config.origin(), c.sync.zero, c.pipeline_parallel);
+  // ZeRO-3 gathers the f32 parameters of one replica layer by layer: not yet the shards of a
+  // tensor-parallel layer, nor the 16-bit copies a mixed policy reads.
+  check(c.sync.zero < 3 || c.tensor_parallel == 1, "{}: dist.zero: 3 does not combine with dist.tensor_parallel: {} "
+        "yet; use dist.zero: 2", config.origin(), c.tensor_parallel);
+  check(c.sync.zero < 3 || c.precision == graph::PrecisionPolicy::float32,
+        "{}: dist.zero: 3 does not combine with train.precision: {} yet; use dist.zero: 2", config.origin(),
+        graph::precision_policy_name(c.precision));
   c.recompute = config.get<std::string>("train.recompute");
   c.decay_embeddings = config.get<bool>("train.decay_embeddings");
-  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
   c.initial_loss_scale = config.get<double>("train.initial_loss_scale");
   c.force_resume = config.get<std::string>("train.resume") == "force";
   return c;
@@ -152,6 +159,11 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       replicas(), graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
       accumulated_.specs().empty() ? nullptr : accumulated_.flat().device_data<float>(), sync_config);
   if (executor_) executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
+  if (shards_parameters()) {
+    sharded_parameters_ = std::make_unique<ShardedParameters>(graph_, parameters_, *sync_);
+    executor_->set_node_hooks([this](size_t node) { sharded_parameters_->before_node(node); },
+                              [this](size_t node) { sharded_parameters_->after_node(node); });
+  }
   // With ZeRO this rank's optimizer holds the moments of its shard only.
   loss_scaler_.scale = config_.initial_loss_scale;
   optimizer_ = shards_optimizer_state()
@@ -311,6 +323,7 @@ bool Trainer::initialize_or_resume() {
   data_.restore(nlohmann::json::parse(broadcast_text(data_state)));
   step_ = counters["step"].get<int64_t>();
   refresh_half_parameters();
+  if (sharded_parameters_) sharded_parameters_->release_all();  // every rank received the whole model
   return step_ > 0;
 }
 
@@ -524,7 +537,9 @@ StepStats Trainer::step() {
   if (apply) {
     optimizer_->update(parameters_.flat(), grads, half_parameters_.flat(), stats.lr,
                        static_cast<float>(optimizer_->clip_factor(stats.grad_norm) * unscale));
-    if (shards_optimizer_state()) {
+    if (sharded_parameters_) {
+      sharded_parameters_->release_all();  // the next forward gathers the updated layers
+    } else if (shards_optimizer_state()) {
       sync_->all_gather_shards(parameters_.flat().device_data<float>());
       refresh_half_parameters();  // the optimizer wrote this rank's shard of them only
     }
@@ -559,6 +574,9 @@ double Trainer::evaluate(int64_t batches) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
+  // ZeRO-3: checkpoints and the export that follows are whole files, so the whole model is
+  // gathered for them (freed at the next step).
+  if (sharded_parameters_) sharded_parameters_->gather_all();
   Tensor first_moment = optimizer_->first_moment(), second_moment = optimizer_->second_moment();
   if (shards_optimizer_state()) {  // every rank contributes its shard of the moments
     const auto P = parameters_.numel();

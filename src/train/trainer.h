@@ -19,6 +19,7 @@
 #include "train/optimizer.h"
 #include "train/pipeline_stage.h"
 #include "train/schedule.h"
+#include "train/sharded_parameters.h"
 #include "train/token_source.h"
 
 namespace paraflow::train {
@@ -178,6 +179,8 @@ class Trainer {
   bool shards_optimizer_state() const { return config_.sync.zero >= 1 && replicas().size() > 1; }
   // ZeRO stage 2 in effect: each replica also sums the micro-batches' gradients of its shard only.
   bool shards_gradients() const { return config_.sync.zero >= 2 && replicas().size() > 1; }
+  // ZeRO stage 3 in effect: each replica also holds its shard of the parameters only.
+  bool shards_parameters() const { return config_.sync.zero >= 3 && replicas().size() > 1; }
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
@@ -208,6 +211,7 @@ class Trainer {
   model::ParameterSet whole_parameters_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;
+  std::unique_ptr<ShardedParameters> sharded_parameters_;  // ZeRO-3
   LossScaler loss_scaler_;  // used with mixed_float16 only
   CheckpointManager checkpoints_;
   Tensor loss_grad_;
