@@ -679,11 +679,7 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       if (events) events->add_scalar("train/val_loss", validation, step_);
     }
     if (is_chief()) progress.update(step_, metrics);
-    // (A partitioned run's chief also held the whole model at start: its peak is not comparable.)
-    if (is_chief() && !partitioned() && step_ == first_step + 2) {
-      fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
-                 static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
-    }
+    if (step_ == first_step + 2) report_peak_growth(rss_before);
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) {
       checkpoint = save_checkpoint();
       checkpoint_step = step_;
@@ -698,6 +694,24 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", step_);
   export_model(config_.out_dir / "export");
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
+}
+
+void Trainer::report_peak_growth(int64_t rss_before) {
+  const auto grown = static_cast<float>(static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
+  // job_max returns one rank's own value, so exactly the largest rank(s) compare equal to it.
+  const float largest = job_max(grown);
+  const auto rank = static_cast<int>(job_max(grown == largest ? static_cast<float>(communicator_.rank()) : -1.0f));
+  if (!is_chief()) return;
+  if (communicator_.size() == 1) {
+    fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
+               largest);
+    return;
+  }
+  // (A rank that held more at start-up than a step needs, as a partitioned run's chief holding the
+  // whole model does, grows less than its step allocates.)
+  fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps on rank {}, the most of {} ranks "
+             "(`paraflow plan --ranks {}` predicts a step's allocations per rank)\n", largest, rank,
+             communicator_.size(), communicator_.size());
 }
 
 int64_t peak_rss_bytes() {

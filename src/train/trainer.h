@@ -181,6 +181,8 @@ class Trainer {
   bool shards_gradients() const { return config_.sync.zero >= 2 && replicas().size() > 1; }
   // ZeRO stage 3 in effect: each replica also holds its shard of the parameters only.
   bool shards_parameters() const { return config_.sync.zero >= 3 && replicas().size() > 1; }
+  // Every rank's growth of peak RSS since `rss_before`: the chief prints the largest and its rank.
+  void report_peak_growth(int64_t rss_before);
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -144,6 +145,9 @@ TEST_F(DataParallel, ZeroThreeShardsTheParametersAndKeepsTheResults) {
     ASSERT_EQ(losses.size(), validation.size()) << out;
     for (const auto& [step, loss] : validation) EXPECT_NEAR(losses.at(step), loss, 1e-5 * loss) << out << " step " << step;
   }
+  // Every layout reports its ranks' largest growth of peak RSS, and which rank it was.
+  EXPECT_TRUE(std::regex_search(failure_message(mpirun(2) + train_command("zero3_log", zero3 + "--set train.steps=3")),
+                                std::regex(R"(peak RSS grew [0-9.]+ MiB over the first two steps on rank [01], the most of 2 ranks)")));
   EXPECT_NE(failure_message(mpirun(2) + train_command("x", zero3 + "--set dist.tensor_parallel=2"))
                 .find("dist.zero: 3 does not combine with dist.tensor_parallel: 2"),
             std::string::npos);
