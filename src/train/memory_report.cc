@@ -32,7 +32,7 @@ std::string MemoryReport::to_text() const {
                         mib(gathered_layers));
   }
   if (sync_buffers > 0) {
-    text += fmt::format("gradient sync    {}  (ZeRO-{}: staging of one bucket{})\n", mib(sync_buffers), zero_stage,
+    text += fmt::format("gradient sync    {}  (ZeRO-{}: staging of about two buckets{})\n", mib(sync_buffers), zero_stage,
                         zero_stage >= 2 ? ", and this rank's shard of the accumulated gradients" : "");
   }
   text += fmt::format("total            {}\n", mib(total()));
@@ -89,9 +89,11 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   report.gradients = parameter_bytes * (whole_accumulator ? 2 : 1);
   report.optimizer_state = 2 * (report.zero_stage > 0 ? zero_shard * 4 : parameter_bytes);
   if (report.zero_stage > 0) {
-    // GradientSync's staging, a chunk of every rank's shard and one of this rank's; its shard_sum_.
+    // GradientSync's staging, a chunk of every rank's shard and one of this rank's, and the copy
+    // of a chunk's reduce-scatter input that the engine makes (Gloo's all-reduce of a copy,
+    // OpenMPI's temporary); ZeRO-2's shard_sum_.
     const int64_t chunk = std::min(dist::GradientSync::chunk_elements(config.sync.bucket_bytes, replicas), zero_shard);
-    report.sync_buffers = (replicas + 1) * chunk * 4;
+    report.sync_buffers = (2 * replicas + 1) * chunk * 4;
     if (report.zero_stage >= 2 && config.grad_accumulation > 1) report.sync_buffers += zero_shard * 4;
     report.checkpoint_extra = 2 * parameter_bytes;
   }

@@ -20,7 +20,7 @@ struct MemoryReport {
   int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)
   int64_t inputs = 0;           // tokens, targets, the losses
   int64_t workspace = 0;        // per-thread scratch of the kernels
-  // ZeRO's staging, one bucket's worth of chunks (and ZeRO-2's shard of the accumulated gradients)
+  // ZeRO's staging, about two buckets of chunks (and ZeRO-2's shard of the accumulated gradients)
   int64_t sync_buffers = 0;
   // ZeRO-3: the most bytes of other ranks' parameters gathered at once (layers in use and the
   // next one prefetched)
