@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -34,6 +36,10 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", overlap, "All-reduce gradient buckets while backward runs");
   bool exact = false;
   app.add_option("--exact-reduction", exact, "Order-independent fixed-point gradient sums (dist.exact_reduction)");
+  int zero = 0;
+  app.add_option("--zero", zero, "ZeRO stage over the ranks (dist.zero): 0 to 3");
+  int64_t accumulation = 1;
+  app.add_option("--grad-accumulation", accumulation, "Micro-batches per rank per step (--batch sequences each)");
   bool profile = false;
   std::string recompute = "none";
   std::string precision = "float32";
@@ -83,7 +89,9 @@ int main(int argc, char** argv) {
   train_config.sequence_length = context;
   train_config.steps = steps + warmup;
   train_config.out_dir = "/tmp/paraflow-bench-unused";
-  train_config.batch_size = batch * ranks;
+  train_config.batch_size = batch * ranks * accumulation;
+  train_config.grad_accumulation = accumulation;
+  train_config.sync.zero = zero;
   train_config.sync.overlap = overlap;
   train_config.sync.exact = exact;
   train_config.recompute = recompute;
@@ -120,10 +128,25 @@ int main(int argc, char** argv) {
   const double bf16_peak = std::max(before.bf16, after.bf16);
   if (communicator->rank() == 0 && bf16_peak > 0) fmt::print("bf16_gemm_gflops_onednn {:.1f}\n", bf16_peak / 1e9);
   if (communicator->rank() == 0) fmt::print("sgemm_peak_probe_spread {:.2f}\n", spread);
-  double tokens_per_second = static_cast<double>(steps * batch * ranks * context) / seconds;
+  double tokens_per_second = static_cast<double>(steps * batch * ranks * accumulation * context) / seconds;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  // Every rank's peak (start-up included), for the per-rank table: the largest and its rank; and
+  // the largest resident set now, after the steps (what a rank holds between steps).
+  float peak_mb = static_cast<float>(usage.ru_maxrss) / 1024.0f, largest_mb = peak_mb;
+  communicator->all_reduce_max(&largest_mb, 1);
+  float largest_rank = peak_mb == largest_mb ? static_cast<float>(communicator->rank()) : -1.0f;
+  communicator->all_reduce_max(&largest_rank, 1);
+  long pages = 0, resident_pages = 0;
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident_pages) != 2) resident_pages = 0;
+    std::fclose(statm);
+  }
+  float resident_mb = static_cast<float>(resident_pages) * static_cast<float>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+  communicator->all_reduce_max(&resident_mb, 1);
   if (communicator->rank() != 0) return 0;
+  fmt::print("zero {}\ngrad_accumulation {}\npeak_rss_mb_largest {:.1f}\npeak_rss_largest_rank {}\nrss_after_steps_mb_largest {:.1f}\n",
+             zero, accumulation, largest_mb, static_cast<int>(largest_rank), resident_mb);
   fmt::print("precision {}\nrecompute {}\nactivation_arena_mb {:.1f}\n", precision, recompute,
              static_cast<double>(trainer.executor().memory_plan().arena_bytes) / (1 << 20));
   fmt::print("ranks {}\ncommunication_wait_ms {:.1f}\n", ranks, 1000 * communication_wait / static_cast<double>(steps));

@@ -50,7 +50,7 @@ GradientSync::GradientSync(Communicator& communicator, const graph::Graph& graph
     }
   }
   if (config_.exact) {
-    check(!config_.zero, "dist.exact_reduction does not combine with dist.zero (ZeRO-1) yet");
+    check(config_.zero == 0, "dist.exact_reduction does not combine with dist.zero ({}) yet", config_.zero);
     int64_t words = 0;
     for (Bucket& bucket : buckets_) {
       bucket.exact_offset = words;
@@ -165,7 +165,7 @@ void GradientSync::launch_ready_buckets() {
 }
 
 void GradientSync::on_backward_node(size_t node_index) {
-  if (!last_micro_ || !config_.overlap || config_.zero) return;
+  if (!last_micro_ || !config_.overlap || config_.zero > 0) return;
   for (size_t s : slices_written_by_node_[node_index]) {
     if (--remaining_writers_[s] == 0) --remaining_slices_per_bucket_[bucket_of_slice_[s]];
   }
@@ -173,12 +173,24 @@ void GradientSync::on_backward_node(size_t node_index) {
 }
 
 void GradientSync::end_backward() {
-  if (!last_micro_ && config_.exact) {
+  if (config_.zero >= 2) {
+    // Every micro-batch is reduce-scattered and summed into this rank's shard before the next
+    // backward overwrites micro_; after the last one the sum goes to micro_'s shard range, where
+    // the optimizer reads it.
+    pending_.push_back(submit([this, first = first_micro_, last = last_micro_] {
+      if (first && last) {
+        reduce_scatter_shards(micro_, micro_ + shard_begin(), false);
+        return;
+      }
+      shard_sum_.resize(static_cast<size_t>(shard_size()));
+      reduce_scatter_shards(micro_, shard_sum_.data(), !first);
+      if (last) std::copy(shard_sum_.begin(), shard_sum_.begin() + (shard_end() - shard_begin()), micro_ + shard_begin());
+    }));
+  } else if (!last_micro_ && config_.exact) {
     for (const Bucket& bucket : buckets_) add_exact(bucket);
     first_micro_ = false;
     return;
-  }
-  if (!last_micro_) {
+  } else if (!last_micro_) {
     // Not the last micro-batch: fold it into the accumulator (the first one is a plain copy, so
     // the accumulator holds g0, then g0 + g1, ... exactly as separate ranks would sum them).
     if (first_micro_) {
@@ -188,36 +200,25 @@ void GradientSync::end_backward() {
     }
     first_micro_ = false;
     return;
-  }
-  if (accumulated_ != nullptr && first_micro_) {
-    // One micro-batch only: nothing accumulated yet, so the sum starts from zero.
-    std::memset(accumulated_, 0, static_cast<size_t>(total_) * sizeof(float));
-  }
-  if (config_.zero) {
-    float* target = accumulated_ != nullptr ? accumulated_ : micro_;
-    if (accumulated_ != nullptr) fold_micro_batch(0, total_);
-    pending_.push_back(submit([this, target] {
-      const int64_t shard = shard_size();
-      const size_t padded = static_cast<size_t>(shard * communicator_.size());
-      const float* input = target;
-      if (padded != static_cast<size_t>(total_)) {
-        padded_.assign(padded, 0.0f);
-        std::copy(target, target + total_, padded_.begin());
-        input = padded_.data();
-      }
-      shard_.resize(static_cast<size_t>(shard));
-      communicator_.reduce_scatter_sum(input, shard_.data(), static_cast<size_t>(shard));
-      std::copy(shard_.begin(), shard_.begin() + (shard_end() - shard_begin()), target + shard_begin());
-    }));
   } else {
-    for (int& remaining : remaining_slices_per_bucket_) remaining = 0;  // backward is over: all are ready
-    launch_ready_buckets();
+    if (accumulated_ != nullptr && first_micro_) {
+      // One micro-batch only: nothing accumulated yet, so the sum starts from zero.
+      std::memset(accumulated_, 0, static_cast<size_t>(total_) * sizeof(float));
+    }
+    if (config_.zero == 1) {
+      float* target = accumulated_ != nullptr ? accumulated_ : micro_;
+      if (accumulated_ != nullptr) fold_micro_batch(0, total_);
+      pending_.push_back(submit([this, target] { reduce_scatter_shards(target, target + shard_begin(), false); }));
+    } else {
+      for (int& remaining : remaining_slices_per_bucket_) remaining = 0;  // backward is over: all are ready
+      launch_ready_buckets();
+    }
   }
   auto start = std::chrono::steady_clock::now();
   for (auto& done : pending_) done.get();
   last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   pending_.clear();
-  first_micro_ = true;
+  first_micro_ = last_micro_;
 }
 
 int64_t GradientSync::shard_size() const {
@@ -225,15 +226,64 @@ int64_t GradientSync::shard_size() const {
   return (total_ + ranks - 1) / ranks;
 }
 
+int64_t GradientSync::chunk_elements(int64_t bucket_bytes, int ranks) {
+  return std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)) / (ranks + 1));
+}
+
+int64_t GradientSync::elements_within(int64_t start, int64_t count) const {
+  return std::clamp<int64_t>(total_ - start, 0, count);
+}
+
+void GradientSync::reduce_scatter_shards(const float* data, float* shard, bool add) {
+  const int ranks = communicator_.size();
+  const int64_t size = shard_size(), chunk = std::min(chunk_elements(config_.bucket_bytes, ranks), size);
+  wide_.resize(static_cast<size_t>(ranks * chunk));
+  narrow_.resize(static_cast<size_t>(chunk));
+  for (int64_t at = 0; at < size; at += chunk) {
+    const int64_t count = std::min(chunk, size - at);
+    for (int rank = 0; rank < ranks; ++rank) {  // rank r's part of this chunk, zero past the buffer
+      const int64_t start = rank * size + at, present = elements_within(start, count);
+      float* to = wide_.data() + rank * count;
+      std::copy(data + start, data + start + present, to);
+      std::fill(to + present, to + count, 0.0f);
+    }
+    communicator_.reduce_scatter_sum(wide_.data(), narrow_.data(), static_cast<size_t>(count));
+    const int64_t mine = elements_within(shard_begin() + at, count);
+    for (int64_t i = 0; i < mine; ++i) shard[at + i] = add ? shard[at + i] + narrow_[i] : narrow_[i];
+  }
+}
+
 void GradientSync::all_gather_shards(float* data) {
   submit([&] {
-    const int64_t shard = shard_size();
-    padded_.resize(static_cast<size_t>(shard * communicator_.size()));
-    shard_.assign(static_cast<size_t>(shard), 0.0f);
-    std::copy(data + shard_begin(), data + shard_end(), shard_.begin());
-    communicator_.all_gather(shard_.data(), padded_.data(), static_cast<size_t>(shard));
-    std::copy(padded_.begin(), padded_.begin() + total_, data);
+    const int ranks = communicator_.size();
+    const int64_t size = shard_size(), chunk = std::min(chunk_elements(config_.bucket_bytes, ranks), size);
+    wide_.resize(static_cast<size_t>(ranks * chunk));
+    narrow_.resize(static_cast<size_t>(chunk));
+    for (int64_t at = 0; at < size; at += chunk) {
+      const int64_t count = std::min(chunk, size - at);
+      const int64_t mine = elements_within(shard_begin() + at, count);
+      std::copy(data + shard_begin() + at, data + shard_begin() + at + mine, narrow_.begin());
+      std::fill(narrow_.begin() + mine, narrow_.begin() + count, 0.0f);
+      communicator_.all_gather(narrow_.data(), wide_.data(), static_cast<size_t>(count));
+      for (int rank = 0; rank < ranks; ++rank) {
+        const int64_t start = rank * size + at;
+        std::copy(wide_.begin() + rank * count, wide_.begin() + rank * count + elements_within(start, count),
+                  data + start);
+      }
+    }
   }).get();
+}
+
+std::future<void> GradientSync::gather_ranges(float* data, std::vector<std::pair<int64_t, int64_t>> runs) {
+  return submit([this, data, runs = std::move(runs)] {
+    const int64_t size = shard_size();
+    for (const auto& [begin, count] : runs) {
+      for (int rank = 0; rank < communicator_.size(); ++rank) {
+        const int64_t from = std::max(begin, rank * size), to = std::min({begin + count, (rank + 1) * size, total_});
+        if (from < to) communicator_.broadcast(data + from, static_cast<size_t>(to - from) * sizeof(float), rank);
+      }
+    }
+  });
 }
 
 float GradientSync::all_reduce_sum(float value) {

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -38,15 +39,21 @@ struct GradientSlice {
 struct GradientSyncConfig {
   int64_t bucket_bytes = 25 << 20;
   bool overlap = true;  // false: all-reduce every bucket after backward, for comparison
-  // ZeRO-1: gradients are reduce-scattered after backward (each rank receives the sum of its
-  // shard) instead of all-reduced; parameters are all-gathered after the optimizer step.
-  bool zero = false;
+  // The ZeRO stage. 1: gradients are reduce-scattered after backward (each rank receives the sum
+  // of its shard) instead of all-reduced; parameters are all-gathered after the optimizer step.
+  // 2: as 1, and accumulation is sharded too: every micro-batch is reduce-scattered and summed
+  // into this rank's shard, so no rank holds a whole accumulator. 3: as 2, and the parameters
+  // are sharded as well (train/sharded_parameters.h): the caller skips the step's all-gather.
+  int zero = 0;
   bool exact = false;  // order-independent fixed-point sums (see above); not with zero
 };
 
 class GradientSync {
  public:
-  // `slices` must tile [0, total) of `micro` in order. `accumulated` is null without accumulation.
+  // `slices` must tile [0, total) of `micro` in order. `accumulated` is null without accumulation
+  // and under ZeRO-2, which sums the micro-batches in a shard of its own; after the last
+  // micro-batch's end_backward this rank's shard of the summed gradients is in `micro` (ZeRO-2)
+  // or `accumulated` (ZeRO-1 with accumulation).
   GradientSync(Communicator& communicator, const graph::Graph& graph, std::vector<GradientSlice> slices, float* micro,
                float* accumulated, const GradientSyncConfig& config);
   ~GradientSync();
@@ -56,12 +63,18 @@ class GradientSync {
   void on_backward_node(size_t node_index);  // the executor's backward hook
   void end_backward();
 
-  // ZeRO-1 shards: rank r owns [r·S, min((r+1)·S, total)) with S = ceil(total / ranks).
+  // ZeRO shards: rank r owns [r·S, min((r+1)·S, total)) with S = ceil(total / ranks).
   int64_t shard_size() const;
   int64_t shard_begin() const { return std::min<int64_t>(communicator_.rank() * shard_size(), total_); }
   int64_t shard_end() const { return std::min<int64_t>(shard_begin() + shard_size(), total_); }
-  // ZeRO-1: every rank's shard of `data` (total elements) to every rank, in place.
+  // ZeRO: every rank's shard of `data` (total elements) to every rank, in place.
   void all_gather_shards(float* data);
+  // ZeRO-3: every rank receives the (offset, count) runs of `data` from the ranks whose shards
+  // hold them (a broadcast from each), on the communication thread, in order with everything else.
+  std::future<void> gather_ranges(float* data, std::vector<std::pair<int64_t, int64_t>> runs);
+  // Elements per rank of one chunk of the sharded collectives: they run chunk by chunk through
+  // staging of (ranks + 1) chunks, about one bucket, never a whole padded copy of the buffer.
+  static int64_t chunk_elements(int64_t bucket_bytes, int ranks);
 
   // Small collectives, run on the communication thread in order with the buckets.
   float all_reduce_sum(float value);
@@ -84,6 +97,12 @@ class GradientSync {
   // accumulated[begin, begin+count) = accumulated + micro: one more micro-batch's gradients.
   void fold_micro_batch(int64_t begin, int64_t count);
   void reduce_bucket(const Bucket& bucket);
+  // Reduce-scatters `data` (total elements, every rank's) chunk by chunk: `shard` (this rank's
+  // shard_size() elements) receives the sum over ranks of its range, or has it added when `add`.
+  // `shard` may be data + shard_begin(): each chunk is staged before its part is written.
+  void reduce_scatter_shards(const float* data, float* shard, bool add);
+  // How many of `count` elements from `start` on lie inside the buffer (the rest is padding).
+  int64_t elements_within(int64_t start, int64_t count) const;
   // exact_ (the bucket's words) += fixed-point micro_, or = on a step's first micro-batch.
   void add_exact(const Bucket& bucket);
   // The bucket's summed words back to floats in `target`.
@@ -96,10 +115,10 @@ class GradientSync {
   float* micro_;
   float* accumulated_;
   int64_t total_ = 0;
-  // ZeRO-1 staging, kept between steps (what `paraflow plan` counts): the whole padded buffer
-  // the all-gather fills (and the reduce-scatter reads when total is not a multiple of the
-  // ranks), and this rank's shard.
-  std::vector<float> padded_, shard_;
+  // ZeRO staging, kept between steps (what `paraflow plan` counts): one chunk of every rank's
+  // shard (wide_) and of this rank's (narrow_); ZeRO-2 with accumulation: this rank's shard of
+  // the micro-batches' sum.
+  std::vector<float> wide_, narrow_, shard_sum_;
   std::vector<int64_t> exact_;  // `exact`: every bucket's fixed-point sums
   std::vector<Bucket> buckets_;
   std::vector<std::vector<size_t>> slices_written_by_node_;

@@ -181,10 +181,16 @@ void Executor::set_rows(int64_t capacity, int64_t rows) {
   }
 }
 
+void Executor::run_hooked(size_t node_index) {
+  if (before_node_) before_node_(node_index);
+  run(node_index);
+  if (after_node_) after_node_(node_index);
+}
+
 void Executor::forward() {
   if (!planned_) plan();
   for (int32_t index : graph_.schedule()) {
-    if (!Graph::in_backward_phase(graph_.nodes()[static_cast<size_t>(index)])) run(static_cast<size_t>(index));
+    if (!Graph::in_backward_phase(graph_.nodes()[static_cast<size_t>(index)])) run_hooked(static_cast<size_t>(index));
   }
 }
 
@@ -194,7 +200,7 @@ void Executor::backward() {
     const auto index = static_cast<size_t>(scheduled);
     const Node& node = graph_.nodes()[index];
     if (!Graph::in_backward_phase(node)) continue;
-    run(index);
+    run_hooked(index);
     if (node.is_backward && backward_hook_) backward_hook_(index);
   }
 }

@@ -42,6 +42,14 @@ class Executor {
   // synchronisation uses it to start all-reducing buckets while backward goes on.
   void set_backward_hook(std::function<void(size_t)> hook) { backward_hook_ = std::move(hook); }
 
+  // Called before and after every node that runs, forward and backward, with its index: ZeRO-3
+  // gathers a layer's parameters before the first node that reads them and frees them after the
+  // last one.
+  void set_node_hooks(std::function<void(size_t)> before, std::function<void(size_t)> after) {
+    before_node_ = std::move(before);
+    after_node_ = std::move(after);
+  }
+
   // The group tensor-parallel ops (tp_copy, tp_reduce) reduce over; set before the first run.
   void set_collective_group(CollectiveGroup* group) { group_ = group; }
 
@@ -60,6 +68,7 @@ class Executor {
  private:
   NodeTensors gather(size_t node_index);
   void run(size_t node_index);
+  void run_hooked(size_t node_index);  // run() between the node hooks
   // Decides, for every unbound gradient, whether its first writer assigns it or the gradient
   // must be zeroed right before that writer, and which later writers accumulate.
   void plan_gradient_writes();
@@ -80,7 +89,7 @@ class Executor {
   bool planned_ = false;
   MemoryPlan memory_plan_;
   Tensor arena_;
-  std::function<void(size_t)> backward_hook_;
+  std::function<void(size_t)> backward_hook_, before_node_, after_node_;
   CollectiveGroup* group_ = nullptr;
   bool profiling_ = false;
   std::map<std::string, double> profile_;

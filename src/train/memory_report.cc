@@ -5,6 +5,7 @@
 #include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
 #include "train/pipeline_schedule.h"
+#include "train/sharded_parameters.h"
 #include "train/training_graph.h"
 
 namespace paraflow::train {
@@ -17,18 +18,27 @@ std::string mib(int64_t bytes) { return fmt::format("{:9.1f} MiB", static_cast<d
 
 std::string MemoryReport::to_text() const {
   std::string text;
-  text += fmt::format("parameters       {}\n", mib(parameters));
+  text += fmt::format("parameters       {}{}\n", mib(parameters), zero_stage >= 3 ? "  (ZeRO-3: this rank's shard)" : "");
   text += fmt::format("gradients        {}\n", mib(gradients));
-  text += fmt::format("optimizer state  {}  (AdamW moments{})\n", mib(optimizer_state), zero_shards > 1 ? fmt::format(", ZeRO-1: 1/{} each", zero_shards) : "");
+  text += fmt::format("optimizer state  {}  (AdamW moments{})\n", mib(optimizer_state),
+                      zero_shards > 1 ? fmt::format(", ZeRO-{}: 1/{} each", zero_stage, zero_shards) : "");
   text += fmt::format("activations      {}  (planned arena{}; {} with a buffer per value)\n", mib(activations),
                       in_flight > 1 ? fmt::format(" x {} micro-batches in flight", in_flight) : "",
                       mib(activations_unplanned));
   text += fmt::format("inputs, losses   {}\n", mib(inputs));
   text += fmt::format("workspace        {}\n", mib(workspace));
-  if (sync_buffers > 0) text += fmt::format("gradient sync    {}  (ZeRO-1: a whole padded copy of the weights, and a shard)\n", mib(sync_buffers));
+  if (gathered_layers > 0) {
+    text += fmt::format("gathered layers  {}  (ZeRO-3: other ranks' parts of the layers in use and the next one)\n",
+                        mib(gathered_layers));
+  }
+  if (sync_buffers > 0) {
+    text += fmt::format("gradient sync    {}  (ZeRO-{}: staging of about two buckets{})\n", mib(sync_buffers), zero_stage,
+                        zero_stage >= 2 ? ", and this rank's shard of the accumulated gradients" : "");
+  }
   text += fmt::format("total            {}\n", mib(total()));
   if (checkpoint_extra > 0) {
-    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments)\n", mib(checkpoint_extra));
+    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments{})\n", mib(checkpoint_extra),
+                        zero_stage >= 3 ? " and weights" : "");
   }
   return text;
 }
@@ -70,15 +80,29 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   const int64_t parameter_count = model::element_count(model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard));
   const int64_t parameter_bytes = parameter_count * 4;
   report.parameters = parameter_bytes;
-  report.gradients = parameter_bytes * (config.grad_accumulation > 1 ? 2 : 1);
-  // ZeRO-1: each rank keeps the moments of its 1/replicas shard.
-  const bool zero = config.sync.zero && replicas > 1;
-  report.optimizer_state = 2 * (zero ? (parameter_count + replicas - 1) / replicas * 4 : parameter_bytes);
-  report.zero_shards = zero ? replicas : 1;
-  if (zero) {
-    const int64_t shard = (parameter_count + replicas - 1) / replicas;  // GradientSync's padded_ and shard_
-    report.sync_buffers = (shard * replicas + shard) * 4;
+  // ZeRO: each rank keeps the moments of its 1/replicas shard (and, ZeRO-2, sums its micro-batches
+  // there rather than in a whole accumulator).
+  report.zero_stage = replicas > 1 ? config.sync.zero : 0;
+  report.zero_shards = report.zero_stage > 0 ? replicas : 1;
+  const int64_t zero_shard = (parameter_count + replicas - 1) / replicas;
+  const bool whole_accumulator = config.grad_accumulation > 1 && report.zero_stage < 2;
+  report.gradients = parameter_bytes * (whole_accumulator ? 2 : 1);
+  report.optimizer_state = 2 * (report.zero_stage > 0 ? zero_shard * 4 : parameter_bytes);
+  if (report.zero_stage > 0) {
+    // GradientSync's staging, a chunk of every rank's shard and one of this rank's, and the copy
+    // of a chunk's reduce-scatter input that the engine makes (Gloo's all-reduce of a copy,
+    // OpenMPI's temporary); ZeRO-2's shard_sum_.
+    const int64_t chunk = std::min(dist::GradientSync::chunk_elements(config.sync.bucket_bytes, replicas), zero_shard);
+    report.sync_buffers = (2 * replicas + 1) * chunk * 4;
+    if (report.zero_stage >= 2 && config.grad_accumulation > 1) report.sync_buffers += zero_shard * 4;
     report.checkpoint_extra = 2 * parameter_bytes;
+  }
+  if (report.zero_stage >= 3) {
+    // Rank 0's shard, and the layers it gathers (the checkpoint gathers the rest of the weights).
+    const std::vector<model::TensorSpec> specs = model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard);
+    report.parameters = zero_shard * 4;
+    report.gathered_layers = LayerSchedule(g, specs).peak_gathered_elements(0, zero_shard) * 4;
+    report.checkpoint_extra += parameter_bytes - report.parameters;
   }
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;

@@ -13,22 +13,28 @@
 namespace paraflow::train {
 
 struct MemoryReport {
-  int64_t parameters = 0;
-  int64_t gradients = 0;        // parameter gradients (+ the accumulator with grad_accumulation > 1)
+  int64_t parameters = 0;       // held between steps: ZeRO-3 holds its shard only
+  int64_t gradients = 0;        // parameter gradients (+ the accumulator with grad_accumulation > 1, not with ZeRO-2)
   int64_t optimizer_state = 0;  // AdamW's two moments
   int64_t activations = 0;      // the planned arena
   int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)
   int64_t inputs = 0;           // tokens, targets, the losses
   int64_t workspace = 0;        // per-thread scratch of the kernels
-  int64_t sync_buffers = 0;     // ZeRO-1's staging: a whole padded copy of the weights and a shard
-  int64_t checkpoint_extra = 0;  // held only while a checkpoint is saved (ZeRO-1 gathers the whole moments)
-  int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO-1)
+  // ZeRO's staging, about two buckets of chunks (and ZeRO-2's shard of the accumulated gradients)
+  int64_t sync_buffers = 0;
+  // ZeRO-3: the most bytes of other ranks' parameters gathered at once (layers in use and the
+  // next one prefetched)
+  int64_t gathered_layers = 0;
+  int64_t checkpoint_extra = 0;  // held only while a checkpoint is saved (ZeRO gathers the whole moments)
+  int zero_stage = 0;           // dist.zero in effect (0 with one replica)
+  int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO)
   int64_t in_flight = 1;        // micro-batches whose activations a pipeline stage holds at once
   int64_t total() const {
-    return parameters + gradients + optimizer_state + activations + inputs + workspace + sync_buffers;
+    return parameters + gradients + optimizer_state + activations + inputs + workspace + sync_buffers +
+           gathered_layers;
   }
   // What a training step allocates beyond what the trainer holds before its first step.
-  int64_t step_allocations() const { return activations + inputs + workspace + sync_buffers; }
+  int64_t step_allocations() const { return activations + inputs + workspace + sync_buffers + gathered_layers; }
   std::string to_text() const;
 };
 

@@ -50,18 +50,30 @@ TrainConfig TrainConfig::from_config(const Config& config) {
   c.eval_batches = config.get<int64_t>("train.eval_batches");
   c.sync.bucket_bytes = static_cast<int64_t>(config.get<double>("dist.bucket_mb") * (1 << 20));
   c.sync.overlap = config.get<bool>("dist.overlap");
-  c.sync.zero = config.get<int>("dist.zero") == 1;
+  c.sync.zero = config.get<int>("dist.zero");
   c.sync.exact = config.get<bool>("dist.exact_reduction");
-  check(!(c.sync.zero && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: 1 yet",
-        config.origin());
+  check(!(c.sync.zero > 0 && c.sync.exact), "{}: dist.exact_reduction does not combine with dist.zero: {} yet",
+        config.origin(), c.sync.zero);
   c.tensor_parallel = config.get<int>("dist.tensor_parallel");
   c.pipeline_parallel = config.get<int>("dist.pipeline_parallel");
   c.micro_batches = config.get<int64_t>("dist.micro_batches");
   c.pipeline_schedule = parse_pipeline_schedule(config.get<std::string>("dist.schedule"));
   c.stage_layers = parse_layers_per_stage(config.get<std::string>("dist.stage_layers"), "dist.stage_layers");
+  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
+  // A pipeline stage sums every micro-batch's gradients in its whole gradient buffer before they
+  // are reduced: there is nothing for ZeRO-2 to shard (DeepSpeed refuses the same pair).
+  check(c.sync.zero < 2 || c.pipeline_parallel == 1,
+        "{}: dist.zero: {} (sharded gradient accumulation) does not combine with dist.pipeline_parallel: {}; use "
+        "dist.zero: 1 with a pipeline", config.origin(), c.sync.zero, c.pipeline_parallel);
+  // ZeRO-3 gathers the f32 parameters of one replica layer by layer: not yet the shards of a
+  // tensor-parallel layer, nor the 16-bit copies a mixed policy reads.
+  check(c.sync.zero < 3 || c.tensor_parallel == 1, "{}: dist.zero: 3 does not combine with dist.tensor_parallel: {} "
+        "yet; use dist.zero: 2", config.origin(), c.tensor_parallel);
+  check(c.sync.zero < 3 || c.precision == graph::PrecisionPolicy::float32,
+        "{}: dist.zero: 3 does not combine with train.precision: {} yet; use dist.zero: 2", config.origin(),
+        graph::precision_policy_name(c.precision));
   c.recompute = config.get<std::string>("train.recompute");
   c.decay_embeddings = config.get<bool>("train.decay_embeddings");
-  c.precision = graph::parse_precision_policy(config.get<std::string>("train.precision"));
   c.initial_loss_scale = config.get<double>("train.initial_loss_scale");
   c.force_resume = config.get<std::string>("train.resume") == "force";
   return c;
@@ -122,7 +134,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     loss_grad_ = backend_.empty(graph_.graph.value(graph_.losses).shape, DType::f32);
     executor_->bind(graph_.graph.value(graph_.losses).grad, loss_grad_);
   }
-  if (config_.grad_accumulation > 1) accumulated_ = model::ParameterSet(gradients_.specs(), backend);
+  if (config_.grad_accumulation > 1 && !shards_gradients()) accumulated_ = model::ParameterSet(gradients_.specs(), backend);
   if (partitioned() && mesh_->me.data == 0 && mesh_->me.tensor == 0) {
     fmt::print(stderr, "stage {} of {}, {} shard(s) x {} replica(s): blocks [{}, {}){}{}\n", mesh_->me.stage, stages,
                config_.tensor_parallel, replicas().size(), range_.first_layer,
@@ -138,16 +150,21 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
     slices_of_grads.push_back({grads, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
   }
   dist::GradientSyncConfig sync_config = config_.sync;
-  sync_config.zero = shards_optimizer_state();
+  sync_config.zero = shards_optimizer_state() ? config_.sync.zero : 0;
   // A pipeline stage's gradients are complete only after its last micro-batch's backward, and
   // MPI calls from the gradient thread must not overlap the stage transfers or the tensor-parallel
   // all-reduces of the main thread.
   sync_config.overlap = config_.sync.overlap && !partitioned();
   sync_ = std::make_unique<dist::GradientSync>(
       replicas(), graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
-      config_.grad_accumulation > 1 ? accumulated_.flat().device_data<float>() : nullptr, sync_config);
+      accumulated_.specs().empty() ? nullptr : accumulated_.flat().device_data<float>(), sync_config);
   if (executor_) executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
-  // With ZeRO-1 this rank's optimizer holds the moments of its shard only.
+  if (shards_parameters()) {
+    sharded_parameters_ = std::make_unique<ShardedParameters>(graph_, parameters_, *sync_);
+    executor_->set_node_hooks([this](size_t node) { sharded_parameters_->before_node(node); },
+                              [this](size_t node) { sharded_parameters_->after_node(node); });
+  }
+  // With ZeRO this rank's optimizer holds the moments of its shard only.
   loss_scaler_.scale = config_.initial_loss_scale;
   optimizer_ = shards_optimizer_state()
                    ? std::make_unique<AdamW>(config_.adamw, parameters_, backend_, sync_->shard_begin(), sync_->shard_end())
@@ -306,6 +323,7 @@ bool Trainer::initialize_or_resume() {
   data_.restore(nlohmann::json::parse(broadcast_text(data_state)));
   step_ = counters["step"].get<int64_t>();
   refresh_half_parameters();
+  if (sharded_parameters_) sharded_parameters_->release_all();  // every rank received the whole model
   return step_ > 0;
 }
 
@@ -519,7 +537,9 @@ StepStats Trainer::step() {
   if (apply) {
     optimizer_->update(parameters_.flat(), grads, half_parameters_.flat(), stats.lr,
                        static_cast<float>(optimizer_->clip_factor(stats.grad_norm) * unscale));
-    if (shards_optimizer_state()) {
+    if (sharded_parameters_) {
+      sharded_parameters_->release_all();  // the next forward gathers the updated layers
+    } else if (shards_optimizer_state()) {
       sync_->all_gather_shards(parameters_.flat().device_data<float>());
       refresh_half_parameters();  // the optimizer wrote this rank's shard of them only
     }
@@ -554,6 +574,9 @@ double Trainer::evaluate(int64_t batches) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
+  // ZeRO-3: checkpoints and the export that follows are whole files, so the whole model is
+  // gathered for them (freed at the next step).
+  if (sharded_parameters_) sharded_parameters_->gather_all();
   Tensor first_moment = optimizer_->first_moment(), second_moment = optimizer_->second_moment();
   if (shards_optimizer_state()) {  // every rank contributes its shard of the moments
     const auto P = parameters_.numel();
@@ -656,11 +679,7 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
       if (events) events->add_scalar("train/val_loss", validation, step_);
     }
     if (is_chief()) progress.update(step_, metrics);
-    // (A partitioned run's chief also held the whole model at start: its peak is not comparable.)
-    if (is_chief() && !partitioned() && step_ == first_step + 2) {
-      fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
-                 static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
-    }
+    if (step_ == first_step + 2) report_peak_growth(rss_before);
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) {
       checkpoint = save_checkpoint();
       checkpoint_step = step_;
@@ -675,6 +694,24 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", step_);
   export_model(config_.out_dir / "export");
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
+}
+
+void Trainer::report_peak_growth(int64_t rss_before) {
+  const auto grown = static_cast<float>(static_cast<double>(peak_rss_bytes() - rss_before) / (1 << 20));
+  // job_max returns one rank's own value, so exactly the largest rank(s) compare equal to it.
+  const float largest = job_max(grown);
+  const auto rank = static_cast<int>(job_max(grown == largest ? static_cast<float>(communicator_.rank()) : -1.0f));
+  if (!is_chief()) return;
+  if (communicator_.size() == 1) {
+    fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps (`paraflow plan` predicts it)\n",
+               largest);
+    return;
+  }
+  // (A rank that held more at start-up than a step needs, as a partitioned run's chief holding the
+  // whole model does, grows less than its step allocates.)
+  fmt::print(stderr, "memory: peak RSS grew {:.1f} MiB over the first two steps on rank {}, the most of {} ranks "
+             "(`paraflow plan --ranks {}` predicts a step's allocations per rank)\n", largest, rank,
+             communicator_.size(), communicator_.size());
 }
 
 int64_t peak_rss_bytes() {

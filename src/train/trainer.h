@@ -19,6 +19,7 @@
 #include "train/optimizer.h"
 #include "train/pipeline_stage.h"
 #include "train/schedule.h"
+#include "train/sharded_parameters.h"
 #include "train/token_source.h"
 
 namespace paraflow::train {
@@ -174,12 +175,19 @@ class Trainer {
   // Every rank waits here (up to 30 minutes, past dist.timeout_seconds) while the chief alone
   // loads or saves a checkpoint.
   void wait_for_chief_io();
-  // ZeRO stage 1 in effect: each replica keeps and updates one shard of the optimizer state.
-  bool shards_optimizer_state() const { return config_.sync.zero && replicas().size() > 1; }
+  // ZeRO stage 1 or more in effect: each replica keeps and updates one shard of the optimizer state.
+  bool shards_optimizer_state() const { return config_.sync.zero >= 1 && replicas().size() > 1; }
+  // ZeRO stage 2 in effect: each replica also sums the micro-batches' gradients of its shard only.
+  bool shards_gradients() const { return config_.sync.zero >= 2 && replicas().size() > 1; }
+  // ZeRO stage 3 in effect: each replica also holds its shard of the parameters only.
+  bool shards_parameters() const { return config_.sync.zero >= 3 && replicas().size() > 1; }
+  // Every rank's growth of peak RSS since `rss_before`: the chief prints the largest and its rank.
+  void report_peak_growth(int64_t rss_before);
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
-  model::ParameterSet& final_gradients() { return config_.grad_accumulation > 1 ? accumulated_ : gradients_; }
+  // Where the step's summed gradients are (of this rank's shard only, under ZeRO).
+  model::ParameterSet& final_gradients() { return accumulated_.specs().empty() ? gradients_ : accumulated_; }
 
   model::GptConfig model_config_;
   TrainConfig config_;
@@ -205,6 +213,7 @@ class Trainer {
   model::ParameterSet whole_parameters_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;
+  std::unique_ptr<ShardedParameters> sharded_parameters_;  // ZeRO-3
   LossScaler loss_scaler_;  // used with mixed_float16 only
   CheckpointManager checkpoints_;
   Tensor loss_grad_;

@@ -1,6 +1,6 @@
 // Tensor parallelism end to end with the real `paraflow` binary (mpirun and TF_CONFIG tasks on
 // loopback, oversubscribed): 2 and 4 shards (with gradient checkpointing too), 2 replicas x 2
-// shards with and without ZeRO-1, and 2 shards x 2 stages train like one process on the same
+// shards with and without ZeRO-1 (and ZeRO-2), and 2 shards x 2 stages train like one process on the same
 // global batch; mixed_bfloat16 layouts stay as close to float32 as one process in bf16;
 // checkpoints resume across layouts; shard counts that do not divide the heads or the vocabulary
 // are refused by name. The vocabulary is split too: no rank holds all the logits.
@@ -82,6 +82,14 @@ TEST_F(TensorParallel, CheckpointsResumeInAnyLayout) {
   ASSERT_EQ(run(train_command("one_then_tp4", half)), 0);
   ASSERT_EQ(run(mpirun(4) + train_command("one_then_tp4", shards(4))), 0);
   expect_same_training("one_then_tp4", "one_process");
+}
+
+// ZeRO-2 over the replicas of a sharded model: 2 replicas x 2 shards, each replica accumulating 2
+// micro-batches in its ZeRO shard of its tensor shard, train like one process.
+TEST_F(TensorParallel, ZeroTwoOverShardedReplicasTrainsLikeOneProcess) {
+  ASSERT_EQ(run(train_command("one_process")), 0);
+  ASSERT_EQ(run(mpirun(4) + train_command("dp2_tp2_zero2", shards(2, "--set dist.zero=2 --set train.grad_accumulation=2"))), 0);
+  expect_same_training("dp2_tp2_zero2", "one_process");
 }
 
 TEST_F(TensorParallel, ShardCountsThatDoNotDivideAreRefusedByName) {

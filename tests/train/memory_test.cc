@@ -1,7 +1,8 @@
 // Gradient checkpointing and the memory planner: recomputation leaves every parameter bit
 // unchanged, block recomputation cuts the planned activation memory of a 12-layer gpt-small to
 // a third or less, and `paraflow plan`'s prediction of what a step allocates is within 10% of
-// the growth of peak RSS over a real run's first two steps; ZeRO-1's staging buffers are counted.
+// the growth of peak RSS over a real run's first two steps, and for every ZeRO stage on 2 ranks within
+// 15% of the largest rank's; ZeRO's staging buffers and ZeRO-3's gathered layers are counted.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -83,24 +84,70 @@ train: {{batch_size: 8, sequence_length: 256, steps: 3, out_dir: "{}", log_every
   EXPECT_NEAR(predicted, measured, 0.10 * measured);
 }
 
-// ZeRO-1's staging (gradient sync keeps a whole copy of the weights, padded to a multiple of the
-// replicas, to all-gather into, and one shard) is counted in what a step allocates, and a
-// checkpoint's gathered moments (two whole copies) while one is saved. The GPT-2 124M shape
-// (124,439,808 parameters) on 3 replicas: shards of 41,479,936.
+// ZeRO's staging (gradient sync reduce-scatters and all-gathers chunk by chunk through one
+// bucket: a chunk of every rank's shard and one of this rank's, (3 + 1) chunks of 25 MiB / 4 /
+// (3 + 1) floats on 3 replicas, and the engine's copy of a reduce-scatter's input, 3 chunks more)
+// is counted in what a step allocates, and a checkpoint's gathered moments
+// (two whole copies) while one is saved. ZeRO-2 with accumulation holds a shard of the summed
+// gradients instead of a whole accumulator. The GPT-2 124M shape (124,439,808 parameters) on 3
+// replicas: shards of 41,479,936.
 TEST(MemoryPlan, ZeroStagingBuffersAreCounted) {
   model::GptConfig gpt2 = testing::gpt_config(50257, 1024, 768, 12, 12);
   ASSERT_EQ(gpt2.parameter_count(), 124439808);
+  const int64_t parameters = 124439808, shard = 41479936, chunk = (25 << 20) / 4 / 4, staging = 7 * chunk * 4;
   train::TrainConfig config;
-  config.batch_size = 3;
+  config.batch_size = 6;
   config.sequence_length = 128;
+  config.grad_accumulation = 2;
   const train::MemoryReport plain = train::estimate_training_memory(gpt2, config, 3, 2);
-  config.sync.zero = true;
-  const train::MemoryReport zero = train::estimate_training_memory(gpt2, config, 3, 2);
-  const int64_t shard = 41479936;
-  EXPECT_EQ(zero.step_allocations() - plain.step_allocations(), (3 * shard + shard) * 4);
-  EXPECT_EQ(zero.checkpoint_extra, 2 * int64_t{124439808} * 4);
-  EXPECT_EQ(zero.optimizer_state, 2 * shard * 4);
-  EXPECT_NE(zero.to_text().find("gradient sync"), std::string::npos) << zero.to_text();
+  config.sync.zero = 1;
+  const train::MemoryReport zero1 = train::estimate_training_memory(gpt2, config, 3, 2);
+  EXPECT_EQ(zero1.step_allocations() - plain.step_allocations(), staging);
+  EXPECT_EQ(zero1.checkpoint_extra, 2 * parameters * 4);
+  EXPECT_EQ(zero1.optimizer_state, 2 * shard * 4);
+  EXPECT_EQ(zero1.gradients, 2 * parameters * 4) << "ZeRO-1 accumulates in a whole buffer";
+  EXPECT_NE(zero1.to_text().find("gradient sync"), std::string::npos) << zero1.to_text();
+  config.sync.zero = 2;
+  const train::MemoryReport zero2 = train::estimate_training_memory(gpt2, config, 3, 2);
+  EXPECT_EQ(zero2.gradients, parameters * 4) << "ZeRO-2 keeps no whole accumulator";
+  EXPECT_EQ(zero2.step_allocations() - plain.step_allocations(), staging + shard * 4);
+  EXPECT_EQ(zero2.optimizer_state, 2 * shard * 4);
+  EXPECT_NE(zero2.to_text().find("ZeRO-2"), std::string::npos) << zero2.to_text();
+  // ZeRO-3: rank 0 holds its shard of the weights (wte, wpe and the start of block 0) and gathers
+  // at most two blocks of 7,087,872 parameters at once (the one computing and the next); the
+  // checkpoint gathers the rest of the weights too.
+  config.sync.zero = 3;
+  const train::MemoryReport zero3 = train::estimate_training_memory(gpt2, config, 3, 2);
+  EXPECT_EQ(zero3.parameters, shard * 4);
+  EXPECT_EQ(zero3.gathered_layers, 2 * int64_t{7087872} * 4);
+  EXPECT_EQ(zero3.step_allocations() - zero2.step_allocations(), zero3.gathered_layers);
+  EXPECT_EQ(zero3.checkpoint_extra, 2 * parameters * 4 + (parameters - shard) * 4);
+}
+
+// Every data-parallel ZeRO stage on 2 ranks: `plan`'s step allocations within 15% of the largest
+// rank's measured growth of peak RSS over the first two steps (what `train` prints).
+TEST(MemoryPlan, ZeroPredictionsMatchTheLargestRanksPeakRssGrowth) {
+  testing::TempDir dir;
+  testing::write_letter_corpus(dir.path() / "corpus.txt", 300000, 26, 2);
+  write_file_atomic(dir.path() / "config.yaml", fmt::format(R"(model: {{vocab_size: 4096, n_positions: 128, n_embd: 256, n_layer: 4, n_head: 4}}
+data: {{train: "{}", format: text}}
+train: {{batch_size: 8, sequence_length: 128, steps: 3, log_every: 100, grad_accumulation: 2}}
+)", (dir.path() / "corpus.txt").string()));
+  const std::string paraflow = std::getenv("PARAFLOW_BINARY");
+  for (int zero : {1, 2, 3}) {
+    const std::string settings = fmt::format("--config {} --threads 1 --set dist.zero={} --set train.out_dir={}",
+                                             (dir.path() / "config.yaml").string(), zero,
+                                             (dir.path() / fmt::format("run{}", zero)).string());
+    const std::string plan_log = (dir.path() / "plan.txt").string(), train_log = (dir.path() / "train.txt").string();
+    ASSERT_EQ(std::system(fmt::format("{} plan --ranks 2 {} > {}", paraflow, settings, plan_log).c_str()), 0);
+    ASSERT_EQ(std::system(fmt::format("mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 {} train {} 2> {}",
+                                      paraflow, settings, train_log).c_str()), 0);
+    const double predicted = mib_after(read_file(plan_log), "allocated by a training step");
+    const double measured = mib_after(read_file(train_log), "peak RSS grew");
+    std::printf("  ZeRO-%d: predicted %.1f MiB, measured %.1f MiB (%.1f%%)\n", zero, predicted, measured,
+                100 * (measured - predicted) / measured);
+    EXPECT_NEAR(predicted, measured, 0.15 * measured) << "dist.zero " << zero;
+  }
 }
 
 }  // namespace
