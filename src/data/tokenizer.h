@@ -104,18 +104,27 @@ class Tokenizer {
   // ones, Llama 2's and Mistral's SentencePiece-style ones (tokenizer_json.cc). Anything else is
   // refused naming the field and its value.
   static Tokenizer load_tokenizer_json(const std::filesystem::path& path);
+  // The same, with what transformers takes from tokenizer_config.json over it: for Llama's
+  // tokenizer classes (Llama 2, Mistral), add_bos_token (default true) and add_eos_token
+  // (default false) rebuild the template, as LlamaTokenizerFast does. A missing config is none.
+  static Tokenizer load_tokenizer_json(const std::filesystem::path& path,
+                                       const std::filesystem::path& tokenizer_config);
   // tiktoken's `.tiktoken` ranks (base64 token, space, rank per line; ranks = ids, dense), with
   // `<|endoftext|>` appended as the next id. Merges are recovered as tiktoken's ranks imply:
   // token r is the pair that BPE with the merges of rank < r leaves its bytes in.
   static Tokenizer load_tiktoken(const std::filesystem::path& path);
-  // A directory: tokenizer.json if present, else vocab.json + merges.txt, else encoder.json +
-  // vocab.bpe.
+  // A directory: tokenizer.json (with its tokenizer_config.json) if present, else vocab.json +
+  // merges.txt, else encoder.json + vocab.bpe.
   static Tokenizer load(const std::filesystem::path& dir);
   // Whether `dir` holds one of the file sets load() reads.
   static bool present_in(const std::filesystem::path& dir);
   // Writes vocab.json, merges.txt, tokenizer.json and tokenizer_config.json (GPT2TokenizerFast).
   // GPT-2-style tokenizers only (default options, special added tokens).
   void save(const std::filesystem::path& dir) const;
+  // Puts this tokenizer, loaded from `source_dir`, into an export `dir`: save() for GPT-2-style
+  // ones, else a copy of the source's tokenizer.json, tokenizer_config.json and
+  // special_tokens_map.json (what transformers reads).
+  void export_to(const std::filesystem::path& source_dir, const std::filesystem::path& dir) const;
 
   // ---- Encoding ----
   // Added tokens in `text` become their ids when allow_special, else they are plain text.

@@ -4,6 +4,7 @@
 // tokenizer.json is read by tokenizer_json.cc.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <unordered_map>
@@ -167,18 +168,36 @@ bool Tokenizer::present_in(const fs::path& dir) {
 }
 
 Tokenizer Tokenizer::load(const fs::path& dir) {
-  if (fs::exists(dir / "tokenizer.json")) return load_tokenizer_json(dir / "tokenizer.json");
+  if (fs::exists(dir / "tokenizer.json")) return load_tokenizer_json(dir / "tokenizer.json", dir / "tokenizer_config.json");
   if (fs::exists(dir / "vocab.json")) return load_vocab_merges(dir / "vocab.json", dir / "merges.txt");
   if (fs::exists(dir / "encoder.json")) return load_vocab_merges(dir / "encoder.json", dir / "vocab.bpe");
   fail("{}: no tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe", dir.string());
 }
 
+namespace {
+
+bool gpt2_style(const TokenizerOptions& o, const std::vector<AddedToken>& added) {
+  return o.pre_tokenizer == PreTokenizer::kGpt2 && !o.ignore_merges && !o.nfc && !o.sentencepiece &&
+         o.template_prefix.empty() && o.template_suffix.empty() &&
+         std::all_of(added.begin(), added.end(), [](const AddedToken& a) { return a.special && !a.lstrip && !a.rstrip; });
+}
+
+}  // namespace
+
+void Tokenizer::export_to(const fs::path& source_dir, const fs::path& dir) const {
+  if (gpt2_style(options_, added_)) {
+    save(dir);
+    return;
+  }
+  fs::create_directories(dir);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    if (fs::exists(source_dir / name)) write_file_atomic(dir / name, read_file(source_dir / name));
+  }
+}
+
 void Tokenizer::save(const fs::path& dir) const {
-  const TokenizerOptions& o = options_;
-  check(o.pre_tokenizer == PreTokenizer::kGpt2 && !o.ignore_merges && !o.nfc && !o.sentencepiece &&
-            o.template_prefix.empty() && o.template_suffix.empty() &&
-            std::all_of(added_.begin(), added_.end(), [](const AddedToken& a) { return a.special && !a.lstrip && !a.rstrip; }),
-        "tokenizer: only GPT-2-style tokenizers can be saved; copy the original tokenizer.json instead");
+  check(gpt2_style(options_, added_),
+        "tokenizer: only GPT-2-style tokenizers are written by save(); export_to() copies the others' files");
   fs::create_directories(dir);
   for (TokenId id : special_ids_) {
     std::string_view text = token_bytes(id);

@@ -27,7 +27,8 @@ constexpr std::string_view kQwen2Pattern =
 // Reads one tokenizer.json; `where` is its path, every error names it and the JSON field.
 class JsonReader {
  public:
-  JsonReader(const fs::path& path) : where_(path.string()), j_(parse_json_file(path)) {
+  JsonReader(const fs::path& path, const fs::path& tokenizer_config)
+      : where_(path.string()), j_(parse_json_file(path)), config_path_(tokenizer_config) {
     check(j_.is_object() && j_.contains("model") && j_["model"].is_object(), "{}: no \"model\" object", where_);
   }
 
@@ -54,6 +55,7 @@ class JsonReader {
       options_.unk_id = it->second;
     }
     read_post_processor(v);
+    read_llama_config(v);
     std::vector<std::pair<TokenId, TokenId>> merges = read_merges(v);
     try {
       return Tokenizer(std::move(v.tokens), std::move(merges), std::move(added_), std::move(options_));
@@ -333,6 +335,31 @@ class JsonReader {
     if (!seen_sequence) refuse(field + ".single", single, "no Sequence A");
   }
 
+  // transformers' LlamaTokenizerFast rebuilds the template from tokenizer_config.json:
+  // [bos_token if add_bos_token (default true)] $A [eos_token if add_eos_token (default false)].
+  void read_llama_config(const Vocab& v) {
+    if (config_path_.empty() || !fs::exists(config_path_)) return;
+    const std::string where = config_path_.string();
+    const json config = parse_json_file(config_path_);
+    if (!config.is_object()) return;
+    static const char* const kLlamaClasses[] = {"LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer",
+                                                "CodeLlamaTokenizerFast"};
+    const std::string cls = str(config, "tokenizer_class");
+    if (std::none_of(std::begin(kLlamaClasses), std::end(kLlamaClasses), [&](const char* c) { return cls == c; })) return;
+    // A token setting is its text, or an AddedToken object with "content".
+    auto token_id = [&](const char* key, const char* fallback) {
+      const json& value = config.value(key, json(fallback));
+      const std::string text = value.is_object() ? str(value, "content") : value.is_string() ? value.get<std::string>() : "";
+      auto it = v.by_string.find(text);
+      check(it != v.by_string.end(), "{}: {} {} is not in the vocabulary of {}", where, key, value.dump(), where_);
+      return it->second;
+    };
+    options_.template_prefix.clear();
+    options_.template_suffix.clear();
+    if (config.value("add_bos_token", true)) options_.template_prefix.push_back(token_id("bos_token", "<s>"));
+    if (config.value("add_eos_token", false)) options_.template_suffix.push_back(token_id("eos_token", "</s>"));
+  }
+
   std::vector<std::pair<TokenId, TokenId>> read_merges(const Vocab& v) const {
     const json& model = j_["model"];
     check(model.contains("merges") && model["merges"].is_array(), "{}: model.merges must be an array", where_);
@@ -354,6 +381,7 @@ class JsonReader {
 
   std::string where_;
   json j_;
+  fs::path config_path_;
   TokenizerOptions options_;
   bool byte_fallback_ = false;
   std::string unk_token_;
@@ -364,6 +392,10 @@ class JsonReader {
 
 }  // namespace
 
-Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) { return JsonReader(path).read(); }
+Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path) { return JsonReader(path, {}).read(); }
+
+Tokenizer Tokenizer::load_tokenizer_json(const fs::path& path, const fs::path& tokenizer_config) {
+  return JsonReader(path, tokenizer_config).read();
+}
 
 }  // namespace paraflow::data

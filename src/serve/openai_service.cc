@@ -197,7 +197,7 @@ void OpenAiService::start(bool chat, const GenerationParams& params, std::vector
                         .logit_bias = params.logit_bias};
     request.top_logprobs = params.logprobs;
     request.prompt_logprobs = echo && spec.logprobs;
-    if (auto end = version->codec->end_of_text()) request.stop_tokens = {*end};
+    request.stop_tokens = version->codec->end_of_text();
     spec.choices.push_back(std::move(request));
   }
   start_completion(std::move(spec), std::move(version), exchange);

@@ -3,7 +3,8 @@
 // with the exact components of Llama 3's, Qwen2's, Llama 2's and Mistral's files, on a BPE
 // trained there from licence texts every Debian machine has (/usr/share/common-licenses, from
 // base-files) and our text fragments. The texts compared are held out: GPL-3 (not trained on),
-// random mixes of the fragments, and hard cases. Missing oracle: the test fails.
+// random mixes of the fragments, and hard cases. With the family's tokenizer_config.json, prompt
+// ids also equal transformers' AutoTokenizer's. Missing oracle: the test fails.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -139,7 +140,9 @@ void compare_family(const std::string& family) {
   const uint64_t seed = testing::test_seed();
   fs::path dir = build(family, temp.path(), seed);
   ASSERT_FALSE(dir.empty());
-  Tokenizer tok = Tokenizer::load(dir);
+  // tokenizer.json alone, as tokenizers reads it; the directory, as transformers reads it.
+  Tokenizer tok = Tokenizer::load_tokenizer_json(dir / "tokenizer.json");
+  Tokenizer with_config = Tokenizer::load(dir);
   std::vector<std::string> texts = held_out_texts(seed + 1);
   json oracle = encode_with_oracle(dir, texts);
   ASSERT_TRUE(oracle.is_object());
@@ -161,6 +164,12 @@ void compare_family(const std::string& family) {
             0);
   EXPECT_EQ(count_differences("decoded keep", texts, [&](size_t i) { return tok.decode(ids_template(i), false); },
                               their_text("decoded_keep")),
+            0);
+  // transformers' tokenizer(text) for generation: its class's own template (LlamaTokenizerFast's
+  // from tokenizer_config.json) around the ids.
+  EXPECT_EQ(count_differences("transformers", texts,
+                              [&](size_t i) { return with_config.encode_with_template(texts[i]); },
+                              theirs("transformers")),
             0);
   // The whole held-out set in one text through the parallel encoder: the same ids.
   std::string all;

@@ -88,6 +88,46 @@ TEST(Pretokenize, PiecesCoverTheText) {
   }
 }
 
+std::vector<std::string> split_llama3(std::string_view text, int max_digits) {
+  std::vector<std::string> pieces;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = llama3_piece_end(text, pos, max_digits);
+    pieces.emplace_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+  return pieces;
+}
+
+// Llama 3's pattern worked through by hand (Qwen2's differs in digits only).
+TEST(Pretokenize, Llama3Cases) {
+  EXPECT_EQ(split_llama3("Hello world's 12345\n\n  x", 3),
+            (Pieces{"Hello", " world", "'s", " ", "123", "45", "\n\n", " ", " x"}));
+  EXPECT_EQ(split_llama3("12345", 1), (Pieces{"1", "2", "3", "4", "5"}));
+  EXPECT_EQ(split_llama3("I'M WE'LL 'Ve", 3), (Pieces{"I", "'M", " WE", "'LL", " '", "Ve"}));  // any case
+  EXPECT_EQ(split_llama3("...hello (x)", 3), (Pieces{"...", "hello", " (", "x", ")"}));   // one symbol joins letters
+  EXPECT_EQ(split_llama3("!!!\n\nx", 3), (Pieces{"!!!\n\n", "x"}));  // line breaks follow punctuation
+  EXPECT_EQ(split_llama3("a \n \n b", 3), (Pieces{"a", " \n \n", " b"}));
+  EXPECT_EQ(split_llama3("\tx\u3000y", 3), (Pieces{"\tx", "\u3000y"}));  // any non-break space leads letters
+  EXPECT_EQ(split_llama3("x   ", 3), (Pieces{"x", "   "}));
+  EXPECT_EQ(split_llama3("\xFF" "ab \x80", 3), (Pieces{"\xFF" "ab", " \x80"}));  // invalid bytes are symbols
+}
+
+TEST(Pretokenize, Llama3PiecesCoverTheText) {
+  std::mt19937_64 rng(seed() + 3);
+  for (int round = 0; round < 2000; ++round) {
+    std::string text(rng() % 64, '\0');
+    for (char& c : text) c = static_cast<char>(rng() % 4 ? rng() : "\r\n '"[rng() % 4]);
+    for (int digits : {1, 3}) {
+      std::string joined;
+      for (const auto& p : split_llama3(text, digits)) {
+        ASSERT_FALSE(p.empty());
+        joined += p;
+      }
+      ASSERT_EQ(joined, text);
+    }
+  }
+}
+
 // A small tokenizer trained on a fixed English/code/whitespace text.
 const Tokenizer& small_tokenizer() {
   static const Tokenizer tokenizer = [] {
@@ -139,6 +179,31 @@ TEST(Bpe, RoundTripsArbitraryBytes) {
       std::vector<TokenId> ids = tok.encode(bytes, allow);
       ASSERT_EQ(tok.decode(ids), bytes);
     }
+  }
+}
+
+// The same vocabulary with Llama 3's pre-tokenizer and ignore_merges, and Qwen2's with NFC:
+// arbitrary bytes still round-trip (NFC keeps invalid bytes; random bytes are rarely valid
+// non-NFC text), and the parallel encoder cuts where both families' patterns allow.
+TEST(Bpe, Llama3AndQwen2StyleRoundTripAndSplitInParallel) {
+  const Tokenizer& small = small_tokenizer();
+  std::vector<std::string> tokens;
+  for (TokenId id = 0; id < small.vocab_size(); ++id) tokens.emplace_back(small.token_bytes(id));
+  for (PreTokenizer pre : {PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+    TokenizerOptions options{.pre_tokenizer = pre, .ignore_merges = pre == PreTokenizer::kLlama3};
+    std::vector<AddedToken> added;
+    for (TokenId id : small.special_ids()) added.push_back({.id = id});
+    Tokenizer tok(tokens, small.merges(), added, options);
+    std::mt19937_64 rng(seed() + 4);
+    for (int round = 0; round < 1000; ++round) {
+      std::string bytes(rng() % 200, '\0');
+      for (char& c : bytes) c = static_cast<char>(rng());
+      if (round % 2) bytes = random_text(rng, bytes.size());
+      ASSERT_EQ(tok.decode(tok.encode(bytes)), bytes);
+    }
+    std::string big;
+    while (big.size() < 3 * 1024 * 1024) big += random_text(rng, 1000) + "!\n x";
+    EXPECT_EQ(tok.encode_parallel(big, 4), tok.encode(big));
   }
 }
 

@@ -26,9 +26,15 @@ Families (F):
            Metaspace(prepend_scheme="first", split=False).
 The trained alphabet is limited so rare characters take the byte fallback (or the unk token).
 
+build also writes the family's tokenizer_config.json (tokenizer class, BOS / EOS settings; Llama
+2's here asks for add_eos_token, to check that transformers' LlamaTokenizerFast rebuilds the
+template from it).
+
 encode writes {"versions": {...}, "ids": [[...]], "ids_template": [[...]],
   "decoded": [text of ids], "decoded_skip": [text of ids_template, special tokens skipped],
-  "decoded_keep": [text of ids_template, special tokens kept]} for the texts.
+  "decoded_keep": [text of ids_template, special tokens kept],
+  "transformers": [transformers.AutoTokenizer.from_pretrained(DIR)(text)["input_ids"]]} for the
+texts.
 Exit status 0 on success, 1 on any error (reason on stderr).
 """
 import argparse
@@ -143,6 +149,18 @@ def sentencepiece(family, train, vocab_size):
     return tok
 
 
+TOKENIZER_CONFIGS = {
+    "llama3": {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+               "eos_token": "<|end_of_text|>", "clean_up_tokenization_spaces": True},
+    "qwen2": {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|endoftext|>",
+              "pad_token": "<|endoftext|>", "errors": "replace", "split_special_tokens": False},
+    "llama2": {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": True, "bos_token": "<s>",
+               "eos_token": "</s>", "unk_token": "<unk>", "legacy": True},
+    "mistral": {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False},
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,13 +187,24 @@ def main():
                 tok = sentencepiece(args.family, args.train, args.vocab_size)
             os.makedirs(args.out, exist_ok=True)
             tok.save(os.path.join(args.out, "tokenizer.json"))
+            with open(os.path.join(args.out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+                json.dump(TOKENIZER_CONFIGS[args.family], f, indent=2)
             return
         tok = Tokenizer.from_file(os.path.join(args.dir, "tokenizer.json"))
         with open(args.texts, encoding="utf-8") as f:
             texts = json.load(f)
         ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
         ids_template = [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]
-        out = {"versions": {"tokenizers": tokenizers.__version__, "python": sys.version.split()[0]},
+        import warnings
+
+        import transformers
+
+        warnings.filterwarnings("ignore")
+        transformers.logging.set_verbosity_error()
+        auto = transformers.AutoTokenizer.from_pretrained(args.dir)
+        out = {"versions": {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__,
+                            "transformers_class": type(auto).__name__, "python": sys.version.split()[0]},
+               "transformers": [auto(t)["input_ids"] for t in texts],
                "ids": ids, "ids_template": ids_template,
                "decoded": tok.decode_batch(ids, skip_special_tokens=False),
                "decoded_skip": tok.decode_batch(ids_template, skip_special_tokens=True),
