@@ -177,6 +177,18 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<Toke
     }
   }
 
+  if (options_.pre_tokenizer == PreTokenizer::kWhole) {
+    // A merge joins two parts into a token, so a token that spans a cut holds the byte pair there.
+    joinable_.assign(1 << 16, false);
+    for (const auto& [bytes, id] : index_) {
+      for (size_t i = 0; i + 1 < bytes.size(); ++i) {
+        joinable_[static_cast<unsigned char>(bytes[i]) << 8 | static_cast<unsigned char>(bytes[i + 1])] = true;
+      }
+    }
+    const bool unk_possible = std::any_of(std::begin(byte_token_), std::end(byte_token_), [](TokenId t) { return t < 0; });
+    cut_words_ = !options_.ignore_merges && !(options_.fuse_unk && unk_possible);
+  }
+
   pairs_ = std::make_unique<PairTable>(merges_.size());
   // Each merge's result: the ordinary token whose bytes are left + right.
   std::string merged;

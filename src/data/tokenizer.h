@@ -175,6 +175,7 @@ class Tokenizer {
   void encode_section(std::string_view text, bool at_start, std::vector<TokenId>& out, Cache& cache) const;
   void encode_ordinary(std::string_view text, std::vector<TokenId>& out, Cache& cache) const;
   size_t piece_end(std::string_view text, size_t pos) const;
+  size_t whole_word_end(std::string_view text, size_t pos) const;
   bool is_safe_split(std::string_view text, size_t pos) const;
   // One pre-token, through the thread's cache (tokenizer.cc).
   void encode_word_cached(const unsigned char* piece, size_t size, std::vector<TokenId>& out, Cache& cache) const;
@@ -195,6 +196,11 @@ class Tokenizer {
   std::vector<bool> skip_on_decode_;   // id -> special added token
   TokenizerOptions options_;
   std::unordered_map<std::string_view, TokenId> index_;  // bytes -> id of the ordinary tokens
+  // SentencePiece-style sections are single words, cut (exactly) where no token can span: between
+  // bytes a and b when no token holds a then b (joinable_[a << 8 | b] false). Off when the word as
+  // a whole matters (ignore_merges; fuse_unk with unknown characters possible).
+  std::vector<bool> joinable_;
+  bool cut_words_ = false;
   std::unique_ptr<PairTable> pairs_;
   uint64_t uid_;  // tells thread-local caches of different tokenizers apart
 };

@@ -146,7 +146,19 @@ size_t Tokenizer::piece_end(std::string_view text, size_t pos) const {
     case PreTokenizer::kGpt2: return gpt2_piece_end(text, pos);
     case PreTokenizer::kLlama3: return llama3_piece_end(text, pos, 3);
     case PreTokenizer::kQwen2: return llama3_piece_end(text, pos, 1);
-    case PreTokenizer::kWhole: return text.size();
+    case PreTokenizer::kWhole: return whole_word_end(text, pos);
+  }
+  return text.size();
+}
+
+// SentencePiece-style: the section is one word, but BPE of it equals BPE of its parts cut where no
+// token can span (see joinable_): the parts are cached like pre-tokens. Cuts fall on character
+// starts (bytes that are not UTF-8 continuations), so the parts' characters are the word's.
+size_t Tokenizer::whole_word_end(std::string_view text, size_t pos) const {
+  if (!cut_words_) return text.size();
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  for (size_t i = pos + 1; i < text.size(); ++i) {
+    if ((p[i] & 0xC0) != 0x80 && !joinable_[p[i - 1] << 8 | p[i]]) return i;
   }
   return text.size();
 }

@@ -207,6 +207,20 @@ TEST(Bpe, Llama3AndQwen2StyleRoundTripAndSplitInParallel) {
   }
 }
 
+// SentencePiece-style without byte tokens: an unknown character is the unk token, a run of them
+// one unk when fuse_unk (Hugging Face's BPE; worked out by hand). Vocabulary: <unk> " " a b " a".
+TEST(Bpe, SentencePieceUnknownCharactersBecomeUnk) {
+  for (bool fuse : {false, true}) {
+    TokenizerOptions options{.pre_tokenizer = PreTokenizer::kWhole, .sentencepiece = true,
+                             .prepend_space = PrependSpace::kAlwaysEvenAfterSpace, .unk_id = 0, .fuse_unk = fuse};
+    Tokenizer tok({"<unk>", " ", "a", "b", " a"}, {{1, 2}}, {AddedToken{.id = 0}}, options);
+    // "a☃☃b c" -> " a☃☃b c": " a" unk unk b " " unk
+    std::vector<TokenId> expected = fuse ? std::vector<TokenId>{4, 0, 3, 1, 0} : std::vector<TokenId>{4, 0, 0, 3, 1, 0};
+    EXPECT_EQ(tok.encode("a\u2603\u2603b c"), expected) << "fuse_unk " << fuse;
+    EXPECT_EQ(tok.decode(tok.encode("a b")), " a b");  // no Strip decoder here: the prepended space stays
+  }
+}
+
 TEST(Bpe, ParallelAndBatchMatchSerial) {
   const Tokenizer& tok = small_tokenizer();
   std::mt19937_64 rng(seed() + 3);

@@ -19,7 +19,8 @@ Families (F):
   qwen2    byte-level BPE, NFC normalizer, Split(Qwen2's pattern) + ByteLevel(use_regex=False),
            ByteLevel decoder and post-processor, <|endoftext|> <|im_start|> <|im_end|> special and
            <tool_call> </tool_call> added but not special (as Qwen2.5's files).
-  llama2   SentencePiece-style BPE: <unk> <s> </s>, <0x00>..<0xFF>, byte_fallback, fuse_unk,
+  llama2   SentencePiece-style BPE: <unk> <s> </s>, <0x00>..<0xFF>, byte_fallback, fuse_unk, runs
+           of "▁" as pieces (merged first, as in Llama 2's vocabulary),
            normalizer Prepend("▁") + Replace(" ", "▁") (legacy), decoder Replace + ByteFallback +
            Fuse + Strip, TemplateProcessing(BOS <s>).
   mistral  as llama2 but the non-legacy form: no normalizer, pre-tokenizer
@@ -130,9 +131,13 @@ def sentencepiece(family, train, vocab_size):
         vocab[f"<0x{b:02X}>"] = len(vocab)
     for piece, _ in pieces:
         vocab.setdefault(piece, len(vocab))
+    # Runs of "▁" are pieces in Llama 2's vocabulary ("▁▁" is its first merge, for code's indents).
+    runs = [["▁", "▁"], ["▁▁", "▁▁"], ["▁▁", "▁"]]
+    for left, right in runs:
+        vocab.setdefault(left + right, len(vocab))
     spec["model"] = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
-                     "vocab": vocab, "merges": spec["model"]["merges"]}
+                     "vocab": vocab, "merges": runs + spec["model"]["merges"]}
     spec["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
                              "normalized": False, "special": True} for i, t in enumerate(["<unk>", "<s>", "</s>"])]
     spec["pre_tokenizer"] = None
