@@ -141,6 +141,17 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<Toke
     skip_on_decode_[a.id] = a.special;
     special_ids_.push_back(a.id);
   }
+  for (uint32_t k = 0; k < added_.size(); ++k) {
+    const AddedToken& a = added_[k];
+    added_by_first_[a.normalized][static_cast<unsigned char>(tokens[a.id][0])].push_back(k);
+    any_normalized_added_ = any_normalized_added_ || a.normalized;
+  }
+  for (auto& kind : added_by_first_) {
+    for (auto& list : kind) {
+      std::stable_sort(list.begin(), list.end(),
+                       [&](uint32_t a, uint32_t b) { return tokens[added_[a].id].size() > tokens[added_[b].id].size(); });
+    }
+  }
   auto check_id = [&](TokenId id, const char* what) {
     check(id >= -1 && id < vocab_size(), "tokenizer: {} id {} out of range [0, {})", what, id, vocab_size());
   };

@@ -20,6 +20,7 @@
 // A Tokenizer is immutable once built; encode/decode may be called from any number of threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -194,6 +195,10 @@ class Tokenizer {
   std::vector<TokenId> special_ids_;    // added tokens, ascending
   std::vector<AddedToken> added_;      // by id, as special_ids_
   std::vector<bool> skip_on_decode_;   // id -> special added token
+  // Added tokens by first byte, longest first (indices into added_): [0] matched in the raw text,
+  // [1] in the normalized text.
+  std::array<std::vector<uint32_t>, 256> added_by_first_[2];
+  bool any_normalized_added_ = false;
   TokenizerOptions options_;
   std::unordered_map<std::string_view, TokenId> index_;  // bytes -> id of the ordinary tokens
   // SentencePiece-style sections are single words, cut (exactly) where no token can span: between

@@ -5,6 +5,7 @@
 //   3. the rest cut into pre-tokens by the family's pattern (tokenizer_pretokenize.h);
 //   4. each pre-token encoded by BPE (tokenizer.cc), through a per-thread cache.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -29,38 +30,32 @@ size_t space_before(std::string_view text, size_t end) {
   return white_space_at(text, start) == end - start ? end - start : 0;
 }
 
-// The sections of `text` between the added tokens of the given kind (normalized or not), in order:
-// calls section(text, offset) for plain text and token(id) for each match. Matches are
-// leftmost-longest (Hugging Face's Aho-Corasick); lstrip / rstrip widen a match over the
-// whitespace beside it, never into the previous match.
+// The sections of `text` between added tokens, in order: calls section(text, offset) for plain
+// text and token(id) for each match. `by_first[b]`: the added tokens (indices into `added`) that
+// start with byte b, longest first, so the first that matches at the leftmost position is
+// Hugging Face's leftmost-longest match (its Aho-Corasick's). lstrip / rstrip widen a match over
+// the whitespace beside it, never into the previous match.
 template <typename Section, typename Token>
-void split_added(std::string_view text, const std::vector<AddedToken>& added, bool normalized,
-                        const Tokenizer& tok, Section&& section, Token&& token) {
-  // Each token's next occurrence, searched for again only once the text has passed it: a token
-  // that never occurs costs one scan, not one per occurrence of another (quadratic).
-  std::vector<const AddedToken*> kinds;
-  for (const AddedToken& a : added) {
-    if (a.normalized == normalized) kinds.push_back(&a);
-  }
-  std::vector<size_t> next(kinds.size());
-  for (size_t k = 0; k < kinds.size(); ++k) next[k] = text.find(tok.token_bytes(kinds[k]->id));
+void split_added(std::string_view text, const std::vector<AddedToken>& added,
+                 const std::array<std::vector<uint32_t>, 256>& by_first, const Tokenizer& tok, Section&& section,
+                 Token&& token) {
   size_t pos = 0;  // end of the previous match
-  size_t search = 0;
-  while (search <= text.size()) {
-    size_t found = std::string_view::npos, found_size = 0;
+  for (size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
-    for (size_t k = 0; k < kinds.size(); ++k) {
-      std::string_view s = tok.token_bytes(kinds[k]->id);
-      if (next[k] != std::string_view::npos && next[k] < search) next[k] = text.find(s, search);
-      const size_t at = next[k];
-      if (at < found || (at == found && at != std::string_view::npos && s.size() > found_size)) {
-        found = at;
-        found_size = s.size();
-        match = kinds[k];
+    size_t size = 0;
+    for (uint32_t k : by_first[static_cast<unsigned char>(text[i])]) {
+      std::string_view s = tok.token_bytes(added[k].id);
+      if (text.compare(i, s.size(), s) == 0) {
+        match = &added[k];
+        size = s.size();
+        break;
       }
     }
-    if (!match) break;
-    size_t start = found, end = found + found_size;
+    if (!match) {
+      ++i;
+      continue;
+    }
+    size_t start = i, end = i + size;
     if (match->lstrip) {
       while (start > pos) {
         size_t n = space_before(text, start);
@@ -77,7 +72,7 @@ void split_added(std::string_view text, const std::vector<AddedToken>& added, bo
     }
     if (start > pos) section(text.substr(pos, start - pos), pos);
     token(match->id);
-    pos = search = end;
+    pos = i = end;
   }
   if (pos < text.size()) section(text.substr(pos), pos);
 }
@@ -91,7 +86,7 @@ void Tokenizer::encode_append(std::string_view text, std::vector<TokenId>& out, 
     return;
   }
   split_added(
-      text, added_, false, *this,
+      text, added_, added_by_first_[0], *this,
       [&](std::string_view section, size_t offset) { encode_section(section, offset == 0, out, cache); },
       [&](TokenId id) { out.push_back(id); });
 }
@@ -131,13 +126,13 @@ void Tokenizer::encode_section(std::string_view text, bool at_start, std::vector
       text = normalized;
     }
   }
-  bool any_normalized = std::any_of(added_.begin(), added_.end(), [](const AddedToken& a) { return a.normalized; });
-  if (!any_normalized) {
+  if (!any_normalized_added_) {
     encode_ordinary(text, out, cache);
     return;
   }
   split_added(
-      text, added_, true, *this, [&](std::string_view section, size_t) { encode_ordinary(section, out, cache); },
+      text, added_, added_by_first_[1], *this,
+      [&](std::string_view section, size_t) { encode_ordinary(section, out, cache); },
       [&](TokenId id) { out.push_back(id); });
 }
 

@@ -7,6 +7,7 @@
 // ids also equal transformers' AutoTokenizer's. Missing oracle: the test fails.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -87,9 +88,9 @@ fs::path build(const std::string& family, const fs::path& dir, uint64_t seed) {
   }
   write_file_atomic(dir / "fragments.txt", mix);
   std::string train;
-  for (const char* name : {"GPL-2", "Apache-2.0", "LGPL-2.1", "MPL-2.0"}) train += " " + (kLicenses / name).string();
-  std::string command = python.string() + " " + oracle.string() + " build --family " + family + " --vocab-size 2000" +
-                        " --out " + dir.string() + " --train" + train + " " + (dir / "fragments.txt").string();
+  for (const char* name : {"GPL-2", "Apache-2.0", "LGPL-2.1", "MPL-2.0"}) train += fmt::format(" {}", (kLicenses / name).string());
+  const std::string command = fmt::format("{} {} build --family {} --vocab-size 2000 --out {} --train{} {}", python.string(),
+                                          oracle.string(), family, dir.string(), train, (dir / "fragments.txt").string());
   int status = std::system(command.c_str());
   if (status != 0) {
     ADD_FAILURE() << "oracle failed (" << status << "): " << command;
@@ -100,10 +101,10 @@ fs::path build(const std::string& family, const fs::path& dir, uint64_t seed) {
 
 json encode_with_oracle(const fs::path& dir, const std::vector<std::string>& texts) {
   write_file_atomic(dir / "texts.json", json(texts).dump());
-  std::string command = (testing::source_dir() / ".venv-data/bin/python").string() + " " +
-                        (testing::source_dir() / "tests/reference/tokenizer_family_oracle.py").string() +
-                        " encode --dir " + dir.string() + " --texts " + (dir / "texts.json").string() + " --out " +
-                        (dir / "oracle.json").string();
+  const std::string command =
+      fmt::format("{} {} encode --dir {} --texts {} --out {}", (testing::source_dir() / ".venv-data/bin/python").string(),
+                  (testing::source_dir() / "tests/reference/tokenizer_family_oracle.py").string(), dir.string(),
+                  (dir / "texts.json").string(), (dir / "oracle.json").string());
   int status = std::system(command.c_str());
   if (status != 0) {
     ADD_FAILURE() << "oracle failed (" << status << "): " << command;
