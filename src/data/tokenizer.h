@@ -186,6 +186,7 @@ class Tokenizer {
   void merge_parts_long(const TokenId* parts, size_t n, std::vector<TokenId>& out) const;
   // SentencePiece-style (tokenizer_sentencepiece.cc): a section's characters as tokens.
   void sentencepiece_symbols(const unsigned char* bytes, size_t size, std::vector<TokenId>& parts) const;
+  bool sentencepiece_spaces(std::string_view text, bool at_start, std::string& out) const;
   Cache& thread_cache() const;
 
   std::string arena_;              // all tokens' bytes, back to back

@@ -93,39 +93,9 @@ void Tokenizer::encode_append(std::string_view text, std::vector<TokenId>& out, 
 
 // Step 2: one non-empty section of raw text (`at_start`: it begins the text).
 void Tokenizer::encode_section(std::string_view text, bool at_start, std::vector<TokenId>& out, Cache& cache) const {
-  std::string normalized;
-  if (options_.nfc) {
-    if (to_nfc(text, normalized)) text = normalized;
-  }
-  if (options_.sentencepiece) {
-    // Spaces are "▁" in SentencePiece's vocabulary, held here as spaces: a "▁" typed in the text
-    // is one too. Then the leading space, as the options say.
-    bool has_meta = text.find(kMetaspace) != std::string_view::npos;
-    bool prepend = false;
-    switch (options_.prepend_space) {
-      case PrependSpace::kNever: break;
-      case PrependSpace::kFirst: prepend = at_start; break;
-      case PrependSpace::kAlways: prepend = true; break;
-      case PrependSpace::kAlwaysEvenAfterSpace: prepend = true; break;
-    }
-    if (prepend || has_meta) {
-      std::string s = prepend ? " " : "";
-      for (size_t i = 0; i < text.size();) {
-        if (text.compare(i, kMetaspace.size(), kMetaspace) == 0) {
-          s += ' ';
-          i += kMetaspace.size();
-        } else {
-          s += text[i++];
-        }
-      }
-      // Metaspace prepends only to a section that does not start with one already.
-      if (prepend && options_.prepend_space != PrependSpace::kAlwaysEvenAfterSpace && s.size() > 1 && s[1] == ' ') {
-        s.erase(0, 1);
-      }
-      normalized = std::move(s);
-      text = normalized;
-    }
-  }
+  std::string normalized, spaced;
+  if (options_.nfc && to_nfc(text, normalized)) text = normalized;
+  if (options_.sentencepiece && sentencepiece_spaces(text, at_start, spaced)) text = spaced;
   if (!any_normalized_added_) {
     encode_ordinary(text, out, cache);
     return;
