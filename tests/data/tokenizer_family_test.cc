@@ -13,8 +13,10 @@
 #include <filesystem>
 #include <random>
 
+#include "base/error.h"
 #include "base/file_io.h"
 #include "data/tokenizer.h"
+#include "expect_error.h"
 #include "reference_runner.h"
 #include "test_util.h"
 #include "tokenizer_test_texts.h"
@@ -176,6 +178,47 @@ void compare_family(const std::string& family) {
   std::string all;
   for (const std::string& t : texts) all += t;
   EXPECT_EQ(tok.encode_parallel(all, 4), tok.encode(all));
+}
+
+// What the SentencePiece-style and split-pattern readers do not implement is refused naming the
+// file, the JSON field and its value (GPT-2-style refusals: tokenizer_test.cc).
+TEST(TokenizerFamily, RefusesWhatItDoesNotImplement) {
+  testing::TempDir temp;
+  for (const std::string family : {"mistral", "llama3"}) {
+    fs::path dir = temp.path() / family;
+    fs::create_directories(dir);
+    ASSERT_FALSE(build(family, dir, testing::test_seed()).empty());
+    const json full = json::parse(read_file(dir / "tokenizer.json"));
+    const fs::path t = dir / "changed.json";
+    auto refused = [&](const std::string& pointer, const json& value, std::vector<std::string> says) {
+      json changed = full;
+      changed[json::json_pointer(pointer)] = value;
+      write_file_atomic(t, changed.dump());
+      says.insert(says.begin(), t.string());
+      testing::expect_error<InputError>([&] { Tokenizer::load_tokenizer_json(t); }, says);
+    };
+    if (family == "mistral") {
+      refused("/pre_tokenizer/split", true, {"pre_tokenizer.split = true is not supported"});
+      refused("/pre_tokenizer/prepend_scheme", "sometimes", {"pre_tokenizer.prepend_scheme = \"sometimes\""});
+      refused("/pre_tokenizer/replacement", "_", {"pre_tokenizer.replacement = \"_\""});
+      refused("/decoder/decoders/3", {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 0}},
+              {"decoder.decoders[3]", "expected Strip"});
+      refused("/decoder/decoders/1", {{"type", "CTC"}}, {"decoder.decoders[1] = {\"type\":\"CTC\"}"});
+      refused("/added_tokens/1/normalized", true, {"added_tokens[1].normalized = true", "\"<s>\""});
+      refused("/model/unk_token", "<nothing>", {"model.unk_token \"<nothing>\" is not in the vocabulary"});
+      refused("/normalizer", {{"type", "NFKC"}}, {"normalizer = {\"type\":\"NFKC\"}"});
+      refused("/model/type", "Unigram", {"model.type = \"Unigram\" is not supported"});
+      refused("/post_processor/single/0", {{"Sequence", {{"id", "B"}, {"type_id", 0}}}},
+              {"post_processor.single[0]", "expected one Sequence A"});
+    } else {
+      refused("/pre_tokenizer/pretokenizers/0/behavior", "Removed", {"pretokenizers[0].behavior = \"Removed\""});
+      refused("/pre_tokenizer/pretokenizers/1/use_regex", true, {"pretokenizers[1].use_regex = true"});
+      refused("/model/continuing_subword_prefix", "##", {"model.continuing_subword_prefix = \"##\""});
+      refused("/normalizer", {{"type", "Lowercase"}}, {"normalizer = {\"type\":\"Lowercase\"}"});
+      refused("/added_tokens/0/single_word", true, {"added_tokens[0].single_word = true", "<|begin_of_text|>"});
+      refused("/post_processor/processors/1/type", "RobertaProcessing", {"post_processor.processors[1]"});
+    }
+  }
 }
 
 TEST(TokenizerFamily, Llama3MatchesTokenizers) { compare_family("llama3"); }
