@@ -5,11 +5,9 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <queue>
-#include <thread>
 #include <unordered_map>
 
 #include "base/error.h"
-#include "data/tokenizer_pretokenize.h"
 
 namespace paraflow::data {
 namespace {
@@ -46,11 +44,6 @@ inline uint64_t hash_bytes(const unsigned char* p, size_t n) {
 }
 
 std::atomic<uint64_t> next_uid{1};
-
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
 
 }  // namespace
 
@@ -112,9 +105,23 @@ struct Tokenizer::Cache {
   }
 };
 
+namespace {
+
+std::vector<AddedToken> specials_of(const std::vector<TokenId>& ids) {
+  std::vector<AddedToken> added;
+  for (TokenId id : ids) added.push_back({.id = id});
+  return added;
+}
+
+}  // namespace
+
 Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<TokenId, TokenId>> merges,
                      std::vector<TokenId> special_ids)
-    : merges_(std::move(merges)), special_ids_(std::move(special_ids)), uid_(next_uid++) {
+    : Tokenizer(std::move(tokens), std::move(merges), specials_of(special_ids), TokenizerOptions{}) {}
+
+Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<TokenId, TokenId>> merges,
+                     std::vector<AddedToken> added, TokenizerOptions options)
+    : merges_(std::move(merges)), added_(std::move(added)), options_(std::move(options)), uid_(next_uid++) {
   check(!tokens.empty() && tokens.size() < (1u << 31), "tokenizer: vocabulary size {} out of range", tokens.size());
   offsets_.reserve(tokens.size() + 1);
   offsets_.push_back(0);
@@ -123,40 +130,89 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<std::pair<Toke
     check(arena_.size() < (uint64_t{1} << 32), "tokenizer: vocabulary bytes exceed 4 GiB");
     offsets_.push_back(static_cast<uint32_t>(arena_.size()));
   }
-  std::fill(std::begin(byte_token_), std::end(byte_token_), -1);
-  std::vector<bool> special(tokens.size(), false);
-  for (TokenId id : special_ids_) {
-    check(id >= 0 && id < vocab_size(), "tokenizer: special token id {} out of range [0, {})", id, vocab_size());
-    check(!tokens[id].empty(), "tokenizer: special token {} is empty", id);
-    special[id] = true;
+  std::sort(added_.begin(), added_.end(), [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
+  std::vector<bool> is_added(tokens.size(), false);
+  skip_on_decode_.assign(tokens.size(), false);
+  for (const AddedToken& a : added_) {
+    check(a.id >= 0 && a.id < vocab_size(), "tokenizer: added token id {} out of range [0, {})", a.id, vocab_size());
+    check(!tokens[a.id].empty(), "tokenizer: added token {} is empty", a.id);
+    check(!is_added[a.id], "tokenizer: token {} is added twice", a.id);
+    is_added[a.id] = true;
+    skip_on_decode_[a.id] = a.special;
+    special_ids_.push_back(a.id);
   }
-  for (TokenId id = 0; id < vocab_size(); ++id) {
-    if (tokens[id].size() == 1 && !special[id] && byte_token_[static_cast<unsigned char>(tokens[id][0])] < 0) {
-      byte_token_[static_cast<unsigned char>(tokens[id][0])] = id;
+  for (uint32_t k = 0; k < added_.size(); ++k) {
+    const AddedToken& a = added_[k];
+    added_by_first_[a.normalized][static_cast<unsigned char>(tokens[a.id][0])].push_back(k);
+    any_normalized_added_ = any_normalized_added_ || a.normalized;
+  }
+  for (auto& kind : added_by_first_) {
+    for (auto& list : kind) {
+      std::stable_sort(list.begin(), list.end(),
+                       [&](uint32_t a, uint32_t b) { return tokens[added_[a].id].size() > tokens[added_[b].id].size(); });
     }
   }
-  for (int b = 0; b < 256; ++b) check(byte_token_[b] >= 0, "tokenizer: the vocabulary has no token for byte 0x{:02X}", b);
+  auto check_id = [&](TokenId id, const char* what) {
+    check(id >= -1 && id < vocab_size(), "tokenizer: {} id {} out of range [0, {})", what, id, vocab_size());
+  };
+  check_id(options_.unk_id, "unk");
+  for (TokenId id : options_.template_prefix) check_id(id, "template");
+  for (TokenId id : options_.template_suffix) check_id(id, "template");
+
+  // bytes -> id of the ordinary tokens: what merges make, what ignore_merges and SentencePiece's
+  // characters look up. SentencePiece's `<0xNN>` tokens are matched by their place in
+  // byte_fallback only (their byte would clash with the character's own token).
+  std::fill(std::begin(byte_token_), std::end(byte_token_), -1);
+  check(options_.byte_fallback.empty() || options_.byte_fallback.size() == 256,
+        "tokenizer: byte_fallback must list 256 ids, not {}", options_.byte_fallback.size());
+  std::vector<bool> is_fallback(tokens.size(), false);
+  for (TokenId id : options_.byte_fallback) {
+    check_id(id, "byte fallback");
+    if (id >= 0) is_fallback[id] = true;
+  }
+  index_.reserve(tokens.size() * 2);
+  for (TokenId id = 0; id < vocab_size(); ++id) {
+    if (is_added[id] || is_fallback[id]) continue;
+    auto [it, inserted] = index_.emplace(token_bytes(id), id);
+    check(inserted || options_.sentencepiece == false,
+          "tokenizer: tokens {} and {} both decode to {:?}; they cannot be told apart", it->second, id,
+          std::string(token_bytes(id)));
+    if (!inserted) continue;  // GPT-2-style: the first of duplicates, as before
+    if (tokens[id].size() == 1) byte_token_[static_cast<unsigned char>(tokens[id][0])] = id;
+  }
+  if (options_.sentencepiece) {
+    for (int b = 0; b < 256; ++b) byte_token_[b] = options_.byte_fallback.empty() ? -1 : options_.byte_fallback[b];
+  } else {
+    for (int b = 0; b < 256; ++b) {
+      check(byte_token_[b] >= 0, "tokenizer: the vocabulary has no token for byte 0x{:02X}", b);
+    }
+  }
+
+  if (options_.pre_tokenizer == PreTokenizer::kWhole) {
+    // A merge joins two parts into a token, so a token that spans a cut holds the byte pair there.
+    joinable_.assign(1 << 16, false);
+    for (const auto& [bytes, id] : index_) {
+      for (size_t i = 0; i + 1 < bytes.size(); ++i) {
+        joinable_[static_cast<unsigned char>(bytes[i]) << 8 | static_cast<unsigned char>(bytes[i + 1])] = true;
+      }
+    }
+    const bool unk_possible = std::any_of(std::begin(byte_token_), std::end(byte_token_), [](TokenId t) { return t < 0; });
+    cut_words_ = !options_.ignore_merges && !(options_.fuse_unk && unk_possible);
+  }
 
   pairs_ = std::make_unique<PairTable>(merges_.size());
-  // Each merge's result: the non-special token whose bytes are left + right.
-  {
-    std::unordered_map<std::string_view, TokenId> index;
-    index.reserve(tokens.size() * 2);
-    for (TokenId id = 0; id < vocab_size(); ++id) {
-      if (!special[id]) index.emplace(token_bytes(id), id);
-    }
-    std::string merged;
-    for (size_t rank = 0; rank < merges_.size(); ++rank) {
-      auto [left, right] = merges_[rank];
-      check(left >= 0 && left < vocab_size() && right >= 0 && right < vocab_size(),
-            "tokenizer: merge {} refers to token ids ({}, {}) outside [0, {})", rank, left, right, vocab_size());
-      merged.assign(token_bytes(left));
-      merged += token_bytes(right);
-      auto it = index.find(merged);
-      check(it != index.end(), "tokenizer: merge {} ({} + {}) makes bytes that are not in the vocabulary", rank, left, right);
-      check(pairs_->insert(pair_key(left, right), static_cast<uint32_t>(rank), it->second),
-            "tokenizer: merge {} ({} + {}) repeats an earlier merge", rank, left, right);
-    }
+  // Each merge's result: the ordinary token whose bytes are left + right.
+  std::string merged;
+  for (size_t rank = 0; rank < merges_.size(); ++rank) {
+    auto [left, right] = merges_[rank];
+    check(left >= 0 && left < vocab_size() && right >= 0 && right < vocab_size(),
+          "tokenizer: merge {} refers to token ids ({}, {}) outside [0, {})", rank, left, right, vocab_size());
+    merged.assign(token_bytes(left));
+    merged += token_bytes(right);
+    auto it = index_.find(merged);
+    check(it != index_.end(), "tokenizer: merge {} ({} + {}) makes bytes that are not in the vocabulary", rank, left, right);
+    check(pairs_->insert(pair_key(left, right), static_cast<uint32_t>(rank), it->second),
+          "tokenizer: merge {} ({} + {}) repeats an earlier merge", rank, left, right);
   }
 }
 
@@ -169,9 +225,7 @@ std::string_view Tokenizer::token_bytes(TokenId id) const {
   return std::string_view(arena_).substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
 }
 
-bool Tokenizer::is_special(TokenId id) const {
-  return std::find(special_ids_.begin(), special_ids_.end(), id) != special_ids_.end();
-}
+bool Tokenizer::is_special(TokenId id) const { return id >= 0 && id < vocab_size() && skip_on_decode_[id]; }
 
 TokenId Tokenizer::special_id(std::string_view text) const {
   for (TokenId id : special_ids_) {
@@ -190,6 +244,23 @@ std::string Tokenizer::fingerprint() const {
   feed(arena_.data(), arena_.size());
   feed(merges_.data(), merges_.size() * sizeof(merges_[0]));
   feed(special_ids_.data(), special_ids_.size() * sizeof(TokenId));
+  // What else changes the ids, for tokenizers other than GPT-2's (whose fingerprints stay as they were).
+  const TokenizerOptions& o = options_;
+  if (o.pre_tokenizer != PreTokenizer::kGpt2 || o.ignore_merges || o.nfc || o.sentencepiece ||
+      !o.template_prefix.empty() || !o.template_suffix.empty() ||
+      std::any_of(added_.begin(), added_.end(), [](const AddedToken& a) { return !a.special || a.normalized || a.lstrip || a.rstrip; })) {
+    uint8_t flags[] = {static_cast<uint8_t>(o.pre_tokenizer), o.ignore_merges, o.nfc, o.sentencepiece,
+                       static_cast<uint8_t>(o.prepend_space), o.fuse_unk, o.strip_leading_space};
+    feed(flags, sizeof flags);
+    feed(&o.unk_id, sizeof o.unk_id);
+    feed(o.byte_fallback.data(), o.byte_fallback.size() * sizeof(TokenId));
+    feed(o.template_prefix.data(), o.template_prefix.size() * sizeof(TokenId));
+    feed(o.template_suffix.data(), o.template_suffix.size() * sizeof(TokenId));
+    for (const AddedToken& a : added_) {
+      uint8_t f[] = {a.special, a.normalized, a.lstrip, a.rstrip};
+      feed(f, sizeof f);
+    }
+  }
   return fmt::format("{:016x}", h);
 }
 
@@ -222,24 +293,37 @@ std::vector<TokenId> Tokenizer::encode_piece(std::string_view piece) const {
   return out;
 }
 
-// Short pieces: tiktoken's scheme, an array of parts with the rank of each part and its right
-// neighbour; each merge recomputes two ranks and shifts the tail.
+namespace {
+constexpr size_t kShort = 128;  // parts merged in arrays on the stack; more in a heap
+}  // namespace
+
+// Byte-level: the parts start as the bytes' tokens.
 void Tokenizer::bpe(const unsigned char* bytes, size_t size, std::vector<TokenId>& out) const {
-  constexpr size_t kShort = 128;
   if (size == 1) {
     out.push_back(byte_token_[bytes[0]]);
     return;
   }
   if (size > kShort) {
-    bpe_long(bytes, size, out);
+    std::vector<TokenId> parts(size);
+    for (size_t i = 0; i < size; ++i) parts[i] = byte_token_[bytes[i]];
+    merge_parts_long(parts.data(), size, out);
+    return;
+  }
+  TokenId parts[kShort];
+  for (size_t i = 0; i < size; ++i) parts[i] = byte_token_[bytes[i]];
+  merge_parts(parts, size, out);
+}
+
+// Short runs of parts: tiktoken's scheme, an array of parts with the rank of each part and its
+// right neighbour; each merge recomputes two ranks and shifts the tail. `parts` is overwritten.
+void Tokenizer::merge_parts(TokenId* parts, size_t n, std::vector<TokenId>& out) const {
+  if (n > kShort) {
+    merge_parts_long(parts, n, out);
     return;
   }
   constexpr uint32_t kNone = ~uint32_t{0};
-  TokenId parts[kShort];
   uint32_t ranks[kShort];  // ranks[i]: rank of (parts[i], parts[i+1]), kNone if no merge
   TokenId merged[kShort];
-  size_t n = size;
-  for (size_t i = 0; i < n; ++i) parts[i] = byte_token_[bytes[i]];
   auto lookup = [&](size_t i) {
     const PairTable::Slot* s = pairs_->find(pair_key(parts[i], parts[i + 1]));
     if (s) {
@@ -274,9 +358,10 @@ void Tokenizer::bpe(const unsigned char* bytes, size_t size, std::vector<TokenId
   out.insert(out.end(), parts, parts + n);
 }
 
-// Long pieces (runs of digits, spaces, symbols): a heap of candidate merges over a linked list,
-// O(n log n). Ordered by (rank, start offset), which is the order the short path merges in.
-void Tokenizer::bpe_long(const unsigned char* bytes, size_t size, std::vector<TokenId>& out) const {
+// Long pieces (runs of digits, spaces, symbols; SentencePiece's sections): a heap of candidate
+// merges over a linked list, O(n log n). Ordered by (rank, start position), which is the order
+// the short path merges in.
+void Tokenizer::merge_parts_long(const TokenId* parts, size_t size, std::vector<TokenId>& out) const {
   struct Node {
     TokenId id;
     int32_t prev, next;  // -1 at the ends
@@ -284,14 +369,14 @@ void Tokenizer::bpe_long(const unsigned char* bytes, size_t size, std::vector<To
   };
   struct Candidate {
     uint32_t rank;
-    int32_t left;  // node index, which is also the byte offset where the pair starts
+    int32_t left;  // node index: the position of the pair's first part
     uint32_t left_version, right_version;
     TokenId merged;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::vector<Node> nodes(size);
   for (size_t i = 0; i < size; ++i) {
-    nodes[i] = {byte_token_[bytes[i]], static_cast<int32_t>(i) - 1, i + 1 < size ? static_cast<int32_t>(i + 1) : -1, 0};
+    nodes[i] = {parts[i], static_cast<int32_t>(i) - 1, i + 1 < size ? static_cast<int32_t>(i + 1) : -1, 0};
   }
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto push = [&](int32_t left) {
@@ -323,7 +408,7 @@ void Tokenizer::bpe_long(const unsigned char* bytes, size_t size, std::vector<To
 }
 
 // ---------------------------------------------------------------------------------------------
-// Encoding
+// One word (pre-token)
 
 Tokenizer::Cache& Tokenizer::thread_cache() const {
   thread_local Cache cache;
@@ -334,157 +419,82 @@ Tokenizer::Cache& Tokenizer::thread_cache() const {
   return cache;
 }
 
-void Tokenizer::encode_ordinary(std::string_view text, std::vector<TokenId>& out, Cache& cache) const {
-  const auto* base = reinterpret_cast<const unsigned char*>(text.data());
-  size_t pos = 0;
-  const uint64_t cache_mask = Cache::kCapacity - 1;
-  while (pos < text.size()) {
-    size_t end = gpt2_piece_end(text, pos);
-    const unsigned char* piece = base + pos;
-    size_t size = end - pos;
-    pos = end;
-    if (size == 1) {
-      out.push_back(byte_token_[piece[0]]);
-      continue;
-    }
-    if (size > Cache::kMaxPiece) {
-      bpe(piece, size, out);
-      continue;
-    }
-    uint64_t h = hash_bytes(piece, size);
-    uint64_t i = h & cache_mask;
-    for (;; i = (i + 1) & cache_mask) {
-      const Cache::Slot& s = cache.slots[i];
-      if (s.key_size == 0) break;
-      if (s.hash == h && s.key_size == size && std::memcmp(cache.keys.data() + s.key_offset, piece, size) == 0) break;
-    }
-    Cache::Slot& slot = cache.slots[i];
-    if (slot.key_size != 0) {
-      const TokenId* v = cache.values.data() + slot.value_offset;
-      out.insert(out.end(), v, v + slot.value_size);
-      continue;
-    }
-    size_t before = out.size();
-    bpe(piece, size, out);
-    if (cache.used * 2 >= Cache::kCapacity) {
-      cache.clear();
-      continue;  // the slot found above is stale now; cache again on the next occurrence
-    }
-    slot = {h, static_cast<uint32_t>(cache.keys.size()), static_cast<uint32_t>(size),
-            static_cast<uint32_t>(cache.values.size()), static_cast<uint32_t>(out.size() - before)};
-    cache.keys.append(reinterpret_cast<const char*>(piece), size);
-    cache.values.insert(cache.values.end(), out.begin() + static_cast<ptrdiff_t>(before), out.end());
-    ++cache.used;
-  }
-}
-
-void Tokenizer::encode_append(std::string_view text, std::vector<TokenId>& out, bool allow_special) const {
-  Cache& cache = thread_cache();
-  if (!allow_special || special_ids_.empty()) {
-    encode_ordinary(text, out, cache);
-    return;
-  }
-  // Each special's next occurrence, searched for again only once the text has passed it: a
-  // special that never occurs costs one scan, not one per occurrence of another (quadratic).
-  std::vector<size_t> next(special_ids_.size());
-  for (size_t k = 0; k < special_ids_.size(); ++k) next[k] = text.find(token_bytes(special_ids_[k]));
-  size_t pos = 0;
-  while (pos < text.size()) {
-    // The earliest special token; the longest one where several start at the same offset.
-    size_t found = std::string_view::npos, found_size = 0;
-    TokenId found_id = -1;
-    for (size_t k = 0; k < special_ids_.size(); ++k) {
-      const TokenId id = special_ids_[k];
-      std::string_view s = token_bytes(id);
-      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(s, pos);
-      const size_t at = next[k];
-      if (at < found || (at == found && at != std::string_view::npos && s.size() > found_size)) {
-        found = at;
-        found_size = s.size();
-        found_id = id;
-      }
-    }
-    if (found == std::string_view::npos) {
-      encode_ordinary(text.substr(pos), out, cache);
+void Tokenizer::encode_word(const unsigned char* piece, size_t size, std::vector<TokenId>& out) const {
+  if (options_.ignore_merges) {
+    auto it = index_.find(std::string_view(reinterpret_cast<const char*>(piece), size));
+    if (it != index_.end()) {
+      out.push_back(it->second);
       return;
     }
-    encode_ordinary(text.substr(pos, found - pos), out, cache);
-    out.push_back(found_id);
-    pos = found + found_size;
   }
-}
-
-std::vector<TokenId> Tokenizer::encode(std::string_view text, bool allow_special) const {
-  std::vector<TokenId> out;
-  out.reserve(text.size() / 4 + 16);
-  encode_append(text, out, allow_special);
-  return out;
-}
-
-std::vector<std::vector<TokenId>> Tokenizer::encode_batch(std::span<const std::string_view> texts, int threads,
-                                                          bool allow_special) const {
-  std::vector<std::vector<TokenId>> results(texts.size());
-  int n = std::min<int>(resolve_threads(threads), static_cast<int>(std::max<size_t>(texts.size(), 1)));
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < texts.size();) results[i] = encode(texts[i], allow_special);
-  };
-  std::vector<std::jthread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  return results;
-}
-
-std::vector<TokenId> Tokenizer::encode_parallel(std::string_view text, int threads, bool allow_special) const {
-  int n = resolve_threads(threads);
-  constexpr size_t kMinChunk = 256 * 1024;
-  if (n == 1 || text.size() < 2 * kMinChunk) return encode(text, allow_special);
-  // Chunks of about size / (4n) bytes, each ending at a safe split point (none found: one chunk).
-  size_t target = std::max(kMinChunk, text.size() / (4 * static_cast<size_t>(n)));
-  // A special token with whitespace in it could straddle a split point: never cut inside one.
-  auto inside_special = [&](size_t cut) {
-    for (TokenId id : special_ids_) {
-      std::string_view s = token_bytes(id);
-      size_t from = cut >= s.size() ? cut - s.size() + 1 : 0;
-      size_t at = text.find(s, from);
-      if (at != std::string_view::npos && at < cut) return true;
-    }
-    return false;
-  };
-  std::vector<std::string_view> chunks;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t cut = start + target;
-    while (cut < text.size() && (!is_safe_split_point(text, cut) || (allow_special && inside_special(cut)))) ++cut;
-    if (cut >= text.size()) cut = text.size();
-    chunks.push_back(text.substr(start, cut - start));
-    start = cut;
+  if (!options_.sentencepiece) {
+    bpe(piece, size, out);
+    return;
   }
-  std::vector<std::vector<TokenId>> parts = encode_batch(chunks, n, allow_special);
-  size_t total = 0;
-  for (const auto& p : parts) total += p.size();
-  std::vector<TokenId> out;
-  out.reserve(total);
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
+  thread_local std::vector<TokenId> parts;
+  parts.clear();
+  sentencepiece_symbols(piece, size, parts);
+  merge_parts(parts.data(), parts.size(), out);
+}
+
+void Tokenizer::encode_word_cached(const unsigned char* piece, size_t size, std::vector<TokenId>& out,
+                                   Cache& cache) const {
+  if (size == 1 && !options_.sentencepiece) {
+    out.push_back(byte_token_[piece[0]]);
+    return;
+  }
+  if (size > Cache::kMaxPiece) {
+    encode_word(piece, size, out);
+    return;
+  }
+  const uint64_t cache_mask = Cache::kCapacity - 1;
+  uint64_t h = hash_bytes(piece, size);
+  uint64_t i = h & cache_mask;
+  for (;; i = (i + 1) & cache_mask) {
+    const Cache::Slot& s = cache.slots[i];
+    if (s.key_size == 0) break;
+    if (s.hash == h && s.key_size == size && std::memcmp(cache.keys.data() + s.key_offset, piece, size) == 0) break;
+  }
+  Cache::Slot& slot = cache.slots[i];
+  if (slot.key_size != 0) {
+    const TokenId* v = cache.values.data() + slot.value_offset;
+    out.insert(out.end(), v, v + slot.value_size);
+    return;
+  }
+  size_t before = out.size();
+  encode_word(piece, size, out);
+  if (cache.used * 2 >= Cache::kCapacity) {
+    cache.clear();
+    return;  // the slot found above is stale now; cache again on the next occurrence
+  }
+  slot = {h, static_cast<uint32_t>(cache.keys.size()), static_cast<uint32_t>(size),
+          static_cast<uint32_t>(cache.values.size()), static_cast<uint32_t>(out.size() - before)};
+  cache.keys.append(reinterpret_cast<const char*>(piece), size);
+  cache.values.insert(cache.values.end(), out.begin() + static_cast<ptrdiff_t>(before), out.end());
+  ++cache.used;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Decoding
 
-void Tokenizer::decode_append(std::span<const TokenId> ids, std::string& out) const {
-  size_t total = out.size();
+void Tokenizer::decode_append(std::span<const TokenId> ids, std::string& out, bool skip_special) const {
+  const size_t start = out.size();
+  size_t total = start;
   for (TokenId id : ids) {
     check(id >= 0 && id < vocab_size(), "tokenizer: cannot decode token id {}: outside [0, {})", id, vocab_size());
     total += offsets_[id + 1] - offsets_[id];
   }
   out.reserve(total);
-  for (TokenId id : ids) out.append(arena_, offsets_[id], offsets_[id + 1] - offsets_[id]);
+  for (TokenId id : ids) {
+    if (!(skip_special && skip_on_decode_[id])) out.append(arena_, offsets_[id], offsets_[id + 1] - offsets_[id]);
+  }
+  // SentencePiece's Strip decoder: the space its encoder put before the text.
+  if (options_.strip_leading_space && out.size() > start && out[start] == ' ') out.erase(start, 1);
 }
 
-std::string Tokenizer::decode(std::span<const TokenId> ids) const {
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {
   std::string out;
-  decode_append(ids, out);
+  decode_append(ids, out, skip_special);
   return out;
 }
 

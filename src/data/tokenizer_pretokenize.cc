@@ -72,6 +72,20 @@ inline Char next_char(const unsigned char* p, const unsigned char* end, const Ch
   return {CharClass::kOther, 1};
 }
 
+// A run of characters of class `cls` from q; returns its end.
+inline const unsigned char* run_of(const unsigned char* q, const unsigned char* end, CharClass cls,
+                                   const CharClass* table) {
+  while (q < end) {
+    Char c = next_char(q, end, table);
+    if (c.cls != cls) break;
+    q += c.len;
+  }
+  return q;
+}
+
+inline bool is_line_break(unsigned char c) { return c == '\r' || c == '\n'; }
+inline unsigned char ascii_lower(unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
 }  // namespace
 
 CharClass char_class(char32_t code_point) {
@@ -128,6 +142,90 @@ size_t gpt2_piece_end(std::string_view text, size_t pos) {
   }
   if (q == end || last == p) return static_cast<size_t>(q - begin);
   return static_cast<size_t>(last - begin);
+}
+
+}  // namespace paraflow::data
+
+namespace paraflow::data {
+
+size_t utf8_char_length(const unsigned char* p, const unsigned char* end) {
+  return next_char(p, end, bmp_table()).len;
+}
+
+size_t white_space_at(std::string_view text, size_t pos) {
+  const auto* begin = reinterpret_cast<const unsigned char*>(text.data());
+  Char c = next_char(begin + pos, begin + text.size(), bmp_table());
+  return c.cls == CharClass::kSpace ? c.len : 0;
+}
+
+size_t llama3_piece_end(std::string_view text, size_t pos, int max_digits) {
+  static const CharClass* const table = bmp_table();
+  const auto* begin = reinterpret_cast<const unsigned char*>(text.data());
+  const unsigned char* end = begin + text.size();
+  const unsigned char* p = begin + pos;
+  auto at = [&](const unsigned char* q) { return static_cast<size_t>(q - begin); };
+
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (*p == '\'' && end - p >= 2) {
+    unsigned char a = ascii_lower(p[1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return pos + 2;
+    if (end - p >= 3) {
+      unsigned char b = ascii_lower(p[2]);
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return pos + 3;
+    }
+  }
+
+  Char first = next_char(p, end, table);
+  // [^\r\n\p{L}\p{N}]?\p{L}+: letters, with one character before them that is none of those.
+  if (first.cls == CharClass::kLetter) return at(run_of(p + first.len, end, CharClass::kLetter, table));
+  if (first.cls != CharClass::kNumber && !is_line_break(*p) && p + first.len < end) {
+    Char second = next_char(p + first.len, end, table);
+    if (second.cls == CharClass::kLetter) {
+      return at(run_of(p + first.len + second.len, end, CharClass::kLetter, table));
+    }
+  }
+  // \p{N}{1,3} (Qwen2: \p{N})
+  if (first.cls == CharClass::kNumber) {
+    const unsigned char* q = p + first.len;
+    for (int n = 1; n < max_digits && q < end; ++n) {
+      Char c = next_char(q, end, table);
+      if (c.cls != CharClass::kNumber) break;
+      q += c.len;
+    }
+    return at(q);
+  }
+  // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+  const unsigned char* run = p;
+  Char head = first;
+  if (*p == ' ' && end - p >= 2) {
+    Char second = next_char(p + 1, end, table);
+    if (second.cls == CharClass::kOther) {
+      run = p + 1;
+      head = second;
+    }
+  }
+  if (head.cls == CharClass::kOther) {
+    const unsigned char* q = run_of(run + head.len, end, CharClass::kOther, table);
+    while (q < end && is_line_break(*q)) ++q;
+    return at(q);
+  }
+
+  // Whitespace from here. `\s*[\r\n]+`: up to the run's last line break, if it has one.
+  const unsigned char* q = p;
+  const unsigned char* last = p;          // start of the run's last character
+  const unsigned char* after_break = p;   // just past the run's last line break
+  while (q < end) {
+    Char c = next_char(q, end, table);
+    if (c.cls != CharClass::kSpace) break;
+    last = q;
+    q += c.len;
+    if (is_line_break(*last)) after_break = q;
+  }
+  if (after_break != p) return at(after_break);
+  // `\s+(?!\S)`: a run that reaches the end, or all of it but its last character when a
+  // non-space follows; `\s+`: a single whitespace character before a non-space.
+  if (q == end || last == p) return at(q);
+  return at(last);
 }
 
 }  // namespace paraflow::data

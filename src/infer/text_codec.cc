@@ -1,20 +1,52 @@
 #include "infer/text_codec.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
 
 namespace paraflow::infer {
+namespace {
+
+// eos_token_id of generation_config.json, else of config.json: one id or a list; empty when
+// neither file gives one.
+std::vector<int32_t> configured_end_ids(const std::filesystem::path& dir) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::filesystem::path file = dir / name;
+    if (!std::filesystem::exists(file)) continue;
+    const nlohmann::json j = parse_json(read_file(file), file.string());
+    const nlohmann::json& eos = j.is_object() ? j.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    if (eos.is_null()) continue;
+    std::vector<int32_t> ids;
+    for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+      check(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 31),
+            "{}: eos_token_id must be a token id or a list of them, got {}", file.string(), eos.dump());
+      ids.push_back(id.get<int32_t>());
+    }
+    return ids;
+  }
+  return {};
+}
+
+}  // namespace
 
 TextCodec::TextCodec(const std::filesystem::path& model_dir) {
   if (data::Tokenizer::present_in(model_dir)) {
     tokenizer_.emplace(data::Tokenizer::load(model_dir));
+    end_of_text_ = configured_end_ids(model_dir);
+    if (end_of_text_.empty() && tokenizer_->eot_id() >= 0) end_of_text_ = {tokenizer_->eot_id()};
   } else {
     fmt::print(stderr, "{}: no tokenizer files; text is read and written as bytes (id = byte value)\n",
                model_dir.string());
   }
 }
 
-std::vector<int32_t> TextCodec::encode(const std::string& text) const {
-  if (tokenizer_) return tokenizer_->encode(text);
+std::vector<int32_t> TextCodec::encode(const std::string& text, bool add_special_tokens) const {
+  if (tokenizer_) return add_special_tokens ? tokenizer_->encode_with_template(text) : tokenizer_->encode(text);
   std::vector<int32_t> ids;
   for (const unsigned char byte : text) ids.push_back(byte);  // 0-255 (char is signed on x86)
   return ids;
@@ -27,11 +59,8 @@ std::string TextCodec::decode(int32_t token) const {
   return token < 256 ? std::string(1, static_cast<char>(token)) : "";
 }
 
-bool TextCodec::is_end_of_text(int32_t token) const { return tokenizer_ && token == tokenizer_->eot_id(); }
-
-std::optional<int32_t> TextCodec::end_of_text() const {
-  if (tokenizer_) return tokenizer_->eot_id();
-  return std::nullopt;
+bool TextCodec::is_end_of_text(int32_t token) const {
+  return std::find(end_of_text_.begin(), end_of_text_.end(), token) != end_of_text_.end();
 }
 
 std::optional<int32_t> TextCodec::special_token(const std::string& text) const {

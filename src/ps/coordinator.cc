@@ -424,7 +424,9 @@ void Coordinator::train_and_export(const std::atomic<bool>* stop) {
   if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", m.step);
   const std::filesystem::path export_dir = config.out_dir / "export";
   model::save_model_dir(export_dir, m.model_config, m.whole);
-  if (!config.tokenizer_dir.empty()) data::Tokenizer::load(config.tokenizer_dir).save(export_dir);
+  if (!config.tokenizer_dir.empty()) {
+    data::Tokenizer::load(config.tokenizer_dir).export_to(config.tokenizer_dir, export_dir);
+  }
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), export_dir.string());
 }
 

@@ -139,14 +139,14 @@ void OpenAiService::complete(const CompletionRequest& request, const std::shared
     }
   }
   Stops stops{request.params.stop, {}};
-  if (auto end = version->codec->end_of_text()) stops.tokens.push_back(*end);
+  stops.tokens = version->codec->end_of_text();
   start(false, request.params, std::move(prompts), std::move(stops), std::move(version), exchange, request.echo);
 }
 
 void OpenAiService::chat(const ChatRequest& request, const std::shared_ptr<Exchange>& exchange) {
   std::shared_ptr<ServedVersion> version = find_version(request.params.model);
   Stops stops;
-  if (auto end = version->codec->end_of_text()) stops.tokens.push_back(*end);
+  stops.tokens = version->codec->end_of_text();
   if (!version->chat_template) {
     stops.strings = chat_stops(request.params.stop);
     return start(true, request.params, {version->codec->encode(chat_prompt(request.messages))}, std::move(stops),
@@ -172,7 +172,9 @@ void OpenAiService::chat(const ChatRequest& request, const std::shared_ptr<Excha
   } catch (const infer::jinja::RenderError& error) {
     refuse("messages", "the model's chat template cannot render these messages: {}", error.what());
   }
-  start(true, request.params, {version->codec->encode(prompt)}, std::move(stops), version, exchange, false);
+  // The rendered text carries the template's own BOS: no second one (apply_chat_template's
+  // tokenizing does the same).
+  start(true, request.params, {version->codec->encode(prompt, false)}, std::move(stops), version, exchange, false);
 }
 
 void OpenAiService::start(bool chat, const GenerationParams& params, std::vector<std::vector<int32_t>> prompts,

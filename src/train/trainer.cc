@@ -629,7 +629,7 @@ void Trainer::export_model(const std::filesystem::path& dir) const {
   if (!config_.tokenizer_dir.empty()) tokenizer = data::Tokenizer::load(config_.tokenizer_dir);
   model::save_model_dir(dir, model_config_, partitioned() ? whole_parameters_ : parameters_,
                         tokenizer ? tokenizer->eot_id() : -1);
-  if (tokenizer) tokenizer->save(dir);
+  if (tokenizer) tokenizer->export_to(config_.tokenizer_dir, dir);
 }
 
 void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
