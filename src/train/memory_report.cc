@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
 #include "train/pipeline_schedule.h"
@@ -28,7 +30,7 @@ std::string MemoryReport::to_text() const {
   if (sync_buffers > 0) text += fmt::format("gradient sync    {}  (ZeRO-1: a whole padded copy of the weights, and a shard)\n", mib(sync_buffers));
   text += fmt::format("total            {}\n", mib(total()));
   if (checkpoint_extra > 0) {
-    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments)\n", mib(checkpoint_extra));
+    text += fmt::format("+ while saving   {}  (a checkpoint copies out one slice at a time)\n", mib(checkpoint_extra));
   }
   return text;
 }
@@ -67,7 +69,8 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
 
   MemoryReport report;
   report.in_flight = stages > 1 ? pipeline_in_flight(config.pipeline_schedule, stages, stage, config.micro_batches) : 1;
-  const int64_t parameter_count = model::element_count(model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard));
+  const std::vector<model::TensorSpec> part = model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard);
+  const int64_t parameter_count = model::element_count(part);
   const int64_t parameter_bytes = parameter_count * 4;
   report.parameters = parameter_bytes;
   report.gradients = parameter_bytes * (config.grad_accumulation > 1 ? 2 : 1);
@@ -78,8 +81,9 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   if (zero) {
     const int64_t shard = (parameter_count + replicas - 1) / replicas;  // GradientSync's padded_ and shard_
     report.sync_buffers = (shard * replicas + shard) * 4;
-    report.checkpoint_extra = 2 * parameter_bytes;
   }
+  // A checkpoint copies this rank's slices out one at a time: at most its largest tensor.
+  for (const model::TensorSpec& spec : part) report.checkpoint_extra = std::max(report.checkpoint_extra, spec.shape.numel() * 4);
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;
   report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;

@@ -21,7 +21,7 @@ struct MemoryReport {
   int64_t inputs = 0;           // tokens, targets, the losses
   int64_t workspace = 0;        // per-thread scratch of the kernels
   int64_t sync_buffers = 0;     // ZeRO-1's staging: a whole padded copy of the weights and a shard
-  int64_t checkpoint_extra = 0;  // held only while a checkpoint is saved (ZeRO-1 gathers the whole moments)
+  int64_t checkpoint_extra = 0;  // held only while a checkpoint is saved (one slice's copy)
   int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO-1)
   int64_t in_flight = 1;        // micro-batches whose activations a pipeline stage holds at once
   int64_t total() const {
