@@ -112,6 +112,7 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
     const std::string name = bare_name == "lm_head.weight" ? bare_name : prefix + bare_name;
     check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
     weights.read_into(name, tensor);
+    weights.release(name);
     expected.insert(name);
   }
   const bool llama = !parameters.specs().empty() && parameters.specs()[0].name == "model.embed_tokens.weight";
@@ -141,7 +142,8 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
 
 void load_parameters(const std::filesystem::path& file, ParameterSet& device_parameters,
                      const std::string& name_prefix) {
-  SafetensorsFile weights = SafetensorsFile::load(file.string());
+  // Mapped, each tensor's pages let go once copied: loading holds the weights once, not twice.
+  SafetensorsFile weights = SafetensorsFile::map(file.string());
   device_parameters.write_on_host([&](ParameterSet& parameters) { read_parameters(weights, file, parameters, name_prefix); });
 }
 

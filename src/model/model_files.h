@@ -49,7 +49,8 @@ void export_model_dir(const std::filesystem::path& dir, const GptConfig& config,
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend);
 
 // Loads tensors named like `specs` from a safetensors file into `parameters` (a missing or
-// extra tensor is an error; HF's attention-mask buffers and a tied lm_head are accepted).
+// extra tensor is an error; HF's attention-mask buffers and a tied lm_head are accepted). The
+// file is mapped and read tensor by tensor: the load's peak holds the weights once, plus a tensor.
 void load_parameters(const std::filesystem::path& file, ParameterSet& parameters, const std::string& name_prefix = "");
 
 }  // namespace paraflow::model
