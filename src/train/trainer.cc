@@ -6,13 +6,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
+#include <exception>
 #include <optional>
 
 #include "base/clock.h"
 #include "base/json.h"
 #include "base/progress.h"
-#include "base/random.h"
 #include "data/events.h"
 #include "data/tokenizer.h"
 #include "dist/collective_group.h"
