@@ -72,25 +72,52 @@ void fsync_directory(const std::filesystem::path& dir) {
   }
 }
 
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move(path)) {
+  temporary_ = path_;
+  temporary_ += fmt::format(".tmp.{}", ::getpid());
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd_ < 0) throw IoError(fmt::format("{}: cannot create: {}", temporary_.string(), std::strerror(errno)));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(temporary_.c_str());
+}
+
+void AtomicFileWriter::append(std::string_view bytes) { write_all(fd_, bytes.data(), bytes.size(), temporary_); }
+
+void AtomicFileWriter::commit() {
+  if (::fsync(fd_) != 0) throw IoError(fmt::format("{}: fsync failed: {}", temporary_.string(), std::strerror(errno)));
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary_.c_str());
+    throw IoError(fmt::format("{}: rename failed: {}", path_.string(), std::strerror(error)));
+  }
+  fsync_directory(path_.parent_path());
+}
+
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
-  std::filesystem::path temporary = path;
-  temporary += fmt::format(".tmp.{}", ::getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw IoError(fmt::format("{}: cannot create: {}", temporary.string(), std::strerror(errno)));
-  try {
-    write_all(fd, content.data(), content.size(), temporary);
-    if (::fsync(fd) != 0) throw IoError(fmt::format("{}: fsync failed: {}", temporary.string(), std::strerror(errno)));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
+  AtomicFileWriter writer(path);
+  writer.append(content);
+  writer.commit();
+}
+
+FileChecksum checksum_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("{}: cannot open for reading: {}", path.string(), std::strerror(errno)));
+  FileChecksum checksum;
+  std::vector<char> block(1 << 20);
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    checksum.crc32c = crc32c(block.data(), got, checksum.crc32c);
+    checksum.bytes += got;
   }
-  ::close(fd);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    ::unlink(temporary.c_str());
-    throw IoError(fmt::format("{}: rename failed: {}", path.string(), std::strerror(errno)));
-  }
-  fsync_directory(path.parent_path());
+  if (in.bad()) throw IoError(fmt::format("{}: read failed", path.string()));
+  return checksum;
 }
 
 #if !defined(__SSE4_2__)

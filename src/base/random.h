@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
 namespace paraflow {
 
@@ -55,5 +56,34 @@ class Rng {
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   std::array<uint64_t, 4> state_{};
 };
+
+// Counter-based draws (the idea of Philox, which JAX and PyTorch's CUDA generator use): the value
+// at `index` of the stream `key` is a pure function of the two, so any slice of a tensor can be
+// drawn alone, by any process, equal bit for bit to the same elements drawn whole.
+inline uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The stream of the tensor named `name` in a run seeded with `seed` (FNV-1a of the name, mixed).
+inline uint64_t stream_key(uint64_t seed, std::string_view name) {
+  uint64_t hash = 0xCBF29CE484222325ull;
+  for (char c : name) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001B3ull;
+  return mix64(mix64(seed) ^ hash);
+}
+
+// Uniform in [0, 1) with 53 random bits, the `index`-th of stream `key`.
+inline double uniform_at(uint64_t key, uint64_t index) {
+  return static_cast<double>(mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
+}
+
+// Standard normal by Box-Muller from draws 2·index and 2·index + 1 of stream `key`.
+inline double normal_at(uint64_t key, uint64_t index) {
+  double u1 = uniform_at(key, 2 * index);
+  const double u2 = uniform_at(key, 2 * index + 1);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
 
 }  // namespace paraflow

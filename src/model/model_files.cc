@@ -52,6 +52,41 @@ std::string stored_name(const GptConfig& config, const std::string& name) {
 
 }  // namespace
 
+std::vector<HfStoredTensor> hf_layout(const GptConfig& config, const std::vector<TensorSpec>& specs) {
+  std::vector<HfStoredTensor> layout;
+  for (const TensorSpec& spec : specs) {
+    if (spec.stored_as.empty()) {
+      layout.push_back({stored_name(config, spec.name), spec.name, TensorSlice::whole(spec.shape)});
+      continue;
+    }
+    int64_t first = 0;
+    for (const StoredPart& part : spec.stored_as) {
+      TensorSlice rows = TensorSlice::whole(spec.shape);
+      rows.offsets[0] = first;
+      rows.lengths[0] = part.rows;
+      layout.push_back({stored_name(config, part.name), spec.name, rows});
+      first += part.rows;
+    }
+  }
+  return layout;
+}
+
+void export_model_dir(const std::filesystem::path& dir, const GptConfig& config, SliceReader& reader,
+                      int64_t end_of_text) {
+  const std::vector<HfStoredTensor> layout = hf_layout(config, gpt_tensor_specs(config));
+  std::vector<SafetensorsHeaderEntry> entries;
+  for (const HfStoredTensor& stored : layout) entries.push_back({stored.stored_name, DType::f32, stored.slice.shape()});
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir / "config.json", config.to_hf_json(end_of_text).dump(2) + "\n");
+  AtomicFileWriter weights(dir / "model.safetensors");
+  weights.append(safetensors_header(entries, {{"format", "pt"}}));
+  for (const HfStoredTensor& stored : layout) {
+    const std::vector<float> values = reader.read(stored.tensor, stored.slice);
+    weights.append(std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  }
+  weights.commit();
+}
+
 void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& device_parameters,
                     int64_t end_of_text) {
   const ParameterSet parameters = device_parameters.on_host();
@@ -77,6 +112,7 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
     const std::string name = bare_name == "lm_head.weight" ? bare_name : prefix + bare_name;
     check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
     weights.read_into(name, tensor);
+    weights.release(name);
     expected.insert(name);
   }
   const bool llama = !parameters.specs().empty() && parameters.specs()[0].name == "model.embed_tokens.weight";
@@ -106,7 +142,8 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
 
 void load_parameters(const std::filesystem::path& file, ParameterSet& device_parameters,
                      const std::string& name_prefix) {
-  SafetensorsFile weights = SafetensorsFile::load(file.string());
+  // Mapped, each tensor's pages let go once copied: loading holds the weights once, not twice.
+  SafetensorsFile weights = SafetensorsFile::map(file.string());
   device_parameters.write_on_host([&](ParameterSet& parameters) { read_parameters(weights, file, parameters, name_prefix); });
 }
 

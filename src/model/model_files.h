@@ -13,6 +13,7 @@
 
 #include "model/gpt_config.h"
 #include "model/parameters.h"
+#include "model/slice_index.h"
 
 namespace paraflow::model {
 
@@ -30,11 +31,26 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const ParameterSet& param
 void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& parameters,
                     int64_t end_of_text = -1);
 
+// How save_model_dir lays out the whole model of `specs` in model.safetensors, in file order:
+// each stored tensor's name there, and which box of which of our tensors it is (a fused tensor is
+// several, one per part).
+struct HfStoredTensor {
+  std::string stored_name, tensor;
+  TensorSlice slice;
+};
+std::vector<HfStoredTensor> hf_layout(const GptConfig& config, const std::vector<TensorSpec>& specs);
+
+// Writes what save_model_dir writes, byte for byte, from the whole model's tensors in `reader`
+// (however they are sliced there), one tensor at a time: no more than one in memory.
+void export_model_dir(const std::filesystem::path& dir, const GptConfig& config, SliceReader& reader,
+                      int64_t end_of_text = -1);
+
 // Reads a model dir; every error names the file and the tensor or field at fault.
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend);
 
 // Loads tensors named like `specs` from a safetensors file into `parameters` (a missing or
-// extra tensor is an error; HF's attention-mask buffers and a tied lm_head are accepted).
+// extra tensor is an error; HF's attention-mask buffers and a tied lm_head are accepted). The
+// file is mapped and read tensor by tensor: the load's peak holds the weights once, plus a tensor.
 void load_parameters(const std::filesystem::path& file, ParameterSet& parameters, const std::string& name_prefix = "");
 
 }  // namespace paraflow::model

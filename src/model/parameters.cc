@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -167,21 +168,22 @@ int64_t element_count(const std::vector<TensorSpec>& specs) {
   return count;
 }
 
-std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorSpec& spec, const TensorShard& shard) {
+std::vector<SlicePlacement> shard_slices(const TensorSpec& spec, const TensorShard& shard) {
   const Split split = split_of(spec.name);
-  const int64_t numel = spec.shape.numel();
-  if (split.kind == Split::whole || shard.size == 1) return {{0, numel}};
-  const int64_t rows = spec.shape.rank() == 2 ? spec.shape[0] : 1, columns = numel / rows;
-  if (split.kind == Split::rows) {
-    const int64_t mine = rows / shard.size;
-    return {{shard.rank * mine * columns, mine * columns}};
+  const TensorSlice whole = TensorSlice::whole(spec.shape);
+  if (split.kind == Split::whole || shard.size == 1) return {{whole, whole}};
+  // Rows split dimension 0; columns the last (a 1-D bias is one row of columns).
+  const size_t dim = split.kind == Split::rows ? 0 : spec.shape.rank() - 1;
+  const int64_t section = spec.shape[dim] / split.sections, mine = section / shard.size;
+  std::vector<SlicePlacement> placements;
+  for (int64_t s = 0; s < split.sections; ++s) {
+    SlicePlacement placement{whole, whole};
+    placement.global.offsets[dim] = s * section + shard.rank * mine;
+    placement.global.lengths[dim] = placement.local.lengths[dim] = mine;
+    placement.local.offsets[dim] = s * mine;
+    placements.push_back(placement);
   }
-  const int64_t section = columns / split.sections, mine = section / shard.size;
-  std::vector<std::pair<int64_t, int64_t>> runs;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t s = 0; s < split.sections; ++s) runs.push_back({r * columns + s * section + shard.rank * mine, mine});
-  }
-  return runs;
+  return placements;
 }
 
 ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)
@@ -267,30 +269,41 @@ void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write
   backend_->upload(copy.flat_.raw(), flat_);
 }
 
-namespace {
-
-void initialize_on_host(ParameterSet& parameters, const GptConfig& config, Rng& rng) {
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard) {
+  std::map<std::string, TensorSpec> whole;
+  for (TensorSpec& spec : gpt_tensor_specs(config)) whole.emplace(spec.name, std::move(spec));
   const double std_normal = 0.02;
   const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
-  for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    const TensorSpec& spec = parameters.specs()[i];
-    float* data = parameters.at(i).data<float>();
-    int64_t n = spec.shape.numel();
-    for (int64_t j = 0; j < n; ++j) {
-      switch (spec.init) {
-        case Init::normal: data[j] = static_cast<float>(rng.normal() * std_normal); break;
-        case Init::residual_projection: data[j] = static_cast<float>(rng.normal() * std_residual); break;
-        case Init::zeros: data[j] = 0.0f; break;
-        case Init::ones: data[j] = 1.0f; break;
+  parameters.write_on_host([&](ParameterSet& host) {
+    for (size_t i = 0; i < host.specs().size(); ++i) {
+      const TensorSpec& spec = host.specs()[i];
+      const Tensor& tensor = host.at(i);
+      float* data = tensor.data<float>();
+      if (spec.init == Init::zeros || spec.init == Init::ones) {
+        std::fill(data, data + tensor.numel(), spec.init == Init::ones ? 1.0f : 0.0f);
+        continue;
+      }
+      const double scale = spec.init == Init::normal ? std_normal : std_residual;
+      const uint64_t key = stream_key(seed, spec.name);
+      const TensorSpec& global = whole.at(spec.name);
+      // Element (r, c) of a held box is element (row + r, column + c) of the whole tensor, and of
+      // the local one; a 1-D tensor is one row.
+      const bool matrix = global.shape.rank() == 2;
+      const int64_t global_columns = global.shape.dims().back(), local_columns = spec.shape.dims().back();
+      for (const SlicePlacement& placement : shard_slices(global, shard)) {
+        const int64_t rows = matrix ? placement.global.lengths[0] : 1, width = placement.global.lengths.back();
+        const int64_t global_row = matrix ? placement.global.offsets[0] : 0, global_column = placement.global.offsets.back();
+        const int64_t local_row = matrix ? placement.local.offsets[0] : 0, local_column = placement.local.offsets.back();
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < width; ++c) {
+            const auto element = static_cast<uint64_t>((global_row + r) * global_columns + global_column + c);
+            data[(local_row + r) * local_columns + local_column + c] =
+                static_cast<float>(normal_at(key, element) * scale);
+          }
+        }
       }
     }
-  }
-}
-
-}  // namespace
-
-void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng) {
-  parameters.write_on_host([&](ParameterSet& host) { initialize_on_host(host, config, rng); });
+  });
 }
 
 }  // namespace paraflow::model

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "base/random.h"
 #include "model/gpt_config.h"
+#include "tensor/tensor_slice.h"
 
 namespace paraflow::model {
 
@@ -73,9 +74,9 @@ std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs,
 std::vector<TensorSpec> part_tensor_specs(const std::vector<TensorSpec>& whole, const LayerRange& range,
                                           const TensorShard& shard);
 int64_t element_count(const std::vector<TensorSpec>& specs);
-// Where shard `shard`'s elements of the whole tensor `spec` lie in it: (offset, count) runs, in
-// the shard's order.
-std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorSpec& spec, const TensorShard& shard);
+// Where shard `shard`'s part of the whole tensor `spec` lies: the boxes of the whole tensor it
+// holds (one, or for qkv one per q, k and v section), each with the box of its own tensor.
+std::vector<SlicePlacement> shard_slices(const TensorSpec& spec, const TensorShard& shard);
 // The row-split layers' biases and wpe: whole on every shard, with a gradient on shard 0 only.
 bool is_partial_gradient(const std::string& name);
 // Tensors every shard holds whole (a gradient norm counts them once).
@@ -122,6 +123,9 @@ class ParameterSet {
 // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, N(0, 0.02/sqrt(2·n_layer)) for
 // the projections that write into the residual stream, zeros for biases, ones for layernorm gains.
 // (The Llama family's specs ask for N(0, 0.02) everywhere, as transformers initialises them.)
-void initialize_gpt(ParameterSet& parameters, const GptConfig& config, Rng& rng);
+// Element i of a whole tensor is drawn from the tensor's own counter-based stream (normal_at), so
+// `parameters` may hold any part of the model (a stage's tensors, as tensor-parallel shard `shard`
+// holds them) and gets exactly the values those elements have in the whole model's.
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard = {});
 
 }  // namespace paraflow::model

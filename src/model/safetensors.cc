@@ -2,6 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "base/error.h"
@@ -17,6 +23,38 @@ constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementatio
 }  // namespace
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& origin) {
+  auto owner = std::make_shared<const std::string>(std::move(bytes));
+  return parse_bytes(owner, *owner, origin);
+}
+
+SafetensorsFile SafetensorsFile::map(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot open for reading: {}", path, std::strerror(errno)));
+  struct stat status {};
+  const int stat_result = ::fstat(fd, &status);
+  const auto size = static_cast<size_t>(status.st_size);
+  void* mapped = stat_result == 0 && size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  const int error = errno;
+  ::close(fd);
+  if (stat_result != 0 || size == 0) return parse(std::string(), path);  // refused as too short
+  if (mapped == MAP_FAILED) throw IoError(fmt::format("{}: cannot map: {}", path, std::strerror(error)));
+  std::shared_ptr<const void> owner(mapped, [size](const void* at) { ::munmap(const_cast<void*>(at), size); });
+  SafetensorsFile file = parse_bytes(owner, std::string_view(static_cast<const char*>(mapped), size), path);
+  file.mapped_ = true;
+  return file;
+}
+
+void SafetensorsFile::release(const std::string& name) const {
+  if (!mapped_) return;
+  const SafetensorsEntry& e = entry(name);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(bytes_.data() + data_start_ + e.begin) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(bytes_.data() + data_start_ + e.end);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+SafetensorsFile SafetensorsFile::parse_bytes(std::shared_ptr<const void> owner, std::string_view bytes,
+                                             const std::string& origin) {
   SafetensorsFile file;
   file.origin_ = origin;
   check(bytes.size() >= 8, "{}: file is {} bytes, too short for the 8-byte header length", origin, bytes.size());
@@ -26,7 +64,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
         kMaxHeaderBytes);
   check(header_length <= bytes.size() - 8, "{}: header length {} runs past the end of the {}-byte file", origin,
         header_length, bytes.size());
-  const nlohmann::json header = parse_json(std::string_view(bytes).substr(8, header_length), origin + " header");
+  const nlohmann::json header = parse_json(bytes.substr(8, header_length), origin + " header");
   check(header.is_object(), "{}: header must be a JSON object", origin);
   file.data_start_ = 8 + header_length;
   const size_t data_size = bytes.size() - file.data_start_;
@@ -80,11 +118,21 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
   for (size_t i = 1; i < ranges.size(); ++i) {
     check(ranges[i].first >= ranges[i - 1].second, "{}: tensors overlap at data byte {}", origin, ranges[i].first);
   }
-  file.bytes_ = std::move(bytes);
+  file.owner_ = std::move(owner);
+  file.bytes_ = bytes;
   return file;
 }
 
 SafetensorsFile SafetensorsFile::load(const std::string& path) { return parse(read_file(path), path); }
+
+const float* SafetensorsFile::f32_data(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  check(e.dtype == DType::f32, "{}: tensor '{}' has dtype {}, expected F32", origin_, name, dtype_name(e.dtype));
+  // A file we wrote starts its data 8-byte aligned; another's may not be, and is refused here.
+  const char* at = bytes_.data() + data_start_ + e.begin;
+  check(reinterpret_cast<uintptr_t>(at) % alignof(float) == 0, "{}: tensor '{}' is not 4-byte aligned", origin_, name);
+  return reinterpret_cast<const float*>(at);
+}
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
   auto found = entries_.find(name);
@@ -128,24 +176,36 @@ void SafetensorsFile::read_into(const std::string& name, const Tensor& destinati
   }
 }
 
-std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                  const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header(const std::vector<SafetensorsHeaderEntry>& entries,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    header[name] = {{"dtype", safetensors_dtype_name(tensor.dtype())},
-                    {"shape", tensor.shape().dims()},
-                    {"data_offsets", {offset, offset + tensor.nbytes()}}};
-    offset += tensor.nbytes();
+  for (const SafetensorsHeaderEntry& entry : entries) {
+    const size_t bytes = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
+    header[entry.name] = {{"dtype", safetensors_dtype_name(entry.dtype)},
+                          {"shape", entry.shape.dims()},
+                          {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
   std::string out;
-  out.reserve(8 + header_text.size() + offset);
   uint64_t length = header_text.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((length >> (8 * i)) & 0xFF));
-  out += header_text;
+  return out + header_text;
+}
+
+std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsHeaderEntry> entries;
+  size_t bytes = 0;
+  for (const auto& [name, tensor] : tensors) {
+    entries.push_back({name, tensor.dtype(), tensor.shape()});
+    bytes += tensor.nbytes();
+  }
+  std::string out = safetensors_header(entries, metadata);
+  out.reserve(out.size() + bytes);
   for (const auto& [name, tensor] : tensors) out.append(static_cast<const char*>(tensor.raw()), tensor.nbytes());
   return out;
 }

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -22,6 +24,9 @@ class SafetensorsFile {
   // `origin` names the bytes in error messages (usually the path).
   static SafetensorsFile parse(std::string bytes, const std::string& origin);
   static SafetensorsFile load(const std::string& path);
+  // Maps the file instead of reading it: only the pages of the tensors read are loaded, and they
+  // are the page cache's, not a copy.
+  static SafetensorsFile map(const std::string& path);
 
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -31,15 +36,35 @@ class SafetensorsFile {
   Tensor tensor(const std::string& name) const;
   // Copies the named tensor into `destination`, converting to f32 from f32/f16/bf16/f64; checks shape.
   void read_into(const std::string& name, const Tensor& destination) const;
+  // The named tensor's values where the file holds them; refuses a dtype other than f32.
+  const float* f32_data(const std::string& name) const;
+  // A mapped file: lets the kernel drop the named tensor's pages from this process (they stay in
+  // the page cache, and are read again if touched again), so reading a file tensor by tensor
+  // keeps about one tensor resident. Nothing for a file read into memory.
+  void release(const std::string& name) const;
   const std::string& origin() const { return origin_; }
 
  private:
+  static SafetensorsFile parse_bytes(std::shared_ptr<const void> owner, std::string_view bytes, const std::string& origin);
+
   std::string origin_;
-  std::string bytes_;
+  std::shared_ptr<const void> owner_;  // keeps `bytes_` alive: a string, or a mapping
+  std::string_view bytes_;
+  bool mapped_ = false;
   size_t data_start_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
 };
+
+// The start of a safetensors file holding tensors of these names, dtypes and shapes in this order
+// (the 8-byte header length and the header): the tensors' bytes follow, in order.
+struct SafetensorsHeaderEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+std::string safetensors_header(const std::vector<SafetensorsHeaderEntry>& entries,
+                               const std::map<std::string, std::string>& metadata = {});
 
 // Serialises host tensors (in the given order) with optional string metadata.
 std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,

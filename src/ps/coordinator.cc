@@ -8,7 +8,6 @@
 
 #include "base/clock.h"
 #include "base/progress.h"
-#include "base/random.h"
 #include "data/events.h"
 #include "data/tokenizer.h"
 #include "model/model_files.h"
@@ -130,14 +129,13 @@ struct Coordinator::Impl {
     if (auto checkpoint = checkpoints.latest_valid()) {
       nlohmann::json state = train::CheckpointManager::read_state(*checkpoint);
       train::check_resumable(*checkpoint, state, model_config, config);
-      state = train::CheckpointManager::load(*checkpoint, whole, first_moment, second_moment);
+      state = train::CheckpointManager::load(*checkpoint, model_config, whole, first_moment, second_moment);
       step = state.at("step").get<int64_t>();
       optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("parameter_servers")) stale_pushes = state["parameter_servers"].value("stale_pushes", 0);
       fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), step);
     } else {
-      Rng rng(config.seed);
-      model::initialize_gpt(whole, model_config, rng);
+      model::initialize_gpt(whole, model_config, config.seed);
       cpu_backend().fill_zero(first_moment);
       cpu_backend().fill_zero(second_moment);
       step = optimizer_steps = 0;

@@ -1,17 +1,23 @@
-// Training checkpoints: an export dir (config.json + model.safetensors) plus optimizer moments,
-// trainer state and a manifest of per-file CRC32C checksums. A checkpoint is built under a
-// temporary name, every file fsynced, then renamed into place: a crash leaves either the whole
-// checkpoint or none. Loading verifies the manifest and falls back to the previous checkpoint.
+// Training checkpoints, sharded: every rank writes the slices of the model it holds (weights and
+// AdamW's moments, "m.<name>" and "v.<name>") to its own file, with its part of the index of
+// global shapes and slice offsets (model/slice_index.h); once every rank's files are durable, the
+// chief merges the index, adds config.json, state.json (step, data position, loss scale) and a
+// manifest of per-file CRC32C checksums, and renames the directory into place: a crash of any rank
+// at any moment leaves the previous checkpoint whole. Any layout reads back only the slices it
+// needs. Checkpoints of the single-file format (model.safetensors + optimizer.safetensors) still
+// load, read through the same index.
 #pragma once
 
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "model/gpt_config.h"
 #include "model/parameters.h"
+#include "model/slice_index.h"
 
 namespace paraflow::train {
 
@@ -19,7 +25,23 @@ class CheckpointManager {
  public:
   CheckpointManager(std::filesystem::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 
-  // `first_moment`, `second_moment`: AdamW's moments for the whole flat buffer.
+  // The chief: a fresh temporary directory for the save of `step`, where every rank then writes.
+  std::filesystem::path begin_save(int64_t step) const;
+  // Any rank: writes its slices into `temporary` (slices-<rank>.safetensors, fsynced) and their
+  // index beside them; a rank without slices writes nothing.
+  static void write_rank_slices(const std::filesystem::path& temporary, int rank,
+                                const std::vector<model::SliceValues>& slices);
+  // The chief, once every rank's write_rank_slices has returned: checks that the slices cover the
+  // whole model's weights and moments, writes the index, config.json, state.json (`state` with
+  // "step" and "optimizer_steps" added) and the manifest, then puts the checkpoint in place and
+  // prunes old ones. Removes `temporary` on failure.
+  std::filesystem::path commit(const std::filesystem::path& temporary, int64_t step, const model::GptConfig& config,
+                               int64_t optimizer_steps, const nlohmann::json& state);
+  // Removes the temporary directory of a save that failed on some rank.
+  static void abandon(const std::filesystem::path& temporary);
+
+  // One process holding the whole model (`first_moment`, `second_moment`: AdamW's moments for the
+  // whole flat buffer): the three steps above with one rank.
   std::filesystem::path save(int64_t step, const model::GptConfig& config, const model::ParameterSet& parameters,
                              const Tensor& first_moment, const Tensor& second_moment, int64_t optimizer_steps,
                              const nlohmann::json& state);
@@ -28,10 +50,14 @@ class CheckpointManager {
   // and skipped.
   std::optional<std::filesystem::path> latest_valid() const;
 
-  // Loads weights and the whole-buffer moments; returns the trainer state (with
+  // The slices of a checkpoint (verify it first): its index, or a single-file checkpoint's two
+  // files seen as one slice per tensor (laid out for `config`'s model).
+  static model::SliceReader open(const std::filesystem::path& checkpoint, const model::GptConfig& config);
+
+  // Loads the whole model's weights and moments (one process); returns the trainer state (with
   // "optimizer_steps").
-  static nlohmann::json load(const std::filesystem::path& checkpoint, model::ParameterSet& parameters,
-                             const Tensor& first_moment, const Tensor& second_moment);
+  static nlohmann::json load(const std::filesystem::path& checkpoint, const model::GptConfig& config,
+                             model::ParameterSet& parameters, const Tensor& first_moment, const Tensor& second_moment);
 
   // The trainer state of a verified checkpoint (state.json).
   static nlohmann::json read_state(const std::filesystem::path& checkpoint);
@@ -45,10 +71,6 @@ class CheckpointManager {
   void remove_stale_temporaries() const;
 
  private:
-  static void write_checkpoint(const std::filesystem::path& temporary, const model::GptConfig& config,
-                               const model::ParameterSet& parameters, const Tensor& first_moment,
-                               const Tensor& second_moment, int64_t optimizer_steps, int64_t step,
-                               const nlohmann::json& state);
   // Keeps the newest `keep` checkpoints up to `saved_step`.
   void prune(int64_t saved_step) const;
 

@@ -8,6 +8,7 @@
 #include "base/file_io.h"
 #include "data/events.h"
 #include "model/model_files.h"
+#include "model/part_slices.h"
 #include "train/checkpoint.h"
 
 namespace paraflow::train {
@@ -56,8 +57,16 @@ EvalResult Evaluator::evaluate_dir(const std::filesystem::path& model_dir) {
   // dir has none; its safetensors header is still checked on load.)
   const bool is_checkpoint =
       std::filesystem::exists(model_dir / "manifest.json") || std::filesystem::exists(model_dir / "optimizer.safetensors");
-  if (is_checkpoint) CheckpointManager::verify(model_dir);
-  model::load_parameters(model_dir / "model.safetensors", parameters_);
+  if (is_checkpoint) {
+    CheckpointManager::verify(model_dir);
+    model::SliceReader reader = CheckpointManager::open(model_dir, config_);
+    const std::vector<model::TensorSpec> whole = model::gpt_tensor_specs(config_);
+    parameters_.write_on_host([&](model::ParameterSet& host) {
+      model::read_part(reader, host, whole, {}, "", host.flat().data<float>(), 0, host.numel());
+    });
+  } else {
+    model::load_parameters(model_dir / "model.safetensors", parameters_);
+  }
   return evaluate(parameters_);
 }
 

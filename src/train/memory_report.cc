@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
 #include "train/pipeline_schedule.h"
@@ -37,8 +39,8 @@ std::string MemoryReport::to_text() const {
   }
   text += fmt::format("total            {}\n", mib(total()));
   if (checkpoint_extra > 0) {
-    text += fmt::format("+ while saving   {}  (a checkpoint gathers the whole moments{})\n", mib(checkpoint_extra),
-                        zero_stage >= 3 ? " and weights" : "");
+    text += fmt::format("+ while saving   {}  (a checkpoint copies out one slice at a time{})\n", mib(checkpoint_extra),
+                        zero_stage >= 3 ? ", after gathering the weights" : "");
   }
   return text;
 }
@@ -77,7 +79,8 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
 
   MemoryReport report;
   report.in_flight = stages > 1 ? pipeline_in_flight(config.pipeline_schedule, stages, stage, config.micro_batches) : 1;
-  const int64_t parameter_count = model::element_count(model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard));
+  const std::vector<model::TensorSpec> part = model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard);
+  const int64_t parameter_count = model::element_count(part);
   const int64_t parameter_bytes = parameter_count * 4;
   report.parameters = parameter_bytes;
   // ZeRO: each rank keeps the moments of its 1/replicas shard (and, ZeRO-2, sums its micro-batches
@@ -95,15 +98,15 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     const int64_t chunk = std::min(dist::GradientSync::chunk_elements(config.sync.bucket_bytes, replicas), zero_shard);
     report.sync_buffers = (2 * replicas + 1) * chunk * 4;
     if (report.zero_stage >= 2 && config.grad_accumulation > 1) report.sync_buffers += zero_shard * 4;
-    report.checkpoint_extra = 2 * parameter_bytes;
   }
   if (report.zero_stage >= 3) {
     // Rank 0's shard, and the layers it gathers (the checkpoint gathers the rest of the weights).
-    const std::vector<model::TensorSpec> specs = model::part_tensor_specs(model::gpt_tensor_specs(model), range, shard);
     report.parameters = zero_shard * 4;
-    report.gathered_layers = LayerSchedule(g, specs).peak_gathered_elements(0, zero_shard) * 4;
-    report.checkpoint_extra += parameter_bytes - report.parameters;
+    report.gathered_layers = LayerSchedule(g, part).peak_gathered_elements(0, zero_shard) * 4;
   }
+  // A checkpoint copies this rank's slices out one at a time: at most its largest tensor.
+  for (const model::TensorSpec& spec : part) report.checkpoint_extra = std::max(report.checkpoint_extra, spec.shape.numel() * 4);
+  if (report.zero_stage >= 3) report.checkpoint_extra += parameter_bytes - report.parameters;
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;
   report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;

@@ -25,7 +25,8 @@ struct MemoryReport {
   // ZeRO-3: the most bytes of other ranks' parameters gathered at once (layers in use and the
   // next one prefetched)
   int64_t gathered_layers = 0;
-  int64_t checkpoint_extra = 0;  // held only while a checkpoint is saved (ZeRO gathers the whole moments)
+  // held only while a checkpoint is saved: one slice's copy (and, ZeRO-3, the gathered weights)
+  int64_t checkpoint_extra = 0;
   int zero_stage = 0;           // dist.zero in effect (0 with one replica)
   int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO)
   int64_t in_flight = 1;        // micro-batches whose activations a pipeline stage holds at once

@@ -6,19 +6,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
+#include <exception>
 #include <optional>
 
 #include "base/clock.h"
 #include "base/json.h"
 #include "base/progress.h"
-#include "base/random.h"
 #include "data/events.h"
 #include "data/tokenizer.h"
 #include "dist/collective_group.h"
 #include "graph/op.h"
 #include "train/training_graph.h"
 #include "model/model_files.h"
+#include "model/part_slices.h"
 
 namespace paraflow::train {
 
@@ -262,29 +262,17 @@ void check_resumable(const std::filesystem::path& checkpoint, const nlohmann::js
 }
 
 bool Trainer::initialize_or_resume() {
+  // The chief picks the newest valid checkpoint and checks its settings; then every rank reads its
+  // own slices of it, or initialises its own part from the seed: no rank holds more than its part.
   int64_t resumed_step = 0;
   int64_t optimizer_steps = 0;
   std::string data_state = "{}";
-  // The chief reads the whole state; everyone receives its part (and keeps its shard of the moments).
-  const auto P = parameters_.numel();
-  Tensor first_moment = shards_optimizer_state() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->first_moment();
-  Tensor second_moment = shards_optimizer_state() ? backend_.empty(Shape{P}, DType::f32) : optimizer_->second_moment();
-  // A pipeline's chief holds the whole model only while it hands the parts out.
-  model::ParameterSet whole;
-  Tensor whole_first = first_moment, whole_second = second_moment;
-  if (is_chief() && partitioned()) {
-    whole = model::ParameterSet(whole_specs_, backend_);
-    whole_first = backend_.empty(whole.flat().shape(), DType::f32);
-    whole_second = backend_.empty(whole.flat().shape(), DType::f32);
-  }
-  model::ParameterSet& loaded = partitioned() ? whole : parameters_;
+  std::string chosen;
   if (is_chief()) {
     if (auto checkpoint = checkpoints_.latest_valid()) {
-      check_resumable(*checkpoint, CheckpointManager::read_state(*checkpoint), model_config_, config_);
-      Tensor first_on_host = backend_.on_host(whole_first), second_on_host = backend_.on_host(whole_second);
-      nlohmann::json state = CheckpointManager::load(*checkpoint, loaded, first_on_host, second_on_host);
-      backend_.upload(first_on_host.raw(), whole_first);
-      backend_.upload(second_on_host.raw(), whole_second);
+      const nlohmann::json state = CheckpointManager::read_state(*checkpoint);
+      check_resumable(*checkpoint, state, model_config_, config_);
+      chosen = checkpoint->string();
       resumed_step = state.at("step").get<int64_t>();
       optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("data") && state["data"].contains("pipeline")) data_state = state["data"]["pipeline"].dump();
@@ -293,24 +281,28 @@ bool Trainer::initialize_or_resume() {
         loss_scaler_.finite_steps = state["loss_scale"].at("finite_steps").get<int64_t>();
         loss_scaler_.skipped_steps = state["loss_scale"].at("skipped_steps").get<int64_t>();
       }
-      fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), resumed_step);
-    } else {
-      Rng rng(config_.seed);
-      model::initialize_gpt(loaded, model_config_, rng);
-      if (partitioned()) {
-        backend_.fill_zero(whole_first);
-        backend_.fill_zero(whole_second);
-      }
     }
   }
-  wait_for_chief_io();
-  scatter_from_chief(loaded.flat(), parameters_.flat());
-  scatter_from_chief(whole_first, first_moment);
-  scatter_from_chief(whole_second, second_moment);
-  if (shards_optimizer_state()) {
-    const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
-    backend_.copy(first_moment.slice_flat(begin, count), optimizer_->first_moment().slice_flat(0, count));
-    backend_.copy(second_moment.slice_flat(begin, count), optimizer_->second_moment().slice_flat(0, count));
+  wait_for_checkpoint_io();  // verifying the checkpoint's checksums can outlast a collective's timeout
+  chosen = broadcast_text(chosen);
+  // This rank's moments: its ZeRO-1 range of its part's flat buffer, or all of it.
+  const int64_t begin = optimizer_->begin(), end = optimizer_->end();
+  if (chosen.empty()) {
+    model::initialize_gpt(parameters_, model_config_, config_.seed, shard_);
+    backend_.fill_zero(optimizer_->first_moment());
+    backend_.fill_zero(optimizer_->second_moment());
+  } else {
+    model::SliceReader reader = CheckpointManager::open(chosen, model_config_);
+    parameters_.write_on_host([&](model::ParameterSet& host) {
+      model::read_part(reader, host, whole_specs_, shard_, "", host.flat().data<float>(), 0, host.numel());
+    });
+    for (const auto& [prefix, moment] : {std::pair<const char*, Tensor>{"m.", optimizer_->first_moment()},
+                                         {"v.", optimizer_->second_moment()}}) {
+      Tensor host = backend_.on_host(moment);
+      model::read_part(reader, parameters_, whole_specs_, shard_, prefix, host.data<float>(), begin, end);
+      if (!moment.host_accessible()) backend_.upload(host.raw(), moment);
+    }
+    if (is_chief()) fmt::print(stderr, "resumed from {} at step {}\n", chosen, resumed_step);
   }
   // The step counts and the loss scale travel as JSON text (integers and doubles arrive exactly).
   nlohmann::json counters = nlohmann::json::parse(broadcast_text(
@@ -323,71 +315,8 @@ bool Trainer::initialize_or_resume() {
   data_.restore(nlohmann::json::parse(broadcast_text(data_state)));
   step_ = counters["step"].get<int64_t>();
   refresh_half_parameters();
-  if (sharded_parameters_) sharded_parameters_->release_all();  // every rank received the whole model
+  if (sharded_parameters_) sharded_parameters_->release_all();  // each rank filled its whole part: keep its shard
   return step_ > 0;
-}
-
-std::vector<std::pair<int64_t, int64_t>> Trainer::runs_in_whole(int rank) const {
-  const dist::MeshCoordinates at = dist::mesh_coordinates(mesh_->shape, rank);
-  std::map<std::string, int64_t> offset;
-  int64_t total = 0;
-  for (const model::TensorSpec& spec : whole_specs_) {
-    offset[spec.name] = total;
-    total += spec.shape.numel();
-  }
-  std::vector<std::pair<int64_t, int64_t>> runs;
-  for (const model::TensorSpec& spec : model::stage_tensor_specs(whole_specs_, stage_ranges_[static_cast<size_t>(at.stage)])) {
-    for (const auto& [within, count] : model::shard_runs(spec, {at.tensor, config_.tensor_parallel})) {
-      runs.push_back({offset.at(spec.name) + within, count});
-    }
-  }
-  return runs;
-}
-
-void Trainer::scatter_from_chief(const Tensor& whole, const Tensor& mine) {
-  if (!partitioned()) {
-    sync_->broadcast(mine.device_data<float>(), static_cast<size_t>(mine.numel()), 0);
-    return;
-  }
-  if (!is_chief()) {
-    communicator_.recv(mine.device_address(), mine.nbytes(), 0);
-    return;
-  }
-  const float* source = whole.device_data<float>();
-  for (int rank = 0; rank < communicator_.size(); ++rank) {
-    std::vector<float> part;
-    for (const auto& [offset, count] : runs_in_whole(rank)) part.insert(part.end(), source + offset, source + offset + count);
-    if (rank == 0) {
-      std::copy(part.begin(), part.end(), mine.device_data<float>());
-    } else {
-      communicator_.send(part.data(), part.size() * sizeof(float), rank);
-    }
-  }
-}
-
-void Trainer::gather_to_chief(const Tensor& mine, const Tensor& whole) {
-  if (!is_chief()) {
-    if (mesh_->me.data == 0) communicator_.send(mine.device_address(), mine.nbytes(), 0);
-    return;
-  }
-  float* target = whole.device_data<float>();
-  for (int rank = 0; rank < communicator_.size(); ++rank) {
-    if (dist::mesh_coordinates(mesh_->shape, rank).data != 0) continue;  // replicas hold the same part
-    const auto runs = runs_in_whole(rank);
-    int64_t total = 0;
-    for (const auto& run : runs) total += run.second;
-    std::vector<float> part(static_cast<size_t>(total));
-    if (rank == 0) {
-      std::copy(mine.device_data<float>(), mine.device_data<float>() + total, part.begin());
-    } else {
-      communicator_.recv(part.data(), part.size() * sizeof(float), rank);
-    }
-    int64_t at = 0;
-    for (const auto& [offset, count] : runs) {
-      std::copy(part.begin() + at, part.begin() + at + count, target + offset);
-      at += count;
-    }
-  }
 }
 
 std::string Trainer::broadcast_text(const std::string& text) {
@@ -469,6 +398,12 @@ void Trainer::sum_partial_gradients() {
   }
 }
 
+bool Trainer::counts(const std::string& name) const {
+  // The tied embedding counts on the first stage; whole tensors on shard 0.
+  if (name == "wte.weight" && range_.last && !range_.first) return false;
+  return shard_.rank == 0 || !model::is_replicated(name);
+}
+
 double Trainer::counted_squares(const Tensor& gradients) const {
   const int64_t begin = optimizer_->begin(), end = optimizer_->end();
   double squares = 0;
@@ -477,10 +412,7 @@ double Trainer::counted_squares(const Tensor& gradients) const {
     return squares;
   }
   for (size_t i = 0; i < gradients_.specs().size(); ++i) {
-    const std::string& name = gradients_.specs()[i].name;
-    // The tied embedding counts on the first stage; whole tensors on shard 0.
-    if (name == "wte.weight" && range_.last && !range_.first) continue;
-    if (shard_.rank != 0 && model::is_replicated(name)) continue;
+    if (!counts(gradients_.specs()[i].name)) continue;
     const int64_t from = std::max(begin, gradients_.offset_of(i));
     const int64_t to = std::min(end, gradients_.offset_of(i) + gradients_.specs()[i].shape.numel());
     if (to <= from) continue;
@@ -574,52 +506,61 @@ double Trainer::evaluate(int64_t batches) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
-  // ZeRO-3: checkpoints and the export that follows are whole files, so the whole model is
+  // ZeRO-3: the checkpoint and the export that follows read whole weights, so the model is
   // gathered for them (freed at the next step).
   if (sharded_parameters_) sharded_parameters_->gather_all();
-  Tensor first_moment = optimizer_->first_moment(), second_moment = optimizer_->second_moment();
-  if (shards_optimizer_state()) {  // every rank contributes its shard of the moments
-    const auto P = parameters_.numel();
-    const int64_t begin = optimizer_->begin(), count = optimizer_->end() - optimizer_->begin();
-    first_moment = backend_.empty(Shape{P}, DType::f32);
-    second_moment = backend_.empty(Shape{P}, DType::f32);
-    backend_.copy(optimizer_->first_moment().slice_flat(0, count), first_moment.slice_flat(begin, count));
-    backend_.copy(optimizer_->second_moment().slice_flat(0, count), second_moment.slice_flat(begin, count));
-    sync_->all_gather_shards(first_moment.device_data<float>());
-    sync_->all_gather_shards(second_moment.device_data<float>());
-  }
-  const model::ParameterSet* saved = &parameters_;
-  if (partitioned()) {
-    Tensor whole_first, whole_second;
-    if (is_chief()) {
-      if (whole_parameters_.specs().empty()) whole_parameters_ = model::ParameterSet(whole_specs_, backend_);
-      whole_first = backend_.empty(whole_parameters_.flat().shape(), DType::f32);
-      whole_second = backend_.empty(whole_parameters_.flat().shape(), DType::f32);
+  // Every rank writes the slices it holds into the chief's temporary directory: its part's weights
+  // and moments (replicas hold the same part: the first writes it; copies held by other stages or
+  // shards too are written once), or with ZeRO-1 its own range of the moments. The chief commits
+  // once every rank's files are durable.
+  const std::filesystem::path temporary = broadcast_text(is_chief() ? checkpoints_.begin_save(step_).string() : "");
+  std::exception_ptr error;
+  try {
+    const model::ParameterSet host = parameters_.on_host();
+    const Tensor first = backend_.on_host(optimizer_->first_moment()), second = backend_.on_host(optimizer_->second_moment());
+    const bool writes_part = replicas().rank() == 0;
+    std::vector<model::SliceValues> slices;
+    auto add = [&](const char* prefix, const float* window, int64_t begin, int64_t end) {
+      for (model::SliceValues& slice :
+           model::part_slice_values(host, whole_specs_, shard_, prefix, window, begin, end)) {
+        if (counts(slice.name.substr(std::string(prefix).size()))) slices.push_back(std::move(slice));
+      }
+    };
+    if (writes_part) add("", host.flat().data<float>(), 0, host.numel());
+    if (writes_part || shards_optimizer_state()) {
+      add("m.", first.data<float>(), optimizer_->begin(), optimizer_->end());
+      add("v.", second.data<float>(), optimizer_->begin(), optimizer_->end());
     }
-    gather_to_chief(parameters_.flat(), whole_parameters_.flat());
-    gather_to_chief(first_moment, whole_first);
-    gather_to_chief(second_moment, whole_second);
-    saved = &whole_parameters_;
-    first_moment = whole_first;
-    second_moment = whole_second;
+    CheckpointManager::write_rank_slices(temporary, communicator_.rank(), slices);
+  } catch (const std::exception&) {
+    error = std::current_exception();
   }
-  if (!is_chief()) {
-    wait_for_chief_io();
-    return {};
+  // Every rank learns whether all of them wrote, so that none waits for a rank that gave up (after
+  // the slowest writer: past the collectives' timeout on slow storage).
+  wait_for_checkpoint_io();
+  const float failed = job_sum(error ? 1.0f : 0.0f);
+  if (failed > 0) {
+    if (is_chief()) CheckpointManager::abandon(temporary);  // (else removed at the next start)
+    if (error) std::rethrow_exception(error);  // this rank's message ends the job
+    // The others wait for a failing rank to end the job with its message, which names the cause.
+    communicator_.barrier();
+    throw IoError(fmt::format("checkpoint at step {}: {:g} rank(s) could not write their slices; the previous "
+                              "checkpoint stays the latest", step_, failed));
   }
-  first_moment = backend_.on_host(first_moment);
-  second_moment = backend_.on_host(second_moment);
-  nlohmann::json state = {{"run_settings", run_settings(model_config_, config_)},
-                          {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
-                          {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
-                                          {"skipped_steps", loss_scaler_.skipped_steps}}}};
-  std::filesystem::path path =
-      checkpoints_.save(step_, model_config_, *saved, first_moment, second_moment, optimizer_->steps_taken(), state);
-  wait_for_chief_io();
+  std::filesystem::path path;
+  if (is_chief()) {
+    nlohmann::json state = {{"run_settings", run_settings(model_config_, config_)},
+                            {"data", {{"seed", config_.seed}, {"next_batch", step_}, {"pipeline", data_.state()}}},
+                            {"loss_scale", {{"scale", loss_scaler_.scale}, {"finite_steps", loss_scaler_.finite_steps},
+                                            {"skipped_steps", loss_scaler_.skipped_steps}}}};
+    path = checkpoints_.commit(temporary, step_, model_config_, optimizer_->steps_taken(), state);
+    last_checkpoint_ = path;
+  }
+  wait_for_checkpoint_io();
   return path;
 }
 
-void Trainer::wait_for_chief_io() {
+void Trainer::wait_for_checkpoint_io() {
   constexpr std::chrono::minutes kChiefIoLimit{30};
   if (communicator_.size() > 1) communicator_.barrier_within(kChiefIoLimit);
 }
@@ -627,8 +568,16 @@ void Trainer::wait_for_chief_io() {
 void Trainer::export_model(const std::filesystem::path& dir) const {
   std::optional<data::Tokenizer> tokenizer;
   if (!config_.tokenizer_dir.empty()) tokenizer = data::Tokenizer::load(config_.tokenizer_dir);
-  model::save_model_dir(dir, model_config_, partitioned() ? whole_parameters_ : parameters_,
-                        tokenizer ? tokenizer->eot_id() : -1);
+  const int64_t end_of_text = tokenizer ? tokenizer->eot_id() : -1;
+  if (partitioned()) {
+    // No rank holds the whole model: the export is streamed from the last checkpoint's slices.
+    check(!last_checkpoint_.empty(), "export of a partitioned run: it is written from the run's last checkpoint, and "
+          "this process has saved none");
+    model::SliceReader reader = CheckpointManager::open(last_checkpoint_, model_config_);
+    model::export_model_dir(dir, model_config_, reader, end_of_text);
+  } else {
+    model::save_model_dir(dir, model_config_, parameters_, end_of_text);
+  }
   if (tokenizer) tokenizer->export_to(config_.tokenizer_dir, dir);
 }
 

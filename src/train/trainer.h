@@ -102,9 +102,10 @@ struct StepStats {
 // One process of a (possibly) data- and pipeline-parallel run. With one stage, the
 // communicator's rank r trains on slice r of every global batch. With p stages, the ranks form a
 // mesh of p stages x d replicas (dist/mesh.h): replica r trains on slices [r·m, (r+1)·m) of
-// d·m, its stages passing activations and gradients micro-batch by micro-batch. Rank 0 (the
-// chief) initialises or loads the whole model and hands every rank its part, and alone writes
-// checkpoints and exports — always of the whole model, so any layout resumes any other.
+// d·m, its stages passing activations and gradients micro-batch by micro-batch. Every rank
+// initialises (from per-tensor random streams) or loads only its own part, and writes its own
+// slices of each checkpoint (train/checkpoint.h), so no rank ever holds the whole model and any
+// layout resumes any other; the chief commits checkpoints and streams exports from them.
 class Trainer {
  public:
   Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend,
@@ -112,16 +113,17 @@ class Trainer {
   Trainer(model::GptConfig model_config, TrainConfig config, BatchSource& data, Backend& backend)
       : Trainer(model_config, std::move(config), data, backend, local_communicator()) {}
 
-  // Fresh GPT-2 initialisation from the seed, or the latest valid checkpoint in out_dir (read by
-  // the chief, broadcast to the others). Returns true when it resumed.
+  // Fresh GPT-2 initialisation from the seed, or the latest valid checkpoint in out_dir (chosen
+  // by the chief; every rank reads its own slices). Returns true when it resumed.
   bool initialize_or_resume();
 
   StepStats step();
   double evaluate(int64_t batches);
-  // Every rank calls it (ZeRO-1 gathers the moments, a pipeline's stages send their parts to the
-  // chief); the chief writes, the others return {}.
+  // Every rank calls it and writes its own slices; the chief commits and returns the checkpoint,
+  // the others return {}.
   std::filesystem::path save_checkpoint();
-  // The chief's (a pipeline's, as of its last checkpoint).
+  // The chief's: the model it holds, or for a partitioned run, streamed tensor by tensor from its
+  // last checkpoint.
   void export_model(const std::filesystem::path& dir) const;
 
   // Steps until `config.steps` or until *stop becomes true (SIGTERM), printing progress;
@@ -158,23 +160,18 @@ class Trainer {
   void sum_tied_embedding_gradients();
   // Sums the row-split layers' bias gradients (shard 0's) over the tensor-parallel shards.
   void sum_partial_gradients();
+  // Whether this rank counts tensor `name` for the job (in the gradient norm, in checkpoints):
+  // false for copies that another rank counts (a stage's tied embedding, other shards' whole tensors).
+  bool counts(const std::string& name) const;
   // The squared norm of this rank's gradients that it counts for the job: its ZeRO-1 shard, less
   // the tensors another rank counts (a stage's tied embedding copy, other shards' whole tensors).
   double counted_squares(const Tensor& gradients) const;
-  // The chief's whole-model tensor `whole` to every rank's part of it, `mine` (pipeline: each
-  // rank's stage; else a broadcast).
-  void scatter_from_chief(const Tensor& whole, const Tensor& mine);
-  // Where rank `rank`'s part (its stage's tensors as its shard holds them) lies in the whole
-  // model's flat buffer: (offset, count) runs, in the part's order.
-  std::vector<std::pair<int64_t, int64_t>> runs_in_whole(int rank) const;
-  // Every part (stage x shard, from its first replica) into the chief's `whole`.
-  void gather_to_chief(const Tensor& mine, const Tensor& whole);
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
   void refresh_half_parameters();
   bool is_chief() const { return communicator_.rank() == 0; }
-  // Every rank waits here (up to 30 minutes, past dist.timeout_seconds) while the chief alone
-  // loads or saves a checkpoint.
-  void wait_for_chief_io();
+  // Every rank waits here (up to 30 minutes, past dist.timeout_seconds) while ranks write their
+  // slices of a checkpoint, or the chief alone verifies or commits one.
+  void wait_for_checkpoint_io();
   // ZeRO stage 1 or more in effect: each replica keeps and updates one shard of the optimizer state.
   bool shards_optimizer_state() const { return config_.sync.zero >= 1 && replicas().size() > 1; }
   // ZeRO stage 2 in effect: each replica also sums the micro-batches' gradients of its shard only.
@@ -208,9 +205,8 @@ class Trainer {
   model::ParameterSet half_parameters_;
   std::unique_ptr<graph::Executor> executor_;  // one stage
   std::unique_ptr<PipelineStage> pipeline_;     // pipeline runs
-  // Partitioned runs, on the chief: the whole model as of the last checkpoint, for the export
-  // (allocated at the first checkpoint, then reused).
-  model::ParameterSet whole_parameters_;
+  // The chief: the checkpoint it last committed (a partitioned run's export reads it).
+  std::filesystem::path last_checkpoint_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<dist::GradientSync> sync_;
   std::unique_ptr<ShardedParameters> sharded_parameters_;  // ZeRO-3

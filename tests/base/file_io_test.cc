@@ -1,4 +1,5 @@
-// CRC-32C against RFC 3720's vectors; listing a data directory: its files, recursively and sorted,
+// CRC-32C against RFC 3720's vectors, of files read in blocks too; files written in pieces,
+// atomically; listing a data directory: its files, recursively and sorted,
 // without hidden files and without what hidden directories hold (a checkout's .git, a notebook's
 // .ipynb_checkpoints).
 #include "base/file_io.h"
@@ -18,6 +19,38 @@ TEST(FileIo, Crc32cKnownValues) {
   for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
   EXPECT_EQ(crc32c(ascending.data(), ascending.size()), 0x46DD794Eu);
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+}
+
+TEST(FileIo, ChecksumOfAFileReadInBlocksIsTheWholeContentsCrc) {
+  testing::TempDir dir;
+  // 2.5 MiB: three blocks of the reader's 1 MiB, the last one partial. "123456789" repeated.
+  std::string content;
+  while (content.size() < (5u << 19)) content += "123456789";
+  write_file_atomic(dir.path() / "big", content);
+  const FileChecksum checksum = checksum_file(dir.path() / "big");
+  EXPECT_EQ(checksum.bytes, content.size());
+  EXPECT_EQ(checksum.crc32c, crc32c(content.data(), content.size()));
+  EXPECT_EQ(checksum_file(dir.path() / "big").crc32c, checksum.crc32c);
+  write_file_atomic(dir.path() / "nine", "123456789");
+  EXPECT_EQ(checksum_file(dir.path() / "nine").crc32c, 0xE3069283u);  // RFC 3720's
+}
+
+TEST(FileIo, AnUncommittedWriterLeavesTheOldFile) {
+  testing::TempDir dir;
+  const std::filesystem::path path = dir.path() / "file";
+  write_file_atomic(path, "old");
+  {
+    AtomicFileWriter writer(path);
+    writer.append("new, ");
+    writer.append("in pieces");
+  }  // destroyed before commit (an error on the way)
+  EXPECT_EQ(read_file(path), "old");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1) << "a temporary was left";
+  AtomicFileWriter writer(path);
+  writer.append("new, ");
+  writer.append("in pieces");
+  writer.commit();
+  EXPECT_EQ(read_file(path), "new, in pieces");
 }
 
 TEST(ListFiles, SkipsHiddenFilesAndHiddenDirectories) {

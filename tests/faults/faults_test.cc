@@ -184,15 +184,16 @@ TEST_F(Faults, CorruptCheckpointsAndManifestsAreRefused) {
   const fs::path checkpoint = trained_checkpoint(2);
   const std::string eval = fmt::format("{} eval --config {} --threads 1 --checkpoint {}", binary(),
                                        (dir.path() / "config.yaml").string(), checkpoint.string());
-  const std::string model = read_file(checkpoint / "model.safetensors");
+  const fs::path slices = checkpoint / "slices-00000.safetensors";  // the chief's slices
+  const std::string model = read_file(slices);
   const std::string manifest = read_file(checkpoint / "manifest.json");
   ASSERT_EQ(run(eval, 60s).exit_code, 0);
 
   std::string flipped = model;
   flipped[flipped.size() / 2] ^= 0x10;
-  write_file_atomic(checkpoint / "model.safetensors", flipped);
+  write_file_atomic(slices, flipped);
   testing::expect_refused(run(eval, 60s), "eval of a flipped byte", "checksum mismatch");
-  write_file_atomic(checkpoint / "model.safetensors", model);
+  write_file_atomic(slices, model);
 
   for (const char* hostile : {"{}", "null", "[]", "{\"files\": {}}", "{\"files\": null}", "{\"files\": [1]}",
                               "{\"files\": {\"config.json\": 5}}", "{\"fil", ""}) {
@@ -244,6 +245,50 @@ TEST_F(Faults, DiskFullDuringACheckpointLosesNothing) {
       EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
     }
     fs::remove_all(out);
+  }
+}
+
+// kill -9 of one rank while the ranks of a 2 x 2 job write their slices of a checkpoint (every
+// fsync made slow, so that a save is caught mid-way): the job ends, the checkpoint being written
+// never appears, the previous one stays whole, and the same command resumes from it to the end.
+TEST_F(Faults, KillingARankMidSaveKeepsThePreviousCheckpoint) {
+  const fs::path run_dir = dir.path() / "run";
+  const std::string layout = "--set dist.tensor_parallel=2 --set dist.pipeline_parallel=2 "
+                             "--set train.checkpoint_every=2 --set train.steps=8";
+  testing::Process job(mpirun(4) + fmt::format("env LD_PRELOAD={} PARAFLOW_TEST_FSYNC_MS=300 ", SLOW_FSYNC_LIBRARY) +
+                           train(layout),
+                       dir.path() / "killed.txt");
+  // A save in progress after a complete one: a temporary directory beside ckpt-000000002.
+  auto saving = [&] {
+    if (!fs::exists(run_dir / "ckpt-000000002")) return false;
+    for (const auto& entry : fs::directory_iterator(run_dir)) {
+      if (entry.path().filename().string().find(".tmp.") != std::string::npos) return true;
+    }
+    return false;
+  };
+  const auto until = std::chrono::steady_clock::now() + 120s;
+  while (!saving() && !job.finished() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(saving()) << "no save was caught in progress";
+  // The newest paraflow process of this job (the launcher starts rank 0 first): a writing rank.
+  const std::string newest = testing::Process(fmt::format("pgrep -n -f '^{} train --config {}'", binary(),
+                                                          (dir.path() / "config.yaml").string()),
+                                              dir.path() / "pgrep.txt").wait(10s).output;
+  ASSERT_FALSE(newest.empty());
+  kill(static_cast<pid_t>(std::stol(newest)), SIGKILL);
+  const testing::Ended killed = job.wait(120s);
+  EXPECT_FALSE(killed.timed_out) << "the job hung after a rank died";
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  const auto latest = train::CheckpointManager(run_dir, 3).latest_valid();
+  ASSERT_TRUE(latest.has_value()) << "the previous checkpoint was lost";
+  train::CheckpointManager::verify(*latest);
+  EXPECT_FALSE(fs::exists(run_dir / "export")) << "the killed job must not have finished";
+  // The same command, without the slow disk, resumes from it and finishes; no temporary is left.
+  const testing::Ended resumed = run(mpirun(4) + train(layout), 300s);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + latest->string()), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(run_dir / "export" / "model.safetensors"));
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
   }
 }
 

@@ -326,7 +326,7 @@ TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
   const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 24; ++i) {
     std::vector<int32_t> prompt(1 + rng.below(40));
@@ -356,7 +356,7 @@ TEST(EngineWideModel, Float32ServingEqualsTheGenerator) {
   const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   std::vector<std::vector<int32_t>> prompts, expected;
   for (int i = 0; i < 12; ++i) {
     std::vector<int32_t> prompt(1 + rng.below(4));
@@ -375,7 +375,7 @@ TEST(EngineWideModel, Float32ServingEqualsTheGenerator) {
 // A one-layer model with a context of 160, for the token budgets' step counts.
 class EngineTokenBudget : public ::testing::Test {
  protected:
-  EngineTokenBudget() { model::initialize_gpt(parameters, config, rng); }
+  EngineTokenBudget() { model::initialize_gpt(parameters, config, rng.next_u64()); }
   const model::GptConfig config = testing::gpt_config(97, 160, 32, 1, 2);
   model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
   Rng rng{testing::test_seed()};

@@ -29,7 +29,7 @@ struct Case {
 // Random weights ten times transformers' initial ones, so that the next token is rarely a near-tie.
 model::ParameterSet random_model(const model::GptConfig& config, Rng& rng) {
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   for (size_t i = 0; i < parameters.specs().size(); ++i) {
     const model::TensorSpec& spec = parameters.specs()[i];
     float* values = parameters.at(i).data<float>();

@@ -63,17 +63,25 @@ TEST(GptGraph, ATensorParallelShardHoldsItsColumnsRowsAndVocabulary) {
   }
 }
 
-TEST(GptGraph, AShardsElementsAreRunsOfTheWholeTensor) {
-  // c_attn [4, 6] (C 2: q, k, v sections of 2 columns), shard 1 of 2: column 1 of each section.
+TEST(GptGraph, AShardHoldsBoxesOfTheWholeTensor) {
+  // c_attn [4, 6] (C 2: q, k, v sections of 2 columns), shard 1 of 2: column 1 of each section,
+  // held as columns 0, 1 and 2 of the shard's [4, 3].
   const TensorSpec qkv{"h.0.attn.c_attn.weight", Shape{4, 6}, Init::normal, true};
-  const auto runs = shard_runs(qkv, TensorShard{1, 2});
-  ASSERT_EQ(runs.size(), 12u);
-  EXPECT_EQ(runs[0], (std::pair<int64_t, int64_t>{1, 1}));
-  EXPECT_EQ(runs[1], (std::pair<int64_t, int64_t>{3, 1}));
-  EXPECT_EQ(runs[3], (std::pair<int64_t, int64_t>{7, 1}));
-  // c_proj [4, 2], shard 1 of 2: rows 2 and 3.
+  const auto placements = shard_slices(qkv, TensorShard{1, 2});
+  ASSERT_EQ(placements.size(), 3u);
+  for (int64_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(placements[s].global, (TensorSlice{{0, 2 * s + 1}, {4, 1}}));
+    EXPECT_EQ(placements[s].local, (TensorSlice{{0, s}, {4, 1}}));
+  }
+  // c_proj [4, 2], shard 1 of 2: rows 2 and 3, the shard's rows 0 and 1.
   const TensorSpec projection{"h.0.attn.c_proj.weight", Shape{4, 2}, Init::normal, true};
-  EXPECT_EQ(shard_runs(projection, TensorShard{1, 2}), (std::vector<std::pair<int64_t, int64_t>>{{4, 4}}));
+  const auto rows = shard_slices(projection, TensorShard{1, 2});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].global, (TensorSlice{{2, 0}, {2, 2}}));
+  EXPECT_EQ(rows[0].local, (TensorSlice{{0, 0}, {2, 2}}));
+  // A layernorm is whole on every shard.
+  const TensorSpec norm{"h.0.ln_1.weight", Shape{2}, Init::ones, false};
+  EXPECT_EQ(shard_slices(norm, TensorShard{1, 2})[0].global, TensorSlice::whole(Shape{2}));
 }
 
 // Serving's f32 decoder: every linear weight stored [out, in], and interleaved where the CPU's

@@ -151,7 +151,7 @@ TEST(LlamaConfig, ExportLoadsBackAndATiedHeadMustEqualTheEmbedding) {
   config.tie_word_embeddings = true;
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   testing::TempDir dir;
   model::save_model_dir(dir.path(), config, parameters);
   const model::LoadedModel loaded = model::load_model_dir(dir.path(), cpu_backend());

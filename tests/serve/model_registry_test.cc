@@ -92,7 +92,7 @@ class VersionsTest : public ::testing::Test {
     const model::GptConfig config = testing::gpt_config(37, 24, 16, 1, 2);
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
     Rng rng(static_cast<uint64_t>(version));
-    model::initialize_gpt(parameters, config, rng);
+    model::initialize_gpt(parameters, config, rng.next_u64());
     model::save_model_dir((under.empty() ? base() : under) / std::to_string(version), config, parameters);
   }
   fs::path base() const { return dir.path() / "gpt"; }

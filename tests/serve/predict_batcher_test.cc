@@ -83,7 +83,7 @@ class PredictBatcherTest : public ::testing::Test {
   static model::ParameterSet random_parameters(const model::GptConfig& config) {
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
     Rng rng(3);
-    model::initialize_gpt(parameters, config, rng);
+    model::initialize_gpt(parameters, config, rng.next_u64());
     return parameters;
   }
 

@@ -35,7 +35,7 @@ TEST(TfServingGrpc, ACancelledPredictStopsItsRows) {
   const model::GptConfig config = testing::gpt_config(61, 1024, 64, 2, 2);
   model::ParameterSet parameters{model::gpt_tensor_specs(config), cpu_backend()};
   Rng rng(5);
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   testing::TempDir dir;
   model::save_model_dir(dir.path() / "gpt", config, parameters);
   serve::ModelRegistry registry{

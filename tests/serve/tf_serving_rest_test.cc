@@ -38,7 +38,7 @@ class TfServingRestTest : public ::testing::Test {
  protected:
   void SetUp() override {
     Rng rng(3);
-    model::initialize_gpt(parameters, config, rng);
+    model::initialize_gpt(parameters, config, rng.next_u64());
     model::save_model_dir(dir.path() / "gpt", config, parameters);
   }
 

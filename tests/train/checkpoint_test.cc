@@ -9,6 +9,9 @@
 #include <thread>
 
 #include "base/file_io.h"
+#include "model/model_files.h"
+#include "model/part_slices.h"
+#include "model/safetensors.h"
 #include "reference_runner.h"
 #include "test_util.h"
 #include "trained_model.h"
@@ -46,6 +49,63 @@ TEST(Checkpoint, ResumeContinuesBitwise) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "parameters differ after resume";
 }
 
+// Rewrites `checkpoint` in the single-file format that checkpoints had before they were sharded:
+// model.safetensors as an export, optimizer.safetensors with "m."/"v." + name, state.json, and a
+// manifest of exactly those four and config.json.
+void rewrite_as_single_file(const std::filesystem::path& checkpoint, const model::GptConfig& config) {
+  model::SliceReader reader = train::CheckpointManager::open(checkpoint, config);
+  const std::vector<model::TensorSpec> specs = model::gpt_tensor_specs(config);
+  model::ParameterSet weights(specs, cpu_backend()), first(specs, cpu_backend()), second(specs, cpu_backend());
+  model::read_part(reader, weights, specs, {}, "", weights.flat().data<float>(), 0, weights.numel());
+  model::read_part(reader, first, specs, {}, "m.", first.flat().data<float>(), 0, first.numel());
+  model::read_part(reader, second, specs, {}, "v.", second.flat().data<float>(), 0, second.numel());
+  const std::string state = read_file(checkpoint / "state.json");
+  std::filesystem::remove_all(checkpoint);
+  std::filesystem::create_directories(checkpoint);
+  model::save_model_dir(checkpoint, config, weights);
+  std::vector<std::pair<std::string, Tensor>> moments;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    moments.emplace_back("m." + specs[i].name, first.at(i));
+    moments.emplace_back("v." + specs[i].name, second.at(i));
+  }
+  write_file_atomic(checkpoint / "optimizer.safetensors", model::serialize_safetensors(moments));
+  write_file_atomic(checkpoint / "state.json", state);
+  nlohmann::json manifest = {{"files", nlohmann::json::object()}};
+  for (const char* name : {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"}) {
+    const std::string content = read_file(checkpoint / name);
+    manifest["files"][name] = {{"bytes", content.size()}, {"crc32c", crc32c(content.data(), content.size())}};
+  }
+  write_file_atomic(checkpoint / "manifest.json", manifest.dump());
+}
+
+TEST(Checkpoint, SingleFileCheckpointsOfEarlierVersionsStillResumeBitwise) {
+  testing::TempDir dir;
+  model::GptConfig config = testing::small_config();
+  train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
+  const int64_t steps = 6, stop_at = 3;
+  train::Trainer uninterrupted(config, testing::short_training(dir.path() / "a", steps), data, cpu_backend());
+  uninterrupted.initialize_or_resume();
+  std::vector<double> losses;
+  for (int64_t i = 0; i < steps; ++i) losses.push_back(uninterrupted.step().loss);
+  std::filesystem::path saved;
+  {
+    train::Trainer first(config, testing::short_training(dir.path() / "b", steps), data, cpu_backend());
+    first.initialize_or_resume();
+    for (int64_t i = 0; i < stop_at; ++i) first.step();
+    saved = first.save_checkpoint();
+  }
+  ASSERT_TRUE(std::filesystem::exists(saved / "index.json"));
+  rewrite_as_single_file(saved, config);
+  ASSERT_FALSE(std::filesystem::exists(saved / "index.json"));
+  train::CheckpointManager::verify(saved);
+  train::Trainer resumed(config, testing::short_training(dir.path() / "b", steps), data, cpu_backend());
+  ASSERT_TRUE(resumed.initialize_or_resume());
+  ASSERT_EQ(resumed.current_step(), stop_at);
+  for (int64_t i = stop_at; i < steps; ++i) EXPECT_EQ(resumed.step().loss, losses[static_cast<size_t>(i)]) << "step " << i;
+  std::vector<float> a = flat_copy(uninterrupted.parameters()), b = flat_copy(resumed.parameters());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "parameters differ after resume";
+}
+
 TEST(Checkpoint, CorruptLatestFallsBackToPrevious) {
   testing::TempDir dir;
   model::GptConfig config = testing::small_config();
@@ -56,7 +116,7 @@ TEST(Checkpoint, CorruptLatestFallsBackToPrevious) {
   std::filesystem::path older = trainer.save_checkpoint();
   trainer.step();
   std::filesystem::path newer = trainer.save_checkpoint();
-  std::filesystem::resize_file(newer / "model.safetensors", std::filesystem::file_size(newer / "model.safetensors") / 2);
+  std::filesystem::resize_file(newer / "slices-00000.safetensors", std::filesystem::file_size(newer / "slices-00000.safetensors") / 2);
 
   train::CheckpointManager manager(dir.path(), 3);
   EXPECT_THROW(train::CheckpointManager::verify(newer), InputError);

@@ -61,7 +61,7 @@ TEST(MixedPrecision, LogitsAgreeWithFloat32WithinTheFormatsEpsilon) {
   model::GptConfig config = testing::small_config();
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   std::vector<int32_t> tokens(20);
   for (auto& token : tokens) token = static_cast<int32_t>(rng.below(static_cast<uint64_t>(config.vocab_size)));
   std::vector<double> reference = logits(PrecisionPolicy::float32, parameters, config, tokens);
