@@ -61,7 +61,7 @@ struct BlockContext {
 // GPT-2's block: x + attn(ln_1(x)), then + mlp(ln_2(.)) with a GELU MLP; a tensor-parallel shard
 // runs its heads and its part of the MLP between tp_copy and tp_reduce.
 ValueId add_gpt2_block(const BlockContext& b, int64_t layer, ValueId x) {
-  const std::string h = "h." + std::to_string(layer) + ".";
+  const std::string h = b.config.block_prefix() + std::to_string(layer) + ".";
   const Attributes layernorm = Attributes().set_float("eps", b.config.layer_norm_epsilon);
   // A row-split layer's shards add partial products; shard 0 alone adds the bias.
   auto row_split = [&](const std::string& name, ValueId input) {
@@ -84,7 +84,7 @@ ValueId add_gpt2_block(const BlockContext& b, int64_t layer, ValueId x) {
 // The Llama family's block: x + o_proj(attention(rope(qkv_proj(rmsnorm(x))))), then
 // + down_proj(silu(gate_proj(.)) * up_proj(.)) of rmsnorm of that; nn.Linear weights [out, in].
 ValueId add_llama_block(const BlockContext& b, int64_t layer, ValueId x) {
-  const std::string h = "model.layers." + std::to_string(layer) + ".";
+  const std::string h = b.config.block_prefix() + std::to_string(layer) + ".";
   const Attributes rmsnorm = Attributes().set_float("eps", b.config.layer_norm_epsilon);
   const RopeFrequencies& rope = b.config.rope;
   const Attributes rotary = Attributes()
