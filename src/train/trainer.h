@@ -155,10 +155,12 @@ class Trainer {
   double pipeline_step();
   // Sums the tied embedding's gradient between the first and the last stage, which both hold it.
   void sum_tied_embedding_gradients();
-  // Sums the row-split layers' bias gradients (shard 0's) over the tensor-parallel shards.
+  // Sums the partial gradients over the tensor-parallel shards that hold them: the row-split
+  // layers' biases (shard 0's), replicated k/v heads (each shard's through its own q heads).
   void sum_partial_gradients();
   // The squared norm of this rank's gradients that it counts for the job: its ZeRO-1 shard, less
-  // the tensors another rank counts (a stage's tied embedding copy, other shards' whole tensors).
+  // the elements another rank counts (a stage's tied embedding copy, whole tensors and replicated
+  // k/v heads on their first shard).
   double counted_squares(const Tensor& gradients) const;
   // The chief's whole-model tensor `whole` to every rank's part of it, `mine` (pipeline: each
   // rank's stage; else a broadcast).
