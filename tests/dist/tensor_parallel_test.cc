@@ -101,7 +101,8 @@ TEST_F(TensorParallel, ShardCountsThatDoNotDivideAreRefusedByName) {
 // the shards: each shard holds those its q heads read, their gradients summed over the shards
 // sharing them), gate/up by columns, o/down by rows, the untied head by vocabulary rows. Every
 // layout trains like one process within 1e-6, gradient norms included (with clipping on, a
-// replicated head counted twice would show), for 4, 2 and 1 k/v heads of 4 q heads.
+// replicated head counted twice would show), for 4, 2 and 1 k/v heads of 4 q heads; in
+// mixed_bfloat16 as close to float32 as one process.
 class LlamaTensorParallel : public testing::TrainingJob, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
@@ -126,6 +127,21 @@ TEST_P(LlamaTensorParallel, EveryLayoutTrainsLikeOneProcess) {
     ASSERT_EQ(run(command), 0) << command;
     expect_same_training(name, "one_process", 1e-6);
   }
+}
+
+// In mixed_bfloat16 (16-bit RMSNorm, rotations and gates on every shard) 4 shards stay as close to
+// float32 as one process does, within the factor 2 that GPT-2's layouts get (the shards round
+// their partial input gradients before summing them).
+TEST_P(LlamaTensorParallel, MixedBfloat16ShardsStayAsCloseToFloat32AsOneProcess) {
+  const std::string bf16 = "--set train.precision=mixed_bfloat16 ";
+  ASSERT_EQ(run(train_command("one_process_f32")), 0);
+  ASSERT_EQ(run(train_command("one_process", bf16)), 0);
+  ASSERT_EQ(run(mpirun(4) + train_command("tp4", bf16 + "--set dist.tensor_parallel=4")), 0);
+  const double bf16_error = testing::relative_error(weights("one_process"), weights("one_process_f32"));
+  const double error = testing::relative_error(weights("tp4"), weights("one_process_f32"));
+  std::printf("  tp4 bf16 weights rel err vs float32 %.2e (one process in bf16: %.2e)\n", error, bf16_error);
+  EXPECT_GT(bf16_error, 0.0) << "bf16 must round";
+  EXPECT_LE(error, 2 * bf16_error);
 }
 
 INSTANTIATE_TEST_SUITE_P(KeyValueHeads, LlamaTensorParallel, ::testing::Values(4, 2, 1),
