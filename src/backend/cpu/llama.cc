@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/fast_math.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
 
@@ -70,29 +71,37 @@ void rmsnorm_backward(const RmsnormBackward& a) {
 
 namespace {
 
-// Rotates each q and k head of the rows of `from` into `to` (of storage type S) by their positions' angles (sign -1:
-// the inverse rotation, backward's), copies v; `to` is assigned or (accumulate) added to.
+// Rotates each q and k head of the rows of `from` into `to` (of storage type S) by their
+// positions' angles (sign -1: the inverse rotation, backward's), copies v; `to` is assigned or
+// (accumulate) added to. The cosines and sines are computed once per position: per row of a
+// ragged batch (`positions`), else once for the T positions every sequence shares.
 template <typename S>
 void rotate_rows(S* to, const S* from, int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t hs,
                  const RopeFrequencies& frequencies, int64_t position0, const int32_t* positions, float sign,
                  bool accumulate) {
   const std::vector<float> inverse = rope_inverse_frequencies(frequencies, hs);
   const int64_t half = hs / 2, rotated = (NH + KVH) * hs, width = (NH + 2 * KVH) * hs;
+  const int64_t angles = positions != nullptr ? B * T : T;
+  std::vector<float> cos(static_cast<size_t>(angles * half)), sin(cos.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < B * T; ++row) {
-    const int64_t position = positions != nullptr ? positions[row] : position0 + row % T;
-    std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
+  for (int64_t p = 0; p < angles; ++p) {
+    const int64_t position = positions != nullptr ? positions[p] : position0 + p;
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(position) * inverse[static_cast<size_t>(i)];  // float32, as torch
-      cos[static_cast<size_t>(i)] = std::cos(angle);
-      sin[static_cast<size_t>(i)] = sign * std::sin(angle);
+      cos[static_cast<size_t>(p * half + i)] = std::cos(angle);
+      sin[static_cast<size_t>(p * half + i)] = sign * std::sin(angle);
     }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < B * T; ++row) {
+    const int64_t p = positions != nullptr ? row : row % T;
+    const float *row_cos = cos.data() + p * half, *row_sin = sin.data() + p * half;
     const S* x = from + row * width;
     S* y = to + row * width;
     for (int64_t head = 0; head < rotated; head += hs) {
       for (int64_t i = 0; i < half; ++i) {
         const float first = to_float(x[head + i]), second = to_float(x[head + half + i]);
-        const float c = cos[static_cast<size_t>(i)], s = sin[static_cast<size_t>(i)];
+        const float c = row_cos[i], s = row_sin[i];
         const float out_first = first * c - second * s, out_second = second * c + first * s;
         y[head + i] = from_float<S>(accumulate ? to_float(y[head + i]) + out_first : out_first);
         y[head + half + i] = from_float<S>(accumulate ? to_float(y[head + half + i]) + out_second : out_second);
@@ -127,11 +136,11 @@ void swiglu_forward(const SwigluForward& a) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < a.gate.numel(); ++i) {
     const float g = to_float(gate[i]);
-    out[i] = from_float<T>(g / (1.0f + std::exp(-g)) * to_float(up[i]));
+    out[i] = from_float<T>(g / (1.0f + fast_exp(-g)) * to_float(up[i]));
   }
 }
 
-// d silu(g)/dg = σ(g)·(1 + g·(1 - σ(g))).
+// d silu(g)/dg = σ(g)·(1 + g·(1 - σ(g))). (fast_exp: glibc's expf keeps these loops scalar.)
 template <typename T>
 void swiglu_backward(const SwigluBackward& a) {
   const T *gate = pointer<T>(a.gate), *up = pointer<T>(a.up), *dout = pointer<T>(a.dout);
@@ -139,7 +148,7 @@ void swiglu_backward(const SwigluBackward& a) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < a.gate.numel(); ++i) {
     const float g = to_float(gate[i]), dy = to_float(dout[i]);
-    const float sigmoid = 1.0f / (1.0f + std::exp(-g));
+    const float sigmoid = 1.0f / (1.0f + fast_exp(-g));
     if (dgate != nullptr) {
       const float d = dy * to_float(up[i]) * sigmoid * (1.0f + g * (1.0f - sigmoid));
       dgate[i] = from_float<T>(a.accumulate_gate ? to_float(dgate[i]) + d : d);
