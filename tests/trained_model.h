@@ -10,6 +10,8 @@
 namespace paraflow::testing {
 
 inline model::GptConfig small_config() { return gpt_config(67, 48, 36, 2, 3); }
+// Its Llama-family twin: grouped k/v heads (6 q, 2 k/v of head_dim 6), an untied head.
+inline model::GptConfig small_llama_config() { return llama_config("llama", 67, 48, 36, 56, 2, 6, 2, 6); }
 
 // A stream where token t+1 is mostly a function of token t: easy to learn in a few steps.
 inline train::TokenSource repetitive_tokens(int64_t vocab_size) {

@@ -1,4 +1,5 @@
-// What the training benchmarks share: a GPT config from their flags and random tokens to train on.
+// What the training benchmarks share: a GPT or Llama config from their flags and random tokens to
+// train on.
 #pragma once
 
 #include "base/random.h"
@@ -14,6 +15,20 @@ inline model::GptConfig gpt_config(int64_t layers, int64_t embd, int64_t heads, 
   config.n_embd = embd;
   config.n_layer = layers;
   config.n_head = heads;
+  return config;
+}
+
+// The Llama family's shape on the same flags: `kv_heads` k/v heads, a SwiGLU MLP of
+// `intermediate` columns, an untied head (as Llama's), rotary positions instead of wpe.
+inline model::GptConfig llama_config(int64_t layers, int64_t embd, int64_t heads, int64_t kv_heads,
+                                     int64_t intermediate, int64_t context, int64_t vocab) {
+  model::GptConfig config = gpt_config(layers, embd, heads, context, vocab);
+  config.architecture = model::Architecture::llama;
+  config.model_type = "llama";
+  config.n_kv_head = kv_heads;
+  config.intermediate_size = intermediate;
+  config.layer_norm_epsilon = 1e-6;
+  config.tie_word_embeddings = false;
   return config;
 }
 

@@ -1,9 +1,10 @@
-"""GPT training throughput on the CPU: paraflow against PyTorch and TensorFlow/Keras, in one run.
+"""GPT and Llama training throughput on the CPU: paraflow against PyTorch and TensorFlow/Keras, in one run.
 
-    python3 bench/train/compare_peers.py [--shape small|124m] [--steps 10] [--warmup 2] [--threads N]
+    python3 bench/train/compare_peers.py [--shape small|124m|llama-small] [--steps 10] [--warmup 2] [--threads N]
                                          [--batch B] [--only paraflow,torch,tf]
 
-Same model (GPT-2, tied lm_head, no dropout), AdamW(6e-4, betas 0.9/0.95, wd 0.1), clipping at
+Same model (GPT-2, tied lm_head, no dropout; or llama-small: a Llama with grouped k/v heads, SwiGLU,
+an untied lm_head), AdamW(6e-4, betas 0.9/0.95, wd 0.1), clipping at
 1.0, random tokens and threads for every engine. Runs, one process each:
   paraflow  build/bench/train/train_bench, --precision float32 and mixed_bfloat16
   torch     bench/train/peer_torch.py in .venv-ref (Debian's torch 1.13): eager float32, bf16 autocast
@@ -24,6 +25,10 @@ HERE = os.path.join(ROOT, "bench", "train")
 SHAPES = {
     "small": {"n-layer": 6, "n-embd": 384, "n-head": 6, "n-ctx": 256, "vocab": 8192, "batch": 8},
     "124m": {"n-layer": 12, "n-embd": 768, "n-head": 12, "n-ctx": 1024, "vocab": 50257, "batch": 1},
+    # gpt-small's width in the Llama family's shape: grouped-query attention (6 q heads, 2 k/v),
+    # SwiGLU of 1024 (about 4·C·2/3, as Llama sizes it), an untied head.
+    "llama-small": {"arch": "llama", "n-layer": 6, "n-embd": 384, "n-head": 6, "n-kv-head": 2, "intermediate": 1024,
+                    "n-ctx": 256, "vocab": 8192, "batch": 8},
 }
 
 

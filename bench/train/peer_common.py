@@ -1,6 +1,6 @@
-"""What the peer training benchmarks share (peer_torch.py, peer_tf.py): the GPT shape options
-(train_bench's names and gpt-small defaults), the timing loop and the `key value` report that
-compare_peers.py reads."""
+"""What the peer training benchmarks share (peer_torch.py, peer_tf.py): the GPT or Llama shape
+options (train_bench's names and gpt-small defaults), the timing loop and the `key value` report
+that compare_peers.py reads."""
 import argparse
 import resource
 import time
@@ -17,8 +17,16 @@ def parser(description):
     result.add_argument("--n-ctx", type=int, default=256)
     result.add_argument("--vocab", type=int, default=8192)
     result.add_argument("--batch", type=int, default=8)
+    result.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
+    result.add_argument("--n-kv-head", type=int, default=0, help="llama: k/v heads (0: --n-head)")
+    result.add_argument("--intermediate", type=int, default=0, help="llama: SwiGLU width (0: 4 * --n-embd)")
     result.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="float32")
     return result
+
+
+def llama_sizes(args):
+    """(k/v heads, SwiGLU width) of a Llama shape, the defaults filled in."""
+    return args.n_kv_head or args.n_head, args.intermediate or 4 * args.n_embd
 
 
 def measure(step, args, version, parameters):

@@ -1,5 +1,5 @@
 """PyTorch peer of paraflow's train_bench: transformers' GPT2LMHeadModel (tied lm_head, no
-dropout), AdamW(6e-4, betas 0.9/0.95, wd 0.1), gradient clipping at 1.0, random tokens; eager
+dropout) or, with --arch llama, LlamaForCausalLM (untied head), AdamW(6e-4, betas 0.9/0.95, wd 0.1), gradient clipping at 1.0, random tokens; eager
 float32, or bf16 autocast around forward and loss (weights, gradients and optimizer in f32).
 Run by compare_peers.py; alone:
 
@@ -19,10 +19,19 @@ def main():
     args = peer_common.parser(__doc__).parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=args.vocab, n_positions=args.n_ctx, n_embd=args.n_embd,
-                                     n_layer=args.n_layer, n_head=args.n_head,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = transformers.GPT2LMHeadModel(config).train()
+    if args.arch == "llama":
+        kv_heads, intermediate = peer_common.llama_sizes(args)
+        config = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.n_embd,
+                                          intermediate_size=intermediate, num_hidden_layers=args.n_layer,
+                                          num_attention_heads=args.n_head, num_key_value_heads=kv_heads,
+                                          max_position_embeddings=args.n_ctx, rms_norm_eps=1e-6,
+                                          tie_word_embeddings=False)
+        model = transformers.LlamaForCausalLM(config).train()
+    else:
+        config = transformers.GPT2Config(vocab_size=args.vocab, n_positions=args.n_ctx, n_embd=args.n_embd,
+                                         n_layer=args.n_layer, n_head=args.n_head,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     bf16 = args.precision == "mixed_bfloat16"
 

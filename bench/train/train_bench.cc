@@ -1,4 +1,5 @@
-// Training throughput of paraflow on a GPT config (default: gpt-small of issue #2), with the
+// Training throughput of paraflow on a GPT config (default: gpt-small of issue #2) or a Llama one
+// (--arch llama: --n-kv-head, --intermediate, an untied head), with the
 // sgemm peak of each CPU GEMM engine measured in the same run (before and after the timed steps,
 // the better of the two), MFU against the best of them,
 // and the peak RSS. Prints one `key value` per line for bench/train/compare_peers.py.
@@ -32,6 +33,11 @@ int main(int argc, char** argv) {
   app.add_option("--n-ctx", context);
   app.add_option("--vocab", vocab);
   app.add_option("--batch", batch, "Sequences per rank per step");
+  std::string arch = "gpt2";
+  int64_t kv_heads = 0, intermediate = 0;
+  app.add_option("--arch", arch, "gpt2, or llama")->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--n-kv-head", kv_heads, "llama: k/v heads (0: --n-head)");
+  app.add_option("--intermediate", intermediate, "llama: SwiGLU width (0: 4 * --n-embd)");
   bool overlap = true;
   app.add_option("--overlap", overlap, "All-reduce gradient buckets while backward runs");
   bool exact = false;
@@ -82,7 +88,10 @@ int main(int argc, char** argv) {
   };
   const Probe before = probe();
 
-  const model::GptConfig config = bench::gpt_config(layers, embd, heads, context, vocab);
+  const model::GptConfig config =
+      arch == "llama" ? bench::llama_config(layers, embd, heads, kv_heads > 0 ? kv_heads : heads,
+                                            intermediate > 0 ? intermediate : 4 * embd, context, vocab)
+                      : bench::gpt_config(layers, embd, heads, context, vocab);
   train::TokenSource data = bench::random_tokens(vocab);
   train::TrainConfig train_config;
   train_config.batch_size = batch;

@@ -153,7 +153,8 @@ std::vector<float> rope_inverse_frequencies(const RopeFrequencies& frequencies, 
 // k heads rotated, v copied. Within a head, element i < hs/2 pairs with i + hs/2:
 // (x_i, x_{i+hs/2}) -> (x_i cos - x_{i+hs/2} sin, x_{i+hs/2} cos + x_i sin), the angle being
 // position · inv_freq[i]. The position is positions[b*T + t] when `positions` (B*T, i32, host
-// memory) is given, else position0 + t. f32 only.
+// memory) is given, else position0 + t. out and qkv (dqkv and dout) share the storage type dtype()
+// (f32, bf16 or f16), the rotation computed in f32.
 struct RopeForward {
   static constexpr KernelOp op = KernelOp::rope_forward;
   Tensor out, qkv;
@@ -173,7 +174,8 @@ struct RopeBackward {
   DType dtype() const { return dout.dtype(); }
 };
 
-// ---- SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); all (N,F) f32 ----
+// ---- SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); all (N,F) of one storage type
+// dtype() (f32, bf16 or f16), computed in f32 ----
 struct SwigluForward {
   static constexpr KernelOp op = KernelOp::swiglu_forward;
   Tensor out, gate, up;

@@ -144,8 +144,6 @@ void run_train(const TrainOptions& options) {
 
   std::optional<dist::ClusterSpec> cluster = dist::ClusterSpec::from_environment();
   if (cluster && cluster->jobs.count("ps") && cluster->role() != dist::Role::evaluator) {
-    check(!model_config.is_llama(), "TF_CONFIG has ps tasks: parameter-server training is not implemented for "
-                                    "model.architecture llama yet (use data parallelism)");
     return train_with_parameter_servers(setup, *cluster, stop);
   }
   std::unique_ptr<train::BatchSource> source = setup.open_data();

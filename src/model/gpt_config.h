@@ -51,6 +51,9 @@ struct GptConfig {
   int64_t qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }
   // A position's keys (or values) in one layer's KV cache: kv_heads * head_size.
   int64_t kv_width() const { return kv_heads() * head_size(); }
+  // What the names of block i's tensors and nodes start with, before i: "h." (GPT-2's),
+  // "model.layers." (the Llama family's).
+  std::string block_prefix() const { return is_llama() ? "model.layers." : "h."; }
   // Fails naming the setting when sequences of `length` positions would need what is not implemented.
   void check_sequence_length(int64_t length, const std::string& what) const;
 

@@ -1,5 +1,6 @@
 #include "model/gpt_graph.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "graph/executor.h"
@@ -50,10 +51,22 @@ struct BlockContext {
     if (gelu) attributes.set("gelu", 1);
     return node(OpKind::matmul, name, std::move(inputs), attributes);
   }
+  // A row-split layer (its input and weight split, tensor-parallel): the shards add partial
+  // products, so shard 0 alone adds the bias.
+  ValueId row_split_layer(const std::string& name, ValueId x, WeightLayout layout) const {
+    std::vector<ValueId> inputs{x, param(name + ".weight")};
+    if (shard.rank == 0 && has(name + ".bias")) inputs.push_back(param(name + ".bias"));
+    Attributes attributes = linear;
+    return node(OpKind::matmul, name, std::move(inputs), attributes.set("layout", static_cast<int64_t>(layout)));
+  }
+  // The shard's q heads, and its k/v heads: its share, or the one its q heads read when there
+  // are fewer k/v heads than shards (replicated).
+  int64_t q_heads() const { return config.n_head / shard.size; }
+  int64_t kv_heads() const { return std::max<int64_t>(config.kv_heads() / shard.size, 1); }
   Attributes attention_attributes(int64_t layer) const {
     return Attributes()
-        .set("n_head", config.n_head / shard.size)
-        .set("n_kv_head", config.kv_heads() / shard.size)
+        .set("n_head", q_heads())
+        .set("n_kv_head", kv_heads())
         .set_float("scale", config.attention_scale(layer));
   }
 };
@@ -61,35 +74,31 @@ struct BlockContext {
 // GPT-2's block: x + attn(ln_1(x)), then + mlp(ln_2(.)) with a GELU MLP; a tensor-parallel shard
 // runs its heads and its part of the MLP between tp_copy and tp_reduce.
 ValueId add_gpt2_block(const BlockContext& b, int64_t layer, ValueId x) {
-  const std::string h = "h." + std::to_string(layer) + ".";
+  const std::string h = b.config.block_prefix() + std::to_string(layer) + ".";
   const Attributes layernorm = Attributes().set_float("eps", b.config.layer_norm_epsilon);
-  // A row-split layer's shards add partial products; shard 0 alone adds the bias.
-  auto row_split = [&](const std::string& name, ValueId input) {
-    std::vector<ValueId> inputs{input, b.param(name + ".weight")};
-    if (b.shard.rank == 0) inputs.push_back(b.param(name + ".bias"));
-    Attributes attributes = b.linear;
-    return b.node(OpKind::matmul, name, inputs, attributes.set("layout", static_cast<int64_t>(WeightLayout::in_out)));
-  };
+  constexpr WeightLayout in_out = WeightLayout::in_out;
   ValueId ln1 = b.node(OpKind::layernorm, h + "ln_1", {x, b.param(h + "ln_1.weight"), b.param(h + "ln_1.bias")}, layernorm);
-  ValueId qkv = b.linear_layer(h + "attn.c_attn", b.enter(h + "attn.tp_copy", ln1), WeightLayout::in_out);
+  ValueId qkv = b.linear_layer(h + "attn.c_attn", b.enter(h + "attn.tp_copy", ln1), in_out);
   ValueId attention = b.attention_core(h, qkv, b.attention_attributes(layer));
   ValueId residual1 = b.node(OpKind::add, h + "residual_1",
-                             {x, b.leave(h + "attn.tp_reduce", row_split(h + "attn.c_proj", attention))});
+                             {x, b.leave(h + "attn.tp_reduce", b.row_split_layer(h + "attn.c_proj", attention, in_out))});
   ValueId ln2 = b.node(OpKind::layernorm, h + "ln_2",
                        {residual1, b.param(h + "ln_2.weight"), b.param(h + "ln_2.bias")}, layernorm);
-  ValueId hidden = b.linear_layer(h + "mlp.c_fc", b.enter(h + "mlp.tp_copy", ln2), WeightLayout::in_out, true);
-  return b.node(OpKind::add, h + "residual_2", {residual1, b.leave(h + "mlp.tp_reduce", row_split(h + "mlp.c_proj", hidden))});
+  ValueId hidden = b.linear_layer(h + "mlp.c_fc", b.enter(h + "mlp.tp_copy", ln2), in_out, true);
+  return b.node(OpKind::add, h + "residual_2",
+                {residual1, b.leave(h + "mlp.tp_reduce", b.row_split_layer(h + "mlp.c_proj", hidden, in_out))});
 }
 
 // The Llama family's block: x + o_proj(attention(rope(qkv_proj(rmsnorm(x))))), then
 // + down_proj(silu(gate_proj(.)) * up_proj(.)) of rmsnorm of that; nn.Linear weights [out, in].
+// A tensor-parallel shard runs its heads and its part of the MLP between tp_copy and tp_reduce.
 ValueId add_llama_block(const BlockContext& b, int64_t layer, ValueId x) {
-  const std::string h = "model.layers." + std::to_string(layer) + ".";
+  const std::string h = b.config.block_prefix() + std::to_string(layer) + ".";
   const Attributes rmsnorm = Attributes().set_float("eps", b.config.layer_norm_epsilon);
   const RopeFrequencies& rope = b.config.rope;
   const Attributes rotary = Attributes()
-                                .set("n_head", b.config.n_head)
-                                .set("n_kv_head", b.config.kv_heads())
+                                .set("n_head", b.q_heads())
+                                .set("n_kv_head", b.kv_heads())
                                 .set_float("rope_theta", rope.theta)
                                 .set("rope_scaling", static_cast<int64_t>(rope.scaling))
                                 .set_float("rope_factor", rope.factor)
@@ -98,17 +107,20 @@ ValueId add_llama_block(const BlockContext& b, int64_t layer, ValueId x) {
                                 .set_float("rope_original_max_position", rope.original_max_position);
   constexpr WeightLayout linear = WeightLayout::out_in;
   ValueId norm1 = b.node(OpKind::rmsnorm, h + "input_layernorm", {x, b.param(h + "input_layernorm.weight")}, rmsnorm);
-  ValueId qkv = b.linear_layer(h + "self_attn.qkv_proj", norm1, linear);
+  ValueId qkv = b.linear_layer(h + "self_attn.qkv_proj", b.enter(h + "self_attn.tp_copy", norm1), linear);
   std::vector<ValueId> rope_inputs{qkv};
   if (b.position != graph::kNoValue) rope_inputs.push_back(b.position);
   ValueId rotated = b.node(OpKind::rope, h + "self_attn.rope", rope_inputs, rotary);
   ValueId attention = b.attention_core(h + "self_attn.", rotated, b.attention_attributes(layer));
-  ValueId residual1 = b.node(OpKind::add, h + "residual_1", {x, b.linear_layer(h + "self_attn.o_proj", attention, linear)});
+  ValueId attention_out = b.row_split_layer(h + "self_attn.o_proj", attention, linear);
+  ValueId residual1 = b.node(OpKind::add, h + "residual_1", {x, b.leave(h + "self_attn.tp_reduce", attention_out)});
   ValueId norm2 = b.node(OpKind::rmsnorm, h + "post_attention_layernorm",
                          {residual1, b.param(h + "post_attention_layernorm.weight")}, rmsnorm);
-  ValueId gated = b.node(OpKind::swiglu, h + "mlp.act", {b.linear_layer(h + "mlp.gate_proj", norm2, linear),
-                                                         b.linear_layer(h + "mlp.up_proj", norm2, linear)});
-  return b.node(OpKind::add, h + "residual_2", {residual1, b.linear_layer(h + "mlp.down_proj", gated, linear)});
+  const ValueId mlp_input = b.enter(h + "mlp.tp_copy", norm2);
+  ValueId gated = b.node(OpKind::swiglu, h + "mlp.act", {b.linear_layer(h + "mlp.gate_proj", mlp_input, linear),
+                                                         b.linear_layer(h + "mlp.up_proj", mlp_input, linear)});
+  return b.node(OpKind::add, h + "residual_2",
+                {residual1, b.leave(h + "mlp.tp_reduce", b.row_split_layer(h + "mlp.down_proj", gated, linear))});
 }
 
 // The decoder stack shared by every graph: the embedding, n_layer blocks of the config's
@@ -120,13 +132,6 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, cons
   graph::Graph& graph = g.graph;
   check(config.n_head % shard.size == 0, "dist.tensor_parallel ({}) must divide model.n_head ({})", shard.size,
         config.n_head);
-  check(!config.is_llama() || (shard.size == 1 && range.whole_model()),
-        "model.architecture llama: tensor parallelism (dist.tensor_parallel) and pipeline stages are not implemented "
-        "for it yet; train it with data parallelism only");
-  check(config.tie_word_embeddings || shard.size == 1,
-        "model tie_word_embeddings false: a head of its own is not implemented with tensor parallelism "
-        "(dist.tensor_parallel {})",
-        shard.size);
   // An untied head's weight is the head's (head_weight), not the stack's.
   for (const TensorSpec& spec : part_tensor_specs(gpt_tensor_specs(config), range, shard)) {
     if (spec.name == "lm_head.weight") continue;
@@ -156,12 +161,13 @@ ValueId add_decoder(GptGraph& g, const GptConfig& config, ValueId position, cons
                     Attributes().set_float("eps", config.layer_norm_epsilon));
 }
 
-// The head's [vocab, n_embd] weight: the embedding table when tied, else lm_head.weight (added).
-ValueId head_weight(GptGraph& g, const GptConfig& config) {
+// The head's [vocab, n_embd] weight (a shard's: its vocabulary rows): the embedding table when
+// tied, else lm_head.weight (added).
+ValueId head_weight(GptGraph& g, const GptConfig& config, const TensorShard& shard = {}) {
   const std::string name = lm_head_name(config);
   if (!g.parameters.count(name)) {
-    g.parameters[name] =
-        g.graph.add_value(name, Shape{config.vocab_size, config.n_embd}, DType::f32, ValueRole::parameter);
+    g.parameters[name] = g.graph.add_value(name, Shape{config.vocab_size / shard.size, config.n_embd}, DType::f32,
+                                           ValueRole::parameter);
   }
   return g.parameters.at(name);
 }
@@ -206,7 +212,7 @@ GptGraph build_gpt_training_graph(const GptConfig& config, int64_t batch, int64_
   // Vocabulary-parallel: each shard computes its columns of the logits, and the loss needs only
   // two all-reduces of per-row numbers: no rank holds all the logits.
   const ValueId whole_hidden = g.graph.add_node(OpKind::tp_copy, "lm_head.tp_copy", {hidden})[0];
-  g.logits = add_lm_head(g, whole_hidden, head_weight(g, config));
+  g.logits = add_lm_head(g, whole_hidden, head_weight(g, config, shard));
   const Attributes xent =
       Attributes().set("vocab_parallel", 1).set("vocab_begin", shard.rank * (config.vocab_size / shard.size));
   g.losses = g.graph.add_node(OpKind::softmax_xent, "xent", {g.logits, g.targets}, xent)[0];

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
@@ -11,13 +10,26 @@ namespace paraflow::model {
 
 namespace {
 
+constexpr const char* kVocabulary = "model.vocab_size";
+
+// The token embedding table and an untied head: split by vocabulary rows.
+TensorSplit vocabulary_rows(const GptConfig& config) {
+  return {TensorSplit::rows, {{config.vocab_size, 1, kVocabulary}}};
+}
+
 // LlamaForCausalLM's tensors (nn.Linear weights [out, in]), q, k and v fused into one projection.
 std::vector<TensorSpec> llama_tensor_specs(const GptConfig& config, bool decay_embeddings) {
   const int64_t C = config.n_embd, F = config.mlp_width(), hs = config.head_size();
   const int64_t q_rows = config.n_head * hs, kv_rows = config.kv_heads() * hs;
-  std::vector<TensorSpec> specs{{"model.embed_tokens.weight", Shape{config.vocab_size, C}, Init::normal, decay_embeddings}};
+  const TensorSplit::Section q_heads{config.n_head, hs, "model.n_head"};
+  const TensorSplit::Section kv_heads{config.kv_heads(), hs, "model.n_kv_head", true};
+  const TensorSplit qkv{TensorSplit::rows, {q_heads, kv_heads, kv_heads}};
+  const TensorSplit mlp_in{TensorSplit::rows, {{F, 1, "model.intermediate_size"}}};
+  const TensorSplit partial{.partial_gradient = true};
+  std::vector<TensorSpec> specs{{"model.embed_tokens.weight", Shape{config.vocab_size, C}, Init::normal,
+                                 decay_embeddings, {}, vocabulary_rows(config)}};
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+    const std::string prefix = config.block_prefix() + std::to_string(layer) + ".";
     const std::string attention = prefix + "self_attn.", mlp = prefix + "mlp.";
     auto parts = [&](const std::string& suffix) {
       return std::vector<StoredPart>{{attention + "q_proj." + suffix, q_rows},
@@ -25,18 +37,21 @@ std::vector<TensorSpec> llama_tensor_specs(const GptConfig& config, bool decay_e
                                      {attention + "v_proj." + suffix, kv_rows}};
     };
     specs.push_back({prefix + "input_layernorm.weight", Shape{C}, Init::ones, false});
-    specs.push_back({attention + "qkv_proj.weight", Shape{config.qkv_width(), C}, Init::normal, true, parts("weight")});
+    specs.push_back({attention + "qkv_proj.weight", Shape{config.qkv_width(), C}, Init::normal, true, parts("weight"), qkv});
     if (config.attention_bias || config.qkv_bias) {
-      specs.push_back({attention + "qkv_proj.bias", Shape{config.qkv_width()}, Init::zeros, false, parts("bias")});
+      specs.push_back({attention + "qkv_proj.bias", Shape{config.qkv_width()}, Init::zeros, false, parts("bias"), qkv});
     }
-    specs.push_back({attention + "o_proj.weight", Shape{C, q_rows}, Init::normal, true});
-    if (config.attention_bias) specs.push_back({attention + "o_proj.bias", Shape{C}, Init::zeros, false});
+    specs.push_back({attention + "o_proj.weight", Shape{C, q_rows}, Init::normal, true, {},
+                     {TensorSplit::columns, {q_heads}}});
+    if (config.attention_bias) specs.push_back({attention + "o_proj.bias", Shape{C}, Init::zeros, false, {}, partial});
     specs.push_back({prefix + "post_attention_layernorm.weight", Shape{C}, Init::ones, false});
-    for (const auto& [name, out, in] : {std::tuple{"gate_proj", F, C}, std::tuple{"up_proj", F, C},
-                                        std::tuple{"down_proj", C, F}}) {
-      specs.push_back({mlp + name + ".weight", Shape{out, in}, Init::normal, true});
-      if (config.mlp_bias) specs.push_back({mlp + name + ".bias", Shape{out}, Init::zeros, false});
+    for (const char* name : {"gate_proj", "up_proj"}) {
+      specs.push_back({mlp + name + ".weight", Shape{F, C}, Init::normal, true, {}, mlp_in});
+      if (config.mlp_bias) specs.push_back({mlp + name + ".bias", Shape{F}, Init::zeros, false, {}, mlp_in});
     }
+    specs.push_back({mlp + "down_proj.weight", Shape{C, F}, Init::normal, true, {},
+                     {TensorSplit::columns, mlp_in.sections}});
+    if (config.mlp_bias) specs.push_back({mlp + "down_proj.bias", Shape{C}, Init::zeros, false, {}, partial});
   }
   specs.push_back({"model.norm.weight", Shape{C}, Init::ones, false});
   return specs;
@@ -48,7 +63,8 @@ std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_emb
   std::vector<TensorSpec> specs =
       config.is_llama() ? llama_tensor_specs(config, decay_embeddings) : gpt2_tensor_specs(config, decay_embeddings);
   if (!config.tie_word_embeddings) {
-    specs.push_back({"lm_head.weight", Shape{config.vocab_size, config.n_embd}, Init::normal, true});
+    specs.push_back(
+        {"lm_head.weight", Shape{config.vocab_size, config.n_embd}, Init::normal, true, {}, vocabulary_rows(config)});
   }
   return specs;
 }
@@ -63,25 +79,30 @@ std::string lm_head_name(const GptConfig& config) {
 
 std::vector<TensorSpec> gpt2_tensor_specs(const GptConfig& config, bool decay_embeddings) {
   const int64_t C = config.n_embd;
+  // Attention's heads: c_attn's q, k and v columns, c_proj's rows; the MLP's 4C columns, then rows.
+  const TensorSplit::Section heads{config.n_head, config.head_size(), "model.n_head"}, mlp{4 * C};
+  const TensorSplit qkv{TensorSplit::columns, {heads, heads, heads}}, attention_out{TensorSplit::rows, {heads}};
+  const TensorSplit mlp_in{TensorSplit::columns, {mlp}}, mlp_out{TensorSplit::rows, {mlp}};
+  const TensorSplit partial{.partial_gradient = true};
   std::vector<TensorSpec> specs{
-      {"wte.weight", Shape{config.vocab_size, C}, Init::normal, decay_embeddings},
-      {"wpe.weight", Shape{config.n_positions, C}, Init::normal, decay_embeddings},
+      {"wte.weight", Shape{config.vocab_size, C}, Init::normal, decay_embeddings, {}, vocabulary_rows(config)},
+      {"wpe.weight", Shape{config.n_positions, C}, Init::normal, decay_embeddings, {}, partial},
   };
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    std::string prefix = "h." + std::to_string(layer) + ".";
+    std::string prefix = config.block_prefix() + std::to_string(layer) + ".";
     std::vector<TensorSpec> block{
         {prefix + "ln_1.weight", Shape{C}, Init::ones, false},
         {prefix + "ln_1.bias", Shape{C}, Init::zeros, false},
-        {prefix + "attn.c_attn.weight", Shape{C, 3 * C}, Init::normal, true},
-        {prefix + "attn.c_attn.bias", Shape{3 * C}, Init::zeros, false},
-        {prefix + "attn.c_proj.weight", Shape{C, C}, Init::residual_projection, true},
-        {prefix + "attn.c_proj.bias", Shape{C}, Init::zeros, false},
+        {prefix + "attn.c_attn.weight", Shape{C, 3 * C}, Init::normal, true, {}, qkv},
+        {prefix + "attn.c_attn.bias", Shape{3 * C}, Init::zeros, false, {}, qkv},
+        {prefix + "attn.c_proj.weight", Shape{C, C}, Init::residual_projection, true, {}, attention_out},
+        {prefix + "attn.c_proj.bias", Shape{C}, Init::zeros, false, {}, partial},
         {prefix + "ln_2.weight", Shape{C}, Init::ones, false},
         {prefix + "ln_2.bias", Shape{C}, Init::zeros, false},
-        {prefix + "mlp.c_fc.weight", Shape{C, 4 * C}, Init::normal, true},
-        {prefix + "mlp.c_fc.bias", Shape{4 * C}, Init::zeros, false},
-        {prefix + "mlp.c_proj.weight", Shape{4 * C, C}, Init::residual_projection, true},
-        {prefix + "mlp.c_proj.bias", Shape{C}, Init::zeros, false},
+        {prefix + "mlp.c_fc.weight", Shape{C, 4 * C}, Init::normal, true, {}, mlp_in},
+        {prefix + "mlp.c_fc.bias", Shape{4 * C}, Init::zeros, false, {}, mlp_in},
+        {prefix + "mlp.c_proj.weight", Shape{4 * C, C}, Init::residual_projection, true, {}, mlp_out},
+        {prefix + "mlp.c_proj.bias", Shape{C}, Init::zeros, false, {}, partial},
     };
     specs.insert(specs.end(), block.begin(), block.end());
   }
@@ -90,17 +111,32 @@ std::vector<TensorSpec> gpt2_tensor_specs(const GptConfig& config, bool decay_em
   return specs;
 }
 
+namespace {
+
+// The block a tensor belongs to (GPT-2's "h.<i>.…", the Llama family's "model.layers.<i>.…"), or -1.
+int64_t block_of(const std::string& name) {
+  for (const std::string prefix : {"h.", "model.layers."}) {
+    if (name.rfind(prefix, 0) == 0) return std::stoll(name.substr(prefix.size()));
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs, const LayerRange& range) {
+  const bool tied = std::none_of(specs.begin(), specs.end(), [](const TensorSpec& spec) {
+    return spec.name == "lm_head.weight";
+  });
   std::vector<TensorSpec> held;
   for (const TensorSpec& spec : specs) {
     bool holds = false;
-    if (spec.name.rfind("h.", 0) == 0) {
-      holds = range.holds_layer(std::stoll(spec.name.substr(2, spec.name.find('.', 2) - 2)));
-    } else if (spec.name.rfind("wte.", 0) == 0) {
-      holds = range.first || range.last;
-    } else if (spec.name.rfind("wpe.", 0) == 0) {
+    if (const int64_t block = block_of(spec.name); block >= 0) {
+      holds = range.holds_layer(block);
+    } else if (spec.name == "wte.weight" || spec.name == "model.embed_tokens.weight") {
+      holds = range.first || (range.last && tied);
+    } else if (spec.name == "wpe.weight") {
       holds = range.first;
-    } else {  // ln_f
+    } else {  // the final norm, an untied head
       holds = range.last;
     }
     if (holds) held.push_back(spec);
@@ -110,48 +146,100 @@ std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs,
 
 namespace {
 
-bool ends_with(const std::string& name, const std::string& suffix) {
-  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// How a tensor is split across tensor-parallel shards.
-struct Split {
-  enum Kind : uint8_t { whole, columns, rows } kind = whole;
-  int64_t sections = 1;  // columns: independent blocks of columns (qkv: 3), each split alike
+// A tensor as [outer, dim, inner], dim the one its TensorSplit splits (the whole tensor's size).
+struct SplitGeometry {
+  int64_t outer = 1, dim = 0, inner = 1;
 };
 
-Split split_of(const std::string& name) {
-  if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return {Split::columns, 3};
-  if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return {Split::columns, 1};
-  if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight")) return {Split::rows, 1};
-  if (name == "wte.weight") return {Split::rows, 1};  // the vocabulary
-  return {};
+SplitGeometry split_geometry(const TensorSpec& spec) {
+  const size_t axis = spec.split.kind == TensorSplit::rows ? 0 : spec.shape.rank() - 1;
+  SplitGeometry g;
+  for (size_t i = 0; i < spec.shape.rank(); ++i) {
+    if (i < axis) g.outer *= spec.shape[i];
+    if (i > axis) g.inner *= spec.shape[i];
+  }
+  for (const TensorSplit::Section& section : spec.split.sections) g.dim += section.units * section.unit;
+  return g;
+}
+
+// A shard's units of a section: the first and how many.
+std::pair<int64_t, int64_t> units_of(const TensorSplit::Section& section, const TensorShard& shard) {
+  return {shard.rank * section.units / shard.size, std::max<int64_t>(section.units / shard.size, 1)};
+}
+
+// A shard's part of a tensor as runs of elements: where each lies in the shard's tensor and in the
+// whole one, whether other shards hold it too (`shared`) and whether this shard is its first
+// holder (`counted`). Adjacent runs alike are merged.
+struct Piece {
+  int64_t in_shard, in_whole, count;
+  bool shared, counted;
+};
+
+std::vector<Piece> pieces(const TensorSpec& spec, const TensorShard& shard) {
+  if (spec.split.kind == TensorSplit::whole || shard.size == 1) {
+    return {{0, 0, whole_numel(spec), shard.size > 1, shard.rank == 0}};
+  }
+  const SplitGeometry g = split_geometry(spec);
+  std::vector<Piece> result;
+  int64_t at = 0;
+  for (int64_t o = 0; o < g.outer; ++o) {
+    int64_t begin = 0;
+    for (const TensorSplit::Section& section : spec.split.sections) {
+      const auto [first, count] = units_of(section, shard);
+      const bool shared = section.units < shard.size;
+      const Piece piece{at, (o * g.dim + begin + first * section.unit) * g.inner, count * section.unit * g.inner,
+                        shared, !shared || shard.rank % (shard.size / section.units) == 0};
+      Piece* last = result.empty() ? nullptr : &result.back();
+      if (last != nullptr && last->in_shard + last->count == piece.in_shard &&
+          last->in_whole + last->count == piece.in_whole && last->shared == piece.shared &&
+          last->counted == piece.counted) {
+        last->count += piece.count;
+      } else {
+        result.push_back(piece);
+      }
+      at += piece.count;
+      begin += section.units * section.unit;
+    }
+  }
+  return result;
 }
 
 }  // namespace
 
-bool is_partial_gradient(const std::string& name) {
-  return ends_with(name, "attn.c_proj.bias") || ends_with(name, "mlp.c_proj.bias") || name == "wpe.weight";
+int64_t whole_numel(const TensorSpec& spec) {
+  if (spec.split.kind == TensorSplit::whole) return spec.shape.numel();
+  const SplitGeometry g = split_geometry(spec);
+  return g.outer * g.dim * g.inner;
 }
 
-bool is_replicated(const std::string& name) { return split_of(name).kind == Split::whole; }
+bool splits_vocabulary(const TensorSpec& spec) {
+  return spec.split.kind == TensorSplit::rows && spec.split.sections.size() == 1 &&
+         spec.split.sections[0].setting == kVocabulary;
+}
 
 std::vector<TensorSpec> shard_tensor_specs(const std::vector<TensorSpec>& specs, const TensorShard& shard) {
   std::vector<TensorSpec> sharded = specs;
   for (TensorSpec& spec : sharded) {
-    const Split split = split_of(spec.name);
-    if (split.kind == Split::whole) continue;
-    // A 1-D bias is one row of columns.
-    const size_t dim = split.kind == Split::rows ? 0 : spec.shape.rank() - 1;
-    check(spec.name != "wte.weight" || spec.shape[0] % shard.size == 0,
-          "model.vocab_size ({}) is not a multiple of dist.tensor_parallel ({}): the vocabulary is split evenly "
-          "over the shards (pad it, as GPT-2's 50257 pads to 50304)",
-          spec.shape[0], shard.size);
-    check(spec.shape[dim] % (split.sections * shard.size) == 0,
-          "dist.tensor_parallel ({}) does not divide {}'s {} ({})", shard.size, spec.name,
-          split.kind == Split::rows ? "rows" : "columns", spec.shape[dim] / split.sections);
+    if (spec.split.kind == TensorSplit::whole) continue;
+    const char* dim_name = spec.split.kind == TensorSplit::rows ? "rows" : "columns";
+    int64_t size = 0;
+    for (const TensorSplit::Section& section : spec.split.sections) {
+      if (section.replicable) {
+        check(section.units % shard.size == 0 || (section.units < shard.size && shard.size % section.units == 0),
+              "dist.tensor_parallel ({}) and {} ({}): one must divide the other (k/v heads are split over the shards, "
+              "or each shared by several shards when fewer)",
+              shard.size, section.setting, section.units);
+      } else if (!section.setting.empty()) {
+        check(section.units % shard.size == 0, "{} ({}) is not a multiple of dist.tensor_parallel ({}): {}'s {} are "
+              "split evenly over the shards", section.setting, section.units, shard.size, spec.name, dim_name);
+      } else {
+        check(section.units % shard.size == 0, "dist.tensor_parallel ({}) does not divide {}'s {} ({})", shard.size,
+              spec.name, dim_name, section.units);
+      }
+      size += units_of(section, shard).second * section.unit;
+    }
     std::vector<int64_t> dims = spec.shape.dims();
-    dims[dim] /= shard.size;
+    dims[spec.split.kind == TensorSplit::rows ? 0 : dims.size() - 1] = size;
     spec.shape = Shape(dims);
   }
   return sharded;
@@ -169,21 +257,47 @@ int64_t element_count(const std::vector<TensorSpec>& specs) {
 }
 
 std::vector<SlicePlacement> shard_slices(const TensorSpec& spec, const TensorShard& shard) {
-  const Split split = split_of(spec.name);
-  const TensorSlice whole = TensorSlice::whole(spec.shape);
-  if (split.kind == Split::whole || shard.size == 1) return {{whole, whole}};
+  std::vector<int64_t> dims = spec.shape.dims();
+  if (spec.split.kind == TensorSplit::whole || shard.size == 1) {
+    const TensorSlice whole = TensorSlice::whole(spec.shape);
+    return {{whole, whole, shard.rank == 0}};
+  }
   // Rows split dimension 0; columns the last (a 1-D bias is one row of columns).
-  const size_t dim = split.kind == Split::rows ? 0 : spec.shape.rank() - 1;
-  const int64_t section = spec.shape[dim] / split.sections, mine = section / shard.size;
+  const size_t axis = spec.split.kind == TensorSplit::rows ? 0 : dims.size() - 1;
+  dims[axis] = split_geometry(spec).dim;  // the whole tensor's, whether `spec` is the whole's or a shard's
+  const TensorSlice whole = TensorSlice::whole(Shape(dims));
   std::vector<SlicePlacement> placements;
-  for (int64_t s = 0; s < split.sections; ++s) {
-    SlicePlacement placement{whole, whole};
-    placement.global.offsets[dim] = s * section + shard.rank * mine;
-    placement.global.lengths[dim] = placement.local.lengths[dim] = mine;
-    placement.local.offsets[dim] = s * mine;
+  int64_t begin = 0, local = 0;
+  for (const TensorSplit::Section& section : spec.split.sections) {
+    const auto [first, count] = units_of(section, shard);
+    const bool shared = section.units < shard.size;
+    SlicePlacement placement{whole, whole, !shared || shard.rank % (shard.size / section.units) == 0};
+    placement.global.offsets[axis] = begin + first * section.unit;
+    placement.global.lengths[axis] = placement.local.lengths[axis] = count * section.unit;
+    placement.local.offsets[axis] = local;
     placements.push_back(placement);
+    local += count * section.unit;
+    begin += section.units * section.unit;
   }
   return placements;
+}
+
+std::vector<ShardRun> partial_gradient_runs(const TensorSpec& spec, const TensorShard& shard) {
+  std::vector<ShardRun> runs;
+  const bool whole = spec.split.kind == TensorSplit::whole;
+  if (whole && !spec.split.partial_gradient) return runs;
+  for (const Piece& piece : pieces(spec, shard)) {
+    if (piece.shared) runs.push_back({piece.in_shard, piece.in_whole, piece.count});
+  }
+  return runs;
+}
+
+std::vector<std::pair<int64_t, int64_t>> counted_runs(const TensorSpec& spec, const TensorShard& shard) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (const Piece& piece : pieces(spec, shard)) {
+    if (piece.counted) runs.push_back({piece.in_shard, piece.count});
+  }
+  return runs;
 }
 
 ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)

@@ -24,6 +24,25 @@ struct StoredPart {
   int64_t rows;
 };
 
+// How tensor parallelism (Megatron-LM's) splits a tensor: along its rows (dim 0) or its last
+// dim, in sections (a fused projection's q, k and v), each of `units` units of `unit` rows or
+// columns (heads of head_size, vocabulary rows, MLP columns). Shard r of n holds units
+// [r·units/n, r·units/n + units/n) of each section; a `replicable` section with fewer units than
+// shards (k/v heads below the tensor-parallel degree, as Megatron replicates them) gives each
+// shard the one unit r·units/n that its q heads read, shared by n/units shards. A whole tensor is
+// on every shard; `partial_gradient`: added by shard 0 only (a row-split layer's bias), so each
+// shard holds part of its gradient.
+struct TensorSplit {
+  enum Kind : uint8_t { whole, rows, columns } kind = whole;
+  struct Section {
+    int64_t units, unit = 1;
+    std::string setting;  // the config key that sets `units`, named when shards do not divide it
+    bool replicable = false;
+  };
+  std::vector<Section> sections;
+  bool partial_gradient = false;
+};
+
 struct TensorSpec {
   // Hugging Face's name: GPT2Model's ("h.0.attn.c_attn.weight"), or LlamaForCausalLM's
   // ("model.layers.0.mlp.up_proj.weight"); "lm_head.weight" for an untied head.
@@ -36,6 +55,7 @@ struct TensorSpec {
   // Where files hold it as several tensors, their names and rows in order (the Llama family's
   // fused q, k, v projection: q_proj, k_proj, v_proj); empty: one tensor named `name`.
   std::vector<StoredPart> stored_as = {};
+  TensorSplit split = {};
 };
 
 // The model's tensors for `config`'s architecture. `decay_embeddings` puts the embedding tables
@@ -61,11 +81,11 @@ struct LayerRange {
 // summed between those stages.
 std::vector<TensorSpec> stage_tensor_specs(const std::vector<TensorSpec>& specs, const LayerRange& range);
 
-// Tensor parallelism (Megatron-LM's): shard `rank` of `size` holds attention's qkv projection and
-// the MLP's first matrix split by columns (qkv by heads: its q, k and v sections each), their
-// second matrices split by rows, and the token embedding split by vocabulary rows; layernorms and
-// the position embedding whole. The row-split layers' biases and the position embedding are
-// whole on every shard but added by shard 0 only, so their gradients are summed over the shards.
+// Tensor parallelism: shard `rank` of `size` holds its part of each tensor, as the tensor's
+// TensorSplit says: attention's q/k/v projection by heads (its q, k and v sections each; k/v
+// heads replicated when fewer than the shards), the MLP's first matrices by columns (outputs),
+// both layers' second matrices by rows (inputs), the token embedding and an untied head by
+// vocabulary rows; norms, the position embedding and the row-split layers' biases whole.
 struct TensorShard {
   int rank = 0, size = 1;
 };
@@ -75,12 +95,26 @@ std::vector<TensorSpec> part_tensor_specs(const std::vector<TensorSpec>& whole, 
                                           const TensorShard& shard);
 int64_t element_count(const std::vector<TensorSpec>& specs);
 // Where shard `shard`'s part of the whole tensor `spec` lies: the boxes of the whole tensor it
-// holds (one, or for qkv one per q, k and v section), each with the box of its own tensor.
+// holds (one, or for qkv one per q, k and v section), each with the box of its own tensor, and
+// whether this shard is the first holder of those elements (k/v heads shared by several shards,
+// whole tensors: one writes them).
 std::vector<SlicePlacement> shard_slices(const TensorSpec& spec, const TensorShard& shard);
-// The row-split layers' biases and wpe: whole on every shard, with a gradient on shard 0 only.
-bool is_partial_gradient(const std::string& name);
-// Tensors every shard holds whole (a gradient norm counts them once).
-bool is_replicated(const std::string& name);
+// The elements of a shard's tensor (`spec`: the whole's or the shard's) whose gradient is only
+// the shard's part, to be summed over the shards that hold them: a partial_gradient tensor, and
+// replicated k/v heads (each shard has the gradient through its own q heads). As runs of
+// (offset in the shard's tensor, offset in the whole tensor, count); none for other tensors.
+struct ShardRun {
+  int64_t in_shard, in_whole, count;
+};
+std::vector<ShardRun> partial_gradient_runs(const TensorSpec& spec, const TensorShard& shard);
+// The elements of a shard's tensor that a sum over the whole model (a gradient norm) counts: those
+// of which this shard is the first holder. (offset in the shard's tensor, count) runs.
+std::vector<std::pair<int64_t, int64_t>> counted_runs(const TensorSpec& spec, const TensorShard& shard);
+// The element count of the whole tensor of which `spec` may be a shard's part.
+int64_t whole_numel(const TensorSpec& spec);
+// Whether the tensor is [vocab_size, n_embd], split by vocabulary rows: the token embedding table,
+// an untied head.
+bool splits_vocabulary(const TensorSpec& spec);
 
 // Names of 2-D tensors that decoding stores in another layout than the checkpoint's [rows,
 // columns]: transposed ([columns, rows]), then, if also interleaved, out_in_interleaved

@@ -63,7 +63,8 @@ std::vector<PartBox> part_boxes(const ParameterSet& part, const std::vector<Tens
       for (const SlicePlacement& placement : shard_slices(*found->second, shard)) {
         const std::optional<TensorSlice> overlap = placement.local.intersect(local);
         if (!overlap) continue;
-        boxes.push_back({i, *overlap, overlap->moved(placement.local.offsets, placement.global.offsets)});
+        boxes.push_back({i, *overlap, overlap->moved(placement.local.offsets, placement.global.offsets),
+                         placement.first_holder});
       }
     }
   }
@@ -77,6 +78,7 @@ std::vector<SliceValues> part_slice_values(const ParameterSet& part, const std::
   for (const TensorSpec& spec : whole) shapes[spec.name] = spec.shape;
   std::vector<SliceValues> slices;
   for (const PartBox& box : part_boxes(part, whole, shard, begin, end)) {
+    if (!box.first_holder) continue;  // another shard writes these elements
     const std::string& name = part.specs()[box.tensor].name;
     slices.push_back({prefix + name, shapes.at(name), box.global, [&part, box, window, begin] {
                         std::vector<float> values(static_cast<size_t>(box.global.numel()));

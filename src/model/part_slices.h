@@ -16,6 +16,7 @@ namespace paraflow::model {
 struct PartBox {
   size_t tensor;
   TensorSlice local, global;
+  bool first_holder;  // of the shards holding these elements (a checkpoint's writer)
 };
 
 // The boxes holding elements [begin, end) of `part`'s flat buffer (the whole part: [0, numel);
@@ -24,9 +25,9 @@ struct PartBox {
 std::vector<PartBox> part_boxes(const ParameterSet& part, const std::vector<TensorSpec>& whole,
                                 const TensorShard& shard, int64_t begin, int64_t end);
 
-// Elements [begin, end) of the part, held in `window` (host memory), as slices of the whole
-// tensors named `prefix` + name (each copied out when written: `part` and `window` must outlive
-// the result).
+// Elements [begin, end) of the part that this shard holds first, held in `window` (host
+// memory), as slices of the whole tensors named `prefix` + name (each copied out when written:
+// `part` and `window` must outlive the result).
 std::vector<SliceValues> part_slice_values(const ParameterSet& part, const std::vector<TensorSpec>& whole,
                                            const TensorShard& shard, const std::string& prefix, const float* window,
                                            int64_t begin, int64_t end);

@@ -58,13 +58,13 @@ Placement place_variables(const std::vector<model::TensorSpec>& specs, int ps_ta
   int64_t offset = 0;
   for (const model::TensorSpec& spec : specs) {
     const int64_t count = spec.shape.numel();
-    if (spec.name == "wte.weight") {
+    if (model::splits_vocabulary(spec)) {
       // Row blocks as even as the vocabulary allows: task t gets rows [t·V/n, (t+1)·V/n).
       const int64_t rows = spec.shape[0], width = spec.shape[1];
       for (int task = 0; task < ps_tasks; ++task) {
         const int64_t begin = rows * task / ps_tasks, end = rows * (task + 1) / ps_tasks;
         if (end == begin) continue;
-        Piece piece{fmt::format("wte.weight[{}:{}]", begin, end), offset + begin * width, (end - begin) * width,
+        Piece piece{fmt::format("{}[{}:{}]", spec.name, begin, end), offset + begin * width, (end - begin) * width,
                     spec.weight_decay};
         load[static_cast<size_t>(task)] += piece.count;
         placement.shards[static_cast<size_t>(task)].push_back(piece);

@@ -40,6 +40,8 @@ struct TensorSlice {
 // (same lengths).
 struct SlicePlacement {
   TensorSlice global, local;
+  // Whether this holder writes the box: false where another holder of the same elements does.
+  bool first_holder = true;
 };
 
 // Copies the box `region` (of `region`'s lengths) between two row-major buffers: from `source`

@@ -369,8 +369,8 @@ double Trainer::pipeline_step() {
 }
 
 void Trainer::sum_tied_embedding_gradients() {
-  if (!(range_.first || range_.last) || range_.whole_model()) return;
-  const Tensor& mine = gradients_.get("wte.weight");
+  if (!(range_.first || range_.last) || range_.whole_model() || !model_config_.tie_word_embeddings) return;
+  const Tensor& mine = gradients_.get(model::embedding_table_name(model_config_));
   std::vector<float> theirs(static_cast<size_t>(mine.numel()));
   const int peer = range_.first ? config_.pipeline_parallel - 1 : 0;
   mesh_->pipeline->send_recv(mine.device_address(), mine.nbytes(), peer, theirs.data(), mine.nbytes(), peer);
@@ -381,27 +381,43 @@ void Trainer::sum_tied_embedding_gradients() {
 
 void Trainer::sum_partial_gradients() {
   if (!tensor_parallel()) return;
-  // Packed into one buffer: one all-reduce per step, not one per bias.
-  std::vector<const Tensor*> partial;
-  std::vector<float> packed;
+  // Packed into one buffer, each tensor's partial elements at their places in the whole tensor
+  // (shards that do not hold an element add zero to it): one all-reduce per step.
+  struct Partial {
+    const Tensor* gradient;
+    std::vector<model::ShardRun> runs;
+    size_t at;  // the whole tensor's place in the buffer
+  };
+  std::vector<Partial> partial;
+  size_t size = 0;
   for (size_t i = 0; i < gradients_.specs().size(); ++i) {
-    if (!model::is_partial_gradient(gradients_.specs()[i].name)) continue;
-    partial.push_back(&gradients_.at(i));
-    packed.insert(packed.end(), partial.back()->device_data<float>(),
-                  partial.back()->device_data<float>() + partial.back()->numel());
+    const model::TensorSpec& spec = gradients_.specs()[i];
+    std::vector<model::ShardRun> runs = model::partial_gradient_runs(spec, shard_);
+    if (runs.empty()) continue;
+    partial.push_back({&gradients_.at(i), std::move(runs), size});
+    size += static_cast<size_t>(model::whole_numel(spec));
+  }
+  std::vector<float> packed(size, 0.0f);
+  for (const Partial& p : partial) {
+    const float* gradient = p.gradient->device_data<float>();
+    for (const model::ShardRun& run : p.runs) {
+      std::copy(gradient + run.in_shard, gradient + run.in_shard + run.count, packed.begin() + p.at + run.in_whole);
+    }
   }
   mesh_->tensor->all_reduce_sum(packed.data(), packed.size());
-  const float* at = packed.data();
-  for (const Tensor* gradient : partial) {
-    std::copy(at, at + gradient->numel(), gradient->device_data<float>());
-    at += gradient->numel();
+  for (const Partial& p : partial) {
+    float* gradient = p.gradient->device_data<float>();
+    for (const model::ShardRun& run : p.runs) {
+      std::copy(packed.begin() + p.at + run.in_whole, packed.begin() + p.at + run.in_whole + run.count,
+                gradient + run.in_shard);
+    }
   }
 }
 
-bool Trainer::counts(const std::string& name) const {
-  // The tied embedding counts on the first stage; whole tensors on shard 0.
-  if (name == "wte.weight" && range_.last && !range_.first) return false;
-  return shard_.rank == 0 || !model::is_replicated(name);
+bool Trainer::holds_tied_copy(const std::string& name) const {
+  // The first stage's copy counts (and is written); the last stage's is a copy of it.
+  return model_config_.tie_word_embeddings && name == model::embedding_table_name(model_config_) && range_.last &&
+         !range_.first;
 }
 
 double Trainer::counted_squares(const Tensor& gradients) const {
@@ -412,13 +428,17 @@ double Trainer::counted_squares(const Tensor& gradients) const {
     return squares;
   }
   for (size_t i = 0; i < gradients_.specs().size(); ++i) {
-    if (!counts(gradients_.specs()[i].name)) continue;
-    const int64_t from = std::max(begin, gradients_.offset_of(i));
-    const int64_t to = std::min(end, gradients_.offset_of(i) + gradients_.specs()[i].shape.numel());
-    if (to <= from) continue;
-    double part = 0;
-    backend_.launch(SumSquares{.x = gradients.slice_flat(from, to - from), .result = &part});
-    squares += part;
+    const model::TensorSpec& spec = gradients_.specs()[i];
+    // Each element counts on the first shard holding it.
+    if (holds_tied_copy(spec.name)) continue;
+    for (const auto& [within, count] : model::counted_runs(spec, shard_)) {
+      const int64_t from = std::max(begin, gradients_.offset_of(i) + within);
+      const int64_t to = std::min(end, gradients_.offset_of(i) + within + count);
+      if (to <= from) continue;
+      double part = 0;
+      backend_.launch(SumSquares{.x = gradients.slice_flat(from, to - from), .result = &part});
+      squares += part;
+    }
   }
   return squares;
 }
@@ -523,7 +543,7 @@ std::filesystem::path Trainer::save_checkpoint() {
     auto add = [&](const char* prefix, const float* window, int64_t begin, int64_t end) {
       for (model::SliceValues& slice :
            model::part_slice_values(host, whole_specs_, shard_, prefix, window, begin, end)) {
-        if (counts(slice.name.substr(std::string(prefix).size()))) slices.push_back(std::move(slice));
+        if (!holds_tied_copy(slice.name.substr(std::string(prefix).size()))) slices.push_back(std::move(slice));
       }
     };
     if (writes_part) add("", host.flat().data<float>(), 0, host.numel());

@@ -158,13 +158,15 @@ class Trainer {
   double pipeline_step();
   // Sums the tied embedding's gradient between the first and the last stage, which both hold it.
   void sum_tied_embedding_gradients();
-  // Sums the row-split layers' bias gradients (shard 0's) over the tensor-parallel shards.
+  // Sums the partial gradients over the tensor-parallel shards that hold them: the row-split
+  // layers' biases (shard 0's), replicated k/v heads (each shard's through its own q heads).
   void sum_partial_gradients();
-  // Whether this rank counts tensor `name` for the job (in the gradient norm, in checkpoints):
-  // false for copies that another rank counts (a stage's tied embedding, other shards' whole tensors).
-  bool counts(const std::string& name) const;
+  // Whether tensor `name` is the last stage's copy of the tied embedding, which the gradient norm
+  // and checkpoints leave to the first stage's (copies between shards: model::shard_slices).
+  bool holds_tied_copy(const std::string& name) const;
   // The squared norm of this rank's gradients that it counts for the job: its ZeRO-1 shard, less
-  // the tensors another rank counts (a stage's tied embedding copy, other shards' whole tensors).
+  // the elements another rank counts (a stage's tied embedding copy, whole tensors and replicated
+  // k/v heads on their first shard).
   double counted_squares(const Tensor& gradients) const;
   // Rewrites the 16-bit weight copies from the f32 master weights (after loading or gathering them).
   void refresh_half_parameters();

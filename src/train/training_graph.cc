@@ -11,10 +11,6 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
                                      const std::string& recompute, graph::PrecisionPolicy precision,
                                      const Backend& backend, const model::LayerRange& range,
                                      const model::TensorShard& shard) {
-  // rmsnorm, rope and swiglu have f32 kernels only; 16-bit training of them is not checked yet.
-  check(!config.is_llama() || precision == graph::PrecisionPolicy::float32,
-        "train.precision {} is not implemented for model.architecture llama yet (only float32)",
-        graph::precision_policy_name(precision));
   model::GptGraph g = model::build_gpt_training_graph(config, micro_batch, sequence, range, shard);
   // The logits and the loss stay in f32.
   std::set<graph::ValueId> keep_f32;
@@ -39,7 +35,7 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
   std::vector<graph::ValueId> inputs_with_grads;
   if (!range.first) inputs_with_grads.push_back(g.stage_input);
   graph::add_backward_pass(g.graph, end, inputs_with_grads);
-  std::vector<std::vector<int32_t>> regions = graph::recompute_regions(g.graph, recompute);
+  std::vector<std::vector<int32_t>> regions = graph::recompute_regions(g.graph, recompute, config.block_prefix());
   graph::add_recompute(g.graph, regions);
   // The f32 copies of 16-bit values are re-cast before backward, unless a region already covers them.
   std::set<int32_t> covered;

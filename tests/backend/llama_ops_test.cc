@@ -1,6 +1,6 @@
 // The Llama family's kernels (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention), on
 // every backend present and on the opaque test backend, against the float64 references on random
-// inputs of awkward sizes.
+// inputs of awkward sizes; the first three in bf16 and float16 too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +29,19 @@ class LlamaOpsTest : public ::testing::TestWithParam<Backend*> {
   Tensor zeros(Shape shape) { return backend().empty(std::move(shape), DType::f32); }
   // A gradient buffer full of NaN: a kernel told to assign must not read it.
   Tensor garbage(Shape shape) { return put(Vec(static_cast<size_t>(shape.numel()), std::nan("")), shape); }
+  // 16-bit tensors (mixed precision's activations): `values` rounded to `dtype`, and back.
+  Tensor put_half(const Vec& values, Shape shape, DType dtype) {
+    Tensor tensor = backend().empty(shape, dtype);
+    backend().launch(Cast{.src = put(values, shape), .dst = tensor});
+    return tensor;
+  }
+  Vec get_half(const Tensor& tensor) {
+    Tensor f32 = zeros(tensor.shape());
+    backend().launch(Cast{.src = tensor, .dst = f32});
+    return get(f32);
+  }
+  // Half an ulp of `dtype`, relative: a 16-bit kernel rounds each output once.
+  static double half_ulp(DType dtype) { return dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048; }
   Rng rng{testing::test_seed()};
 };
 
@@ -63,17 +76,8 @@ TEST_P(LlamaOpsTest, RmsNormIn16Bits) {
   Vec x = random_vector(rng, N * C, 2.0), w = random_vector(rng, C), dout = random_vector(rng, N * C);
   for (DType dtype : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    auto half = [&](const Vec& values, Shape shape) {
-      Tensor tensor = backend().empty(shape, dtype);
-      backend().launch(Cast{.src = put(values, shape), .dst = tensor});
-      return tensor;
-    };
-    auto values = [&](const Tensor& tensor) {
-      Tensor f32 = zeros(tensor.shape());
-      backend().launch(Cast{.src = tensor, .dst = f32});
-      return get(f32);
-    };
-    Tensor x_t = half(x, {N, C}), dout_t = half(dout, {N, C}), w_t = put(w, {C});
+    auto values = [&](const Tensor& tensor) { return get_half(tensor); };
+    Tensor x_t = put_half(x, {N, C}, dtype), dout_t = put_half(dout, {N, C}, dtype), w_t = put(w, {C});
     Tensor out = backend().empty({N, C}, dtype), rstd = zeros({N}), dx = backend().empty({N, C}, dtype), dw = zeros({C});
     backend().launch(RmsnormForward{.out = out, .rstd = rstd, .inp = x_t, .weight = w_t, .eps = 1e-5f});
     backend().launch(RmsnormBackward{.dinp = dx, .dweight = dw, .dout = dout_t, .inp = x_t, .weight = w_t,
@@ -81,7 +85,7 @@ TEST_P(LlamaOpsTest, RmsNormIn16Bits) {
     Vec ref_out, ref_dx(N * C), ref_dw(C);
     reference::rmsnorm_forward(ref_out, values(x_t), w, N, C, 1e-5);
     reference::rmsnorm_backward(ref_dx, ref_dw, values(dout_t), values(x_t), w, N, C, 1e-5);
-    const double epsilon = dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;  // half an ulp, relative
+    const double epsilon = half_ulp(dtype);
     EXPECT_LT(testing::relative_error(values(out), ref_out), 2 * epsilon);
     EXPECT_LT(testing::relative_error(values(dx), ref_dx), 2 * epsilon);
     EXPECT_LT(testing::relative_error(get(dw), ref_dw), 1e-5);
@@ -104,6 +108,51 @@ TEST_P(LlamaOpsTest, SwiGlu) {
   EXPECT_CLOSE(get(out), ref_out, 2, "swiglu out");
   EXPECT_CLOSE(get(dgate), ref_dgate, 2, "swiglu dgate");
   EXPECT_CLOSE(get(dup), ref_dup, 2, "swiglu dup");
+}
+
+// The rotation and the gate in bf16 and float16 (inputs, outputs and gradients, a gradient added
+// to), computed in f32: within one rounding of the float64 reference on the rounded inputs.
+TEST_P(LlamaOpsTest, RotaryEmbeddingsAndSwiGluIn16Bits) {
+  const int64_t B = 2, T = 9, NH = 4, KVH = 2, hs = 10, W = (NH + 2 * KVH) * hs;
+  const RopeFrequencies f{.theta = 500000, .scaling = RopeScaling::linear, .factor = 2};
+  const std::vector<float> inverse32 = rope_inverse_frequencies(f, hs);
+  const Vec inverse(inverse32.begin(), inverse32.end());
+  std::vector<int64_t> positions, inverse_positions;  // backward rotates by minus the angle
+  for (int64_t row = 0; row < B * T; ++row) {
+    positions.push_back(row % T);
+    inverse_positions.push_back(-(row % T));
+  }
+  Vec qkv = random_vector(rng, B * T * W), dout = random_vector(rng, B * T * W), start = random_vector(rng, B * T * W);
+  Vec gate = random_vector(rng, B * T * W, 4.0), up = random_vector(rng, B * T * W);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Shape shape{B, T, W};
+    Tensor qkv_t = put_half(qkv, shape, dtype), dout_t = put_half(dout, shape, dtype);
+    Tensor start_t = put_half(start, shape, dtype), out = backend().empty(shape, dtype);
+    const Vec qkv_h = get_half(qkv_t), dout_h = get_half(dout_t), start_h = get_half(start_t);
+    backend().launch(RopeForward{.out = out, .qkv = qkv_t, .n_head = NH, .n_kv_head = KVH, .frequencies = f});
+    backend().launch(RopeBackward{.dqkv = start_t, .dout = dout_t, .n_head = NH, .n_kv_head = KVH, .frequencies = f,
+                                  .accumulate_dqkv = true});
+    Vec ref_out, ref_back;
+    reference::rope_forward(ref_out, qkv_h, positions, inverse, NH, KVH, hs);
+    reference::rope_forward(ref_back, dout_h, inverse_positions, inverse, NH, KVH, hs);
+    for (size_t i = 0; i < ref_back.size(); ++i) ref_back[i] += start_h[i];
+    EXPECT_LT(testing::relative_error(get_half(out), ref_out), 2 * half_ulp(dtype)) << "rope out";
+    EXPECT_LT(testing::relative_error(get_half(start_t), ref_back), 2 * half_ulp(dtype)) << "rope dqkv";
+
+    Tensor gate_t = put_half(gate, shape, dtype), up_t = put_half(up, shape, dtype);
+    Tensor gated = backend().empty(shape, dtype), dgate = backend().empty(shape, dtype);
+    Tensor dup = put_half(start, shape, dtype);
+    backend().launch(SwigluForward{.out = gated, .gate = gate_t, .up = up_t});
+    backend().launch(SwigluBackward{.dgate = dgate, .dup = dup, .dout = dout_t, .gate = gate_t, .up = up_t,
+                                    .accumulate_up = true});
+    Vec ref_gated, ref_dgate(qkv.size()), ref_dup = start_h;
+    reference::swiglu_forward(ref_gated, get_half(gate_t), get_half(up_t));
+    reference::swiglu_backward(ref_dgate, ref_dup, dout_h, get_half(gate_t), get_half(up_t));
+    EXPECT_LT(testing::relative_error(get_half(gated), ref_gated), 2 * half_ulp(dtype)) << "swiglu out";
+    EXPECT_LT(testing::relative_error(get_half(dgate), ref_dgate), 2 * half_ulp(dtype)) << "swiglu dgate";
+    EXPECT_LT(testing::relative_error(get_half(dup), ref_dup), 2 * half_ulp(dtype)) << "swiglu dup";
+  }
 }
 
 // Each scaling with its own inverse frequencies, written out here from transformers' formulas in

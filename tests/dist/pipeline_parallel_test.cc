@@ -3,7 +3,8 @@
 // embedding or the head alone, 2 replicas x 2 stages with and without ZeRO-1, gradient
 // checkpointing inside the stages — trains like one
 // process on the same global batch; checkpoints resume across layouts; a killed stage's job
-// resumes exactly; bad layouts are refused by name.
+// resumes exactly; bad layouts are refused by name. The Llama family in stages too, with a tied
+// and an untied head.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -97,6 +98,36 @@ TEST_F(PipelineParallel, BadLayoutsAreRefusedByName) {
                 "dist.micro_batches (3)"),
             std::string::npos);
 }
+
+// The Llama family in stages (grouped k/v heads): an untied head on the last stage alone, or a
+// tied one on the first and the last stage, their gradients summed; equal to one process.
+class LlamaPipelineParallel : public testing::TrainingJob, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    write_config(fmt::format("{{architecture: llama, vocab_size: 256, n_positions: 16, n_embd: 24, n_layer: 3, "
+                             "n_head: 4, n_kv_head: 2, intermediate_size: 40, tie_word_embeddings: {}}}",
+                             GetParam()),
+                 "{batch_size: 8, sequence_length: 16, steps: 10, lr: 1.0e-3, log_every: 1}");
+  }
+};
+
+TEST_P(LlamaPipelineParallel, EveryLayoutTrainsLikeOneProcess) {
+  ASSERT_EQ(run(train_command("one_process")), 0);
+  const std::vector<std::pair<std::string, std::string>> layouts = {
+      {"pp2", mpirun(2) + train_command("pp2", "--set dist.pipeline_parallel=2")},
+      {"pp3_recompute", mpirun(3) + train_command("pp3_recompute", "--set dist.pipeline_parallel=3 "
+                                                                   "--set train.recompute=block")},
+      {"head_alone", mpirun(2) + train_command("head_alone", "--set dist.pipeline_parallel=2 "
+                                                             "--set dist.stage_layers=3,0")},
+  };
+  for (const auto& [name, command] : layouts) {
+    ASSERT_EQ(run(command), 0) << command;
+    expect_same_training(name, "one_process", 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, LlamaPipelineParallel, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "tied" : "untied"; });
 
 }  // namespace
 }  // namespace paraflow

@@ -154,18 +154,24 @@ dist: {{bucket_mb: 0.002, timeout_seconds: 20}}
     return values;
   }
 
-  // The run's losses and final weights against the reference run's. The micro-batches' gradients
-  // are summed in another order than one process sums its batch's rows, so results agree to
-  // float32 rounding, compounded over the steps: 1e-5 relative, as data parallelism's.
-  void expect_same_training(const std::string& out, const std::string& reference) {
-    std::map<int64_t, double> losses = scalars(out, "train/loss"), expected = scalars(reference, "train/loss");
-    ASSERT_EQ(losses.size(), expected.size()) << out;
-    double worst_loss = 0;
-    for (const auto& [step, loss] : expected) worst_loss = std::max(worst_loss, std::abs(losses[step] - loss) / loss);
+  // The run's losses, gradient norms and final weights against the reference run's. The
+  // micro-batches' gradients are summed in another order than one process sums its batch's rows,
+  // so results agree to float32 rounding, compounded over the steps: 1e-5 relative, as data
+  // parallelism's, unless the test asks for less.
+  void expect_same_training(const std::string& out, const std::string& reference, double bound = 1e-5) {
+    double worst_loss = 0, worst_norm = 0;
+    for (const auto& [tag, worst] : {std::pair<const char*, double*>{"train/loss", &worst_loss},
+                                     std::pair<const char*, double*>{"train/grad_norm", &worst_norm}}) {
+      std::map<int64_t, double> values = scalars(out, tag), expected = scalars(reference, tag);
+      ASSERT_EQ(values.size(), expected.size()) << out << " " << tag;
+      for (const auto& [step, value] : expected) *worst = std::max(*worst, std::abs(values[step] - value) / value);
+    }
     const double weight_error = relative_error(weights(out), weights(reference));
-    std::printf("  %-16s loss rel err %.2e, weights rel err %.2e\n", out.c_str(), worst_loss, weight_error);
-    EXPECT_LE(worst_loss, 1e-5) << out;
-    EXPECT_LE(weight_error, 1e-5) << out;
+    std::printf("  %-16s loss rel err %.2e, grad norm rel err %.2e, weights rel err %.2e\n", out.c_str(), worst_loss,
+                worst_norm, weight_error);
+    EXPECT_LE(worst_loss, bound) << out;
+    EXPECT_LE(worst_norm, bound) << out;
+    EXPECT_LE(weight_error, bound) << out;
   }
 
   std::string failure_message(const std::string& command) const {

@@ -15,7 +15,6 @@
 #include "model/safetensors.h"
 #include "model_configs.h"
 #include "reference_runner.h"
-#include "expect_error.h"
 #include "test_util.h"
 
 namespace paraflow {
@@ -105,7 +104,7 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
 }
 
 // Trained by paraflow (loss falling), exported, and loaded by transformers, whose greedy
-// tokens on the trained model are the generator's; float32 training of llama only.
+// tokens on the trained model are the generator's.
 TEST(LlamaTraining, ATrainedModelDecodesAsTransformersDecodesIt) {
   testing::TempDir dir;
   model::GptConfig config = testing::llama_config("llama", 67, 48, 32, 64, 2, 4, 2, 8);
@@ -137,11 +136,6 @@ TEST(LlamaTraining, ATrainedModelDecodesAsTransformersDecodesIt) {
   std::printf("  trained llama: greedy tokens equal transformers' for %d of %lld steps\n", compared,
               static_cast<long long>(max_new));
   EXPECT_GE(compared, 10);
-
-  train::TrainConfig bf16 = testing::short_training(dir.path() / "bf16", 1);
-  bf16.precision = graph::PrecisionPolicy::mixed_bfloat16;
-  testing::expect_error<InputError>([&] { train::Trainer(config, bf16, data, cpu_backend()); },
-                                    {"train.precision mixed_bfloat16", "llama"});
 }
 
 // The command line end to end: `paraflow train` on a YAML with model.architecture llama (byte

@@ -1,13 +1,17 @@
 // The shapes of the partitioned training graphs: a pipeline stage's boundary values, and a
 // tensor-parallel shard's split weights, its tp_copy / tp_reduce pairs and its slice of the
-// vocabulary (no rank holds all the logits). Then the decoding graphs' weight layouts, and the
+// vocabulary (no rank holds all the logits), and Llama's k/v heads replicated over shards. Then the decoding graphs' weight layouts, and the
 // parameter copy stored in them.
 #include "model/gpt_graph.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 #include <string>
+
+#include "expect_error.h"
+#include "model_configs.h"
 
 namespace paraflow::model {
 namespace {
@@ -63,25 +67,80 @@ TEST(GptGraph, ATensorParallelShardHoldsItsColumnsRowsAndVocabulary) {
   }
 }
 
+const TensorSpec& spec_named(const std::vector<TensorSpec>& specs, const std::string& name) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.name == name) return spec;
+  }
+  throw std::runtime_error("no tensor " + name);
+}
+
 TEST(GptGraph, AShardHoldsBoxesOfTheWholeTensor) {
-  // c_attn [4, 6] (C 2: q, k, v sections of 2 columns), shard 1 of 2: column 1 of each section,
-  // held as columns 0, 1 and 2 of the shard's [4, 3].
-  const TensorSpec qkv{"h.0.attn.c_attn.weight", Shape{4, 6}, Init::normal, true};
-  const auto placements = shard_slices(qkv, TensorShard{1, 2});
+  // GPT-2, C 4 in 2 heads of 2: c_attn [4, 12] (q, k, v sections of 4 columns), shard 1 of 2:
+  // columns 2-3 of each section, held as columns 0-1, 2-3 and 4-5 of the shard's [4, 6].
+  const std::vector<TensorSpec> specs = gpt_tensor_specs(testing::gpt_config(8, 4, 4, 1, 2));
+  const auto placements = shard_slices(spec_named(specs, "h.0.attn.c_attn.weight"), TensorShard{1, 2});
   ASSERT_EQ(placements.size(), 3u);
   for (int64_t s = 0; s < 3; ++s) {
-    EXPECT_EQ(placements[s].global, (TensorSlice{{0, 2 * s + 1}, {4, 1}}));
-    EXPECT_EQ(placements[s].local, (TensorSlice{{0, s}, {4, 1}}));
+    EXPECT_EQ(placements[s].global, (TensorSlice{{0, 4 * s + 2}, {4, 2}}));
+    EXPECT_EQ(placements[s].local, (TensorSlice{{0, 2 * s}, {4, 2}}));
+    EXPECT_TRUE(placements[s].first_holder);
   }
-  // c_proj [4, 2], shard 1 of 2: rows 2 and 3, the shard's rows 0 and 1.
-  const TensorSpec projection{"h.0.attn.c_proj.weight", Shape{4, 2}, Init::normal, true};
-  const auto rows = shard_slices(projection, TensorShard{1, 2});
+  // c_proj [4, 4], its rows by heads, shard 1 of 2: rows 2 and 3, the shard's rows 0 and 1.
+  const auto rows = shard_slices(spec_named(specs, "h.0.attn.c_proj.weight"), TensorShard{1, 2});
   ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].global, (TensorSlice{{2, 0}, {2, 2}}));
-  EXPECT_EQ(rows[0].local, (TensorSlice{{0, 0}, {2, 2}}));
-  // A layernorm is whole on every shard.
-  const TensorSpec norm{"h.0.ln_1.weight", Shape{2}, Init::ones, false};
-  EXPECT_EQ(shard_slices(norm, TensorShard{1, 2})[0].global, TensorSlice::whole(Shape{2}));
+  EXPECT_EQ(rows[0].global, (TensorSlice{{2, 0}, {2, 4}}));
+  EXPECT_EQ(rows[0].local, (TensorSlice{{0, 0}, {2, 4}}));
+  // A layernorm is whole on every shard; shard 0 writes it.
+  const TensorSpec& norm = spec_named(specs, "h.0.ln_1.weight");
+  EXPECT_EQ(shard_slices(norm, TensorShard{1, 2})[0].global, TensorSlice::whole(Shape{4}));
+  EXPECT_FALSE(shard_slices(norm, TensorShard{1, 2})[0].first_holder);
+  EXPECT_TRUE(shard_slices(norm, TensorShard{0, 2})[0].first_holder);
+}
+
+// Llama, 4 q heads and 1 k/v head of 2: qkv_proj [12, 4] by rows, q rows 0-7, k 8-9, v 10-11.
+// With 2 shards each holds 2 q heads and the k/v head, whose gradient is then partial (summed
+// over both) and counted in a norm by shard 0 alone.
+TEST(GptGraph, KeyValueHeadsFewerThanTheShardsAreReplicated) {
+  const model::GptConfig config = testing::llama_config("llama", 8, 8, 4, 4, 1, 4, 1, 2);
+  const std::vector<TensorSpec> llama_specs = gpt_tensor_specs(config);
+  const TensorSpec& qkv = spec_named(llama_specs, "model.layers.0.self_attn.qkv_proj.weight");
+  EXPECT_EQ(shard_tensor_specs({qkv}, TensorShard{1, 2})[0].shape, (Shape{8, 4}));
+  // Shard 1: q rows 4-7, then the k and v heads (rows 8-9, 10-11), which shard 0 writes.
+  const auto held = shard_slices(qkv, TensorShard{1, 2});
+  ASSERT_EQ(held.size(), 3u);
+  EXPECT_EQ(held[0].global, (TensorSlice{{4, 0}, {4, 4}}));
+  EXPECT_TRUE(held[0].first_holder);
+  EXPECT_EQ(held[1].global, (TensorSlice{{8, 0}, {2, 4}}));
+  EXPECT_EQ(held[1].local, (TensorSlice{{4, 0}, {2, 4}}));
+  EXPECT_EQ(held[2].global, (TensorSlice{{10, 0}, {2, 4}}));
+  EXPECT_FALSE(held[1].first_holder || held[2].first_holder);
+  EXPECT_TRUE(shard_slices(qkv, TensorShard{0, 2})[1].first_holder);
+  const std::vector<ShardRun> partial = partial_gradient_runs(qkv, TensorShard{1, 2});
+  ASSERT_EQ(partial.size(), 1u);
+  EXPECT_EQ(partial[0].in_shard, 16);  // after its 16 q elements
+  EXPECT_EQ(partial[0].in_whole, 32);
+  EXPECT_EQ(partial[0].count, 16);
+  int64_t counted = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const auto& [at, count] : counted_runs(qkv, TensorShard{rank, 2})) counted += count;
+  }
+  EXPECT_EQ(counted, whole_numel(qkv)) << "every element counted once";
+  EXPECT_EQ(counted_runs(qkv, TensorShard{1, 2}), (std::vector<std::pair<int64_t, int64_t>>{{0, 16}}));
+  // 4 shards: one q head each (shard 3: rows 6-7), the k/v head on all of them.
+  const auto fourth = shard_slices(qkv, TensorShard{3, 4});
+  EXPECT_EQ(fourth[0].global, (TensorSlice{{6, 0}, {2, 4}}));
+  EXPECT_EQ(fourth[1].global, (TensorSlice{{8, 0}, {2, 4}}));
+  EXPECT_EQ(fourth[1].local, (TensorSlice{{2, 0}, {2, 4}}));
+  // As many k/v heads as shards: split, nothing partial; the row-split o_proj's bias is.
+  model::GptConfig split = testing::llama_config("llama", 8, 8, 4, 4, 1, 4, 2, 2);
+  split.attention_bias = true;
+  const std::vector<TensorSpec> specs = gpt_tensor_specs(split);
+  EXPECT_TRUE(partial_gradient_runs(spec_named(specs, "model.layers.0.self_attn.qkv_proj.weight"), {1, 2}).empty());
+  EXPECT_EQ(partial_gradient_runs(spec_named(specs, "model.layers.0.self_attn.o_proj.bias"), {1, 2}).size(), 1u);
+  // 3 k/v heads neither divide 2 shards nor share them.
+  model::GptConfig three = testing::llama_config("llama", 8, 8, 6, 4, 1, 6, 3, 2);
+  testing::expect_error<InputError>([&] { shard_tensor_specs(gpt_tensor_specs(three), TensorShard{0, 2}); },
+                                    {"dist.tensor_parallel (2) and model.n_kv_head (3): one must divide the other"});
 }
 
 // Serving's f32 decoder: every linear weight stored [out, in], and interleaved where the CPU's

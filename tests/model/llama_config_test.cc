@@ -132,12 +132,6 @@ TEST(LlamaConfig, GraphsRefuseWhatIsNotImplementedYet) {
   model::build_gpt_training_graph(mistral, 1, 32);
   testing::expect_error<InputError>([&] { model::build_gpt_training_graph(mistral, 1, 33); },
                                     {"sequence length (33)", "sliding_window (32)"});
-  testing::expect_error<InputError>(
-      [&] { model::build_gpt_training_graph(mistral, 1, 8, {}, model::TensorShard{.rank = 0, .size = 2}); },
-      {"llama", "tensor parallelism"});
-  testing::expect_error<InputError>(
-      [&] { model::build_gpt_training_graph(mistral, 1, 8, {.end_layer = 1, .last = false}); },
-      {"llama", "pipeline"});
   // Decoding to the model's whole context would pass the window.
   model::build_gpt_decode_graph(mistral, 1, 1, 32);
   testing::expect_error<InputError>([&] { model::build_gpt_decode_graph(mistral, 1, 1, 128); },

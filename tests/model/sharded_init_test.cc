@@ -30,7 +30,7 @@ TEST(ShardedInit, EveryPartEqualsItsElementsOfTheWholeModel) {
           const Tensor& full = whole.get(spec.name);
           // Element by element through the placements: global (r, c) of the whole, local of the part.
           const int64_t global_columns = full.shape().dims().back(), local_columns = mine.shape().dims().back();
-          for (const SlicePlacement& at : shard_slices(TensorSpec{spec.name, full.shape(), spec.init, true}, shard)) {
+          for (const SlicePlacement& at : shard_slices(spec, shard)) {
             const bool matrix = full.shape().rank() == 2;
             const int64_t rows = matrix ? at.global.lengths[0] : 1;
             for (int64_t r = 0; r < rows; ++r) {

@@ -134,6 +134,25 @@ TEST_F(ParameterServerJob, SynchronousModeEqualsOneProcessOnTheSameBatch) {
   }
 }
 
+// The Llama family (grouped k/v heads, an untied head) trains in synchronous mode like one process;
+// both vocabulary tables, the embedding and the head, are split by rows over the ps tasks.
+TEST_F(ParameterServerJob, LlamaSynchronousModeEqualsOneProcess) {
+  write_config("{architecture: llama, vocab_size: 256, n_positions: 32, n_embd: 32, n_layer: 2, n_head: 4, "
+               "n_kv_head: 2, intermediate_size: 48, tie_word_embeddings: false}",
+               "{batch_size: 6, sequence_length: 32, steps: 12, lr: 1.0e-3, log_every: 100, checkpoint_every: 0}");
+  ASSERT_EQ(run(train_command("one")), 0);
+  ASSERT_EQ(run(launch(2, 2) + train_command("ps2x2")), 0);
+  expect_same_training("ps2x2", "one");
+  nlohmann::json state = nlohmann::json::parse(read_file(dir.path() / "ps2x2/ckpt-000000012/state.json"));
+  const nlohmann::json& placement = state["parameter_servers"]["placement"];
+  ASSERT_EQ(placement.size(), 2u);
+  for (int task = 0; task < 2; ++task) {
+    const std::string rows = fmt::format("[{}:{}]", 128 * task, 128 * (task + 1));
+    EXPECT_EQ(placement[task].front()[0], "model.embed_tokens.weight" + rows);
+    EXPECT_EQ(placement[task].back()[0], "lm_head.weight" + rows);
+  }
+}
+
 // Asynchronous mode applies each worker's push on arrival; a push computed on parameters more than
 // dist.max_staleness updates old is rejected and counted. Training still converges.
 TEST_F(ParameterServerJob, AsynchronousModeConvergesAndRejectsStalePushes) {

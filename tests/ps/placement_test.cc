@@ -1,6 +1,8 @@
-// The variables' placement on ps tasks, against a placement worked out by hand.
+// The variables' placement on ps tasks, against a placement worked out by hand; every element
+// placed once for GPT-2 and for a Llama with an untied head (its two vocabulary tables split).
 #include <gtest/gtest.h>
 
+#include "model_configs.h"
 #include "ps/placement.h"
 
 namespace paraflow::ps {
@@ -8,12 +10,17 @@ namespace {
 
 model::TensorSpec spec(const std::string& name, Shape shape) { return {name, shape, model::Init::zeros, true}; }
 
+// The embedding table as the model lists it (split by vocabulary rows): 4 rows of 2.
+model::TensorSpec embedding_table() {
+  return model::gpt_tensor_specs(testing::gpt_config(4, 8, 2, 0, 1)).front();
+}
+
 TEST(PlacementTest, SplitsTheEmbeddingByRowsThenBalancesTheRestLargestFirst) {
   // wte 4x2 (8 elements at 0), a 10 at 8, b 6 at 18, c 5 at 24, d 3 at 29. Two ps tasks:
   // wte rows 0-1 and 2-3 give 4 each; then a (10) -> ps 0 (tie: the first), b (6) -> ps 1 (10 < 14),
   // c (5) -> ps 1 (10 < 14 again), d (3) -> ps 0 (14 < 15).
   const Placement placement = place_variables(
-      {spec("a", Shape{10}), spec("wte.weight", Shape{4, 2}), spec("b", Shape{6}), spec("c", Shape{5}),
+      {spec("a", Shape{10}), embedding_table(), spec("b", Shape{6}), spec("c", Shape{5}),
        spec("d", Shape{3})},
       2);
   ASSERT_EQ(placement.shards.size(), 2u);
@@ -37,39 +44,38 @@ TEST(PlacementTest, SplitsTheEmbeddingByRowsThenBalancesTheRestLargestFirst) {
 }
 
 TEST(PlacementTest, CoversEveryElementOnceForAnyNumberOfTasks) {
-  model::GptConfig config;
-  config.n_layer = 3;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.vocab_size = 101;  // rows that do not split evenly
-  config.n_positions = 32;
-  const std::vector<model::TensorSpec> specs = model::gpt_tensor_specs(config);
-  const int64_t total = model::element_count(specs);
-  int64_t largest = 0;  // outside the embedding
-  for (const auto& spec : specs) {
-    if (spec.name != "wte.weight") largest = std::max(largest, spec.shape.numel());
-  }
-  for (int tasks : {1, 2, 3, 7}) {
-    const Placement placement = place_variables(specs, tasks);
-    std::vector<int> covered(static_cast<size_t>(total), 0);
-    for (const auto& shard : placement.shards) {
-      for (const Piece& piece : shard) {
-        for (int64_t i = piece.offset; i < piece.offset + piece.count; ++i) ++covered[static_cast<size_t>(i)];
+  // Vocabulary rows that do not split evenly.
+  for (const model::GptConfig& config : {testing::gpt_config(101, 32, 16, 3, 2),
+                                         testing::llama_config("llama", 101, 32, 16, 24, 3, 2, 1, 8)}) {
+    SCOPED_TRACE(config.model_type);
+    const std::vector<model::TensorSpec> specs = model::gpt_tensor_specs(config);
+    const int64_t total = model::element_count(specs);
+    int64_t largest = 0;  // outside the vocabulary tables
+    for (const auto& spec : specs) {
+      if (!model::splits_vocabulary(spec)) largest = std::max(largest, spec.shape.numel());
+    }
+    for (int tasks : {1, 2, 3, 7}) {
+      const Placement placement = place_variables(specs, tasks);
+      std::vector<int> covered(static_cast<size_t>(total), 0);
+      for (const auto& shard : placement.shards) {
+        for (const Piece& piece : shard) {
+          for (int64_t i = piece.offset; i < piece.offset + piece.count; ++i) ++covered[static_cast<size_t>(i)];
+        }
       }
+      EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), total) << tasks << " tasks";
+      // Greedy placement leaves no task more than the largest tensor it placed (plus a row of each
+      // vocabulary table, from blocks of rows that differ by one) above another.
+      int64_t most = 0, least = total;
+      for (size_t task = 0; task < placement.shards.size(); ++task) {
+        most = std::max(most, placement.shard_elements(task));
+        least = std::min(least, placement.shard_elements(task));
+      }
+      EXPECT_LE(most - least, largest + 2 * config.n_embd) << tasks << " tasks";
+      EXPECT_EQ(place_variables(specs, tasks).digest(), placement.digest()) << "the placement is deterministic";
     }
-    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), total) << tasks << " tasks";
-    // Greedy placement leaves no task more than the largest tensor it placed (plus an embedding
-    // row, from blocks of rows that differ by one) above another.
-    int64_t most = 0, least = total;
-    for (size_t task = 0; task < placement.shards.size(); ++task) {
-      most = std::max(most, placement.shard_elements(task));
-      least = std::min(least, placement.shard_elements(task));
-    }
-    EXPECT_LE(most - least, largest + config.n_embd) << tasks << " tasks";
-    EXPECT_EQ(place_variables(specs, tasks).digest(), placement.digest()) << "the placement is deterministic";
+    EXPECT_NE(place_variables(specs, 2).digest(), place_variables(specs, 3).digest());
+    EXPECT_THROW(place_variables(specs, 0), InputError);
   }
-  EXPECT_NE(place_variables(specs, 2).digest(), place_variables(specs, 3).digest());
-  EXPECT_THROW(place_variables(specs, 0), InputError);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Gradient checkpointing and the memory planner: recomputation leaves every parameter bit
-// unchanged, block recomputation cuts the planned activation memory of a 12-layer gpt-small to
-// a third or less, and `paraflow plan`'s prediction of what a step allocates is within 10% of
-// the growth of peak RSS over a real run's first two steps, and for every ZeRO stage on 2 ranks within
-// 15% of the largest rank's; ZeRO's staging buffers and ZeRO-3's gathered layers are counted.
+// unchanged, block recomputation cuts the planned activation memory of a 12-layer gpt-small (and
+// of a Llama that wide) to a third or less, and `paraflow plan`'s prediction of what a step
+// allocates is within 10% of the growth of peak RSS over a real run's first two steps, and for
+// every ZeRO stage on 2 ranks within 15% of the largest rank's; ZeRO's staging buffers and
+// ZeRO-3's gathered layers are counted.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -20,8 +21,8 @@
 namespace paraflow {
 namespace {
 
-std::vector<float> train_parameters(const std::string& recompute, const std::filesystem::path& dir) {
-  model::GptConfig config = testing::small_config();
+std::vector<float> train_parameters(const model::GptConfig& config, const std::string& recompute,
+                                    const std::filesystem::path& dir) {
   train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
   train::TrainConfig train_config = testing::short_training(dir, 5);
   train_config.recompute = recompute;
@@ -33,29 +34,37 @@ std::vector<float> train_parameters(const std::string& recompute, const std::fil
 }
 
 TEST(Recompute, ParametersAreBitwiseEqualUnderEveryPolicy) {
-  testing::TempDir dir;
-  std::vector<float> reference = train_parameters("none", dir.path() / "none");
-  for (const char* policy : {"block", "attention", "layernorm,matmul,add"}) {
-    std::vector<float> parameters = train_parameters(policy, dir.path() / policy);
-    ASSERT_EQ(parameters.size(), reference.size());
-    EXPECT_EQ(std::memcmp(parameters.data(), reference.data(), reference.size() * sizeof(float)), 0) << policy;
+  for (const model::GptConfig& config : {testing::small_config(), testing::small_llama_config()}) {
+    SCOPED_TRACE(config.model_type);
+    testing::TempDir dir;
+    std::vector<float> reference = train_parameters(config, "none", dir.path() / "none");
+    const char* ops = config.is_llama() ? "rmsnorm,matmul,add,rope,swiglu" : "layernorm,matmul,add";
+    for (const char* policy : {"block", "attention", ops}) {
+      std::vector<float> parameters = train_parameters(config, policy, dir.path() / policy);
+      ASSERT_EQ(parameters.size(), reference.size());
+      EXPECT_EQ(std::memcmp(parameters.data(), reference.data(), reference.size() * sizeof(float)), 0) << policy;
+    }
   }
 }
 
+// GPT-2 small's shape, and a Llama of that width (12 layers, 6 q heads, 2 k/v heads, SwiGLU 1024).
 TEST(Recompute, BlockRecomputationCutsActivationMemoryToAThird) {
-  model::GptConfig gpt_small = testing::gpt_config(8192, 256, 384, 12, 6);
-  train::TrainConfig config;
-  config.batch_size = 8;
-  config.sequence_length = 256;
-  std::map<std::string, int64_t> arena;
-  for (const char* policy : {"none", "block", "attention"}) {
-    config.recompute = policy;
-    arena[policy] = train::estimate_training_memory(gpt_small, config, 1, 2).activations;
-    std::printf("  recompute %-9s planned activations %.1f MiB\n", policy, static_cast<double>(arena[policy]) / (1 << 20));
+  for (const model::GptConfig& model :
+       {testing::gpt_config(8192, 256, 384, 12, 6), testing::llama_config("llama", 8192, 256, 384, 1024, 12, 6, 2, 64)}) {
+    SCOPED_TRACE(model.model_type);
+    train::TrainConfig config;
+    config.batch_size = 8;
+    config.sequence_length = 256;
+    std::map<std::string, int64_t> arena;
+    for (const char* policy : {"none", "block", "attention"}) {
+      config.recompute = policy;
+      arena[policy] = train::estimate_training_memory(model, config, 1, 2).activations;
+      std::printf("  recompute %-9s planned activations %.1f MiB\n", policy, static_cast<double>(arena[policy]) / (1 << 20));
+    }
+    EXPECT_LE(3 * arena["block"], arena["none"]);
+    EXPECT_LT(arena["attention"], arena["none"]);
+    EXPECT_GT(arena["attention"], arena["block"]);
   }
-  EXPECT_LE(3 * arena["block"], arena["none"]);
-  EXPECT_LT(arena["attention"], arena["none"]);
-  EXPECT_GT(arena["attention"], arena["block"]);
 }
 
 double mib_after(const std::string& text, const std::string& prefix) {

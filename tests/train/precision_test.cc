@@ -1,6 +1,7 @@
 // Mixed precision: the cast op's rounding, the logits of a 16-bit model against float32 within
 // a bound from the format's epsilon, the loss scaler skipping an overflowing step, training
-// under each policy landing within 2% of float32, and the planned activation memory shrinking.
+// under each policy landing within 2% of float32, and the planned activation memory shrinking;
+// for GPT-2 and for the Llama family (RMSNorm, rotary embeddings and SwiGLU in 16 bits).
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -57,8 +58,10 @@ std::vector<double> logits(PrecisionPolicy policy, const model::ParameterSet& pa
   return testing::to_vector(executor.tensor(g.logits));
 }
 
-TEST(MixedPrecision, LogitsAgreeWithFloat32WithinTheFormatsEpsilon) {
-  model::GptConfig config = testing::small_config();
+class MixedPrecision : public ::testing::TestWithParam<model::GptConfig> {};
+
+TEST_P(MixedPrecision, LogitsAgreeWithFloat32WithinTheFormatsEpsilon) {
+  const model::GptConfig& config = GetParam();
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
   model::initialize_gpt(parameters, config, rng.next_u64());
@@ -66,8 +69,8 @@ TEST(MixedPrecision, LogitsAgreeWithFloat32WithinTheFormatsEpsilon) {
   for (auto& token : tokens) token = static_cast<int32_t>(rng.below(static_cast<uint64_t>(config.vocab_size)));
   std::vector<double> reference = logits(PrecisionPolicy::float32, parameters, config, tokens);
   // Every stored value is rounded once (relative error <= u = eps/2). About 50 roundings lie on
-  // the way to the logits (2 layers, parameters and ~10 activations each); independent rounding
-  // errors add up like sqrt(50)·u ~ 3.5 eps in norm: bound 4 eps.
+  // the way to the logits (2 layers, parameters and ~10 activations each; a Llama block's ~12);
+  // independent rounding errors add up like sqrt(50)·u ~ 3.5 eps in norm: bound 4 eps.
   for (auto [policy, epsilon] : {std::pair{PrecisionPolicy::mixed_bfloat16, 0x1.0p-7},
                                  std::pair{PrecisionPolicy::mixed_float16, 0x1.0p-10}}) {
     double error = testing::relative_error(logits(policy, parameters, config, tokens), reference);
@@ -77,7 +80,28 @@ TEST(MixedPrecision, LogitsAgreeWithFloat32WithinTheFormatsEpsilon) {
   }
 }
 
-TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
+// The Llama family's own ops read and write 16-bit activations (no f32 copies around them).
+TEST(MixedPrecisionLlama, NormsRotationsAndGatesRunIn16Bits) {
+  for (PrecisionPolicy policy : {PrecisionPolicy::mixed_bfloat16, PrecisionPolicy::mixed_float16}) {
+    model::GptGraph g =
+        train::build_training_graph(testing::small_llama_config(), 2, 16, "none", policy, cpu_backend());
+    int checked = 0;
+    for (const graph::Node& node : g.graph.nodes()) {
+      if (node.is_backward || (node.kind != graph::OpKind::rmsnorm && node.kind != graph::OpKind::rope &&
+                               node.kind != graph::OpKind::swiglu)) {
+        continue;
+      }
+      EXPECT_EQ(g.graph.value(node.outputs[0]).dtype, graph::storage_dtype(policy)) << node.name;
+      for (size_t i = 0; i < (node.kind == graph::OpKind::swiglu ? 2u : 1u); ++i) {
+        EXPECT_EQ(g.graph.value(node.inputs[i]).dtype, graph::storage_dtype(policy)) << node.name << " input " << i;
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2 * 4 + 1) << "2 blocks of 2 rmsnorms, a rope and a swiglu, and the final norm";
+  }
+}
+
+TEST(LossScaling, OverflowSkipsTheStepAndHalvesTheScale) {
   testing::TempDir dir;
   model::GptConfig config = testing::small_config();
   train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
@@ -103,7 +127,7 @@ TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
 
 // Without a loss scale (float32, mixed_bfloat16) non-finite gradients stop the run before the
 // update: an infinite final-layernorm bias makes the loss and every gradient NaN.
-TEST(MixedPrecision, NonFiniteGradientsStopAnUnscaledRunBeforeTheUpdate) {
+TEST(LossScaling, NonFiniteGradientsStopAnUnscaledRunBeforeTheUpdate) {
   for (PrecisionPolicy precision : {PrecisionPolicy::float32, PrecisionPolicy::mixed_bfloat16}) {
     testing::TempDir dir;
     model::GptConfig config = testing::small_config();
@@ -126,9 +150,9 @@ TEST(MixedPrecision, NonFiniteGradientsStopAnUnscaledRunBeforeTheUpdate) {
   }
 }
 
-TEST(MixedPrecision, EveryPolicyTrainsWithinTwoPercentOfFloat32) {
+TEST_P(MixedPrecision, EveryPolicyTrainsWithinTwoPercentOfFloat32) {
   testing::TempDir dir;
-  model::GptConfig config = testing::gpt_config(67, 48, 32, 2, 2);
+  const model::GptConfig& config = GetParam();
   train::TokenSource data = testing::repetitive_tokens(config.vocab_size);
   std::map<std::string, double> final_loss;
   for (PrecisionPolicy policy :
@@ -150,7 +174,12 @@ TEST(MixedPrecision, EveryPolicyTrainsWithinTwoPercentOfFloat32) {
   }
 }
 
-TEST(MixedPrecision, SixteenBitStorageShrinksPlannedActivations) {
+// GPT-2 (2 heads of 16), and a Llama with grouped k/v heads (6 q heads of 6, 2 k/v heads).
+INSTANTIATE_TEST_SUITE_P(Models, MixedPrecision,
+                         ::testing::Values(testing::gpt_config(67, 48, 32, 2, 2), testing::small_llama_config()),
+                         [](const auto& info) { return info.param.is_llama() ? "llama" : "gpt2"; });
+
+TEST(MixedPrecisionMemory, SixteenBitStorageShrinksPlannedActivations) {
   model::GptConfig gpt_small = testing::gpt_config(8192, 256, 384, 6, 6);
   train::TrainConfig config;
   config.batch_size = 8;

@@ -16,10 +16,6 @@ void register_cpu_kernels(KernelRegistry& registry) {
   constexpr DeviceKind cpu = DeviceKind::cpu;
   registry.add(cpu, DType::f32, &cpu::embedding_forward);
   registry.add(cpu, DType::f32, &cpu::embedding_backward);
-  registry.add(cpu, DType::f32, &cpu::rope_forward);
-  registry.add(cpu, DType::f32, &cpu::rope_backward);
-  registry.add(cpu, DType::f32, &cpu::swiglu_forward);
-  registry.add(cpu, DType::f32, &cpu::swiglu_backward);
   registry.add(cpu, DType::f32, &cpu::matmul_forward);
   registry.add(cpu, DType::f32, &cpu::matmul_backward);
   registry.add(cpu, DType::f32, &cpu::attention_forward);
@@ -40,6 +36,10 @@ void register_cpu_kernels(KernelRegistry& registry) {
     registry.add(cpu, dtype, &cpu::layernorm_backward<T>);
     registry.add(cpu, dtype, &cpu::rmsnorm_forward<T>);
     registry.add(cpu, dtype, &cpu::rmsnorm_backward<T>);
+    registry.add(cpu, dtype, &cpu::rope_forward<T>);
+    registry.add(cpu, dtype, &cpu::rope_backward<T>);
+    registry.add(cpu, dtype, &cpu::swiglu_forward<T>);
+    registry.add(cpu, dtype, &cpu::swiglu_backward<T>);
     registry.add(cpu, dtype, &cpu::add_forward<T>);
     registry.add(cpu, dtype, &cpu::add_backward<T>);
     registry.add(cpu, dtype, &cpu::cast);

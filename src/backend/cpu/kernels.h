@@ -28,9 +28,13 @@ template <typename T>
 void rmsnorm_forward(const RmsnormForward& args);
 template <typename T>
 void rmsnorm_backward(const RmsnormBackward& args);
+template <typename T>
 void rope_forward(const RopeForward& args);
+template <typename T>
 void rope_backward(const RopeBackward& args);
+template <typename T>
 void swiglu_forward(const SwigluForward& args);
+template <typename T>
 void swiglu_backward(const SwigluBackward& args);
 
 void matmul_forward(const MatmulForward& args);

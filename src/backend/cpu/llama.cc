@@ -1,10 +1,12 @@
-// The kernels Llama-family blocks add to GPT-2's: RMSNorm (f32, bf16 or f16 activations), rotary
-// position embeddings and SwiGLU (f32).
+// The kernels Llama-family blocks add to GPT-2's: RMSNorm, rotary position embeddings and SwiGLU,
+// each reading and writing f32, bf16 or f16 activations (mixed precision's) with f32 arithmetic in
+// registers: memory-bound, so 16-bit storage halves their bytes, and each output is rounded once.
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/fast_math.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
 
@@ -67,85 +69,107 @@ void rmsnorm_backward(const RmsnormBackward& a) {
   }
 }
 
-template void rmsnorm_forward<float>(const RmsnormForward&);
-template void rmsnorm_forward<BFloat16>(const RmsnormForward&);
-template void rmsnorm_forward<Float16>(const RmsnormForward&);
-template void rmsnorm_backward<float>(const RmsnormBackward&);
-template void rmsnorm_backward<BFloat16>(const RmsnormBackward&);
-template void rmsnorm_backward<Float16>(const RmsnormBackward&);
-
 namespace {
 
-// Rotates each q and k head of the rows of `from` into `to` by their positions' angles (sign -1:
-// the inverse rotation, backward's), copies v; `to` is assigned or (accumulate) added to.
-void rotate_rows(float* to, const float* from, int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t hs,
+// Rotates each q and k head of the rows of `from` into `to` (of storage type S) by their
+// positions' angles (sign -1: the inverse rotation, backward's), copies v; `to` is assigned or
+// (accumulate) added to. The cosines and sines are computed once per position: per row of a
+// ragged batch (`positions`), else once for the T positions every sequence shares.
+template <typename S>
+void rotate_rows(S* to, const S* from, int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t hs,
                  const RopeFrequencies& frequencies, int64_t position0, const int32_t* positions, float sign,
                  bool accumulate) {
   const std::vector<float> inverse = rope_inverse_frequencies(frequencies, hs);
   const int64_t half = hs / 2, rotated = (NH + KVH) * hs, width = (NH + 2 * KVH) * hs;
+  const int64_t angles = positions != nullptr ? B * T : T;
+  std::vector<float> cos(static_cast<size_t>(angles * half)), sin(cos.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < B * T; ++row) {
-    const int64_t position = positions != nullptr ? positions[row] : position0 + row % T;
-    std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
+  for (int64_t p = 0; p < angles; ++p) {
+    const int64_t position = positions != nullptr ? positions[p] : position0 + p;
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(position) * inverse[static_cast<size_t>(i)];  // float32, as torch
-      cos[static_cast<size_t>(i)] = std::cos(angle);
-      sin[static_cast<size_t>(i)] = sign * std::sin(angle);
+      cos[static_cast<size_t>(p * half + i)] = std::cos(angle);
+      sin[static_cast<size_t>(p * half + i)] = sign * std::sin(angle);
     }
-    const float* x = from + row * width;
-    float* y = to + row * width;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < B * T; ++row) {
+    const int64_t p = positions != nullptr ? row : row % T;
+    const float *row_cos = cos.data() + p * half, *row_sin = sin.data() + p * half;
+    const S* x = from + row * width;
+    S* y = to + row * width;
     for (int64_t head = 0; head < rotated; head += hs) {
       for (int64_t i = 0; i < half; ++i) {
-        const float first = x[head + i], second = x[head + half + i];
-        const float c = cos[static_cast<size_t>(i)], s = sin[static_cast<size_t>(i)];
+        const float first = to_float(x[head + i]), second = to_float(x[head + half + i]);
+        const float c = row_cos[i], s = row_sin[i];
         const float out_first = first * c - second * s, out_second = second * c + first * s;
-        y[head + i] = accumulate ? y[head + i] + out_first : out_first;
-        y[head + half + i] = accumulate ? y[head + half + i] + out_second : out_second;
+        y[head + i] = from_float<S>(accumulate ? to_float(y[head + i]) + out_first : out_first);
+        y[head + half + i] = from_float<S>(accumulate ? to_float(y[head + half + i]) + out_second : out_second);
       }
     }
-    for (int64_t i = rotated; i < width; ++i) y[i] = accumulate ? y[i] + x[i] : x[i];
+    for (int64_t i = rotated; i < width; ++i) y[i] = accumulate ? from_float<S>(to_float(y[i]) + to_float(x[i])) : x[i];
   }
 }
 
 }  // namespace
 
+template <typename T>
 void rope_forward(const RopeForward& a) {
   const Shape& shape = a.qkv.shape();
   const int64_t hs = shape[2] / (a.n_head + 2 * a.n_kv_head);
-  rotate_rows(pointer<float>(a.out), pointer<float>(a.qkv), shape[0], shape[1], a.n_head, a.n_kv_head, hs,
-              a.frequencies, a.position0, a.positions.defined() ? a.positions.data<int32_t>() : nullptr, 1.0f, false);
+  rotate_rows(pointer<T>(a.out), pointer<T>(a.qkv), shape[0], shape[1], a.n_head, a.n_kv_head, hs, a.frequencies,
+              a.position0, a.positions.defined() ? a.positions.data<int32_t>() : nullptr, 1.0f, false);
 }
 
+template <typename T>
 void rope_backward(const RopeBackward& a) {
   const Shape& shape = a.dout.shape();
   const int64_t hs = shape[2] / (a.n_head + 2 * a.n_kv_head);
-  rotate_rows(pointer<float>(a.dqkv), pointer<float>(a.dout), shape[0], shape[1], a.n_head, a.n_kv_head, hs,
-              a.frequencies, 0, nullptr, -1.0f, a.accumulate_dqkv);
+  rotate_rows(pointer<T>(a.dqkv), pointer<T>(a.dout), shape[0], shape[1], a.n_head, a.n_kv_head, hs, a.frequencies, 0,
+              nullptr, -1.0f, a.accumulate_dqkv);
 }
 
+template <typename T>
 void swiglu_forward(const SwigluForward& a) {
-  const float *gate = pointer<float>(a.gate), *up = pointer<float>(a.up);
-  float* out = pointer<float>(a.out);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < a.gate.numel(); ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
-
-// d silu(g)/dg = σ(g)·(1 + g·(1 - σ(g))).
-void swiglu_backward(const SwigluBackward& a) {
-  const float *gate = pointer<float>(a.gate), *up = pointer<float>(a.up), *dout = pointer<float>(a.dout);
-  float *dgate = pointer<float>(a.dgate), *dup = pointer<float>(a.dup);
+  const T *gate = pointer<T>(a.gate), *up = pointer<T>(a.up);
+  T* out = pointer<T>(a.out);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < a.gate.numel(); ++i) {
-    const float sigmoid = 1.0f / (1.0f + std::exp(-gate[i]));
+    const float g = to_float(gate[i]);
+    out[i] = from_float<T>(g / (1.0f + fast_exp(-g)) * to_float(up[i]));
+  }
+}
+
+// d silu(g)/dg = σ(g)·(1 + g·(1 - σ(g))). (fast_exp: glibc's expf keeps these loops scalar.)
+template <typename T>
+void swiglu_backward(const SwigluBackward& a) {
+  const T *gate = pointer<T>(a.gate), *up = pointer<T>(a.up), *dout = pointer<T>(a.dout);
+  T *dgate = pointer<T>(a.dgate), *dup = pointer<T>(a.dup);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < a.gate.numel(); ++i) {
+    const float g = to_float(gate[i]), dy = to_float(dout[i]);
+    const float sigmoid = 1.0f / (1.0f + fast_exp(-g));
     if (dgate != nullptr) {
-      const float d = dout[i] * up[i] * sigmoid * (1.0f + gate[i] * (1.0f - sigmoid));
-      dgate[i] = a.accumulate_gate ? dgate[i] + d : d;
+      const float d = dy * to_float(up[i]) * sigmoid * (1.0f + g * (1.0f - sigmoid));
+      dgate[i] = from_float<T>(a.accumulate_gate ? to_float(dgate[i]) + d : d);
     }
     if (dup != nullptr) {
-      const float d = dout[i] * gate[i] * sigmoid;
-      dup[i] = a.accumulate_up ? dup[i] + d : d;
+      const float d = dy * g * sigmoid;
+      dup[i] = from_float<T>(a.accumulate_up ? to_float(dup[i]) + d : d);
     }
   }
 }
+
+#define PARAFLOW_LLAMA_KERNELS(T)                        \
+  template void rmsnorm_forward<T>(const RmsnormForward&);   \
+  template void rmsnorm_backward<T>(const RmsnormBackward&); \
+  template void rope_forward<T>(const RopeForward&);         \
+  template void rope_backward<T>(const RopeBackward&);       \
+  template void swiglu_forward<T>(const SwigluForward&);     \
+  template void swiglu_backward<T>(const SwigluBackward&);
+PARAFLOW_LLAMA_KERNELS(float)
+PARAFLOW_LLAMA_KERNELS(BFloat16)
+PARAFLOW_LLAMA_KERNELS(Float16)
+#undef PARAFLOW_LLAMA_KERNELS
 
 }  // namespace paraflow::cpu

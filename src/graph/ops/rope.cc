@@ -35,7 +35,7 @@ class RopeOp final : public OpDef {
     expect_shape(in.size() == 1 || (in[1]->dtype == DType::i32 && in[1]->shape.rank() == 1 &&
                                     (in[1]->shape[0] == 1 || in[1]->shape[0] == qkv[0] * qkv[1])),
                  "rope", "positions must be (1) or (B*T) i32", in.size() == 2 ? in[1]->shape : qkv);
-    return {{"", qkv, DType::f32, ValueRole::activation}};
+    return {{"", qkv, in[0]->dtype, ValueRole::activation}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes& attributes) const override {
@@ -66,6 +66,7 @@ class RopeOp final : public OpDef {
 
   std::vector<KernelOp> kernels() const override { return {KernelOp::rope_forward, KernelOp::rope_backward}; }
   bool host_memory_input(size_t index) const override { return index == 1; }
+  bool accepts_half_input(size_t index) const override { return index == 0; }
   bool differentiable_input(size_t index) const override { return index == 0; }
   bool can_assign_input_grad(size_t index) const override { return index == 0; }
   bool backward_reads_input(size_t) const override { return false; }

@@ -11,10 +11,13 @@ class SwigluOp final : public OpDef {
   std::vector<OutputSpec> infer(const std::vector<const Value*>& in, const Attributes&) const override {
     check(in.size() == 2, "swiglu: expected 2 inputs, got {}", in.size());
     expect_shape(in[1]->shape == in[0]->shape, "swiglu", "gate and up must have one shape", in[1]->shape);
-    return {{"", in[0]->shape, DType::f32, ValueRole::activation}};
+    return {{"", in[0]->shape, in[0]->dtype, ValueRole::activation}};
   }
 
   void forward(Backend& backend, const NodeTensors& t, const Attributes&) const override {
+    // A precision policy stores both in 16 bits or neither (both are linear layers' outputs).
+    check(t.inputs[0].dtype() == t.inputs[1].dtype(), "swiglu: gate is {} but up is {}", dtype_name(t.inputs[0].dtype()),
+          dtype_name(t.inputs[1].dtype()));
     backend.launch(SwigluForward{.out = t.outputs[0], .gate = t.inputs[0], .up = t.inputs[1]});
   }
 
@@ -30,6 +33,7 @@ class SwigluOp final : public OpDef {
 
   std::vector<KernelOp> kernels() const override { return {KernelOp::swiglu_forward, KernelOp::swiglu_backward}; }
   bool can_assign_input_grad(size_t) const override { return true; }
+  bool accepts_half_input(size_t) const override { return true; }
   bool backward_reads_output(size_t) const override { return false; }
 };
 
