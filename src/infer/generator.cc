@@ -32,7 +32,8 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
     // Every step's graph reads its weights in the same layouts (none depends on the token count).
     const model::StoredLayouts layouts = model::use_weights_for_decoding(g, backend_, weights_);
     if (decoding_parameters_.specs().empty()) {
-      decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts);
+      const std::set<std::string> copied = model::half_parameter_names(g);
+      decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts, weights_ != DType::f32 ? &copied : nullptr);
     }
     slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
     slot->second.executor->set_profiling(profiling_);

@@ -49,6 +49,8 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& ori
           "{}: 'data_offsets' must be [begin, end]", where);
     SafetensorsEntry entry;
     entry.dtype = parse_dtype(info["dtype"].get<std::string>(), where + " field 'dtype'");
+    check(!is_block_quantized(entry.dtype), "{} field 'dtype': {} is not a safetensors dtype", where,
+          dtype_name(entry.dtype));
     std::vector<int64_t> dims;
     uint64_t elements = 1;  // checked as it grows: a product past 2^63 would wrap
     for (const auto& dim : info["shape"]) {
@@ -134,6 +136,8 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, Tenso
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
+    check(!is_block_quantized(tensor.dtype()), "safetensors: {} cannot be stored as {} (block-quantized: GGUF holds it)",
+          name, dtype_name(tensor.dtype()));
     header[name] = {{"dtype", safetensors_dtype_name(tensor.dtype())},
                     {"shape", tensor.shape().dims()},
                     {"data_offsets", {offset, offset + tensor.nbytes()}}};
