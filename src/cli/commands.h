@@ -45,9 +45,12 @@ inline CLI::Validator in_range(const Range& range) {
 }
 
 // --config of train, eval and plan, also accepted as the command's argument: `paraflow train my.yaml`.
-inline void add_config_option(CLI::App* command, std::string& path, const std::string& description) {
-  command->add_option("config,--config", path, description + " (--config may be left out: `" + command->get_name() + " my.yaml`)")
-      ->required()
+// Required unless the command has another way in (eval's --model).
+inline CLI::Option* add_config_option(CLI::App* command, std::string& path, const std::string& description,
+                                      bool required = true) {
+  return command
+      ->add_option("config,--config", path, description + " (--config may be left out: `" + command->get_name() + " my.yaml`)")
+      ->required(required)
       ->check(CLI::ExistingFile);
 }
 
@@ -91,9 +94,9 @@ inline DType kv_cache_dtype(const std::string& choice, DType weights) {
   return weights == DType::f16 || weights == DType::q8_0 ? DType::bf16 : weights;
 }
 
-// Registers --dtype (weights_dtype's choice) on generate and serve.
-inline void add_weights_dtype_option(CLI::App* command, std::string& dtype) {
-  command->add_option("--dtype", dtype,
+// Registers --dtype (weights_dtype's choice) on generate, serve and eval --model.
+inline CLI::Option* add_weights_dtype_option(CLI::App* command, std::string& dtype) {
+  return command->add_option("--dtype", dtype,
                       "Weights in float32, bfloat16, float16 (the linear layers' weights only, in half arithmetic on CPUs with "
                       "AVX512_FP16) or q8_0 (the linear layers' and the head's weights quantized at load to 8 bits in blocks of 32, "
                       "as GGUF's Q8_0); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else "
