@@ -1,5 +1,6 @@
 """Batch-1 decode speed of paraflow vs llama.cpp on a GPT-2 124M-shaped model (random weights),
-in float32, bfloat16 and float16, against this machine's memory-bandwidth bound: at batch 1 each new token
+in float32, bfloat16, float16 and q8_0 (llama.cpp reading the GGUF its converter quantized, paraflow
+quantizing the same safetensors at load with ggml's quantizer, byte for byte), against this machine's memory-bandwidth bound: at batch 1 each new token
 reads every weight once, so tokens/s <= read bandwidth / weight bytes.
 
     python3 bench/infer/compare_decode.py [--threads 2] [--tokens 128] [--repetitions 3]
@@ -26,8 +27,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "bench/infer")
 GGUF_PYTHON = os.path.join(ROOT, "bench/.cache/venv-gguf/bin/python")
-DTYPES = ["float32", "bfloat16", "float16"]
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+DTYPES = ["float32", "bfloat16", "float16", "q8_0"]
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0"}
 
 
 def cpu_model():
@@ -37,8 +38,8 @@ def cpu_model():
 
 def weight_bytes_per_token(model_dir):
     """Bytes of weights one decode step reads: every tensor but wpe (one row is looked up), the tied
-    wte once (as lm_head); matrices at the dtype's width, vectors (biases, layer norms) in float32 as
-    both engines keep them."""
+    wte once (as lm_head); matrices at the dtype's width (Q8_0's packed blocks), vectors (biases,
+    layer norms) in float32 as both engines keep them."""
     with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
         header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     header.pop("__metadata__", None)
@@ -53,7 +54,8 @@ def weight_bytes_per_token(model_dir):
             matrix += count
         else:
             vector += count
-    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector}
+    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector,
+            "q8_0": matrix * 34 // 32 + 4 * vector}  # Q8_0: 34 bytes per block of 32
 
 
 def ensure_model(model_dir, ref_python, llama_src):
