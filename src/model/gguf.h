@@ -58,6 +58,7 @@ class GgufFile {
   const GgufValue& value(const std::string& key) const;
   bool contains(const std::string& key) const { return metadata_.count(key) > 0; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  bool contains_tensor(const std::string& name) const { return index_.count(name) > 0; }
   const GgufTensorInfo& tensor_info(const std::string& name) const;
   // A host tensor viewing the mapped bytes (read-only: the file is mapped so), kept valid by the
   // tensor itself.

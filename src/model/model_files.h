@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const ParameterSet& param
 void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, const ParameterSet& parameters,
                     int64_t end_of_text = -1);
 
-// Reads a model dir; every error names the file and the tensor or field at fault.
+// Reads a model dir, or a GGUF file (model/gguf_model.h); every error names the file and the
+// tensor or field at fault.
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend);
 
 // Loads tensors named like `specs` from a safetensors file into `parameters` (a missing or

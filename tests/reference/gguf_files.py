@@ -6,6 +6,12 @@ Runs in .venv-data (scripts/setup_python_data.sh).
         numbers and of strings, a custom alignment; tensors in F32, F16, BF16 and Q8_0, quantized
         by gguf.quants) and DIR/expected.json: each key's GGUF type name and value, and each
         tensor's row-major shape, ggml type and values (f32 as numbers, raw bytes as hex).
+    gguf_files.py convert HF_DIR OUT.gguf DEQUANTIZED_DIR
+        a Hugging Face GPT-2 dir (config.json, model.safetensors with GPT2Model's names) as
+        llama.cpp's convert_hf_to_gguf.py writes it with --outtype q8_0: gpt2.* metadata, llama.cpp's
+        tensor names, Conv1D weights transposed to [out, in], matrices in Q8_0 (gguf.quants), vectors
+        in F32, the tied head written out as output.weight; and DEQUANTIZED_DIR, the same Hugging
+        Face dir with every tensor the file's values (gguf.quants.dequantize).
 """
 import json
 import sys
@@ -14,8 +20,59 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, quants
 
 
+def convert(hf_dir, out, dequantized_dir):
+    import os
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    config = json.load(open(f"{hf_dir}/config.json"))
+    weights = {k.removeprefix("transformer."): v for k, v in load_file(f"{hf_dir}/model.safetensors").items()}
+    writer = GGUFWriter(out, arch="gpt2")
+    writer.add_context_length(config["n_positions"])
+    writer.add_embedding_length(config["n_embd"])
+    writer.add_feed_forward_length(4 * config["n_embd"])
+    writer.add_block_count(config["n_layer"])
+    writer.add_head_count(config["n_head"])
+    writer.add_layer_norm_eps(config.get("layer_norm_epsilon", 1e-5))
+    names = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
+             "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias"}
+    parts = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+             "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    for layer in range(config["n_layer"]):
+        for ours, theirs in parts.items():
+            for kind in ("weight", "bias"):
+                names[f"h.{layer}.{ours}.{kind}"] = f"blk.{layer}.{theirs}.{kind}"
+
+    def add(name, values):
+        if values.ndim == 2:
+            blocks = quants.quantize(values, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q8_0)
+            return quants.dequantize(blocks, GGMLQuantizationType.Q8_0)
+        writer.add_tensor(name, values)
+        return values
+
+    dequantized = {}
+    for ours, values in weights.items():
+        values = values.astype(np.float32)
+        conv1d = ours.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))
+        if conv1d:
+            values = np.ascontiguousarray(values.T)  # Conv1D [in, out] -> [out, in]
+        back = add(names[ours], values)
+        dequantized[ours] = np.ascontiguousarray(back.T if conv1d else back)
+    add("output.weight", weights["wte.weight"].astype(np.float32))
+    os.makedirs(dequantized_dir, exist_ok=True)
+    shutil.copy(f"{hf_dir}/config.json", dequantized_dir)
+    save_file(dequantized, f"{dequantized_dir}/model.safetensors", metadata={"format": "pt"})
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def main():
     action, out_dir = sys.argv[1:3]
+    if action == "convert":
+        convert(out_dir, sys.argv[3], sys.argv[4])
+        return
     assert action == "write"
     rng = np.random.default_rng(7)
     writer = GGUFWriter(f"{out_dir}/written.gguf", arch="gpt2")
