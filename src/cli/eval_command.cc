@@ -85,8 +85,8 @@ void add_eval_command(CLI::App& app) {
                     ->check(CLI::ExistingDirectory);
   checkpoint->excludes(watch);
   auto* model = command->add_option("--model", options->model_dir,
-                                    "A model dir (an export: Hugging Face files): its perplexity on --text")
-                    ->check(CLI::ExistingDirectory)
+                                    "A model dir (an export: Hugging Face files) or a GPT-2 GGUF file: its perplexity on --text")
+                    ->check(CLI::ExistingPath)
                     ->excludes(config)
                     ->excludes(checkpoint)
                     ->excludes(watch);

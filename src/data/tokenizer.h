@@ -42,6 +42,11 @@ class Tokenizer {
   // token strings through GPT-2's byte-to-unicode map). `<|endoftext|>` in the vocab is special.
   static Tokenizer load_vocab_merges(const std::filesystem::path& vocab_json,
                                      const std::filesystem::path& merges_txt);
+  // GPT-2-style strings as GGUF's tokenizer.ggml.tokens and .merges hold them: tokens[id] through
+  // the byte-to-unicode map, merges "LEFT RIGHT" in rank order; `specials` (and `<|endoftext|>`)
+  // are matched verbatim. Errors name `where`.
+  static Tokenizer from_strings(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                                const std::vector<std::string>& specials, const std::string& where);
   // A Hugging Face `tokenizer.json` with a byte-level BPE model.
   static Tokenizer load_tokenizer_json(const std::filesystem::path& path);
   // tiktoken's `.tiktoken` ranks (base64 token, space, rank per line; ranks = ids, dense), with

@@ -16,6 +16,7 @@ namespace paraflow::infer {
 class TextCodec {
  public:
   // Says on stderr when the directory has no tokenizer files.
+  // `model_dir` may also be a GGUF file: its tokenizer.ggml.* metadata (GPT-2's BPE) is read.
   explicit TextCodec(const std::filesystem::path& model_dir);
   std::vector<int32_t> encode(const std::string& text) const;
   // Bytes of one token (a BPE token may end inside a UTF-8 character; join tokens before showing);

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "data/tokenizer.h"
 #include "infer/generator.h"
+#include "infer/text_codec.h"
 #include "model/gguf_model.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
@@ -29,6 +31,13 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   Rng rng(testing::test_seed());
   model::initialize_gpt(parameters, config, rng);
   model::save_model_dir(dir.path() / "hf", config, parameters);
+  // A byte-level BPE of its own (bytes, a few merges, <|endoftext|>), in the dir as vocab.json +
+  // merges.txt: the converter carries it into tokenizer.ggml.*.
+  std::vector<std::string> tokens;
+  for (int byte = 0; byte < 256; ++byte) tokens.push_back(std::string(1, static_cast<char>(byte)));
+  tokens.insert(tokens.end(), {"th", "the", " the", "<|endoftext|>"});
+  const data::Tokenizer tokenizer(tokens, {{'t', 'h'}, {256, 'e'}, {' ', 257}}, {259});
+  tokenizer.save(dir.path() / "hf");
   const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
   ASSERT_TRUE(fs::exists(python)) << python << " missing: run scripts/setup_python_data.sh";
   const std::string command = python.string() + " " + (root / "tests/reference/gguf_files.py").string() + " convert " +
@@ -57,6 +66,12 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   infer::Sampler greedy_gguf({.temperature = 0}), greedy_hf({.temperature = 0});
   const std::vector<int32_t> ours = gguf.generate(prompt, 24, greedy_gguf).tokens;
   EXPECT_EQ(ours, hf.generate(prompt, 24, greedy_hf).tokens);
+  // The file's tokenizer is the dir's.
+  const infer::TextCodec gguf_text(dir.path() / "model.gguf"), hf_text(dir.path() / "hf");
+  const std::string text = "the theme: <|endoftext|> then\xc3\xa9 the";
+  EXPECT_EQ(gguf_text.encode(text), hf_text.encode(text));
+  EXPECT_LT(gguf_text.encode(text).size(), text.size());  // merges applied
+  EXPECT_EQ(gguf_text.end_of_text(), std::optional<int32_t>(259));
   // And they are not the original float32 weights' logits: the file's weights are quantized.
   infer::Generator f32(original.config, original.parameters, cpu_backend());
   EXPECT_NE(gguf.prefill(prompt), f32.prefill(prompt));

@@ -59,6 +59,15 @@ def convert(hf_dir, out, dequantized_dir):
         back = add(names[ours], values)
         dequantized[ours] = np.ascontiguousarray(back.T if conv1d else back)
     add("output.weight", weights["wte.weight"].astype(np.float32))
+    if os.path.exists(f"{hf_dir}/vocab.json"):  # the tokenizer, as the converter's gpt2 vocab writes it
+        vocab = json.load(open(f"{hf_dir}/vocab.json"))
+        tokens = sorted(vocab, key=vocab.get)
+        merges = [line for line in open(f"{hf_dir}/merges.txt", encoding="utf-8").read().split("\n")
+                  if line and not line.startswith("#version")]
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list(tokens)
+        writer.add_token_merges(merges)
+        writer.add_token_types([3 if token == "<|endoftext|>" else 1 for token in tokens])
     os.makedirs(dequantized_dir, exist_ok=True)
     shutil.copy(f"{hf_dir}/config.json", dequantized_dir)
     save_file(dequantized, f"{dequantized_dir}/model.safetensors", metadata={"format": "pt"})
