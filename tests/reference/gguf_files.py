@@ -6,12 +6,14 @@ Runs in .venv-data (scripts/setup_python_data.sh).
         numbers and of strings, a custom alignment; tensors in F32, F16, BF16 and Q8_0, quantized
         by gguf.quants) and DIR/expected.json: each key's GGUF type name and value, and each
         tensor's row-major shape, ggml type and values (f32 as numbers, raw bytes as hex).
-    gguf_files.py convert HF_DIR OUT.gguf DEQUANTIZED_DIR
+    gguf_files.py convert HF_DIR OUT.gguf [DEQUANTIZED_DIR]
         a Hugging Face GPT-2 dir (config.json, model.safetensors with GPT2Model's names) as
         llama.cpp's convert_hf_to_gguf.py writes it with --outtype q8_0: gpt2.* metadata, llama.cpp's
         tensor names, Conv1D weights transposed to [out, in], matrices in Q8_0 (gguf.quants), vectors
-        in F32, the tied head written out as output.weight; and DEQUANTIZED_DIR, the same Hugging
-        Face dir with every tensor the file's values (gguf.quants.dequantize).
+        in F32, the tied head written out as output.weight, GPT-2's tokenizer (vocab.json and
+        merges.txt) as tokenizer.ggml.*; and DEQUANTIZED_DIR (when given), the same Hugging Face
+        dir with every tensor the file's values (gguf.quants.dequantize). bench/infer/compare_decode.py
+        makes the Q8_0 file both engines read with it.
 """
 import json
 import sys
@@ -68,6 +70,8 @@ def convert(hf_dir, out, dequantized_dir):
         writer.add_token_list(tokens)
         writer.add_token_merges(merges)
         writer.add_token_types([3 if token == "<|endoftext|>" else 1 for token in tokens])
+    if dequantized_dir is None:
+        return
     os.makedirs(dequantized_dir, exist_ok=True)
     shutil.copy(f"{hf_dir}/config.json", dequantized_dir)
     save_file(dequantized, f"{dequantized_dir}/model.safetensors", metadata={"format": "pt"})
@@ -80,7 +84,7 @@ def convert(hf_dir, out, dequantized_dir):
 def main():
     action, out_dir = sys.argv[1:3]
     if action == "convert":
-        convert(out_dir, sys.argv[3], sys.argv[4])
+        convert(out_dir, sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
         return
     assert action == "write"
     rng = np.random.default_rng(7)
