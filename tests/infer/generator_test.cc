@@ -150,29 +150,33 @@ TEST_F(GeneratorTest, HalfWeightsAgreeWithFloat32WhereTheLogitGapExceedsTheirErr
 // sqrt(32) / 254 of its norm, per operand; the logits' norm-wise error stays below that bound,
 // 2 x 0.022 (the worst case of both operands, which the errors of the layers, averaging out, do
 // not add up to).
+// GPT-2 and a Llama-family model (Qwen2).
 TEST(GeneratorWideModel, Q8_0LogitsWithinTheirBoundOfFloat32) {
-  const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
-  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
-  Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
-  infer::Generator f32(config, parameters, cpu_backend());
-  infer::Generator q8_0(config, parameters, cpu_backend(), DType::q8_0);
-  const std::vector<int32_t> prompt{3, 24, 38, 1, 10};
-  std::vector<double> ours, reference;
-  auto append = [](std::vector<double>& all, const std::vector<float>& logits) { all.insert(all.end(), logits.begin(), logits.end()); };
-  std::vector<float> last = f32.prefill(prompt);
-  append(reference, last);
-  append(ours, q8_0.prefill(prompt));
-  for (int step = 0; step < 25; ++step) {
-    const auto token = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    last = f32.decode(token);
+  for (const model::GptConfig& config :
+       {testing::gpt_config(97, 64, 64, 2, 2), testing::llama_config("qwen2", 97, 64, 64, 96, 2, 4, 2, 16)}) {
+    SCOPED_TRACE(config.is_llama() ? "qwen2" : "gpt2");
+    model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+    Rng rng(testing::test_seed());
+    model::initialize_gpt(parameters, config, rng);
+    infer::Generator f32(config, parameters, cpu_backend());
+    infer::Generator q8_0(config, parameters, cpu_backend(), DType::q8_0);
+    const std::vector<int32_t> prompt{3, 24, 38, 1, 10};
+    std::vector<double> ours, reference;
+    auto append = [](std::vector<double>& all, const std::vector<float>& logits) { all.insert(all.end(), logits.begin(), logits.end()); };
+    std::vector<float> last = f32.prefill(prompt);
     append(reference, last);
-    append(ours, q8_0.decode(token));
+    append(ours, q8_0.prefill(prompt));
+    for (int step = 0; step < 25; ++step) {
+      const auto token = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+      last = f32.decode(token);
+      append(reference, last);
+      append(ours, q8_0.decode(token));
+    }
+    const double error = testing::relative_error(ours, reference), bound = 2 * std::sqrt(32.0) / 254;
+    std::printf("  q8_0 vs f32 logits: rel err %.3e (bound %.3e)\n", error, bound);
+    EXPECT_LE(error, bound);
+    EXPECT_GT(error, 0);  // the weights were quantized at all
   }
-  const double error = testing::relative_error(ours, reference), bound = 2 * std::sqrt(32.0) / 254;
-  std::printf("  q8_0 vs f32 logits: rel err %.3e (bound %.3e)\n", error, bound);
-  EXPECT_LE(error, bound);
-  EXPECT_GT(error, 0);  // the weights were quantized at all
 }
 
 // A text's perplexity (paraflow eval --model --text) from transformers' float64 logits of the same
