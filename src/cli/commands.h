@@ -24,6 +24,7 @@ void add_data_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_config_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 
 // A CLI11 check that an option's value is a finite number in `range`, refusing others with a
 // message naming the value and the range ("--ranks: 0 must be >= 1"; "inf" and "nan" too).

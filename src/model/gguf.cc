@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/file_io.h"
 
 namespace paraflow::model {
 
@@ -313,6 +314,127 @@ Tensor GgufFile::tensor(const std::string& name) const {
   void* data = const_cast<char*>(mapping_->data + data_start_ + info.offset);
   auto storage = std::make_shared<Storage>(data, info.bytes, Device{}, true, [mapping](void*) {});
   return Tensor(std::move(storage), 0, info.shape, info.dtype);
+}
+
+namespace {
+
+uint32_t ggml_type_of(DType dtype, const std::string& name) {
+  switch (dtype) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::q8_0: return 8;
+    case DType::bf16: return 30;
+    default: fail("GGUF: tensor '{}' is {}, not F32, F16, BF16 or Q8_0", name, dtype_name(dtype));
+  }
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+void put_string(std::string& out, const std::string& text) {
+  put<uint64_t>(out, text.size());
+  out += text;
+}
+
+void put_value(std::string& out, const GgufValue& value) {
+  switch (value.type) {
+    case GgufType::u8: put(out, static_cast<uint8_t>(value.unsigned_value)); break;
+    case GgufType::i8: put(out, static_cast<int8_t>(value.signed_value)); break;
+    case GgufType::u16: put(out, static_cast<uint16_t>(value.unsigned_value)); break;
+    case GgufType::i16: put(out, static_cast<int16_t>(value.signed_value)); break;
+    case GgufType::u32: put(out, static_cast<uint32_t>(value.unsigned_value)); break;
+    case GgufType::i32: put(out, static_cast<int32_t>(value.signed_value)); break;
+    case GgufType::u64: put(out, value.unsigned_value); break;
+    case GgufType::i64: put(out, value.signed_value); break;
+    case GgufType::f32: put(out, static_cast<float>(value.float_value)); break;
+    case GgufType::f64: put(out, value.float_value); break;
+    case GgufType::boolean: put(out, static_cast<uint8_t>(value.unsigned_value)); break;
+    case GgufType::string: put_string(out, value.string_value); break;
+    case GgufType::array:
+      put(out, static_cast<uint32_t>(value.element_type));
+      put<uint64_t>(out, value.elements.size());
+      for (const GgufValue& element : value.elements) put_value(out, element);
+      break;
+  }
+}
+
+void pad(std::string& out, uint64_t alignment) { out.append((alignment - out.size() % alignment) % alignment, '\0'); }
+
+}  // namespace
+
+void write_gguf(const std::filesystem::path& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                const std::vector<std::pair<std::string, Tensor>>& tensors, uint64_t alignment) {
+  std::vector<std::pair<std::string, GgufValue>> keys = metadata;
+  if (alignment != 32) keys.emplace_back("general.alignment", gguf_u32(static_cast<uint32_t>(alignment)));
+  std::string out = "GGUF";
+  put<uint32_t>(out, 3);
+  put<uint64_t>(out, tensors.size());
+  put<uint64_t>(out, keys.size());
+  for (const auto& [key, value] : keys) {
+    put_string(out, key);
+    put(out, static_cast<uint32_t>(value.type));
+    put_value(out, value);
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    put_string(out, name);
+    const std::vector<int64_t>& dims = tensor.shape().dims();
+    put<uint32_t>(out, static_cast<uint32_t>(dims.size()));
+    for (auto dim = dims.rbegin(); dim != dims.rend(); ++dim) put<uint64_t>(out, static_cast<uint64_t>(*dim));  // ne[0] innermost
+    put(out, ggml_type_of(tensor.dtype(), name));
+    put<uint64_t>(out, offset);
+    offset += (tensor.nbytes() + alignment - 1) / alignment * alignment;
+  }
+  pad(out, alignment);
+  for (const auto& [name, tensor] : tensors) {
+    out.append(static_cast<const char*>(tensor.raw()), tensor.nbytes());
+    pad(out, alignment);
+  }
+  write_file_atomic(path, out);
+}
+
+GgufValue gguf_string(std::string value) {
+  GgufValue result;
+  result.type = GgufType::string;
+  result.string_value = std::move(value);
+  return result;
+}
+
+GgufValue gguf_u32(uint32_t value) {
+  GgufValue result;
+  result.type = GgufType::u32;
+  result.unsigned_value = value;
+  return result;
+}
+
+GgufValue gguf_f32(float value) {
+  GgufValue result;
+  result.type = GgufType::f32;
+  result.float_value = value;
+  return result;
+}
+
+GgufValue gguf_strings(const std::vector<std::string>& values) {
+  GgufValue result;
+  result.type = GgufType::array;
+  result.element_type = GgufType::string;
+  for (const std::string& value : values) result.elements.push_back(gguf_string(value));
+  return result;
+}
+
+GgufValue gguf_i32s(const std::vector<int32_t>& values) {
+  GgufValue result;
+  result.type = GgufType::array;
+  result.element_type = GgufType::i32;
+  for (int32_t value : values) {
+    GgufValue element;
+    element.type = GgufType::i32;
+    element.signed_value = value;
+    result.elements.push_back(element);
+  }
+  return result;
 }
 
 }  // namespace paraflow::model

@@ -77,4 +77,17 @@ class GgufFile {
   std::map<std::string, size_t> index_;
 };
 
+// Writes a GGUF file (version 3) atomically: `metadata` in order, then the tensors' infos and
+// their bytes (F32, F16, BF16 or Q8_0 host tensors, as they are), each aligned to `alignment`
+// (general.alignment is written when it is not GGUF's default 32).
+void write_gguf(const std::filesystem::path& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                const std::vector<std::pair<std::string, Tensor>>& tensors, uint64_t alignment = 32);
+
+// Values to write: a string, a uint32, a float32, an array of strings or of int32.
+GgufValue gguf_string(std::string value);
+GgufValue gguf_u32(uint32_t value);
+GgufValue gguf_f32(float value);
+GgufValue gguf_strings(const std::vector<std::string>& values);
+GgufValue gguf_i32s(const std::vector<int32_t>& values);
+
 }  // namespace paraflow::model

@@ -132,4 +132,48 @@ LoadedModel load_gguf_model(const GgufFile& file, Backend& backend) {
   return loaded;
 }
 
+void save_gguf_model(const std::filesystem::path& path, const GptConfig& config, const ParameterSet& device_parameters,
+                     DType type, const std::vector<std::pair<std::string, GgufValue>>& extra) {
+  check(!config.is_llama(), "GGUF write: only GPT-2 models are written (not the Llama family's '{}')", config.model_type);
+  check(type == DType::q8_0, "GGUF write: matrices in q8_0 only (got {})", dtype_name(type));
+  const ParameterSet parameters = device_parameters.on_host();
+  std::vector<std::pair<std::string, GgufValue>> metadata{
+      {"general.architecture", gguf_string("gpt2")},
+      {"general.file_type", gguf_u32(7)},  // llama_ftype MOSTLY_Q8_0
+      {"gpt2.context_length", gguf_u32(static_cast<uint32_t>(config.n_positions))},
+      {"gpt2.embedding_length", gguf_u32(static_cast<uint32_t>(config.n_embd))},
+      {"gpt2.feed_forward_length", gguf_u32(static_cast<uint32_t>(4 * config.n_embd))},
+      {"gpt2.block_count", gguf_u32(static_cast<uint32_t>(config.n_layer))},
+      {"gpt2.attention.head_count", gguf_u32(static_cast<uint32_t>(config.n_head))},
+      {"gpt2.attention.layer_norm_epsilon", gguf_f32(static_cast<float>(config.layer_norm_epsilon))},
+  };
+  metadata.insert(metadata.end(), extra.begin(), extra.end());
+  std::vector<Source> sources = gpt2_sources(config);
+  if (config.tie_word_embeddings) sources.push_back({"wte.weight", "output.weight"});
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const Source& source : sources) {
+    const Tensor& values = parameters.get(source.ours);
+    const Shape& shape = values.shape();
+    if (shape.rank() == 1) {
+      tensors.emplace_back(source.theirs, values);
+      continue;
+    }
+    // [out, in] rows, each quantized to blocks.
+    const int64_t rows = source.transposed ? shape[1] : shape[0], columns = source.transposed ? shape[0] : shape[1];
+    check(columns % BlockQ8_0::kElements == 0, "GGUF write: {} {}: rows of {} are not whole q8_0 blocks of 32",
+          source.ours, shape.to_string(), columns);
+    std::vector<float> stored(static_cast<size_t>(rows * columns));
+    const float* from = values.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < columns; ++c) {
+        stored[static_cast<size_t>(r * columns + c)] = source.transposed ? from[c * rows + r] : from[r * columns + c];
+      }
+    }
+    Tensor blocks = Tensor::zeros(Shape{rows, columns}, DType::q8_0);
+    quantize_q8_0(stored.data(), blocks.data<BlockQ8_0>(), rows * columns);
+    tensors.emplace_back(source.theirs, blocks);
+  }
+  write_gguf(path, metadata, tensors);
+}
+
 }  // namespace paraflow::model

@@ -21,6 +21,13 @@ bool is_gguf_file(const std::filesystem::path& path);
 // Errors name the file and the key or tensor at fault.
 LoadedModel load_gguf_model(const GgufFile& file, Backend& backend);
 
+// Writes a GPT-2 as llama.cpp's converter does (its metadata, tensor names and [out, in]
+// weights, the tied head written out as output.weight), every matrix in `type` (q8_0: ggml's
+// reference quantizer) and every vector in F32, with `extra` metadata (the tokenizer's) after
+// the model's. Refuses the Llama family, naming it.
+void save_gguf_model(const std::filesystem::path& path, const GptConfig& config, const ParameterSet& parameters,
+                     DType type, const std::vector<std::pair<std::string, GgufValue>>& extra);
+
 // A tensor's values as float32 (F32, F16, BF16 or Q8_0), row-major in its shape.
 std::vector<float> gguf_values(const Tensor& tensor);
 

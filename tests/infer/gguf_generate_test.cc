@@ -6,6 +6,8 @@
 // float32 parameters are the dequantized blocks.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -75,6 +77,35 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   // And they are not the original float32 weights' logits: the file's weights are quantized.
   infer::Generator f32(original.config, original.parameters, cpu_backend());
   EXPECT_NE(gguf.prefill(prompt), f32.prefill(prompt));
+}
+
+// paraflow quantize writes what the converter writes (gguf-py's GGUFReader finds the same keys,
+// values and tensor bytes in both), and reads it back as it reads the converter's file.
+TEST(GgufGenerate, QuantizeWritesTheConvertersFile) {
+  testing::TempDir dir;
+  const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  Rng rng(testing::test_seed());
+  model::initialize_gpt(parameters, config, rng);
+  model::save_model_dir(dir.path() / "hf", config, parameters);
+  std::vector<std::string> tokens;
+  for (int byte = 0; byte < 256; ++byte) tokens.push_back(std::string(1, static_cast<char>(byte)));
+  tokens.insert(tokens.end(), {"th", "the", " the", "<|endoftext|>"});
+  data::Tokenizer(tokens, {{'t', 'h'}, {256, 'e'}, {' ', 257}}, {259}).save(dir.path() / "hf");
+  const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
+  const std::string oracle = python.string() + " " + (root / "tests/reference/gguf_files.py").string();
+  const fs::path ours = dir.path() / "ours.gguf", theirs = dir.path() / "theirs.gguf";
+  ASSERT_EQ(std::system((oracle + " convert " + (dir.path() / "hf").string() + " " + theirs.string()).c_str()), 0);
+  const std::string quantize = fmt::format("{} quantize --model {} --type q8_0 --out {}", std::getenv("PARAFLOW_BINARY"),
+                                           (dir.path() / "hf").string(), ours.string());
+  ASSERT_EQ(std::system(quantize.c_str()), 0) << quantize;
+  EXPECT_EQ(std::system((oracle + " compare " + ours.string() + " " + theirs.string()).c_str()), 0);
+  const model::LoadedModel from_ours = model::load_model_dir(ours, cpu_backend());
+  const model::LoadedModel from_theirs = model::load_model_dir(theirs, cpu_backend());
+  infer::Generator a(from_ours.config, from_ours.parameters, cpu_backend(), DType::q8_0);
+  infer::Generator b(from_theirs.config, from_theirs.parameters, cpu_backend(), DType::q8_0);
+  EXPECT_EQ(a.prefill({1, 2, 3, 50}), b.prefill({1, 2, 3, 50}));
+  EXPECT_EQ(infer::TextCodec(ours).encode("the theme"), infer::TextCodec(theirs).encode("the theme"));
 }
 
 TEST(GgufGenerate, RefusesAnotherArchitectureNamingTheKey) {

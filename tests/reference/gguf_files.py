@@ -14,6 +14,10 @@ Runs in .venv-data (scripts/setup_python_data.sh).
         merges.txt) as tokenizer.ggml.*; and DEQUANTIZED_DIR (when given), the same Hugging Face
         dir with every tensor the file's values (gguf.quants.dequantize). bench/infer/compare_decode.py
         makes the Q8_0 file both engines read with it.
+    gguf_files.py compare OURS.gguf THEIRS.gguf
+        reads both with gguf.GGUFReader: every key THEIRS holds (but GGUF.*) must be in OURS with the
+        same type and value, and both must hold the same tensors (names, types, shapes, bytes);
+        exits 1 naming the first difference.
 """
 import json
 import sys
@@ -70,19 +74,44 @@ def convert(hf_dir, out, dequantized_dir):
         writer.add_token_list(tokens)
         writer.add_token_merges(merges)
         writer.add_token_types([3 if token == "<|endoftext|>" else 1 for token in tokens])
-    if dequantized_dir is None:
-        return
-    os.makedirs(dequantized_dir, exist_ok=True)
-    shutil.copy(f"{hf_dir}/config.json", dequantized_dir)
-    save_file(dequantized, f"{dequantized_dir}/model.safetensors", metadata={"format": "pt"})
+    if dequantized_dir is not None:
+        os.makedirs(dequantized_dir, exist_ok=True)
+        shutil.copy(f"{hf_dir}/config.json", dequantized_dir)
+        save_file(dequantized, f"{dequantized_dir}/model.safetensors", metadata={"format": "pt"})
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
 
 
+def compare(ours_path, theirs_path):
+    from gguf import GGUFReader
+    ours, theirs = GGUFReader(ours_path), GGUFReader(theirs_path)
+    for key, field in theirs.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        mine = ours.fields.get(key)
+        if mine is None or mine.types != field.types or mine.contents() != field.contents():
+            sys.exit(f"metadata {key}: ours {None if mine is None else (mine.types, mine.contents())!s:.200} "
+                     f"theirs {(field.types, field.contents())!s:.200}")
+    ours_tensors = {t.name: t for t in ours.tensors}
+    theirs_tensors = {t.name: t for t in theirs.tensors}
+    if sorted(ours_tensors) != sorted(theirs_tensors):
+        sys.exit(f"tensors: ours {sorted(ours_tensors)} theirs {sorted(theirs_tensors)}")
+    for name, tensor in theirs_tensors.items():
+        mine = ours_tensors[name]
+        if (mine.tensor_type != tensor.tensor_type or list(mine.shape) != list(tensor.shape)
+                or not np.array_equal(np.asarray(mine.data), np.asarray(tensor.data))):
+            sys.exit(f"tensor {name}: ours {mine.tensor_type.name} {list(mine.shape)}, "
+                     f"theirs {tensor.tensor_type.name} {list(tensor.shape)}, or other bytes")
+    print(f"{ours_path}: {len(theirs.fields)} keys and {len(theirs_tensors)} tensors as in {theirs_path}")
+
+
 def main():
     action, out_dir = sys.argv[1:3]
+    if action == "compare":
+        compare(out_dir, sys.argv[3])
+        return
     if action == "convert":
         convert(out_dir, sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
         return
