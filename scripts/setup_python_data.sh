@@ -31,6 +31,8 @@ PINS=(
   # deploy/kubernetes's manifests checked against the Kubernetes API's own JSON schemas
   # (tests/deploy/deploy_files_test.py).
   kubernetes-validate==1.37.0
+  # llama.cpp's gguf-py: its numpy reference quantizers (tests/reference/gguf_quants.py).
+  gguf==0.19.0
 )
 # TF Serving's gRPC client (tests/serve/tf_serving_grpc_check.py). Installed with --no-deps: it
 # asks for `tensorflow`, which pip would fetch beside tensorflow-cpu; what it needs (tensorflow,

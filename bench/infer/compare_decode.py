@@ -1,9 +1,10 @@
 """Batch-1 decode speed of paraflow vs llama.cpp on a GPT-2 124M-shaped model (random weights),
-in float32, bfloat16 and float16, against this machine's memory-bandwidth bound: at batch 1 each new token
+in float32, bfloat16, float16 and q8_0 (both engines reading the same Q8_0 GGUF file, which
+tests/reference/gguf_files.py writes with gguf-py's quantizer under .venv-data), against this machine's memory-bandwidth bound: at batch 1 each new token
 reads every weight once, so tokens/s <= read bandwidth / weight bytes.
 
     python3 bench/infer/compare_decode.py [--threads 2] [--tokens 128] [--repetitions 3]
-        [--model-dir DIR] [--paraflow-bin PATH] [--skip-build]
+        [--model-dir DIR] [--paraflow-bin PATH] [--skip-build] [--dtypes q8_0,bfloat16]
 
 Builds (unless --skip-build) paraflow and bandwidth_bench in build/ and llama-bench with
 bench/infer/build_llama_cpp.sh; makes the model dir (bench/.cache/gpt2-124m-random by default, reused
@@ -26,8 +27,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "bench/infer")
 GGUF_PYTHON = os.path.join(ROOT, "bench/.cache/venv-gguf/bin/python")
-DTYPES = ["float32", "bfloat16", "float16"]
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+DATA_PYTHON = os.path.join(ROOT, ".venv-data/bin/python")
+DTYPES = ["float32", "bfloat16", "float16", "q8_0"]
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0"}
 
 
 def cpu_model():
@@ -37,8 +39,8 @@ def cpu_model():
 
 def weight_bytes_per_token(model_dir):
     """Bytes of weights one decode step reads: every tensor but wpe (one row is looked up), the tied
-    wte once (as lm_head); matrices at the dtype's width, vectors (biases, layer norms) in float32 as
-    both engines keep them."""
+    wte once (as lm_head); matrices at the dtype's width (Q8_0's packed blocks), vectors (biases,
+    layer norms) in float32 as both engines keep them."""
     with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
         header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     header.pop("__metadata__", None)
@@ -53,17 +55,24 @@ def weight_bytes_per_token(model_dir):
             matrix += count
         else:
             vector += count
-    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector}
+    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector,
+            "q8_0": matrix * 34 // 32 + 4 * vector}  # Q8_0: 34 bytes per block of 32
 
 
-def ensure_model(model_dir, ref_python, llama_src):
+def ensure_model(model_dir, ref_python, llama_src, dtypes):
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         subprocess.run([ref_python, os.path.join(HERE, "make_gpt2_124m.py"), model_dir], check=True)
     ggufs = {}
     os.makedirs(os.path.join(model_dir, "gguf"), exist_ok=True)
-    for dtype, outtype in GGUF_OUTTYPE.items():
+    for dtype in dtypes:
+        outtype = GGUF_OUTTYPE[dtype]
         ggufs[dtype] = os.path.join(model_dir, f"gguf/model-{outtype}.gguf")
-        if not os.path.exists(ggufs[dtype]):
+        if os.path.exists(ggufs[dtype]):
+            continue
+        if dtype == "q8_0":
+            subprocess.run([DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir,
+                            ggufs[dtype]], check=True, capture_output=True)
+        else:
             subprocess.run([GGUF_PYTHON, os.path.join(llama_src, "convert_hf_to_gguf.py"), model_dir, "--outtype", outtype,
                             "--outfile", ggufs[dtype]], check=True, capture_output=True)
     return ggufs
@@ -82,7 +91,8 @@ def llama_tokens_per_s(llama_src, gguf, threads, tokens):
 
 
 def paraflow_tokens_per_s(binary, model_dir, dtype, threads, tokens):
-    """The decode rate `paraflow generate` prints apart from the prompt's pass, as llama-bench's tg."""
+    """The decode rate `paraflow generate` prints apart from the prompt's pass, as llama-bench's tg.
+    `model_dir`: the Hugging Face dir, or for q8_0 the GGUF file llama.cpp reads."""
     command = [binary, "generate", "--model", model_dir, "--prompt", "Hello", "--max-tokens", str(tokens),
                "--temperature", "0", "--dtype", dtype]
     err = subprocess.run(command, check=True, capture_output=True, text=True,
@@ -103,7 +113,10 @@ def main():
     parser.add_argument("--ref-python", default=os.path.join(ROOT, ".venv-ref/bin/python"),
                         help="Python with torch and transformers that makes the model dir")
     parser.add_argument("--skip-build", action="store_true", help="use the built binaries as they are")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated, of " + ", ".join(DTYPES))
     args = parser.parse_args()
+    dtypes = args.dtypes.split(",")
+    assert set(dtypes) <= set(DTYPES), f"--dtypes: each of {DTYPES}"
 
     build_llama = [os.path.join(HERE, "build_llama_cpp.sh")] + (["--dir"] if args.skip_build else [])
     llama_src = subprocess.run(build_llama, check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
@@ -113,24 +126,24 @@ def main():
         targets = ["bandwidth_bench"] + (["paraflow"] if args.paraflow_bin == parser.get_default("paraflow_bin") else [])
         subprocess.run(["cmake", "--build", os.path.join(ROOT, "build"), "-j2", "--target", *targets], check=True,
                        stdout=subprocess.DEVNULL)
-    ggufs = ensure_model(args.model_dir, args.ref_python, llama_src)
+    ggufs = ensure_model(args.model_dir, args.ref_python, llama_src, dtypes)
 
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), load average {os.getloadavg()[0]:.1f}; threads {args.threads}, "
           f"batch 1, {args.tokens} new tokens, greedy; best of {args.repetitions} runs, the engines taking turns")
     weights = weight_bytes_per_token(args.model_dir)
     bandwidths = [read_bandwidth(args.threads)]
-    runs = {(engine, dtype): [] for dtype in DTYPES for engine in ("llama.cpp", "paraflow")}
+    runs = {(engine, dtype): [] for dtype in dtypes for engine in ("llama.cpp", "paraflow")}
     for _ in range(args.repetitions):
-        for dtype in DTYPES:
+        for dtype in dtypes:
             runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], args.threads, args.tokens))
-            runs["paraflow", dtype].append(
-                paraflow_tokens_per_s(args.paraflow_bin, args.model_dir, dtype, args.threads, args.tokens))
+            model = ggufs[dtype] if dtype == "q8_0" else args.model_dir
+            runs["paraflow", dtype].append(paraflow_tokens_per_s(args.paraflow_bin, model, dtype, args.threads, args.tokens))
     bandwidths.append(read_bandwidth(args.threads))
     bandwidth = max(bandwidths)
     print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s (bench/infer/bandwidth_bench, {args.threads} threads; best of "
           f"before {bandwidths[0] / 1e9:.1f} and after {bandwidths[1] / 1e9:.1f}); load average after "
           f"{os.getloadavg()[0]:.1f}")
-    for dtype in DTYPES:
+    for dtype in dtypes:
         print(f"{dtype}: {weights[dtype] / 1e6:.1f} MB of weights per token -> bound {bandwidth / weights[dtype]:.1f} tokens/s")
 
     print(f"\n{'engine':<10} {'dtype':<9} {'tokens/s':>9} {'of bound':>9}  runs")
@@ -140,7 +153,7 @@ def main():
         rate = best[engine, dtype]
         print(f"{engine:<10} {dtype:<9} {rate:9.1f} {rate / bound:9.2f}  " + " ".join(f"{r:.1f}" for r in rates))
     print()
-    for dtype in DTYPES:
+    for dtype in dtypes:
         ours, theirs = best["paraflow", dtype], best["llama.cpp", dtype]
         print(f"ratio paraflow/llama.cpp {dtype}: {ours / theirs:.2f}x")
 

@@ -78,7 +78,8 @@ const ErasedKernel* Backend::kernel(KernelOp op, DType dtype) const {
 }
 
 void Backend::check_host_copy(const Tensor& tensor, size_t count, size_t element_size) {
-  if (count != static_cast<size_t>(tensor.numel()) || element_size != dtype_size(tensor.dtype())) {
+  if (count != static_cast<size_t>(tensor.numel()) || element_size != dtype_block_bytes(tensor.dtype()) ||
+      is_block_quantized(tensor.dtype())) {
     throw Error(fmt::format("host copy of {} elements of {} bytes for a {} {} tensor", count, element_size,
                             dtype_name(tensor.dtype()), tensor.shape().to_string()));
   }

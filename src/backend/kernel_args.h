@@ -195,7 +195,8 @@ struct SwigluBackward {
 // dtype() is the operands' type (inp and weight); out is f32 or that type, and gelu_slope has
 // out's type. f32 rows may also multiply a float16 weight (decoding's, [out, in], forward only):
 // out_in_tiles in half arithmetic where the CPU has it (backend/cpu/half_products.h), out_in
-// widened to f32.
+// widened to f32; or a block-quantized weight (q8_0, [out, in], forward only), whose type is then
+// dtype(): its kernel is registered under it.
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;
   Tensor out, gelu_slope, inp, weight, bias;
@@ -205,7 +206,7 @@ struct MatmulForward {
   // request's tokens do not depend on what it is batched with); the GEMM libraries' blocking
   // changes with the batch, and with it the rounding.
   bool row_invariant = false;
-  DType dtype() const { return inp.dtype(); }
+  DType dtype() const { return is_block_quantized(weight.dtype()) ? weight.dtype() : inp.dtype(); }
 };
 // dinp (N,C) (+)= dout · W^T (dinp may be undefined); dweight (+)= inp^T · dout (or its
 // transpose); dbias += column sums of dout (may be undefined). Gradients have their values'

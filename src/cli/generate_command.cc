@@ -23,7 +23,7 @@ struct GenerateOptions {
   int64_t max_tokens = 64;
   infer::SamplingConfig sampling;
   std::vector<std::string> stops;
-  std::string dtype = "auto";  // weights: float32, bfloat16, float16, or auto (cli::weights_dtype)
+  std::string dtype = "auto";  // weights: float32, bfloat16, float16, q8_0, or auto (cli::weights_dtype)
   std::string kv_cache_dtype = "auto";  // float32, bfloat16, or auto (as the weights)
 };
 
@@ -123,7 +123,7 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Continue a prompt with a trained model (KV-cache decoding)");
-  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout)")->required()->check(CLI::ExistingDirectory);
+  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout), or a GPT-2 GGUF file")->required()->check(CLI::ExistingPath);
   command->add_option("--prompt", options->prompt, "Text to continue")->required();
   command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")
       ->capture_default_str()
@@ -152,7 +152,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Validator([](std::string& stop) { return stop.empty() ? std::string("must not be empty") : ""; },
                              "NONEMPTY"));
   add_weights_dtype_option(command, options->dtype);
-  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16)")
+  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16 and q8_0)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->callback([options] { run_generate(*options); });

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   paraflow::cli::add_eval_command(app);
   paraflow::cli::add_generate_command(app);
   paraflow::cli::add_serve_command(app);
+  paraflow::cli::add_quantize_command(app);
   paraflow::cli::add_config_command(app);
   try {
     app.parse(argc, argv);

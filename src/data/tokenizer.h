@@ -101,6 +101,11 @@ class Tokenizer {
   // token strings through GPT-2's byte-to-unicode map). `<|endoftext|>` in the vocab is special.
   static Tokenizer load_vocab_merges(const std::filesystem::path& vocab_json,
                                      const std::filesystem::path& merges_txt);
+  // GPT-2-style strings as GGUF's tokenizer.ggml.tokens and .merges hold them: tokens[id] through
+  // the byte-to-unicode map, merges "LEFT RIGHT" in rank order; `specials` (and `<|endoftext|>`)
+  // are matched verbatim. Errors name `where`.
+  static Tokenizer from_strings(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                                const std::vector<std::string>& specials, const std::string& where);
   // A Hugging Face `tokenizer.json` with a BPE model: GPT-2's, Llama 3's and Qwen2's byte-level
   // ones, Llama 2's and Mistral's SentencePiece-style ones (tokenizer_json.cc). Anything else is
   // refused naming the field and its value.

@@ -12,7 +12,7 @@ namespace {
 constexpr int64_t kAlignment = 64;
 
 int64_t aligned_bytes(const Value& value) {
-  int64_t bytes = value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
+  int64_t bytes = static_cast<int64_t>(dtype_bytes(value.dtype, value.shape.numel()));
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 

@@ -248,7 +248,10 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   for (Names layout : {&model::StoredLayouts::transposed, &model::StoredLayouts::interleaved, &model::StoredLayouts::tiled}) {
     (layouts.*layout).insert((head_layouts.*layout).begin(), (head_layouts.*layout).end());
   }
-  decoding_parameters = parameters.converted_copy(backend, options.weights, layouts);
+  // With 16-bit or quantized weights, a copy of those the two graphs read in that type only.
+  std::set<std::string> copied = model::half_parameter_names(decoder_graph);
+  copied.merge(model::half_parameter_names(head_graph));
+  decoding_parameters = parameters.converted_copy(backend, options.weights, layouts, half ? &copied : nullptr);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);
   const model::ParameterSet& bound = half ? parameters : decoding_parameters;

@@ -1,6 +1,8 @@
 #include "infer/generator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "base/error.h"
 
@@ -32,7 +34,8 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
     // Every step's graph reads its weights in the same layouts (none depends on the token count).
     const model::StoredLayouts layouts = model::use_weights_for_decoding(g, backend_, weights_);
     if (decoding_parameters_.specs().empty()) {
-      decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts);
+      const std::set<std::string> copied = model::half_parameter_names(g);
+      decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts, weights_ != DType::f32 ? &copied : nullptr);
     }
     slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
     slot->second.executor->set_profiling(profiling_);
@@ -77,6 +80,26 @@ const std::vector<float>& Generator::prefill(const std::vector<int32_t>& tokens)
 
 const std::vector<float>& Generator::decode(int32_t token) { return run(step_for(1), &token, 1); }
 
+std::vector<double> Generator::log_likelihoods(const std::vector<int32_t>& tokens) {
+  check(tokens.size() >= 2, "log_likelihoods: {} tokens predict none (two at least)", tokens.size());
+  const auto count = static_cast<int64_t>(tokens.size());
+  Step& step = step_for(count);
+  position_ = 0;
+  run(step, tokens.data(), count);
+  const Tensor logits = backend_.on_host(step.executor->tensor(step.graph.logits));
+  const float* all = logits.data<float>();
+  std::vector<double> result(tokens.size() - 1);
+  for (int64_t t = 0; t + 1 < count; ++t) {
+    // log softmax at the next token, in double, from the row's largest logit.
+    const float* row = all + t * config_.vocab_size;
+    const double largest = *std::max_element(row, row + config_.vocab_size);
+    double sum = 0;
+    for (int64_t v = 0; v < config_.vocab_size; ++v) sum += std::exp(static_cast<double>(row[v]) - largest);
+    result[static_cast<size_t>(t)] = static_cast<double>(row[tokens[static_cast<size_t>(t + 1)]]) - largest - std::log(sum);
+  }
+  return result;
+}
+
 Generation Generator::generate(const std::vector<int32_t>& prompt, int64_t max_new_tokens, Sampler& sampler,
                               const std::function<bool(int32_t)>& on_token) {
   Generation result;
@@ -119,6 +142,25 @@ std::map<std::string, double> Generator::profile() const {
     for (const auto& [key, seconds] : step.executor->profile()) total[key] += seconds;
   }
   return total;
+}
+
+Perplexity perplexity(Generator& generator, const std::vector<int32_t>& tokens, int64_t context) {
+  check(context >= 2, "perplexity: a window of {} tokens predicts none (two at least)", context);
+  check(tokens.size() >= 2, "perplexity: the text is {} token(s); two at least are needed", tokens.size());
+  Perplexity result;
+  double total = 0;
+  for (size_t begin = 0; begin + 1 < tokens.size(); begin += static_cast<size_t>(context)) {
+    const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(context));
+    if (end - begin < 2) break;  // a last window of one token predicts nothing
+    for (double log_likelihood : generator.log_likelihoods({tokens.begin() + begin, tokens.begin() + end})) {
+      total -= log_likelihood;
+      ++result.scored;
+    }
+    ++result.windows;
+  }
+  result.mean_nll = total / static_cast<double>(result.scored);
+  result.perplexity = std::exp(result.mean_nll);
+  return result;
 }
 
 const char* finish_reason_name(FinishReason reason) { return reason == FinishReason::stop ? "stop" : "length"; }

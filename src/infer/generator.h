@@ -29,7 +29,7 @@ struct Generation {
 
 class Generator {
  public:
-  // `weights` f32, bf16 where the backend multiplies bf16, or f16 (model::use_weights_for_decoding).
+  // `weights` f32, bf16 where the backend multiplies bf16, f16 or q8_0 (model::use_weights_for_decoding).
   // Either way a copy of `parameters` is made once, with the linear layers' weights [out, in] for
   // decoding: in bf16 (activations are then stored in bf16 too; the logits and KV cache stay f32),
   // in f16 (the matmuls' weights only), or in f32.
@@ -41,6 +41,9 @@ class Generator {
   const std::vector<float>& prefill(const std::vector<int32_t>& tokens);
   // Appends one token at the current position; returns its logits (the same buffer).
   const std::vector<float>& decode(int32_t token);
+  // Forgets the cache and runs `tokens` (at least two) from position 0; returns the natural log of
+  // the probability the model gave each token after the first, from the logits before it.
+  std::vector<double> log_likelihoods(const std::vector<int32_t>& tokens);
 
   // Per-op wall time of the prefill and decode graphs (graph::Executor's profiling), for benchmarks.
   void set_profiling(bool enabled);
@@ -71,5 +74,14 @@ class Generator {
   std::map<int64_t, Step> steps_;  // by number of new positions
   int64_t position_ = 0;
 };
+
+// A text's perplexity: exp of the mean negative log-likelihood of its tokens, run in consecutive
+// windows of `context` tokens (each from position 0; the last window may be shorter), every token
+// but a window's first scored.
+struct Perplexity {
+  double perplexity = 0, mean_nll = 0;
+  int64_t scored = 0, windows = 0;
+};
+Perplexity perplexity(Generator& generator, const std::vector<int32_t>& tokens, int64_t context);
 
 }  // namespace paraflow::infer

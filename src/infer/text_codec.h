@@ -19,6 +19,7 @@ namespace paraflow::infer {
 class TextCodec {
  public:
   // Says on stderr when the directory has no tokenizer files.
+  // `model_dir` may also be a GGUF file: its tokenizer.ggml.* metadata (GPT-2's BPE) is read.
   explicit TextCodec(const std::filesystem::path& model_dir);
   // add_special_tokens: the template's ids too (false for text that holds them already, as a
   // rendered chat template does).

@@ -288,11 +288,12 @@ StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::stri
 }
 
 // Whether `backend` can decode with weights in `weights` (float32 always; bfloat16 needs its bf16
-// matmul; float16 the f32 matmul, which reads float16 weights); fails naming what is missing.
+// matmul; float16 the f32 matmul, which reads float16 weights; q8_0 its q8_0 matmul); fails naming
+// what is missing.
 void check_decoding_weights(const Backend& backend, DType weights) {
-  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16,
-        "decoding weights must be float32, bfloat16 or float16 (got {})", dtype_name(weights));
-  const DType matmul = weights == DType::bf16 ? DType::bf16 : DType::f32;  // f32 rows read float16 weights
+  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16 || weights == DType::q8_0,
+        "decoding weights must be float32, bfloat16, float16 or q8_0 (got {})", dtype_name(weights));
+  const DType matmul = weights == DType::f16 ? DType::f32 : weights;  // f32 rows read float16 weights
   check(weights == DType::f32 || backend.supports(KernelOp::matmul_forward, matmul),
         "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
         dtype_name(matmul));
@@ -303,8 +304,8 @@ void check_decoding_weights(const Backend& backend, DType weights) {
 StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights) {
   check_decoding_weights(backend, weights);
   if (weights == DType::f32) return lay_out_for_decoding(g.graph, g.parameters, backend);
-  if (weights == DType::f16) {
-    name_half_parameters(g, graph::read_matmul_weights_in(g.graph, DType::f16));
+  if (weights == DType::f16 || weights == DType::q8_0) {
+    name_half_parameters(g, graph::read_matmul_weights_in(g.graph, weights));
   } else {
     std::set<graph::ValueId> keep_f32;
     if (g.logits != graph::kNoValue) keep_f32.insert(g.logits);
@@ -325,6 +326,12 @@ void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan) {
 ParameterSet make_half_parameters(const GptGraph& g, const ParameterSet& parameters, Backend& backend, DType dtype) {
   if (g.half_parameters.empty()) return {};
   return parameters.converted_copy(backend, dtype, {});
+}
+
+std::set<std::string> half_parameter_names(const GptGraph& g) {
+  std::set<std::string> names;
+  for (const auto& [name, id] : g.half_parameters) names.insert(name);
+  return names;
 }
 
 void bind_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,

@@ -58,6 +58,8 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 // - float16: every matmul's weight (the head's too) read from a float16 copy stored [out, in]
 //   (out_in_tiles for half arithmetic where the CPU has AVX512_FP16: backend/cpu/half_products.h),
 //   activations f32.
+// - q8_0: every matmul's weight (the head's too) read from a Q8_0 copy stored [out, in] (its
+//   input features a multiple of 32), activations f32 (quantized per row by the kernel).
 // With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
 // 16-bit copy as half_parameters). Returns the layouts, for ParameterSet::converted_copy. Fails
 // with a message naming the backend where it has no matmul for those weights.
@@ -67,6 +69,8 @@ StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weig
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);
 // The 16-bit copies `g` reads, converted from `parameters` (an empty set when it reads none).
 ParameterSet make_half_parameters(const GptGraph& g, const ParameterSet& parameters, Backend& backend, DType dtype);
+// The names of the parameters whose 16-bit (or quantized) copies `g` reads.
+std::set<std::string> half_parameter_names(const GptGraph& g);
 
 // Forward graph with the loss; call graph::add_backward_pass(g.graph, g.losses) to train. For a
 // pipeline stage other than the last, the graph ends at g.stage_output instead (no loss); stages

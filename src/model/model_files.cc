@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/file_io.h"
+#include "model/gguf_model.h"
 #include "model/safetensors.h"
 
 namespace paraflow::model {
@@ -148,6 +149,7 @@ void load_parameters(const std::filesystem::path& file, ParameterSet& device_par
 }
 
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {
+  if (is_gguf_file(dir)) return load_gguf_model(GgufFile::open(dir), backend);
   std::filesystem::path config_path = dir / "config.json";
   check(std::filesystem::exists(config_path), "{}: not found (is '{}' a model directory?)", config_path.string(),
         dir.string());

@@ -45,7 +45,8 @@ std::vector<HfStoredTensor> hf_layout(const GptConfig& config, const std::vector
 void export_model_dir(const std::filesystem::path& dir, const GptConfig& config, SliceReader& reader,
                       int64_t end_of_text = -1);
 
-// Reads a model dir; every error names the file and the tensor or field at fault.
+// Reads a model dir, or a GGUF file (model/gguf_model.h); every error names the file and the
+// tensor or field at fault.
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend);
 
 // Loads tensors named like `specs` from a safetensors file into `parameters` (a missing or

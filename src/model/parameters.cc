@@ -5,6 +5,7 @@
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
+#include "tensor/quantized.h"
 
 namespace paraflow::model {
 
@@ -324,42 +325,66 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
   backend_->launch(Cast{.src = source.flat_, .dst = flat_});
 }
 
-ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts) const {
-  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32, "converted_copy: {} is not f32, bf16 or f16",
-        dtype_name(dtype));
-  std::vector<TensorSpec> specs = specs_;
-  for (TensorSpec& spec : specs) {
+ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
+                                          const std::set<std::string>* only) const {
+  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || dtype == DType::q8_0,
+        "converted_copy: {} is not f32, bf16, f16 or q8_0", dtype_name(dtype));
+  std::vector<size_t> sources;  // indices into specs_ of the tensors copied
+  std::vector<TensorSpec> specs;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (only != nullptr && !only->count(specs_[i].name)) continue;
+    TensorSpec spec = specs_[i];
     if (layouts.transposed.count(spec.name)) spec.shape = Shape{spec.shape[1], spec.shape[0]};
-    check((!layouts.interleaved.count(spec.name) && !layouts.tiled.count(spec.name)) || spec.shape.rank() == 2,
+    const bool interleaved = layouts.interleaved.count(spec.name) > 0, tiled = layouts.tiled.count(spec.name) > 0;
+    check((!interleaved && !tiled) || spec.shape.rank() == 2,
           "converted_copy: {} {} cannot be stored interleaved or tiled (not 2-D)", spec.name, spec.shape.to_string());
+    if (is_block_quantized(dtype)) {
+      const int64_t block = dtype_block_elements(dtype), columns = spec.shape[spec.shape.rank() - 1];
+      check(!interleaved && !tiled, "converted_copy: {} weights are read as blocks of rows, not interleaved or tiled ({})",
+            dtype_name(dtype), spec.name);
+      check(columns % block == 0, "{} {} cannot be quantized to {}: its rows of {} are not a whole number of {}-value blocks",
+            spec.name, spec.shape.to_string(), dtype_name(dtype), columns, block);
+    }
+    sources.push_back(i);
+    specs.push_back(std::move(spec));
   }
   const ParameterSet source = on_host();
   ParameterSet copy(std::move(specs), backend, dtype);
   copy.write_on_host([&](ParameterSet& host) {
-    for (size_t i = 0; i < specs_.size(); ++i) {
-      const float* from = source.at(i).data<float>();
-      const bool f32 = dtype == DType::f32;
-      float* to_f32 = f32 ? host.at(i).data<float>() : nullptr;
-      uint16_t* to = f32 ? nullptr : host.at(i).data<uint16_t>();
-      const Shape& shape = specs_[i].shape;  // the source's
-      const bool transpose = layouts.transposed.count(specs_[i].name) > 0;
-      const bool interleave = layouts.interleaved.count(specs_[i].name) > 0;
-      const bool tile = layouts.tiled.count(specs_[i].name) > 0;
+    std::vector<float> stored;  // a quantized tensor's f32 values, in its stored layout
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const float* from = source.at(sources[i]).data<float>();
+      const std::string& name = specs_[sources[i]].name;
+      const Shape& shape = specs_[sources[i]].shape;  // the source's
+      const bool transpose = layouts.transposed.count(name) > 0;
+      const bool interleave = layouts.interleaved.count(name) > 0;
+      const bool tile = layouts.tiled.count(name) > 0;
       const int64_t rows = shape[0], columns = shape.numel() / rows;
       const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < columns; ++c) {
-          const float value = from[r * columns + c];
-          const int64_t row = transpose ? c : r, column = transpose ? r : c;
-          const int64_t at = interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
-                             : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
-                                        : row * stored_columns + column;
-          if (f32) {
-            to_f32[at] = value;
-          } else {
-            to[at] = dtype == DType::bf16 ? f32_to_bf16(value) : f32_to_f16(value);
+      auto write = [&](auto store) {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < columns; ++c) {
+            const int64_t row = transpose ? c : r, column = transpose ? r : c;
+            store(interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
+                  : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
+                             : row * stored_columns + column,
+                  from[r * columns + c]);
           }
         }
+      };
+      switch (dtype) {
+        case DType::f32: write([to = host.at(i).data<float>()](int64_t at, float value) { to[at] = value; }); break;
+        case DType::bf16:
+          write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_bf16(value); });
+          break;
+        case DType::f16:
+          write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
+          break;
+        default:  // q8_0: the stored rows in f32, then quantized block by block
+          stored.resize(static_cast<size_t>(shape.numel()));
+          write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
+          quantize_q8_0(stored.data(), host.at(i).data<BlockQ8_0>(), shape.numel());
+          break;
       }
     }
   });

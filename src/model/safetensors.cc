@@ -87,6 +87,8 @@ SafetensorsFile SafetensorsFile::parse_bytes(std::shared_ptr<const void> owner, 
           "{}: 'data_offsets' must be [begin, end]", where);
     SafetensorsEntry entry;
     entry.dtype = parse_dtype(info["dtype"].get<std::string>(), where + " field 'dtype'");
+    check(!is_block_quantized(entry.dtype), "{} field 'dtype': {} is not a safetensors dtype", where,
+          dtype_name(entry.dtype));
     std::vector<int64_t> dims;
     uint64_t elements = 1;  // checked as it grows: a product past 2^63 would wrap
     for (const auto& dim : info["shape"]) {
@@ -182,6 +184,8 @@ std::string safetensors_header(const std::vector<SafetensorsHeaderEntry>& entrie
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   for (const SafetensorsHeaderEntry& entry : entries) {
+    check(!is_block_quantized(entry.dtype), "safetensors: {} cannot be stored as {} (block-quantized: GGUF holds it)",
+          entry.name, dtype_name(entry.dtype));
     const size_t bytes = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
     header[entry.name] = {{"dtype", safetensors_dtype_name(entry.dtype)},
                           {"shape", entry.shape.dims()},

@@ -3,11 +3,28 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "tensor/quantized.h"
 
 namespace paraflow {
 
+bool is_block_quantized(DType dtype) { return dtype == DType::q8_0; }
+
+int64_t dtype_block_elements(DType dtype) { return dtype == DType::q8_0 ? BlockQ8_0::kElements : 1; }
+
+size_t dtype_block_bytes(DType dtype) { return dtype == DType::q8_0 ? sizeof(BlockQ8_0) : dtype_size(dtype); }
+
+size_t dtype_bytes(DType dtype, int64_t count) {
+  const int64_t block = dtype_block_elements(dtype);
+  if (count % block != 0) {
+    throw Error(fmt::format("{} elements of {} are not a whole number of its {}-element blocks", count,
+                            dtype_name(dtype), block));
+  }
+  return static_cast<size_t>(count / block) * dtype_block_bytes(dtype);
+}
+
 size_t dtype_size(DType dtype) {
   switch (dtype) {
+    case DType::q8_0: throw Error(fmt::format("{} is block-quantized: it has no per-element size", dtype_name(dtype)));
     case DType::f64:
     case DType::i64: return 8;
     case DType::f32:
@@ -28,6 +45,7 @@ const char* dtype_name(DType dtype) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u16: return "u16";
+    case DType::q8_0: return "q8_0";
   }
   return "?";
 }
@@ -41,13 +59,15 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::u16: return "U16";
+    case DType::q8_0: return nullptr;
   }
   return "?";
 }
 
 DType parse_dtype(const std::string& name, const std::string& context) {
-  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16}) {
-    if (name == dtype_name(dtype) || name == safetensors_dtype_name(dtype)) return dtype;
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16, DType::q8_0}) {
+    const char* safetensors_name = safetensors_dtype_name(dtype);
+    if (name == dtype_name(dtype) || (safetensors_name != nullptr && name == safetensors_name)) return dtype;
   }
   fail("{}: unsupported dtype '{}'", context, name);
 }

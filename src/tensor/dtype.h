@@ -12,13 +12,24 @@
 
 namespace paraflow {
 
-enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u16 };
+// q8_0 is block-quantized, with ggml's byte layout (tensor/quantized.h): elements come in blocks
+// of dtype_block_elements, each stored in dtype_block_bytes, so a tensor's byte count is
+// dtype_bytes, not a per-element size times the count.
+enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u16, q8_0 };
 
+bool is_block_quantized(DType dtype);
+// Elements per block: 1 for the element types.
+int64_t dtype_block_elements(DType dtype);
+// Bytes per block (per element for the element types).
+size_t dtype_block_bytes(DType dtype);
+// The bytes of `count` elements; fails (Error) when count is not a whole number of blocks.
+size_t dtype_bytes(DType dtype, int64_t count);
+// An element type's size; fails (Error) for a block-quantized type, which has none.
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
-// Parses our names ("f32") and safetensors' ("F32"); throws InputError naming `context`.
+// Parses our names ("f32", "q8_0") and safetensors' ("F32"); throws InputError naming `context`.
 DType parse_dtype(const std::string& name, const std::string& context);
-// The safetensors spelling: F32, BF16, ...
+// The safetensors spelling: F32, BF16, ... (null for a block-quantized type: safetensors has none).
 const char* safetensors_dtype_name(DType dtype);
 
 inline float bf16_to_f32(uint16_t bits) {

@@ -49,7 +49,7 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t byte_offset, Shape shape
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype) {
-  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  size_t bytes = dtype_bytes(dtype, shape.numel());
   return Tensor(allocate_host(bytes), 0, std::move(shape), dtype);
 }
 
@@ -64,7 +64,7 @@ Tensor Tensor::slice_flat(int64_t begin, int64_t count) const {
   if (begin < 0 || count < 0 || begin + count > numel()) {
     throw Error(fmt::format("slice [{}, {}) out of range for {} elements", begin, begin + count, numel()));
   }
-  return Tensor(storage_, offset_ + static_cast<size_t>(begin) * dtype_size(dtype_), Shape{count}, dtype_);
+  return Tensor(storage_, offset_ + dtype_bytes(dtype_, begin), Shape{count}, dtype_);
 }
 
 Tensor Tensor::view(size_t byte_offset, Shape shape, DType dtype) const {
@@ -72,7 +72,7 @@ Tensor Tensor::view(size_t byte_offset, Shape shape, DType dtype) const {
 }
 
 void Tensor::check_element_type(size_t element_size) const {
-  if (element_size != dtype_size(dtype_)) {
+  if (element_size != dtype_block_bytes(dtype_)) {
     throw Error(fmt::format("tensor of {} accessed with a {}-byte element type", dtype_name(dtype_), element_size));
   }
 }

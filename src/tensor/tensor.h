@@ -78,12 +78,13 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_->device(); }
   int64_t numel() const { return shape_.numel(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return dtype_bytes(dtype_, numel()); }
 
   bool host_accessible() const { return storage_->host_accessible(); }
 
   // Host access, checked: the tensor must live in host-accessible memory (elsewhere, copy it
-  // with Backend::download / upload), and T must match the dtype.
+  // with Backend::download / upload), and T must match the dtype (a block-quantized type's T is
+  // its block).
   template <typename T>
   T* data() const {
     check_host_access();
@@ -105,7 +106,8 @@ class Tensor {
 
   // Same bytes, another shape with the same element count.
   Tensor reshape(Shape shape) const;
-  // Elements [begin, begin + count) of the flattened tensor, as a 1-D view.
+  // Elements [begin, begin + count) of the flattened tensor, as a 1-D view (whole blocks of a
+  // block-quantized type).
   Tensor slice_flat(int64_t begin, int64_t count) const;
   // Another tensor living in this one's storage at `byte_offset` (memory planning's arena).
   Tensor view(size_t byte_offset, Shape shape, DType dtype) const;

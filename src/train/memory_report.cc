@@ -112,7 +112,7 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;
   for (size_t v = 0; v < outside.size(); ++v) {
     const graph::Value& value = g.graph.values()[v];
-    const int64_t bytes = value.shape.numel() * static_cast<int64_t>(dtype_size(value.dtype));
+    const int64_t bytes = static_cast<int64_t>(dtype_bytes(value.dtype, value.shape.numel()));
     if (outside[v] && !bound[v]) report.inputs += bytes * report.in_flight;
   }
   // Per thread: the CPU attention's scratch (a block's scores and their gradients,

@@ -144,6 +144,77 @@ TEST_F(GeneratorTest, HalfWeightsAgreeWithFloat32WhereTheLogitGapExceedsTheirErr
   }
 }
 
+// q8_0 weights against float32 on float32's greedy sequence, on a model whose widths are whole
+// blocks (random weights). Every matmul rounds its weight and its input rows to steps of their
+// block's largest magnitude / 127: at most half a step each, so a block's error is at most
+// sqrt(32) / 254 of its norm, per operand; the logits' norm-wise error stays below that bound,
+// 2 x 0.022 (the worst case of both operands, which the errors of the layers, averaging out, do
+// not add up to).
+// GPT-2 and a Llama-family model (Qwen2).
+TEST(GeneratorWideModel, Q8_0LogitsWithinTheirBoundOfFloat32) {
+  for (const model::GptConfig& config :
+       {testing::gpt_config(97, 64, 64, 2, 2), testing::llama_config("qwen2", 97, 64, 64, 96, 2, 4, 2, 16)}) {
+    SCOPED_TRACE(config.is_llama() ? "qwen2" : "gpt2");
+    model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+    Rng rng(testing::test_seed());
+    model::initialize_gpt(parameters, config, rng);
+    infer::Generator f32(config, parameters, cpu_backend());
+    infer::Generator q8_0(config, parameters, cpu_backend(), DType::q8_0);
+    const std::vector<int32_t> prompt{3, 24, 38, 1, 10};
+    std::vector<double> ours, reference;
+    auto append = [](std::vector<double>& all, const std::vector<float>& logits) { all.insert(all.end(), logits.begin(), logits.end()); };
+    std::vector<float> last = f32.prefill(prompt);
+    append(reference, last);
+    append(ours, q8_0.prefill(prompt));
+    for (int step = 0; step < 25; ++step) {
+      const auto token = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+      last = f32.decode(token);
+      append(reference, last);
+      append(ours, q8_0.decode(token));
+    }
+    const double error = testing::relative_error(ours, reference), bound = 2 * std::sqrt(32.0) / 254;
+    std::printf("  q8_0 vs f32 logits: rel err %.3e (bound %.3e)\n", error, bound);
+    EXPECT_LE(error, bound);
+    EXPECT_GT(error, 0);  // the weights were quantized at all
+  }
+}
+
+// A text's perplexity (paraflow eval --model --text) from transformers' float64 logits of the same
+// saved model: each window's log-likelihoods are its log-softmax at the next token, and the
+// perplexity exp of their negated mean over two windows and a shorter last one.
+TEST(Perplexity, EqualsTransformersLogSoftmaxOverItsWindows) {
+  testing::TempDir dir;
+  const std::vector<int32_t> tokens{5, 17, 0, 42, 42, 8, 60, 3, 11, 9, 33, 1, 59, 20, 7, 7, 45, 12, 30};
+  const int64_t context = 8;
+  const std::string config =
+      R"({"vocab_size": 61, "n_positions": 32, "n_embd": 64, "n_layer": 2, "n_head": 2, "initializer_range": 0.2})";
+  std::vector<double> expected_nll;
+  for (size_t begin = 0; begin < tokens.size(); begin += context) {
+    const std::vector<int32_t> window(tokens.begin() + begin, tokens.begin() + std::min(tokens.size(), begin + context));
+    const std::string out = (dir.path() / fmt::format("logits{}.safetensors", begin)).string();
+    ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("save --kind lmhead --config '{}' --seed 3 --dir {} --tokens {} --out {}",
+                                                              config, (dir.path() / "hf").string(), comma_separated(window), out)));
+    const std::vector<double> logits = read_f64(out, "logits");
+    for (size_t t = 0; t + 1 < window.size(); ++t) {
+      const double* row = logits.data() + t * 61;
+      const double largest = *std::max_element(row, row + 61);
+      double sum = 0;
+      for (int v = 0; v < 61; ++v) sum += std::exp(row[v] - largest);
+      expected_nll.push_back(-(row[window[t + 1]] - largest - std::log(sum)));
+    }
+  }
+  model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
+  const infer::Perplexity ours = infer::perplexity(generator, tokens, context);
+  double mean = 0;
+  for (double nll : expected_nll) mean += nll / static_cast<double>(expected_nll.size());
+  EXPECT_EQ(ours.windows, 3);
+  EXPECT_EQ(ours.scored, static_cast<int64_t>(expected_nll.size()));
+  EXPECT_NEAR(ours.mean_nll, mean, 1e-5 * mean);
+  EXPECT_NEAR(ours.perplexity, std::exp(mean), 1e-5 * std::exp(mean));
+  std::printf("  perplexity %.5f, transformers %.5f\n", ours.perplexity, std::exp(mean));
+}
+
 TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {
   std::vector<int32_t> prompt{3, 24, 38, 1, 10};
   const int64_t max_new = 25;

@@ -19,6 +19,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/half_products.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/q8_0_products.h"
 #include "backend/cpu/storage.h"
 #include "backend/cpu/widened_bf16_rows.h"
 #include "base/error.h"
@@ -533,6 +534,7 @@ struct OutputSums;       // small_rows_matmul's sums (a share's, one share at a 
 struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
 struct HalfInputRows;    // small_rows_matmul's input rows in half, for float16 weights
 struct RowUnscales;      // and the factors that undo their scaling
+struct QuantizedRows;    // small_rows_matmul's input rows in Q8_0 blocks, for Q8_0 weights
 
 template <typename X, typename W, typename Out, typename Slope>
 void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
@@ -550,6 +552,10 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
         "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32", d.C);
   check(!half_arithmetic || d.C % 2 == 0,
         "matmul: an out_in_tiles float16 weight needs whole column pairs: {} input features are odd", d.C);
+  // Q8_0 weights [out, in], read as blocks of the rows; the input rows quantized to blocks too.
+  constexpr bool q8_0_weights = std::is_same_v<W, BlockQ8_0>;
+  check(!q8_0_weights || (d.transposed && !d.stored_for_decoding() && d.C % BlockQ8_0::kElements == 0),
+        "matmul: q8_0 weights are read stored [out, in] with whole blocks (got {} input features)", d.C);
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
   // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves, and
   // widened_bf16_products reads them split into even and odd columns.
@@ -566,6 +572,11 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     float* rows = thread_scratch<InputRows, float>(d.N * split_row_length(d.C));
     split_bf16_rows(rows, reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     x = rows;
+  }
+  BlockQ8_0* x_blocks = nullptr;
+  if constexpr (q8_0_weights) {
+    x_blocks = thread_scratch<QuantizedRows, BlockQ8_0>(d.N * d.C / BlockQ8_0::kElements);
+    quantize_q8_0(x, x_blocks, d.N * d.C);
   }
   uint16_t* half_x = nullptr;
   float* unscale = nullptr;
@@ -598,7 +609,9 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     const bool in_place = sums != nullptr;
     if (!in_place) sums = thread_scratch<OutputSums, float>(d.N * share);
     const int64_t sums_ld = in_place ? d.OC : width;
-    if (!d.transposed) {
+    if constexpr (q8_0_weights) {
+      q8_0_dot_rows(sums, sums_ld, x_blocks, d.N, d.C, weight, begin, end);
+    } else if (!d.transposed) {
       std::fill(sums, sums + d.N * width, 0.0f);
       // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.
       int64_t c = 0;
@@ -710,6 +723,10 @@ void matmul_forward(const MatmulForward& args) {
   // ran the 124M shape's forward GEMMs 1.4x slower than sgemm and the pass (bench/RESULTS.md).
   sgemm(false, d.transposed, d.N, d.OC, d.C, 1.0f, inp, d.C, weight, d.weight_ld(), 0.0f, target, d.OC);
   if (bias != nullptr || args.gelu) bias_and_gelu(pointer<float>(args.out), target, bias, args.gelu, d.N, d.OC);
+}
+
+void matmul_forward_q8_0(const MatmulForward& args) {
+  small_rows_matmul_in_passes<float, BlockQ8_0, float>(args, dims_of(args, args.out));
 }
 
 void matmul_backward(const MatmulBackward& args) {

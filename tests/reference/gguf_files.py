@@ -1,0 +1,173 @@
+"""GGUF files as llama.cpp's gguf-py writes and reads them: the oracle of tests/model/gguf_test.cc.
+Runs in .venv-data (scripts/setup_python_data.sh).
+
+    gguf_files.py write DIR
+        writes DIR/written.gguf with gguf.GGUFWriter (metadata of every value type, arrays of
+        numbers and of strings, a custom alignment; tensors in F32, F16, BF16 and Q8_0, quantized
+        by gguf.quants) and DIR/expected.json: each key's GGUF type name and value, and each
+        tensor's row-major shape, ggml type and values (f32 as numbers, raw bytes as hex).
+    gguf_files.py convert HF_DIR OUT.gguf [DEQUANTIZED_DIR]
+        a Hugging Face GPT-2 dir (config.json, model.safetensors with GPT2Model's names) as
+        llama.cpp's convert_hf_to_gguf.py writes it with --outtype q8_0: gpt2.* metadata, llama.cpp's
+        tensor names, Conv1D weights transposed to [out, in], matrices in Q8_0 (gguf.quants), vectors
+        in F32, the tied head written out as output.weight, GPT-2's tokenizer (vocab.json and
+        merges.txt) as tokenizer.ggml.*; and DEQUANTIZED_DIR (when given), the same Hugging Face
+        dir with every tensor the file's values (gguf.quants.dequantize). bench/infer/compare_decode.py
+        makes the Q8_0 file both engines read with it.
+    gguf_files.py compare OURS.gguf THEIRS.gguf
+        reads both with gguf.GGUFReader: every key THEIRS holds (but GGUF.*) must be in OURS with the
+        same type and value, and both must hold the same tensors (names, types, shapes, bytes);
+        exits 1 naming the first difference.
+"""
+import json
+import sys
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, quants
+
+
+def convert(hf_dir, out, dequantized_dir):
+    import os
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    config = json.load(open(f"{hf_dir}/config.json"))
+    weights = {k.removeprefix("transformer."): v for k, v in load_file(f"{hf_dir}/model.safetensors").items()}
+    writer = GGUFWriter(out, arch="gpt2")
+    writer.add_context_length(config["n_positions"])
+    writer.add_embedding_length(config["n_embd"])
+    writer.add_feed_forward_length(4 * config["n_embd"])
+    writer.add_block_count(config["n_layer"])
+    writer.add_head_count(config["n_head"])
+    writer.add_layer_norm_eps(config.get("layer_norm_epsilon", 1e-5))
+    names = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
+             "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias"}
+    parts = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+             "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    for layer in range(config["n_layer"]):
+        for ours, theirs in parts.items():
+            for kind in ("weight", "bias"):
+                names[f"h.{layer}.{ours}.{kind}"] = f"blk.{layer}.{theirs}.{kind}"
+
+    def add(name, values):
+        if values.ndim == 2:
+            blocks = quants.quantize(values, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q8_0)
+            return quants.dequantize(blocks, GGMLQuantizationType.Q8_0)
+        writer.add_tensor(name, values)
+        return values
+
+    dequantized = {}
+    for ours, values in weights.items():
+        values = values.astype(np.float32)
+        conv1d = ours.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))
+        if conv1d:
+            values = np.ascontiguousarray(values.T)  # Conv1D [in, out] -> [out, in]
+        back = add(names[ours], values)
+        dequantized[ours] = np.ascontiguousarray(back.T if conv1d else back)
+    add("output.weight", weights["wte.weight"].astype(np.float32))
+    if os.path.exists(f"{hf_dir}/vocab.json"):  # the tokenizer, as the converter's gpt2 vocab writes it
+        vocab = json.load(open(f"{hf_dir}/vocab.json"))
+        tokens = sorted(vocab, key=vocab.get)
+        merges = [line for line in open(f"{hf_dir}/merges.txt", encoding="utf-8").read().split("\n")
+                  if line and not line.startswith("#version")]
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list(tokens)
+        writer.add_token_merges(merges)
+        writer.add_token_types([3 if token == "<|endoftext|>" else 1 for token in tokens])
+    if dequantized_dir is not None:
+        os.makedirs(dequantized_dir, exist_ok=True)
+        shutil.copy(f"{hf_dir}/config.json", dequantized_dir)
+        save_file(dequantized, f"{dequantized_dir}/model.safetensors", metadata={"format": "pt"})
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def compare(ours_path, theirs_path):
+    from gguf import GGUFReader
+    ours, theirs = GGUFReader(ours_path), GGUFReader(theirs_path)
+    for key, field in theirs.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        mine = ours.fields.get(key)
+        if mine is None or mine.types != field.types or mine.contents() != field.contents():
+            sys.exit(f"metadata {key}: ours {None if mine is None else (mine.types, mine.contents())!s:.200} "
+                     f"theirs {(field.types, field.contents())!s:.200}")
+    ours_tensors = {t.name: t for t in ours.tensors}
+    theirs_tensors = {t.name: t for t in theirs.tensors}
+    if sorted(ours_tensors) != sorted(theirs_tensors):
+        sys.exit(f"tensors: ours {sorted(ours_tensors)} theirs {sorted(theirs_tensors)}")
+    for name, tensor in theirs_tensors.items():
+        mine = ours_tensors[name]
+        if (mine.tensor_type != tensor.tensor_type or list(mine.shape) != list(tensor.shape)
+                or not np.array_equal(np.asarray(mine.data), np.asarray(tensor.data))):
+            sys.exit(f"tensor {name}: ours {mine.tensor_type.name} {list(mine.shape)}, "
+                     f"theirs {tensor.tensor_type.name} {list(tensor.shape)}, or other bytes")
+    print(f"{ours_path}: {len(theirs.fields)} keys and {len(theirs_tensors)} tensors as in {theirs_path}")
+
+
+def main():
+    action, out_dir = sys.argv[1:3]
+    if action == "compare":
+        compare(out_dir, sys.argv[3])
+        return
+    if action == "convert":
+        convert(out_dir, sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+        return
+    assert action == "write"
+    rng = np.random.default_rng(7)
+    writer = GGUFWriter(f"{out_dir}/written.gguf", arch="gpt2")
+    writer.add_custom_alignment(64)
+    scalars = [
+        ("test.u8", 200, GGUFValueType.UINT8), ("test.i8", -100, GGUFValueType.INT8),
+        ("test.u16", 60000, GGUFValueType.UINT16), ("test.i16", -30000, GGUFValueType.INT16),
+        ("test.u32", 4000000000, GGUFValueType.UINT32), ("test.i32", -2000000000, GGUFValueType.INT32),
+        ("test.f32", 0.15625, GGUFValueType.FLOAT32), ("test.bool", True, GGUFValueType.BOOL),
+        ("test.string", "héllo wörld", GGUFValueType.STRING), ("test.u64", 2**63 + 5, GGUFValueType.UINT64),
+        ("test.i64", -2**62, GGUFValueType.INT64), ("test.f64", 1.0 / 3.0, GGUFValueType.FLOAT64),
+    ]
+    expected = {"metadata": {}, "tensors": {}}
+    for key, value, vtype in scalars:
+        writer.add_key_value(key, value, vtype)
+        expected["metadata"][key] = {"type": vtype.name.lower(), "value": value}
+    writer.add_array("test.ints", [3, -1, 4, 1, -5])
+    expected["metadata"]["test.ints"] = {"type": "array", "element": "int32", "value": [3, -1, 4, 1, -5]}
+    writer.add_array("test.strings", ["a", "", "Ġthe", "<|endoftext|>"])
+    expected["metadata"]["test.strings"] = {"type": "array", "element": "string", "value": ["a", "", "Ġthe", "<|endoftext|>"]}
+
+    def add(name, values, ggml_type):
+        record = {"shape": list(values.shape), "type": ggml_type}
+        if ggml_type == "F32":
+            writer.add_tensor(name, values)
+            record["values"] = values.ravel().tolist()
+        elif ggml_type == "F16":
+            half = values.astype(np.float16)
+            writer.add_tensor(name, half)
+            record["values"] = half.astype(np.float32).ravel().tolist()
+        elif ggml_type == "BF16":
+            bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # truncated: exact bf16 values
+            writer.add_tensor(name, bits, raw_shape=values.shape, raw_dtype=GGMLQuantizationType.BF16)
+            record["values"] = (bits.astype(np.uint32) << 16).view(np.float32).ravel().tolist()
+        else:
+            blocks = quants.quantize(values, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q8_0)
+            record["bytes"] = blocks.tobytes().hex()
+            record["values"] = quants.dequantize(blocks, GGMLQuantizationType.Q8_0).ravel().tolist()
+        expected["tensors"][name] = record
+
+    add("vector", rng.standard_normal(7).astype(np.float32), "F32")
+    add("matrix.f16", rng.standard_normal((3, 5)).astype(np.float32), "F16")
+    add("matrix.bf16", rng.standard_normal((2, 3, 4)).astype(np.float32), "BF16")
+    add("matrix.q8_0", rng.standard_normal((5, 64)).astype(np.float32), "Q8_0")
+    expected["alignment"] = 64
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with open(f"{out_dir}/expected.json", "w") as f:
+        json.dump(expected, f)
+
+
+if __name__ == "__main__":
+    main()

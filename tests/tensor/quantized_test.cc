@@ -1,0 +1,117 @@
+// Q8_0 blocks against ggml's reference quantizer as the `gguf` package implements it
+// (tests/reference/gguf_quants.py in .venv-data: scripts/setup_python_data.sh): our blocks must be
+// its blocks byte for byte, and our dequantized values its values. Missing oracle: the test fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/random.h"
+#include "reference_runner.h"
+#include "tensor/dtype.h"
+#include "tensor/quantized.h"
+#include "test_util.h"
+
+namespace paraflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runs the oracle: `action` (quantize or dequantize) of `type` from `in` to `out`.
+bool run_gguf_quants(const std::string& action, const std::string& type, const fs::path& in, const fs::path& out) {
+  const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
+  const fs::path oracle = root / "tests/reference/gguf_quants.py";
+  if (!fs::exists(python)) {
+    ADD_FAILURE() << python << " missing: run scripts/setup_python_data.sh";
+    return false;
+  }
+  const std::string command = python.string() + " " + oracle.string() + " " + action + " " + type + " " + in.string() +
+                              " " + out.string();
+  const int status = std::system(command.c_str());
+  EXPECT_EQ(status, 0) << "oracle failed: " << command;
+  return status == 0;
+}
+
+template <typename T>
+void write_raw(const fs::path& path, const std::vector<T>& values) {
+  write_file_atomic(path, std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
+}
+
+template <typename T>
+std::vector<T> read_raw(const fs::path& path) {
+  const std::string bytes = read_file(path.string());
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+// Blocks of every kind a quantizer can get wrong: Gaussian values at several scales, an all-zero
+// block, values exactly halfway between two steps (ties round away from zero), a single outlier,
+// tiny (float16-subnormal scale) and huge values, and negative maxima.
+std::vector<float> awkward_values() {
+  Rng rng(testing::test_seed());
+  std::vector<float> values;
+  for (double scale : {1.0, 0.02, 1e-3, 300.0}) {
+    for (int i = 0; i < 32 * 40; ++i) values.push_back(static_cast<float>(rng.normal() * scale));
+  }
+  values.insert(values.end(), 32, 0.0f);
+  for (int i = 0; i < 32; ++i) values.push_back(i == 0 ? 127.0f : static_cast<float>(i % 9) - 4.5f);  // d = 1: ties
+  for (int i = 0; i < 32; ++i) values.push_back(i == 7 ? -50.0f : 0.01f * static_cast<float>(i));
+  for (int i = 0; i < 32; ++i) values.push_back(1e-7f * static_cast<float>(i - 16));
+  for (int i = 0; i < 32; ++i) values.push_back(6e4f * static_cast<float>(i % 5 - 2) / 2);
+  return values;
+}
+
+TEST(Quantized, Q8_0BlocksAreGgmlsByteForByte) {
+  testing::TempDir dir;
+  const std::vector<float> values = awkward_values();
+  std::vector<BlockQ8_0> ours(values.size() / 32);
+  quantize_q8_0(values.data(), ours.data(), static_cast<int64_t>(values.size()));
+  write_raw(dir.path() / "values.f32", values);
+  ASSERT_TRUE(run_gguf_quants("quantize", "q8_0", dir.path() / "values.f32", dir.path() / "theirs.bin"));
+  const std::vector<uint8_t> theirs = read_raw<uint8_t>(dir.path() / "theirs.bin");
+  ASSERT_EQ(theirs.size(), ours.size() * sizeof(BlockQ8_0));
+  for (size_t b = 0; b < ours.size(); ++b) {
+    ASSERT_EQ(std::memcmp(&ours[b], theirs.data() + b * sizeof(BlockQ8_0), sizeof(BlockQ8_0)), 0) << "block " << b;
+  }
+
+  // Dequantized: the same floats, and each within half a step (d / 2) of the value quantized.
+  std::vector<float> back(values.size());
+  dequantize_q8_0(ours.data(), back.data(), static_cast<int64_t>(values.size()));
+  write_raw(dir.path() / "ours.bin", ours);
+  ASSERT_TRUE(run_gguf_quants("dequantize", "q8_0", dir.path() / "ours.bin", dir.path() / "back.f32"));
+  const std::vector<float> their_back = read_raw<float>(dir.path() / "back.f32");
+  ASSERT_EQ(their_back.size(), back.size());
+  for (size_t i = 0; i < back.size(); ++i) {
+    ASSERT_EQ(back[i], their_back[i]) << "value " << i;
+    // The values are divided by the exact step max|x| / 127 and rounded, then multiplied by the
+    // step rounded to float16: within half a step plus 127 times the step's rounding.
+    float amax = 0.0f;
+    for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(values[j]));
+    const double step = amax / 127.0, stored = f16_to_f32(ours[i / 32].d);
+    EXPECT_LE(std::fabs(back[i] - values[i]), step / 2 + 127 * std::fabs(stored - step) + 1e-12 * step) << "value " << i;
+  }
+}
+
+TEST(Quantized, BlockTypesHaveBlockSizesAndRefuseBrokenBlocks) {
+  EXPECT_TRUE(is_block_quantized(DType::q8_0));
+  EXPECT_EQ(dtype_block_elements(DType::q8_0), 32);
+  EXPECT_EQ(dtype_bytes(DType::q8_0, 64), 68u);
+  EXPECT_EQ(dtype_bytes(DType::f32, 3), 12u);
+  EXPECT_THROW(dtype_bytes(DType::q8_0, 40), Error);
+  EXPECT_THROW(dtype_size(DType::q8_0), Error);
+  EXPECT_EQ(parse_dtype("q8_0", "test"), DType::q8_0);
+  std::vector<float> values(40, 1.0f);
+  std::vector<BlockQ8_0> blocks(2);
+  EXPECT_THROW(quantize_q8_0(values.data(), blocks.data(), 40), Error);
+}
+
+}  // namespace
+}  // namespace paraflow
