@@ -101,7 +101,7 @@ Tokenizer Tokenizer::from_strings(const std::vector<std::string>& tokens, const 
   for (size_t id = 0; id < tokens.size(); ++id) {
     check(object.emplace(tokens[id], id).second, "{}: token \"{}\" (id {}) appears twice", where, tokens[id], id);
   }
-  Vocab v = read_vocab(object, where, specials);
+  Vocab v = read_vocab(object, where, specials, Spelling::kByteLevel);
   std::vector<std::pair<TokenId, TokenId>> pairs;
   pairs.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {

@@ -75,7 +75,8 @@ std::optional<data::Tokenizer> gguf_tokenizer(const std::filesystem::path& path)
 
 TextCodec::TextCodec(const std::filesystem::path& model_dir) {
   if (model::is_gguf_file(model_dir)) {
-    tokenizer_ = gguf_tokenizer(model_dir);
+    tokenizer_ = gguf_tokenizer(model_dir);  // GPT-2's: generation stops at <|endoftext|>
+    if (tokenizer_->eot_id() >= 0) end_of_text_ = {tokenizer_->eot_id()};
   } else if (data::Tokenizer::present_in(model_dir)) {
     tokenizer_.emplace(data::Tokenizer::load(model_dir));
     end_of_text_ = configured_end_ids(model_dir);

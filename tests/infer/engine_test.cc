@@ -359,7 +359,7 @@ TEST(EngineWideModel, Q8_0ServingBatchedEqualsTheGenerator) {
     SCOPED_TRACE(config.is_llama() ? "qwen2" : "gpt2");
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
     Rng rng(testing::test_seed());
-    model::initialize_gpt(parameters, config, rng);
+    model::initialize_gpt(parameters, config, rng.next_u64());
     std::vector<std::vector<int32_t>> prompts, expected;
     for (int i = 0; i < 12; ++i) {
       std::vector<int32_t> prompt(1 + rng.below(20));

@@ -157,7 +157,7 @@ TEST(GeneratorWideModel, Q8_0LogitsWithinTheirBoundOfFloat32) {
     SCOPED_TRACE(config.is_llama() ? "qwen2" : "gpt2");
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
     Rng rng(testing::test_seed());
-    model::initialize_gpt(parameters, config, rng);
+    model::initialize_gpt(parameters, config, rng.next_u64());
     infer::Generator f32(config, parameters, cpu_backend());
     infer::Generator q8_0(config, parameters, cpu_backend(), DType::q8_0);
     const std::vector<int32_t> prompt{3, 24, 38, 1, 10};

@@ -31,7 +31,7 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   model::save_model_dir(dir.path() / "hf", config, parameters);
   // A byte-level BPE of its own (bytes, a few merges, <|endoftext|>), in the dir as vocab.json +
   // merges.txt: the converter carries it into tokenizer.ggml.*.
@@ -73,7 +73,7 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   const std::string text = "the theme: <|endoftext|> then\xc3\xa9 the";
   EXPECT_EQ(gguf_text.encode(text), hf_text.encode(text));
   EXPECT_LT(gguf_text.encode(text).size(), text.size());  // merges applied
-  EXPECT_EQ(gguf_text.end_of_text(), std::optional<int32_t>(259));
+  EXPECT_EQ(gguf_text.end_of_text(), std::vector<int32_t>{259});
   // And they are not the original float32 weights' logits: the file's weights are quantized.
   infer::Generator f32(original.config, original.parameters, cpu_backend());
   EXPECT_NE(gguf.prefill(prompt), f32.prefill(prompt));
@@ -86,7 +86,7 @@ TEST(GgufGenerate, QuantizeWritesTheConvertersFile) {
   const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng);
+  model::initialize_gpt(parameters, config, rng.next_u64());
   model::save_model_dir(dir.path() / "hf", config, parameters);
   std::vector<std::string> tokens;
   for (int byte = 0; byte < 256; ++byte) tokens.push_back(std::string(1, static_cast<char>(byte)));
