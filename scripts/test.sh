@@ -6,6 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup.sh
+# /usr/bin/time: each MPI rank's peak RSS in tests/dist/sharded_checkpoint_test.
+bash scripts/apt_install_missing.sh time
 # Python environments for the reference and interop tests (not part of the product).
 bash scripts/setup_python.sh
 bash scripts/setup_python_data.sh

@@ -14,7 +14,7 @@ namespace paraflow::model {
 namespace {
 
 TEST(ShardedInit, EveryPartEqualsItsElementsOfTheWholeModel) {
-  const GptConfig config = testing::gpt_config(64, 16, 8, 4, 2);
+  const GptConfig config = testing::gpt_config(64, 16, 8, 4, 4);  // 4 heads: split over up to 4 shards
   const std::vector<TensorSpec> specs = gpt_tensor_specs(config);
   ParameterSet whole(specs, cpu_backend());
   initialize_gpt(whole, config, 1337);
