@@ -234,11 +234,17 @@ int64_t GradientSync::elements_within(int64_t start, int64_t count) const {
   return std::clamp<int64_t>(total_ - start, 0, count);
 }
 
-void GradientSync::reduce_scatter_shards(const float* data, float* shard, bool add) {
+int64_t GradientSync::size_staging() {
   const int ranks = communicator_.size();
-  const int64_t size = shard_size(), chunk = std::min(chunk_elements(config_.bucket_bytes, ranks), size);
+  const int64_t chunk = std::min(chunk_elements(config_.bucket_bytes, ranks), shard_size());
   wide_.resize(static_cast<size_t>(ranks * chunk));
   narrow_.resize(static_cast<size_t>(chunk));
+  return chunk;
+}
+
+void GradientSync::reduce_scatter_shards(const float* data, float* shard, bool add) {
+  const int ranks = communicator_.size();
+  const int64_t size = shard_size(), chunk = size_staging();
   for (int64_t at = 0; at < size; at += chunk) {
     const int64_t count = std::min(chunk, size - at);
     for (int rank = 0; rank < ranks; ++rank) {  // rank r's part of this chunk, zero past the buffer
@@ -256,9 +262,7 @@ void GradientSync::reduce_scatter_shards(const float* data, float* shard, bool a
 void GradientSync::all_gather_shards(float* data) {
   submit([&] {
     const int ranks = communicator_.size();
-    const int64_t size = shard_size(), chunk = std::min(chunk_elements(config_.bucket_bytes, ranks), size);
-    wide_.resize(static_cast<size_t>(ranks * chunk));
-    narrow_.resize(static_cast<size_t>(chunk));
+    const int64_t size = shard_size(), chunk = size_staging();
     for (int64_t at = 0; at < size; at += chunk) {
       const int64_t count = std::min(chunk, size - at);
       const int64_t mine = elements_within(shard_begin() + at, count);

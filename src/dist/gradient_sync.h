@@ -103,6 +103,8 @@ class GradientSync {
   void reduce_scatter_shards(const float* data, float* shard, bool add);
   // How many of `count` elements from `start` on lie inside the buffer (the rest is padding).
   int64_t elements_within(int64_t start, int64_t count) const;
+  // Sizes the staging (wide_, narrow_) for ZeRO's chunked collectives; returns a chunk's elements.
+  int64_t size_staging();
   // exact_ (the bucket's words) += fixed-point micro_, or = on a step's first micro-batch.
   void add_exact(const Bucket& bucket);
   // The bucket's summed words back to floats in `target`.

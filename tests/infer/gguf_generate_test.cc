@@ -26,20 +26,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
-  testing::TempDir dir;
+// A random small GPT-2 in `dir` with a byte-level BPE of its own (bytes, a few merges,
+// <|endoftext|>) as vocab.json + merges.txt, which the converter carries into tokenizer.ggml.*.
+void write_small_model(const fs::path& dir) {
   const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
   model::initialize_gpt(parameters, config, rng.next_u64());
-  model::save_model_dir(dir.path() / "hf", config, parameters);
-  // A byte-level BPE of its own (bytes, a few merges, <|endoftext|>), in the dir as vocab.json +
-  // merges.txt: the converter carries it into tokenizer.ggml.*.
+  model::save_model_dir(dir, config, parameters);
   std::vector<std::string> tokens;
   for (int byte = 0; byte < 256; ++byte) tokens.push_back(std::string(1, static_cast<char>(byte)));
   tokens.insert(tokens.end(), {"th", "the", " the", "<|endoftext|>"});
-  const data::Tokenizer tokenizer(tokens, {{'t', 'h'}, {256, 'e'}, {' ', 257}}, {259});
-  tokenizer.save(dir.path() / "hf");
+  data::Tokenizer(tokens, {{'t', 'h'}, {256, 'e'}, {' ', 257}}, {259}).save(dir);
+}
+
+TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
+  testing::TempDir dir;
+  write_small_model(dir.path() / "hf");
   const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
   ASSERT_TRUE(fs::exists(python)) << python << " missing: run scripts/setup_python_data.sh";
   const std::string command = python.string() + " " + (root / "tests/reference/gguf_files.py").string() + " convert " +
@@ -83,15 +86,7 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
 // values and tensor bytes in both), and reads it back as it reads the converter's file.
 TEST(GgufGenerate, QuantizeWritesTheConvertersFile) {
   testing::TempDir dir;
-  const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
-  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
-  Rng rng(testing::test_seed());
-  model::initialize_gpt(parameters, config, rng.next_u64());
-  model::save_model_dir(dir.path() / "hf", config, parameters);
-  std::vector<std::string> tokens;
-  for (int byte = 0; byte < 256; ++byte) tokens.push_back(std::string(1, static_cast<char>(byte)));
-  tokens.insert(tokens.end(), {"th", "the", " the", "<|endoftext|>"});
-  data::Tokenizer(tokens, {{'t', 'h'}, {256, 'e'}, {' ', 257}}, {259}).save(dir.path() / "hf");
+  write_small_model(dir.path() / "hf");
   const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
   const std::string oracle = python.string() + " " + (root / "tests/reference/gguf_files.py").string();
   const fs::path ours = dir.path() / "ours.gguf", theirs = dir.path() / "theirs.gguf";
