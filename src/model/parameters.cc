@@ -168,6 +168,13 @@ std::pair<int64_t, int64_t> units_of(const TensorSplit::Section& section, const 
   return {shard.rank * section.units / shard.size, std::max<int64_t>(section.units / shard.size, 1)};
 }
 
+// Whether other shards hold this shard's units of the section too (k/v heads fewer than the
+// shards), and whether this shard is the first of those holders.
+bool shares_units(const TensorSplit::Section& section, const TensorShard& shard) { return section.units < shard.size; }
+bool first_holder_of(const TensorSplit::Section& section, const TensorShard& shard) {
+  return !shares_units(section, shard) || shard.rank % (shard.size / section.units) == 0;
+}
+
 // A shard's part of a tensor as runs of elements: where each lies in the shard's tensor and in the
 // whole one, whether other shards hold it too (`shared`) and whether this shard is its first
 // holder (`counted`). Adjacent runs alike are merged.
@@ -187,9 +194,8 @@ std::vector<Piece> pieces(const TensorSpec& spec, const TensorShard& shard) {
     int64_t begin = 0;
     for (const TensorSplit::Section& section : spec.split.sections) {
       const auto [first, count] = units_of(section, shard);
-      const bool shared = section.units < shard.size;
       const Piece piece{at, (o * g.dim + begin + first * section.unit) * g.inner, count * section.unit * g.inner,
-                        shared, !shared || shard.rank % (shard.size / section.units) == 0};
+                        shares_units(section, shard), first_holder_of(section, shard)};
       Piece* last = result.empty() ? nullptr : &result.back();
       if (last != nullptr && last->in_shard + last->count == piece.in_shard &&
           last->in_whole + last->count == piece.in_whole && last->shared == piece.shared &&
@@ -271,8 +277,7 @@ std::vector<SlicePlacement> shard_slices(const TensorSpec& spec, const TensorSha
   int64_t begin = 0, local = 0;
   for (const TensorSplit::Section& section : spec.split.sections) {
     const auto [first, count] = units_of(section, shard);
-    const bool shared = section.units < shard.size;
-    SlicePlacement placement{whole, whole, !shared || shard.rank % (shard.size / section.units) == 0};
+    SlicePlacement placement{whole, whole, first_holder_of(section, shard)};
     placement.global.offsets[axis] = begin + first * section.unit;
     placement.global.lengths[axis] = placement.local.lengths[axis] = count * section.unit;
     placement.local.offsets[axis] = local;
