@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/utf8.h"
 #include "data/tokenizer_pretokenize.h"
 
 namespace paraflow::data {
@@ -78,23 +79,11 @@ char32_t decode_at(const unsigned char* p, size_t len) {
   return ((p[0] & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
 }
 
-void append_utf8(char32_t cp, std::string& out) {
+void append_code_point(char32_t cp, std::string& out) {
   if (cp & kRawByte) {
     out += static_cast<char>(cp & 0xFF);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
   } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    append_utf8(cp, out);
   }
 }
 
@@ -149,7 +138,7 @@ bool to_nfc(std::string_view text, std::string& out) {
   cps.resize(kept);
   std::string result;
   result.reserve(text.size());
-  for (char32_t cp : cps) append_utf8(cp, result);
+  for (char32_t cp : cps) append_code_point(cp, result);
   if (result == text) return false;
   out = std::move(result);
   return true;

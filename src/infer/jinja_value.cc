@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "base/utf8.h"
+
 namespace paraflow::infer::jinja {
 
 Value Value::boolean(bool b) {
@@ -380,23 +382,7 @@ std::u32string decode_utf8(const std::string& text) {
 
 std::string encode_utf8(const std::u32string& text) {
   std::string out;
-  for (char32_t c : text) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xc0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xe0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    }
-  }
+  for (char32_t c : text) append_utf8(c, out);
   return out;
 }
 
