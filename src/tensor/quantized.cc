@@ -101,18 +101,6 @@ void pack_scale(uint8_t* scales, int j, uint8_t scale, uint8_t min) {
 
 }  // namespace
 
-Q4_KScales unpack_scales(const BlockQ4_K& block) {
-  Q4_KScales out;
-  const uint8_t* s = block.scales;
-  for (int j = 0; j < 4; ++j) {
-    out.scale[j] = s[j] & 63;
-    out.min[j] = s[j + 4] & 63;
-    out.scale[j + 4] = static_cast<uint8_t>((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
-    out.min[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-  }
-  return out;
-}
-
 void quantize_q8_0(const float* values, BlockQ8_0* blocks, int64_t count) {
   check_whole_blocks(count, BlockQ8_0::kElements, "q8_0");
   for (int64_t b = 0; b < count / BlockQ8_0::kElements; ++b) {

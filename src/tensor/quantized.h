@@ -43,11 +43,22 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292, "llama.cpp's block_q8_K is 292 bytes");
 
-// A Q4_K super-block's eight 6-bit scales and minimums, unpacked.
+// A Q4_K super-block's eight 6-bit scales and minimums, unpacked (inline: the products unpack
+// each weight block's).
 struct Q4_KScales {
   uint8_t scale[BlockQ4_K::kSubBlocks], min[BlockQ4_K::kSubBlocks];
 };
-Q4_KScales unpack_scales(const BlockQ4_K& block);
+inline Q4_KScales unpack_scales(const BlockQ4_K& block) {
+  Q4_KScales out;
+  const uint8_t* s = block.scales;
+  for (int j = 0; j < 4; ++j) {
+    out.scale[j] = s[j] & 63;
+    out.min[j] = s[j + 4] & 63;
+    out.scale[j + 4] = static_cast<uint8_t>((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
+    out.min[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+  }
+  return out;
+}
 
 // `count` values (a multiple of the block's elements) into count / kElements blocks, and back.
 void quantize_q8_0(const float* values, BlockQ8_0* blocks, int64_t count);
