@@ -24,9 +24,10 @@ struct SubBlockFit {
 
 // The levels of 32 values and the scale and minimum that minimize sum(weight * error^2): the
 // grid from the values' minimum (at most 0) to their maximum in 15 steps first, then 21 grids of
-// 14..16 steps over the same range, each refit by weighted least squares (a minimum that would
-// come out positive pinned to 0), the best kept. ggml's make_qkx2_quants with its Q4_K settings,
-// in the same float arithmetic.
+// 14..16 steps, each refit by weighted least squares (a minimum that would come out positive
+// pinned to 0), the best kept. Each grid starts at the best fit's minimum so far, not the
+// values' own: ggml's make_qkx2_quants does so (its `min` is both), and we follow it to give
+// llama.cpp's blocks byte for byte, with its Q4_K settings, in the same float arithmetic.
 SubBlockFit fit_sub_block(const float* x, const float* weights, uint8_t* levels) {
   constexpr int kSteps = 15, kSubElements = BlockQ4_K::kSubElements;
   float low = x[0], high = x[0], sum_w = weights[0], sum_x = sum_w * x[0];
@@ -41,22 +42,18 @@ SubBlockFit fit_sub_block(const float* x, const float* weights, uint8_t* levels)
     std::fill(levels, levels + kSubElements, 0);
     return {0.0f, -low};
   }
-  auto level = [&](float inverse, int i) { return static_cast<uint8_t>(std::clamp(nearest(inverse * (x[i] - low)), 0, kSteps)); };
-  float scale = (high - low) / kSteps;
-  float best_error = 0;
-  {
-    const float inverse = kSteps / (high - low);
-    scale = 1 / inverse;
-    for (int i = 0; i < kSubElements; ++i) {
-      levels[i] = level(inverse, i);
-      const float diff = scale * levels[i] + low - x[i];
-      best_error += weights[i] * (diff * diff);
-    }
+  float offset = low;  // the fit's additive term (-min), and the grids' start
+  auto level = [&](float inverse, int i) { return static_cast<uint8_t>(std::clamp(nearest(inverse * (x[i] - offset)), 0, kSteps)); };
+  const float first_inverse = kSteps / (high - low);
+  float scale = 1 / first_inverse, best_error = 0;
+  for (int i = 0; i < kSubElements; ++i) {
+    levels[i] = level(first_inverse, i);
+    const float diff = scale * levels[i] + low - x[i];
+    best_error += weights[i] * (diff * diff);
   }
-  float offset = low;  // the fit's additive term: -min
   uint8_t candidate[kSubElements];
   for (int step = 0; step <= 20; ++step) {
-    const float inverse = (-1.0f + 0.1f * step + kSteps) / (high - low);
+    const float inverse = (-1.0f + 0.1f * step + kSteps) / (high - offset);
     float sum_l = 0, sum_l2 = 0, sum_xl = 0;
     for (int i = 0; i < kSubElements; ++i) {
       candidate[i] = level(inverse, i);

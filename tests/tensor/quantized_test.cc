@@ -2,8 +2,9 @@
 // (tests/reference/gguf_quants.py in .venv-data: scripts/setup_python_data.sh): our Q8_0 blocks must
 // be its blocks byte for byte, and our dequantized values of both types its values. The package
 // has no Q4_K quantizer: ours is checked by what the reference algorithm guarantees (every value
-// on the nearest point of its sub-block's stored grid, the grid spanning the values). Missing
-// oracle: the test fails.
+// on the nearest point of its sub-block's stored grid, the grid spanning the values); byte for byte against llama.cpp's own quantizer it is
+// checked by bench/infer/check_q4_k_quantizer.sh, which needs the bench-only llama.cpp build.
+// Missing oracle: the test fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -171,6 +172,7 @@ TEST(Quantized, Q4_KValuesAreGgmlsAndOnTheNearestPointOfTheirGrid) {
   }
   // 4 bits over a Gaussian's range: an error well under a tenth of the values' RMS overall.
   EXPECT_LT(std::sqrt(squared_error / squared_values), 0.1);
+
 }
 
 TEST(Quantized, BlockTypesHaveBlockSizesAndRefuseBrokenBlocks) {
