@@ -1,6 +1,7 @@
 """Batch-1 decode speed of paraflow vs llama.cpp on a GPT-2 124M-shaped model (random weights),
-in float32, bfloat16, float16 and q8_0 (both engines reading the same Q8_0 GGUF file, which
-tests/reference/gguf_files.py writes with gguf-py's quantizer under .venv-data), against this machine's memory-bandwidth bound: at batch 1 each new token
+in float32, bfloat16, float16, q8_0 and q4_k (for q8_0 both engines read the same Q8_0 GGUF file,
+which tests/reference/gguf_files.py writes with gguf-py's quantizer under .venv-data; for q4_k the
+same Q4_K file, which `paraflow quantize --type q4_k` writes: gguf-py has no Q4_K quantizer), against this machine's memory-bandwidth bound: at batch 1 each new token
 reads every weight once, so tokens/s <= read bandwidth / weight bytes.
 
     python3 bench/infer/compare_decode.py [--threads 2] [--tokens 128] [--repetitions 3]
@@ -28,8 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.join(ROOT, "bench/infer")
 GGUF_PYTHON = os.path.join(ROOT, "bench/.cache/venv-gguf/bin/python")
 DATA_PYTHON = os.path.join(ROOT, ".venv-data/bin/python")
-DTYPES = ["float32", "bfloat16", "float16", "q8_0"]
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0"}
+DTYPES = ["float32", "bfloat16", "float16", "q8_0", "q4_k"]
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q4_k": "q4_k"}
+GGUF_READ = ("q8_0", "q4_k")  # the dtypes paraflow decodes from the GGUF file itself
 
 
 def cpu_model():
@@ -56,10 +58,11 @@ def weight_bytes_per_token(model_dir):
         else:
             vector += count
     return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector,
-            "q8_0": matrix * 34 // 32 + 4 * vector}  # Q8_0: 34 bytes per block of 32
+            "q8_0": matrix * 34 // 32 + 4 * vector,  # Q8_0: 34 bytes per block of 32
+            "q4_k": matrix * 144 // 256 + 4 * vector}  # Q4_K: 144 bytes per super-block of 256
 
 
-def ensure_model(model_dir, ref_python, llama_src, dtypes):
+def ensure_model(model_dir, ref_python, llama_src, dtypes, paraflow_bin):
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         subprocess.run([ref_python, os.path.join(HERE, "make_gpt2_124m.py"), model_dir], check=True)
     ggufs = {}
@@ -72,6 +75,9 @@ def ensure_model(model_dir, ref_python, llama_src, dtypes):
         if dtype == "q8_0":
             subprocess.run([DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir,
                             ggufs[dtype]], check=True, capture_output=True)
+        elif dtype == "q4_k":
+            subprocess.run([paraflow_bin, "quantize", "--model", model_dir, "--type", "q4_k", "--out", ggufs[dtype]],
+                           check=True, capture_output=True)
         else:
             subprocess.run([GGUF_PYTHON, os.path.join(llama_src, "convert_hf_to_gguf.py"), model_dir, "--outtype", outtype,
                             "--outfile", ggufs[dtype]], check=True, capture_output=True)
@@ -92,7 +98,7 @@ def llama_tokens_per_s(llama_src, gguf, threads, tokens):
 
 def paraflow_tokens_per_s(binary, model_dir, dtype, threads, tokens):
     """The decode rate `paraflow generate` prints apart from the prompt's pass, as llama-bench's tg.
-    `model_dir`: the Hugging Face dir, or for q8_0 the GGUF file llama.cpp reads."""
+    `model_dir`: the Hugging Face dir, or for q8_0 and q4_k the GGUF file llama.cpp reads."""
     command = [binary, "generate", "--model", model_dir, "--prompt", "Hello", "--max-tokens", str(tokens),
                "--temperature", "0", "--dtype", dtype]
     err = subprocess.run(command, check=True, capture_output=True, text=True,
@@ -126,7 +132,7 @@ def main():
         targets = ["bandwidth_bench"] + (["paraflow"] if args.paraflow_bin == parser.get_default("paraflow_bin") else [])
         subprocess.run(["cmake", "--build", os.path.join(ROOT, "build"), "-j2", "--target", *targets], check=True,
                        stdout=subprocess.DEVNULL)
-    ggufs = ensure_model(args.model_dir, args.ref_python, llama_src, dtypes)
+    ggufs = ensure_model(args.model_dir, args.ref_python, llama_src, dtypes, args.paraflow_bin)
 
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), load average {os.getloadavg()[0]:.1f}; threads {args.threads}, "
           f"batch 1, {args.tokens} new tokens, greedy; best of {args.repetitions} runs, the engines taking turns")
@@ -136,7 +142,7 @@ def main():
     for _ in range(args.repetitions):
         for dtype in dtypes:
             runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], args.threads, args.tokens))
-            model = ggufs[dtype] if dtype == "q8_0" else args.model_dir
+            model = ggufs[dtype] if dtype in GGUF_READ else args.model_dir
             runs["paraflow", dtype].append(paraflow_tokens_per_s(args.paraflow_bin, model, dtype, args.threads, args.tokens))
     bandwidths.append(read_bandwidth(args.threads))
     bandwidth = max(bandwidths)

@@ -23,7 +23,7 @@ struct GenerateOptions {
   int64_t max_tokens = 64;
   infer::SamplingConfig sampling;
   std::vector<std::string> stops;
-  std::string dtype = "auto";  // weights: float32, bfloat16, float16, q8_0, or auto (cli::weights_dtype)
+  std::string dtype = "auto";  // weights: float32, bfloat16, float16, q8_0, q4_k, or auto (cli::weights_dtype)
   std::string kv_cache_dtype = "auto";  // float32, bfloat16, or auto (as the weights)
 };
 
@@ -152,7 +152,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Validator([](std::string& stop) { return stop.empty() ? std::string("must not be empty") : ""; },
                              "NONEMPTY"));
   add_weights_dtype_option(command, options->dtype);
-  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16 and q8_0)")
+  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16, q8_0 and q4_k)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->callback([options] { run_generate(*options); });

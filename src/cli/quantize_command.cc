@@ -65,11 +65,13 @@ void run_quantize(const QuantizeOptions& options) {
 void add_quantize_command(CLI::App& app) {
   auto options = std::make_shared<QuantizeOptions>();
   CLI::App* command = app.add_subcommand(
-      "quantize", "Write a GPT-2 model dir as a GGUF file with Q8_0 matrices (llama.cpp and paraflow read it)");
+      "quantize", "Write a GPT-2 model dir as a GGUF file with Q8_0 or Q4_K matrices (llama.cpp and paraflow read it)");
   command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout, with its tokenizer)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  command->add_option("--type", options->type, "The matrices' type")->capture_default_str()->check(CLI::IsMember({"q8_0"}));
+  command->add_option("--type", options->type, "The matrices' type (every one, the head's too: q4_k as llama-quantize --pure writes)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
   command->add_option("--out", options->out, "The GGUF file to write")->required();
   command->callback([options] { run_quantize(*options); });
 }

@@ -26,7 +26,8 @@ std::vector<float> gguf_values(const Tensor& tensor) {
       for (size_t i = 0; i < values.size(); ++i) values[i] = tensor.dtype() == DType::f16 ? f16_to_f32(bits[i]) : bf16_to_f32(bits[i]);
       break;
     }
-    case DType::q8_0: dequantize_q8_0(tensor.data<BlockQ8_0>(), values.data(), tensor.numel()); break;
+    case DType::q8_0:
+    case DType::q4_k: dequantize_blocks(tensor.dtype(), tensor.raw(), values.data(), tensor.numel()); break;
     default: fail("gguf_values: {} is not a GGUF tensor type we read", dtype_name(tensor.dtype()));
   }
   return values;
@@ -135,11 +136,11 @@ LoadedModel load_gguf_model(const GgufFile& file, Backend& backend) {
 void save_gguf_model(const std::filesystem::path& path, const GptConfig& config, const ParameterSet& device_parameters,
                      DType type, const std::vector<std::pair<std::string, GgufValue>>& extra) {
   check(!config.is_llama(), "GGUF write: only GPT-2 models are written (not the Llama family's '{}')", config.model_type);
-  check(type == DType::q8_0, "GGUF write: matrices in q8_0 only (got {})", dtype_name(type));
+  check(is_block_quantized(type), "GGUF write: matrices in q8_0 or q4_k only (got {})", dtype_name(type));
   const ParameterSet parameters = device_parameters.on_host();
   std::vector<std::pair<std::string, GgufValue>> metadata{
       {"general.architecture", gguf_string("gpt2")},
-      {"general.file_type", gguf_u32(7)},  // llama_ftype MOSTLY_Q8_0
+      {"general.file_type", gguf_u32(type == DType::q8_0 ? 7 : 15)},  // llama_ftype MOSTLY_Q8_0, MOSTLY_Q4_K_M
       {"gpt2.context_length", gguf_u32(static_cast<uint32_t>(config.n_positions))},
       {"gpt2.embedding_length", gguf_u32(static_cast<uint32_t>(config.n_embd))},
       {"gpt2.feed_forward_length", gguf_u32(static_cast<uint32_t>(4 * config.n_embd))},
@@ -160,8 +161,8 @@ void save_gguf_model(const std::filesystem::path& path, const GptConfig& config,
     }
     // [out, in] rows, each quantized to blocks.
     const int64_t rows = source.transposed ? shape[1] : shape[0], columns = source.transposed ? shape[0] : shape[1];
-    check(columns % BlockQ8_0::kElements == 0, "GGUF write: {} {}: rows of {} are not whole q8_0 blocks of 32",
-          source.ours, shape.to_string(), columns);
+    check(columns % dtype_block_elements(type) == 0, "GGUF write: {} {}: rows of {} are not whole {} blocks of {}",
+          source.ours, shape.to_string(), columns, dtype_name(type), dtype_block_elements(type));
     std::vector<float> stored(static_cast<size_t>(rows * columns));
     const float* from = values.data<float>();
     for (int64_t r = 0; r < rows; ++r) {
@@ -169,8 +170,8 @@ void save_gguf_model(const std::filesystem::path& path, const GptConfig& config,
         stored[static_cast<size_t>(r * columns + c)] = source.transposed ? from[c * rows + r] : from[r * columns + c];
       }
     }
-    Tensor blocks = Tensor::zeros(Shape{rows, columns}, DType::q8_0);
-    quantize_q8_0(stored.data(), blocks.data<BlockQ8_0>(), rows * columns);
+    Tensor blocks = Tensor::zeros(Shape{rows, columns}, type);
+    quantize_blocks(type, stored.data(), blocks.raw(), rows * columns);
     tensors.emplace_back(source.theirs, blocks);
   }
   write_gguf(path, metadata, tensors);

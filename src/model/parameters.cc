@@ -332,8 +332,8 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                                           const std::set<std::string>* only) const {
-  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || dtype == DType::q8_0,
-        "converted_copy: {} is not f32, bf16, f16 or q8_0", dtype_name(dtype));
+  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || is_block_quantized(dtype),
+        "converted_copy: {} is not f32, bf16, f16, q8_0 or q4_k", dtype_name(dtype));
   std::vector<size_t> sources;  // indices into specs_ of the tensors copied
   std::vector<TensorSpec> specs;
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -385,10 +385,10 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         case DType::f16:
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
-        default:  // q8_0: the stored rows in f32, then quantized block by block
+        default:  // q8_0 or q4_k: the stored rows in f32, then quantized block by block
           stored.resize(static_cast<size_t>(shape.numel()));
           write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
-          quantize_q8_0(stored.data(), host.at(i).data<BlockQ8_0>(), shape.numel());
+          quantize_blocks(dtype, stored.data(), host.at(i).raw(), shape.numel());
           break;
       }
     }
