@@ -65,11 +65,11 @@ void run_quantize(const QuantizeOptions& options) {
 void add_quantize_command(CLI::App& app) {
   auto options = std::make_shared<QuantizeOptions>();
   CLI::App* command = app.add_subcommand(
-      "quantize", "Write a GPT-2 model dir as a GGUF file with Q8_0 matrices (llama.cpp and paraflow read it)");
-  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout, with its tokenizer)")
+      "quantize", "Write a model dir (GPT-2 or the Llama family) as a GGUF file (llama.cpp and paraflow read it)");
+  command->add_option("--model", options->model_dir, "Model dir (Hugging Face layout, with its tokenizer)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  command->add_option("--type", options->type, "The matrices' type")->capture_default_str()->check(CLI::IsMember({"q8_0"}));
+  command->add_option("--type", options->type, "The matrices' type (vectors are float32)")->capture_default_str()->check(CLI::IsMember({"q8_0", "f16", "bf16", "f32"}));
   command->add_option("--out", options->out, "The GGUF file to write")->required();
   command->callback([options] { run_quantize(*options); });
 }
