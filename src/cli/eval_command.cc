@@ -8,8 +8,7 @@
 #include "cli/run_setup.h"
 #include "base/file_io.h"
 #include "infer/generator.h"
-#include "infer/text_codec.h"
-#include "model/model_files.h"
+#include "infer/model_source.h"
 #include "train/evaluator.h"
 
 namespace paraflow::cli {
@@ -32,9 +31,10 @@ struct EvalOptions {
 // generate decodes them), every token but a window's first scored.
 void run_text_perplexity(const EvalOptions& options) {
   Backend& backend = cpu_backend();
-  model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
+  const infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
+  const model::LoadedModel& model = source.model;
   const DType weights = weights_dtype(options.dtype, backend);
-  const std::vector<int32_t> tokens = infer::TextCodec(options.model_dir).encode(read_file(options.text_path));
+  const std::vector<int32_t> tokens = source.codec.encode(read_file(options.text_path));
   const int64_t context = options.context > 0 ? options.context : model.config.n_positions;
   check(context >= 2 && context <= model.config.n_positions,
         "--context {}: a window must hold 2 tokens at least (one to predict) and the model's context {} at most", context,

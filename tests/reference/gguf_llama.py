@@ -91,7 +91,12 @@ def tokenizer_keys(hf_dir):
     for i, t in added.items():
         tokens[i] = t["content"]
     keys = []
-    if spec["model"].get("byte_fallback"):  # _set_vocab_llama_hf (LlamaHfVocab)
+    if spec["model"].get("byte_fallback"):  # as _set_vocab_sentencepiece writes a SentencePiece model
+        # SentencePiece's scores rank its pieces as its merges made them: the first merge's is highest.
+        score = {}
+        for rank, merge in enumerate(spec["model"]["merges"]):
+            left, right = merge.split(" ") if isinstance(merge, str) else merge
+            score.setdefault(left + right, -float(rank))
         types, scores = [], []
         for i, token in enumerate(tokens):
             if i in added:
@@ -100,7 +105,7 @@ def tokenizer_keys(hf_dir):
                 types.append(TokenType.BYTE)
             else:
                 types.append(TokenType.NORMAL)
-            scores.append(-1000.0 if i in added else -float(i))  # LlamaHfVocab: score = -id
+            scores.append(score.get(token, -1e6 - i))
         keys += [("tokenizer.ggml.model", "llama", T.STRING), ("tokenizer.ggml.pre", "default", T.STRING),
                  ("tokenizer.ggml.tokens", tokens, T.ARRAY), ("tokenizer.ggml.scores", scores, T.ARRAY),
                  ("tokenizer.ggml.token_type", [int(t) for t in types], T.ARRAY)]
@@ -118,8 +123,9 @@ def tokenizer_keys(hf_dir):
         token = config.get(f"{kind}_token")
         if isinstance(token, str) and token in ids:
             keys.append((f"tokenizer.ggml.{kind}_token_id", ids[token], T.UINT32))
-    if "add_bos_token" in config:
-        keys.append(("tokenizer.ggml.add_bos_token", bool(config["add_bos_token"]), T.BOOL))
+    for kind in ("bos", "eos"):  # as the converter's SpecialVocab takes them from tokenizer_config.json
+        if f"add_{kind}_token" in config:
+            keys.append((f"tokenizer.ggml.add_{kind}_token", bool(config[f"add_{kind}_token"]), T.BOOL))
     if "chat_template" in config:
         keys.append(("tokenizer.chat_template", config["chat_template"], T.STRING))
     return keys
@@ -238,10 +244,41 @@ def read(ours_path, hf_dir, type_name):
     print(f"{ours_path}: {len(theirs.fields)} keys and {len(other)} tensors as the converter writes them")
 
 
+def vocab(tokenizer_dir, out):
+    """A GGUF file of TOKENIZER_DIR's tokenizer.ggml.* keys alone (architecture llama, no tensors)."""
+    writer = GGUFWriter(out, arch="llama")
+    for key, value, vtype in tokenizer_keys(tokenizer_dir):
+        writer.add_key_value(key, value, vtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def tokenize(gguf_path, texts_path, out):
+    """transformers' own tokenizer of a GGUF file (AutoTokenizer with gguf_file: the tokenizers
+    library on the vocabulary it converts) on TEXTS.json; writes {"ids": [[...]], "ids_template": [[...]]}."""
+    import warnings
+    import transformers
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    tok = transformers.AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf_path)),
+                                                     gguf_file=os.path.basename(gguf_path))
+    texts = json.load(open(texts_path, encoding="utf-8"))
+    result = {"class": type(tok).__name__,
+              "ids": [tok(t, add_special_tokens=False)["input_ids"] for t in texts],
+              "ids_template": [tok(t)["input_ids"] for t in texts]}
+    json.dump(result, open(out, "w", encoding="utf-8"))
+
+
 def main():
     action = sys.argv[1]
     if action == "convert":
         convert(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif action == "vocab":
+        vocab(sys.argv[2], sys.argv[3])
+    elif action == "tokenize":
+        tokenize(sys.argv[2], sys.argv[3], sys.argv[4])
     elif action == "read":
         read(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
