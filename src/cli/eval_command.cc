@@ -85,7 +85,7 @@ void add_eval_command(CLI::App& app) {
                     ->check(CLI::ExistingDirectory);
   checkpoint->excludes(watch);
   auto* model = command->add_option("--model", options->model_dir,
-                                    "A model dir (an export: Hugging Face files) or a GPT-2 GGUF file: its perplexity on --text")
+                                    "A model dir (an export: Hugging Face files) or a GGUF file (GPT-2, Llama, Mistral, Qwen2): its perplexity on --text")
                     ->check(CLI::ExistingPath)
                     ->excludes(config)
                     ->excludes(checkpoint)

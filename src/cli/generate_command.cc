@@ -123,7 +123,7 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Continue a prompt with a trained model (KV-cache decoding)");
-  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout), or a GPT-2 GGUF file")->required()->check(CLI::ExistingPath);
+  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout), or a GGUF file (GPT-2, Llama, Mistral, Qwen2)")->required()->check(CLI::ExistingPath);
   command->add_option("--prompt", options->prompt, "Text to continue")->required();
   command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")
       ->capture_default_str()
