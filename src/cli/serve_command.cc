@@ -189,7 +189,7 @@ void add_serve_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching, paged KV cache)");
   command->add_option("--model", options->model_dir,
-                      "Model dir (an export: config.json, model.safetensors, tokenizer) or a GPT-2 GGUF file, served as version 1")
+                      "Model dir (an export: config.json, model.safetensors, tokenizer) or a GGUF file (GPT-2, Llama, Mistral, Qwen2), served as version 1")
       ->check(CLI::ExistingPath);
   command->add_option("--model_base_path", options->model_base_path,
                       "TF Serving's layout: <path>/<version>/ export dirs, polled for new versions (newest served)");

@@ -418,6 +418,13 @@ GgufValue gguf_f32(float value) {
   return result;
 }
 
+GgufValue gguf_bool(bool value) {
+  GgufValue result;
+  result.type = GgufType::boolean;
+  result.unsigned_value = value ? 1 : 0;
+  return result;
+}
+
 GgufValue gguf_strings(const std::vector<std::string>& values) {
   GgufValue result;
   result.type = GgufType::array;
@@ -436,6 +443,14 @@ GgufValue gguf_i32s(const std::vector<int32_t>& values) {
     element.signed_value = value;
     result.elements.push_back(element);
   }
+  return result;
+}
+
+GgufValue gguf_f32s(const std::vector<float>& values) {
+  GgufValue result;
+  result.type = GgufType::array;
+  result.element_type = GgufType::f32;
+  for (float value : values) result.elements.push_back(gguf_f32(value));
   return result;
 }
 

@@ -83,11 +83,13 @@ class GgufFile {
 void write_gguf(const std::filesystem::path& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
                 const std::vector<std::pair<std::string, Tensor>>& tensors, uint64_t alignment = 32);
 
-// Values to write: a string, a uint32, a float32, an array of strings or of int32.
+// Values to write: a string, a uint32, a float32, a bool, an array of strings, of int32 or of float32.
 GgufValue gguf_string(std::string value);
 GgufValue gguf_u32(uint32_t value);
 GgufValue gguf_f32(float value);
 GgufValue gguf_strings(const std::vector<std::string>& values);
+GgufValue gguf_bool(bool value);
 GgufValue gguf_i32s(const std::vector<int32_t>& values);
+GgufValue gguf_f32s(const std::vector<float>& values);
 
 }  // namespace paraflow::model
