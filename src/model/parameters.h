@@ -163,7 +163,9 @@ class ParameterSet {
 // (The Llama family's specs ask for N(0, 0.02) everywhere, as transformers initialises them.)
 // Element i of a whole tensor is drawn from the tensor's own counter-based stream (normal_at), so
 // `parameters` may hold any part of the model (a stage's tensors, as tensor-parallel shard `shard`
-// holds them) and gets exactly the values those elements have in the whole model's.
-void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard = {});
+// holds them) and gets exactly the values those elements have in the whole model's. Only elements
+// [begin, end) of the flat buffer are written (end -1: to its end): a ZeRO-3 rank's shard.
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard = {},
+                    int64_t begin = 0, int64_t end = -1);
 
 }  // namespace paraflow::model
