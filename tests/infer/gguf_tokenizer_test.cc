@@ -72,6 +72,12 @@ TEST_P(GgufTokenizer, IdsEqualTheTokenizersLibrarys) {
   const json expected = build_and_encode(family, dir.path(), texts);
   ASSERT_TRUE(expected.is_object());
   if (family == "qwen2") write_file_atomic(dir.path() / "gguf_pre.txt", "qwen2\n");
+  // A ChatML template in tokenizer_config.json, which the converter carries into tokenizer.chat_template.
+  json config = json::parse(read_file(dir.path() / "tokenizer_config.json"));
+  config["chat_template"] =
+      "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}{{ eos_token }}";
+  write_file_atomic(dir.path() / "tokenizer_config.json", config.dump());
   const fs::path converted = dir.path() / "converted.gguf";
   ASSERT_EQ(testing::gguf_llama_oracle(fmt::format("vocab {} {}", dir.path().string(), converted.string())), 0);
   const model::GgufFile file = model::GgufFile::open(converted);
@@ -83,6 +89,13 @@ TEST_P(GgufTokenizer, IdsEqualTheTokenizersLibrarys) {
   // The end of text is the file's EOS (tokenizer_config.json's eos_token).
   const std::string eos = family == "qwen2" ? "<|endoftext|>" : "</s>";
   EXPECT_EQ(from_converter.end_of_text(), std::vector<int32_t>{*from_converter.special_token(eos)});
+
+  // The file's chat template renders as the dir's, its eos_token the file's EOS token.
+  const std::optional<ChatTemplate> from_file = gguf_chat_template(file), from_dir = ChatTemplate::load(dir.path());
+  ASSERT_TRUE(from_file && from_dir);
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "Hi there"}}};
+  EXPECT_EQ(from_file->render(messages, true), from_dir->render(messages, true));
+  EXPECT_NE(from_file->render(messages, true).find(eos), std::string::npos);
 
   // What we write from the tokenizer.json reads back to the same ids.
   const data::Tokenizer original = data::Tokenizer::load(dir.path());
