@@ -23,7 +23,8 @@ struct QuantizeOptions {
 
 // The dir's tokenizer as GGUF's tokenizer.ggml.* keys (none without one): a byte-level BPE as
 // the converter's gpt2 vocabulary, a SentencePiece-style one as its llama vocabulary; the EOS id
-// generation stops at (generation_config.json's, config.json's, or <|endoftext|>).
+// generation stops at (generation_config.json's, config.json's, or <|endoftext|>), and the chat
+// template as tokenizer.chat_template.
 std::vector<std::pair<std::string, model::GgufValue>> tokenizer_metadata(const std::filesystem::path& dir) {
   if (!data::Tokenizer::present_in(dir)) {
     fmt::print(stderr, "{}: no tokenizer files; the GGUF file gets no tokenizer\n", dir.string());
@@ -32,7 +33,11 @@ std::vector<std::pair<std::string, model::GgufValue>> tokenizer_metadata(const s
   data::GgufVocabulary vocabulary = data::Tokenizer::load(dir).gguf_vocabulary();
   const infer::TextCodec codec(dir);
   if (vocabulary.eos < 0 && !codec.end_of_text().empty()) vocabulary.eos = codec.end_of_text().front();
-  return infer::gguf_vocabulary_metadata(vocabulary);
+  std::vector<std::pair<std::string, model::GgufValue>> metadata = infer::gguf_vocabulary_metadata(vocabulary);
+  if (const std::optional<infer::ChatTemplate> chat = infer::ChatTemplate::load(dir)) {
+    metadata.emplace_back("tokenizer.chat_template", model::gguf_string(chat->source()));
+  }
+  return metadata;
 }
 
 void run_quantize(const QuantizeOptions& options) {

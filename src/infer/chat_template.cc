@@ -73,7 +73,7 @@ std::optional<ChatTemplate> ChatTemplate::load(const fs::path& model_dir) {
 }
 
 ChatTemplate::ChatTemplate(std::string source, std::string name, ordered_json special_tokens)
-    : template_(source, std::move(name)), special_tokens_(std::move(special_tokens)) {
+    : source_(source), template_(source, std::move(name)), special_tokens_(std::move(special_tokens)) {
   if (special_tokens_.contains("eos_token") && !special_tokens_["eos_token"].get<std::string>().empty()) {
     end_of_turn_.push_back(special_tokens_["eos_token"].get<std::string>());
   }

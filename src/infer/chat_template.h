@@ -33,8 +33,11 @@ class ChatTemplate {
   // end-of-turn markers the template writes (Llama 3's <|eot_id|> and <|eom_id|>, ChatML's
   // <|im_end|>, ...).
   const std::vector<std::string>& end_of_turn() const { return end_of_turn_; }
+  // The template's text (what GGUF's tokenizer.chat_template holds).
+  const std::string& source() const { return source_; }
 
  private:
+  std::string source_;
   jinja::Template template_;
   nlohmann::ordered_json special_tokens_;  // bos_token, eos_token, ... as the template sees them
   std::vector<std::string> end_of_turn_;

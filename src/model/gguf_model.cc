@@ -97,8 +97,10 @@ LoadedModel load_gguf_model(const GgufFile& file, Backend& backend) {
         "{}: general.architecture '{}': GGUF files of gpt2, llama (Llama, Mistral) and qwen2 are read", where, architecture);
   const GptConfig config = architecture == "gpt2" ? gpt2_config_from_gguf(file) : llama_config_from_gguf(file, architecture);
   LoadedModel loaded{config, ParameterSet(gpt_tensor_specs(config), backend)};
-  // The converter writes GPT-2's tied head out as a copy; llama3 scaling is in rope_freqs.
-  std::vector<std::string> extra{"rope_freqs.weight"};
+  // The converter writes GPT-2's tied head out as a copy; Llama 3's rope scaling is in rope_freqs
+  // (read into the config).
+  std::vector<std::string> extra;
+  if (config.is_llama()) extra.push_back("rope_freqs.weight");
   if (config.tie_word_embeddings) extra.push_back("output.weight");
   read_gguf_parameters(file, config, loaded.parameters, extra);
   return loaded;

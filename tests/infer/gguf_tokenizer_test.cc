@@ -5,8 +5,8 @@
 // EOS ids, add_bos / add_eos), read back by us: the ids of the test texts
 // (tests/data/tokenizer_test_texts.h) equal the tokenizers library's on the original
 // tokenizer.json, and with the template ids transformers' tokenizer(text) on the original dir.
-// The keys we write from a tokenizer read back to the same ids too, and the end-of-text and chat
-// template come from the file. Unknown tokenizer models and split patterns are refused by name.
+// The keys we write from a tokenizer read back to the same ids too, `paraflow quantize` writes the
+// converter's keys, and the end-of-text and chat template come from the file. Unknown tokenizer models and split patterns are refused by name.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -21,6 +21,8 @@
 #include "gguf_llama_cases.h"
 #include "infer/gguf_tokenizer.h"
 #include "infer/text_codec.h"
+#include "model/model_files.h"
+#include "random_llama.h"
 
 namespace paraflow::infer {
 namespace {
@@ -72,6 +74,12 @@ TEST_P(GgufTokenizer, IdsEqualTheTokenizersLibrarys) {
   const json expected = build_and_encode(family, dir.path(), texts);
   ASSERT_TRUE(expected.is_object());
   if (family == "qwen2") write_file_atomic(dir.path() / "gguf_pre.txt", "qwen2\n");
+  // A ChatML template in tokenizer_config.json, which the converter carries into tokenizer.chat_template.
+  json tokenizer_config = json::parse(read_file(dir.path() / "tokenizer_config.json"));
+  tokenizer_config["chat_template"] =
+      "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}{{ eos_token }}";
+  write_file_atomic(dir.path() / "tokenizer_config.json", tokenizer_config.dump());
   const fs::path converted = dir.path() / "converted.gguf";
   ASSERT_EQ(testing::gguf_llama_oracle(fmt::format("vocab {} {}", dir.path().string(), converted.string())), 0);
   const model::GgufFile file = model::GgufFile::open(converted);
@@ -84,6 +92,13 @@ TEST_P(GgufTokenizer, IdsEqualTheTokenizersLibrarys) {
   const std::string eos = family == "qwen2" ? "<|endoftext|>" : "</s>";
   EXPECT_EQ(from_converter.end_of_text(), std::vector<int32_t>{*from_converter.special_token(eos)});
 
+  // The file's chat template renders as the dir's, its eos_token the file's EOS token.
+  const std::optional<ChatTemplate> from_file = gguf_chat_template(file), from_dir = ChatTemplate::load(dir.path());
+  ASSERT_TRUE(from_file && from_dir);
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "Hi there"}}};
+  EXPECT_EQ(from_file->render(messages, true), from_dir->render(messages, true));
+  EXPECT_NE(from_file->render(messages, true).find(eos), std::string::npos);
+
   // What we write from the tokenizer.json reads back to the same ids.
   const data::Tokenizer original = data::Tokenizer::load(dir.path());
   const fs::path ours = dir.path() / "ours.gguf";
@@ -91,6 +106,19 @@ TEST_P(GgufTokenizer, IdsEqualTheTokenizersLibrarys) {
   const TextCodec from_ours(model::GgufFile::open(ours));
   EXPECT_EQ(differences(family + " ids (our keys)", from_ours, texts, expected["ids"], false), 0);
   EXPECT_EQ(differences(family + " ids with template (our keys)", from_ours, texts, expected["transformers"], true), 0);
+
+  // `paraflow quantize` on a model dir with this tokenizer writes the converter's tokenizer keys
+  // (and chat template) with the model's: gguf-py's reader finds every key the converter writes,
+  // with the same values.
+  model::GptConfig config = testing::llama_config(family == "qwen2" ? "qwen2" : "llama", original.vocab_size(), 64, 32,
+                                                  64, 1, 4, 2, 8);
+  Rng rng(testing::test_seed());
+  model::save_model_dir(dir.path(), config, testing::random_llama_parameters(config, rng), *from_converter.special_token(eos));
+  const fs::path quantized = dir.path() / "quantized.gguf";
+  const std::string quantize = fmt::format("{} quantize --model {} --type q8_0 --out {}", std::getenv("PARAFLOW_BINARY"),
+                                           dir.path().string(), quantized.string());
+  ASSERT_EQ(std::system(quantize.c_str()), 0) << quantize;
+  EXPECT_EQ(testing::gguf_llama_oracle(fmt::format("read {} {} q8_0", quantized.string(), dir.path().string())), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufTokenizer, ::testing::Values("qwen2", "llama2"));

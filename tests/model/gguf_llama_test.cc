@@ -4,12 +4,14 @@
 // (q/k/v biases, tied head) saved as Hugging Face dirs and converted in F32 read back as exactly
 // their weights (q/k rows un-permuted), with the config the dir has; `paraflow quantize` writes,
 // in F32, F16, BF16 and Q8_0, the keys, tensors and bytes the converter writes; and broken files
-// are refused naming the key.
+// are refused naming the key. Converted in Q8_0, they read back within half a quantization step.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "base/error.h"
@@ -74,6 +76,25 @@ TEST_P(GgufLlama, TheConvertersFileReadsAsTheHuggingFaceDir) {
     EXPECT_EQ(got.rope.original_max_position, want.rope.original_max_position);
   }
   expect_same_parameters(loaded.parameters, parameters);
+
+  // In Q8_0 (matrices in blocks of 32 with a scale d = amax / 127 stored as float16: each value
+  // within half a step of the original, plus the scale's rounding times up to 127 steps,
+  // d * (1/2 + 127 * 2^-11); vectors F32 and exact), un-permuted alike.
+  const fs::path q8_0 = dir.path() / "model-q8_0.gguf";
+  ASSERT_EQ(testing::gguf_llama_oracle(fmt::format("convert {} {} q8_0", hf_dir().string(), q8_0.string())), 0);
+  const LoadedModel quantized = load_model_dir(q8_0, cpu_backend());
+  for (size_t i = 0; i < parameters.specs().size(); ++i) {
+    const float* original = parameters.at(i).data<float>();
+    const float* read = quantized.parameters.at(i).data<float>();
+    const int64_t n = parameters.at(i).numel();
+    float amax = 0, worst = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      amax = std::max(amax, std::abs(original[j]));
+      worst = std::max(worst, std::abs(read[j] - original[j]));
+    }
+    const bool matrix = parameters.specs()[i].shape.rank() == 2;
+    EXPECT_LE(worst, matrix ? amax / 127 * (0.5f + 127.0f / 2048) : 0.0f) << parameters.specs()[i].name;
+  }
 }
 
 TEST_P(GgufLlama, QuantizeWritesTheConvertersFile) {
