@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "tensor/dtype.h"
 
@@ -44,19 +45,21 @@ struct BlockQ8_K {
 static_assert(sizeof(BlockQ8_K) == 292, "llama.cpp's block_q8_K is 292 bytes");
 
 // A Q4_K super-block's eight 6-bit scales and minimums, unpacked (inline: the products unpack
-// each weight block's).
+// each weight block's). Four bytes at a time: the low sub-blocks' are bytes 0-3 (scales) and 4-7
+// (minimums) but their top 2 bits; the high ones' low 4 bits are the nibbles of bytes 8-11, their
+// top 2 bits those top bits of bytes 0-7.
 struct Q4_KScales {
   uint8_t scale[BlockQ4_K::kSubBlocks], min[BlockQ4_K::kSubBlocks];
 };
 inline Q4_KScales unpack_scales(const BlockQ4_K& block) {
+  constexpr uint32_t kLow6 = 0x3F3F3F3F, kLow4 = 0x0F0F0F0F, kLow2 = 0x03030303;
+  uint32_t word[3];
+  std::memcpy(word, block.scales, sizeof word);
+  const uint32_t parts[4] = {word[0] & kLow6, (word[2] & kLow4) | (((word[0] >> 6) & kLow2) << 4), word[1] & kLow6,
+                             ((word[2] >> 4) & kLow4) | (((word[1] >> 6) & kLow2) << 4)};
   Q4_KScales out;
-  const uint8_t* s = block.scales;
-  for (int j = 0; j < 4; ++j) {
-    out.scale[j] = s[j] & 63;
-    out.min[j] = s[j + 4] & 63;
-    out.scale[j + 4] = static_cast<uint8_t>((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
-    out.min[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-  }
+  std::memcpy(out.scale, parts, 8);
+  std::memcpy(out.min, parts + 2, 8);
   return out;
 }
 

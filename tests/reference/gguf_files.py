@@ -15,6 +15,9 @@ Runs in .venv-data (scripts/setup_python_data.sh).
         merges.txt) as tokenizer.ggml.*; and DEQUANTIZED_DIR (when given), the same Hugging Face
         dir with every tensor the file's values (gguf.quants.dequantize). bench/infer/compare_decode.py
         makes the Q8_0 file both engines read with it.
+    gguf_files.py convert-f32 HF_DIR OUT.gguf
+        the same with every tensor in F32 (llama.cpp's `--outtype f32`): the float baseline of the
+        perplexities in bench/RESULTS.md's #48 section.
     gguf_files.py dequantize FILE.gguf OUT_DIR
         reads FILE with gguf.GGUFReader and writes each tensor's values, gguf.quants.dequantize'd,
         as OUT_DIR/NAME.f32 (raw little-endian, row-major), and OUT_DIR/types.json: each tensor's
@@ -31,7 +34,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, quants
 
 
-def convert(hf_dir, out, dequantized_dir):
+def convert(hf_dir, out, dequantized_dir, quantize_matrices=True):
     import os
     import shutil
     from safetensors.numpy import load_file, save_file
@@ -54,7 +57,7 @@ def convert(hf_dir, out, dequantized_dir):
                 names[f"h.{layer}.{ours}.{kind}"] = f"blk.{layer}.{theirs}.{kind}"
 
     def add(name, values):
-        if values.ndim == 2:
+        if values.ndim == 2 and quantize_matrices:
             blocks = quants.quantize(values, GGMLQuantizationType.Q8_0)
             writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q8_0)
             return quants.dequantize(blocks, GGMLQuantizationType.Q8_0)
@@ -132,6 +135,9 @@ def main():
         return
     if action == "convert":
         convert(out_dir, sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+        return
+    if action == "convert-f32":
+        convert(out_dir, sys.argv[3], None, quantize_matrices=False)
         return
     assert action == "write"
     rng = np.random.default_rng(7)

@@ -8,31 +8,30 @@ namespace {
 
 #if defined(__AVX2__) && defined(__FMA__)
 // Eight int32 lanes summing to sum_j scale_j * (q4_j . q8_j) over one super-block pair. The
-// nibbles (0..15) are the unsigned operand of vpdpbusd / vpmaddubsw, x's int8 the signed one.
-inline __m256i scaled_products(const BlockQ4_K& w, const BlockQ8_K& x, const Q4_KScales& s) {
+// nibbles (0..15) are the unsigned operand of vpmaddubsw, x's int8 the signed one: pairs summed in
+// int16 (at most 2 * 15 * 127, no saturation), then times the sub-block's scale and pairs summed
+// into int32 (AVX512_VNNI's or AVX_VNNI's vpdpwssd in one instruction, else vpmaddwd and an add).
+// The scales are read from memory as int16, so that each broadcast is one load.
+inline __m256i scaled_products(const BlockQ4_K& w, const BlockQ8_K& x, const int16_t* scales) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   __m256i acc = _mm256_setzero_si256();
+  auto add = [&acc](__m256i pairs, int16_t scale) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    acc = _mm256_dpwssd_epi32(acc, pairs, _mm256_set1_epi16(scale));
+#elif defined(__AVXVNNI__)
+    acc = _mm256_dpwssd_avx_epi32(acc, pairs, _mm256_set1_epi16(scale));
+#else
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(scale)));
+#endif
+  };
 #pragma GCC unroll 4
   for (int part = 0; part < 4; ++part) {  // 64 weights: sub-blocks 2 part (low nibbles) and 2 part + 1
     const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * part));
     const __m256i low = _mm256_and_si256(packed, nibble), high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
     const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + 64 * part));
     const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + 64 * part + 32));
-#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    const __m256i p_low = _mm256_dpbusd_epi32(_mm256_setzero_si256(), low, x_low);
-    const __m256i p_high = _mm256_dpbusd_epi32(_mm256_setzero_si256(), high, x_high);
-#else
-    const __m256i p_low = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), low, x_low);
-    const __m256i p_high = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), high, x_high);
-#endif
-    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p_low, _mm256_set1_epi32(s.scale[2 * part])));
-    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p_high, _mm256_set1_epi32(s.scale[2 * part + 1])));
-#else
-    // Pairs in int16 (at most 2 * 15 * 127: no saturation), then times the scale, pairs in int32.
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(low, x_low), _mm256_set1_epi16(s.scale[2 * part])));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(high, x_high), _mm256_set1_epi16(s.scale[2 * part + 1])));
-#endif
+    add(_mm256_maddubs_epi16(low, x_low), scales[2 * part]);
+    add(_mm256_maddubs_epi16(high, x_high), scales[2 * part + 1]);
   }
   return acc;
 }
@@ -79,11 +78,13 @@ inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_K* x, const Bl
     }
     const BlockQ4_K& wb = w[b];
     const Q4_KScales s = unpack_scales(wb);
+    alignas(16) int16_t scales[BlockQ4_K::kSubBlocks];
+    _mm_store_si128(reinterpret_cast<__m128i*>(scales), _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.scale))));
     const float d = f16_to_f32(wb.d), dmin = f16_to_f32(wb.dmin);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const BlockQ8_K& xb = x[r * blocks + b];
-      const __m256 products = _mm256_cvtepi32_ps(scaled_products(wb, xb, s));
+      const __m256 products = _mm256_cvtepi32_ps(scaled_products(wb, xb, scales));
       acc[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(xb.d * d), acc[r]);
       min_acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_products(xb, s)), _mm_set1_ps(xb.d * dmin), min_acc[r]);
     }
