@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
@@ -207,8 +208,13 @@ std::vector<RankPeaks> predict_rank_peaks(const model::GptConfig& model, const T
                                           int threads) {
   const dist::MeshShape shape = dist::mesh_shape(ranks, config.tensor_parallel, config.pipeline_parallel);
   std::vector<RankPeaks> entries;
+  // A rank's prediction depends on its stage, its shard and, under ZeRO, its replica's range
+  // (otherwise only on whether it is the chief): estimated once per distinct rank.
+  std::map<std::tuple<int, int, int>, RunPeaks> estimated;
   for (int rank = 0; rank < ranks; ++rank) {
     const dist::MeshCoordinates at = dist::mesh_coordinates(shape, rank);
+    const std::tuple<int, int, int> kind{at.stage, at.tensor, config.sync.zero > 0 || at.data == 0 ? at.data : 1};
+    if (!estimated.count(kind)) estimated[kind] = estimate_training_memory(model, config, ranks, threads, at).run;
     std::string role = rank == 0 ? "chief" : "";
     auto name = [&](int count, const char* what, int index) {
       if (count > 1) role += fmt::format("{}{} {}", role.empty() ? "" : ", ", what, index);
@@ -217,7 +223,7 @@ std::vector<RankPeaks> predict_rank_peaks(const model::GptConfig& model, const T
     name(shape.tensor, "shard", at.tensor);
     // (Replicas differ at most in their ZeRO shard: equal predictions share a line.)
     if (role.empty()) role = shape.data > 1 ? "replica" : "rank";
-    add_rank(entries, role, rank, estimate_training_memory(model, config, ranks, threads, at).run);
+    add_rank(entries, role, rank, estimated[kind]);
   }
   return entries;
 }
