@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int rank = world->rank(), stage = rank / shards;
   const train::MemoryReport predicted =
-      train::estimate_training_memory(config, train_config, world->size(), 1, stage);
+      train::estimate_training_memory(config, train_config, world->size(), 1, {.tensor = rank % shards, .stage = stage});
   const double measured_bubble = stages > 1 ? transfers / (compute + transfers) : 0.0;
   const model::LayerRange range =
       train::partition_layers(config, stages, context, train_config.stage_layers)[static_cast<size_t>(stage)];

@@ -70,7 +70,7 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
     const auto ranges = train::partition_layers(setup.model, stages, config.sequence_length, config.stage_layers);
     auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
     for (int stage = 0; stage < stages; ++stage) {
-      const train::MemoryReport r = train::estimate_training_memory(setup.model, config, options.ranks, threads, stage);
+      const train::MemoryReport r = train::estimate_training_memory(setup.model, config, options.ranks, threads, {.stage = stage});
       const model::LayerRange& range = ranges[static_cast<size_t>(stage)];
       fmt::print("{:>5} {:>9} {:>10.1f} {:>10.1f} {:>10.1f} {:>9} {:>12.1f} {:>10.1f}\n", stage,
                  fmt::format("{}-{}{}", range.first_layer, range.end_layer, range.last ? "+h" : ""), mib(r.parameters),
@@ -79,6 +79,12 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
     }
     fmt::print("(blocks a-b: [a, b); +h: the final layernorm and the head; activations include inputs and workspace{})\n",
                mesh.tensor > 1 ? "; per shard" : "");
+  }
+  fmt::print("whole run, peak growth of each rank's RSS (MiB; `train` prints the measured ones at its end):\n{}",
+             train::rank_peaks_table(train::predict_rank_peaks(setup.model, config, options.ranks, threads)));
+  if (config.sync.zero >= 3 && mesh.data > 1) {
+    fmt::print("(ZeRO-3 gathers every weight of its part on every rank to write a checkpoint, and the chief keeps "
+               "them for the export: the whole part's weights are resident then)\n");
   }
   const double peak = options.peak_tflops > 0 ? options.peak_tflops * 1e12 : train::measure_peak_flops(cpu_backend());
   const double tensor_gbs = options.tensor_bandwidth_gbs > 0 ? options.tensor_bandwidth_gbs : options.bandwidth_gbs;
@@ -113,7 +119,8 @@ void run_plan(const PlanOptions& options) {
   const int64_t unit = config.replicas(options.ranks) * config.micro_batches_per_step();
   auto fits = [&](const train::TrainConfig& trial) {  // on every stage's ranks
     for (int stage = 0; stage < stages; ++stage) {
-      if (train::estimate_training_memory(setup.model, trial, options.ranks, threads, stage).total() > budget) return false;
+      const train::MemoryReport r = train::estimate_training_memory(setup.model, trial, options.ranks, threads, {.stage = stage});
+      if (r.run.peak() > budget) return false;
     }
     return true;
   };

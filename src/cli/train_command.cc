@@ -74,6 +74,7 @@ void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Commu
 // A TF_CONFIG with ps tasks: this task's part of parameter-server training (ParameterServerStrategy).
 void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec& cluster,
                                   const std::atomic<bool>* stop) {
+  const int64_t rss_before = train::peak_rss_bytes();
   const train::TrainConfig& config = setup.train;
   check(cluster.jobs.count("chief") != 0, "TF_CONFIG: parameter-server training needs a chief task (it coordinates "
         "the workers and writes the checkpoints)");
@@ -103,11 +104,17 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
         "two moments: use more ps tasks (about {} for this model)", static_cast<double>(largest_shard) / 1e6,
         ps_addresses.size() * static_cast<size_t>(max_message_bytes / INT32_MAX + 1));
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
+  // Each task its own: they share no collective to gather them on the chief.
+  auto report_peak = [&] {
+    fmt::print(stderr, "memory: {}: whole run, peak RSS grew {:.1f} MiB\n", task,
+               static_cast<double>(train::peak_rss_bytes() - rss_before) / (1 << 20));
+  };
   switch (cluster.role()) {
     case dist::Role::ps: {
       ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend(), cluster.cluster_json());
       fmt::print(stderr, "{}: serving its shard of the variables ({})\n", task, security.describe());
       server.serve(stop, setup.timeout);
+      report_peak();
       return;
     }
     case dist::Role::worker: {
@@ -119,6 +126,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       ps::WorkerTask worker(setup.model, config, *data, cpu_backend(), placement, std::move(settings));
       fmt::print(stderr, "{}: waiting for steps from the chief ({})\n", task, security.describe());
       worker.serve(stop, setup.timeout);
+      report_peak();
       return;
     }
     default: {
@@ -128,6 +136,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
                                    max_message_bytes, setup.ps_synchronous, setup.max_staleness,
                                    cluster.cluster_json()};
       ps::Coordinator(setup.model, config, std::move(placement), std::move(settings)).run(stop);
+      report_peak();
     }
   }
 }

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "backend/kernel_args.h"
 #include "graph/memory_plan.h"
+#include "model/model_files.h"
 #include "train/pipeline_schedule.h"
 #include "train/sharded_parameters.h"
 #include "train/training_graph.h"
@@ -45,15 +48,16 @@ std::string MemoryReport::to_text() const {
 }
 
 MemoryReport estimate_training_memory(const model::GptConfig& model, const TrainConfig& config, int ranks,
-                                      int threads, int stage) {
+                                      int threads, dist::MeshCoordinates at) {
+  const int stage = at.stage;
   const int stages = config.pipeline_parallel;
   const int shards = config.tensor_parallel;
   const int replicas = config.replicas(ranks);
   const int64_t micro_batch = config.micro_batch(ranks);
   const int64_t T = config.sequence_length, C = model.n_embd;
   const model::LayerRange range = partition_layers(model, stages, T, config.stage_layers).at(static_cast<size_t>(stage));
-  // Shard 0: it also holds the biases the other shards skip.
-  const model::TensorShard shard{0, shards};
+  // (Shard 0 also holds the biases the other shards skip.)
+  const model::TensorShard shard{at.tensor, shards};
   model::GptGraph g =
       build_training_graph(model, micro_batch, T, config.recompute, config.precision, cpu_backend(), range, shard);
 
@@ -87,9 +91,12 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   report.zero_stage = replicas > 1 ? config.sync.zero : 0;
   report.zero_shards = report.zero_stage > 0 ? replicas : 1;
   const int64_t zero_shard = (parameter_count + replicas - 1) / replicas;
+  // This replica's range of the flat buffer (GradientSync's shard_begin / shard_end).
+  const int64_t zero_begin = std::min(at.data * zero_shard, parameter_count);
+  const int64_t zero_end = std::min(zero_begin + zero_shard, parameter_count);
   const bool whole_accumulator = config.grad_accumulation > 1 && report.zero_stage < 2;
   report.gradients = parameter_bytes * (whole_accumulator ? 2 : 1);
-  report.optimizer_state = 2 * (report.zero_stage > 0 ? zero_shard * 4 : parameter_bytes);
+  report.optimizer_state = 2 * (report.zero_stage > 0 ? (zero_end - zero_begin) * 4 : parameter_bytes);
   if (report.zero_stage > 0) {
     // GradientSync's staging, a chunk of every rank's shard and one of this rank's, and the copy
     // of a chunk's reduce-scatter input that the engine makes (Gloo's all-reduce of a copy,
@@ -99,12 +106,32 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     if (report.zero_stage >= 2 && config.grad_accumulation > 1) report.sync_buffers += zero_shard * 4;
   }
   if (report.zero_stage >= 3) {
-    // Rank 0's shard, and the layers it gathers (its checkpoint writes its shard only).
-    report.parameters = zero_shard * 4;
-    report.gathered_layers = LayerSchedule(g, part).peak_gathered_elements(0, zero_shard) * 4;
+    // This replica's shard, and the layers it gathers (its checkpoint writes its shard only).
+    report.parameters = (zero_end - zero_begin) * 4;
+    report.gathered_layers = LayerSchedule(g, part).peak_gathered_elements(zero_begin, zero_end) * 4;
   }
   // A checkpoint copies this rank's slices out one at a time: at most its largest tensor.
-  for (const model::TensorSpec& spec : part) report.checkpoint_extra = std::max(report.checkpoint_extra, spec.shape.numel() * 4);
+  int64_t largest_slice = 0;
+  for (const model::TensorSpec& spec : part) largest_slice = std::max(largest_slice, spec.shape.numel() * 4);
+  report.checkpoint_extra = largest_slice;
+  // A partitioned or ZeRO-3 run's export reads each whole tensor from the last checkpoint's
+  // slices: the tensor assembled, and the mapped pages of the slice being copied into it (let go
+  // after each; measured on GPT-2 Large: the chief grew by wte plus its slice, 308 MiB on TP4, 505
+  // on PP2). A ZeRO-3 slice is at most a replica's shard.
+  const bool partitioned = stages > 1 || shards > 1;
+  if (partitioned || report.zero_stage >= 3) {
+    std::map<std::string, int64_t> largest_chunk;  // of each tensor, over the stages' first shards
+    for (const model::LayerRange& held : partition_layers(model, stages, T, config.stage_layers)) {
+      for (const model::TensorSpec& spec : model::part_tensor_specs(model::gpt_tensor_specs(model), held, {0, shards})) {
+        const int64_t chunk = report.zero_stage >= 3 ? std::min(spec.shape.numel(), zero_shard) : spec.shape.numel();
+        largest_chunk[spec.name] = std::max(largest_chunk[spec.name], chunk);
+      }
+    }
+    for (const model::HfStoredTensor& stored : model::hf_layout(model, model::gpt_tensor_specs(model))) {
+      const int64_t tensor = stored.slice.numel();
+      report.export_extra = std::max(report.export_extra, (tensor + std::min(tensor, largest_chunk[stored.tensor])) * 4);
+    }
+  }
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;
   report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;
@@ -122,7 +149,94 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   const int64_t attention_floats = (bf16 ? 3 : 2) * kAttentionBlockRows * T + (bf16 ? 3 * T * head_size : 0);
   const int64_t floats_per_thread = attention_floats + 2 * C + 4 * C;
   report.workspace = static_cast<int64_t>(threads) * floats_per_thread * 4;
+
+  // The whole run. Start-up: the part's weights written (ZeRO-3: its shard only) and the moments
+  // zeroed; gradients are touched by the first step.
+  report.start_up = report.parameters + report.optimizer_state;
+  report.run.start_up = report.start_up;
+  report.run.step = report.total();
+  // Saving keeps the step's buffers (arena, gradients) and copies out one slice at a time.
+  const int64_t saving = report.total();
+  report.run.checkpoint = saving + largest_slice;
+  const bool chief = at.tensor == 0 && at.data == 0 && at.stage == 0;
+  if (chief) report.run.export_model = saving + report.export_extra;
   return report;
+}
+
+int64_t RunPeaks::peak() const { return std::max({start_up, step, checkpoint, export_model}); }
+
+const char* RunPeaks::peak_phase() const {
+  const int64_t top = peak();
+  if (top == export_model) return "export";
+  if (top == checkpoint) return "checkpoint";
+  if (top == step) return "step";
+  return "start-up";
+}
+
+namespace {
+
+// "0", "1-3", "0,2": ascending ranks, runs of consecutive ones joined.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += fmt::format("{}{}", text.empty() ? "" : ",", ranks[i]);
+    if (j > i) text += fmt::format("-{}", ranks[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+// Adds `rank` to the entry with the same role and prediction, or a new one.
+void add_rank(std::vector<RankPeaks>& entries, const std::string& role, int rank, const RunPeaks& peaks) {
+  for (RankPeaks& entry : entries) {
+    if (entry.role == role && entry.peaks == peaks) {
+      entry.ranks.push_back(rank);
+      return;
+    }
+  }
+  entries.push_back({role, {rank}, peaks});
+}
+
+}  // namespace
+
+std::vector<RankPeaks> predict_rank_peaks(const model::GptConfig& model, const TrainConfig& config, int ranks,
+                                          int threads) {
+  const dist::MeshShape shape = dist::mesh_shape(ranks, config.tensor_parallel, config.pipeline_parallel);
+  std::vector<RankPeaks> entries;
+  // A rank's prediction depends on its stage, its shard and, under ZeRO, its replica's range
+  // (otherwise only on whether it is the chief): estimated once per distinct rank.
+  std::map<std::tuple<int, int, int>, RunPeaks> estimated;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const dist::MeshCoordinates at = dist::mesh_coordinates(shape, rank);
+    const std::tuple<int, int, int> kind{at.stage, at.tensor, config.sync.zero > 0 || at.data == 0 ? at.data : 1};
+    if (!estimated.count(kind)) estimated[kind] = estimate_training_memory(model, config, ranks, threads, at).run;
+    std::string role = rank == 0 ? "chief" : "";
+    auto name = [&](int count, const char* what, int index) {
+      if (count > 1) role += fmt::format("{}{} {}", role.empty() ? "" : ", ", what, index);
+    };
+    name(shape.pipeline, "stage", at.stage);
+    name(shape.tensor, "shard", at.tensor);
+    // (Replicas differ at most in their ZeRO shard: equal predictions share a line.)
+    if (role.empty()) role = shape.data > 1 ? "replica" : "rank";
+    add_rank(entries, role, rank, estimated[kind]);
+  }
+  return entries;
+}
+
+std::string rank_peaks_table(const std::vector<RankPeaks>& entries) {
+  auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  std::string text = fmt::format("{:<8} {:<26} {:>9} {:>9} {:>10} {:>9} {:>9}  {}\n", "ranks", "role", "start-up",
+                                 "step", "checkpoint", "export", "peak", "peak phase");
+  for (const RankPeaks& entry : entries) {
+    const RunPeaks& p = entry.peaks;
+    text += fmt::format("{:<8} {:<26} {:>9.1f} {:>9.1f} {:>10.1f} {:>9} {:>9.1f}  {}\n", rank_list(entry.ranks),
+                        entry.role, mib(p.start_up), mib(p.step), mib(p.checkpoint),
+                        p.export_model > 0 ? fmt::format("{:.1f}", mib(p.export_model)) : "-", mib(p.peak()),
+                        p.peak_phase());
+  }
+  return text;
 }
 
 }  // namespace paraflow::train

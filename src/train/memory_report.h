@@ -1,16 +1,31 @@
 // Where a training step's bytes go, predicted without training: parameters, gradients,
 // optimizer state, activations (the memory plan's arena: activations, values saved for
 // backward and their gradients, logits included), inputs and kernel workspace — for one rank,
-// or for one pipeline stage's ranks, which hold the activations of every micro-batch in flight.
+// or for one pipeline stage's ranks, which hold the activations of every micro-batch in flight;
+// and each rank's peak over a whole run (start-up, steps, checkpoints, the export).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "dist/mesh.h"
 #include "model/gpt_config.h"
 #include "train/trainer.h"
 
 namespace paraflow::train {
+
+// A rank's resident bytes at the peak of each phase of a whole `paraflow train` run (what its peak
+// RSS grows by over a process with no model); the largest is the rank's peak.
+struct RunPeaks {
+  int64_t start_up = 0;      // its part initialised, or read from a checkpoint's slices
+  int64_t step = 0;          // a training step
+  int64_t checkpoint = 0;    // writing its slices of a checkpoint
+  int64_t export_model = 0;  // the chief writing the export; 0 on the other ranks
+  int64_t peak() const;
+  const char* peak_phase() const;
+  bool operator==(const RunPeaks&) const = default;
+};
 
 struct MemoryReport {
   int64_t parameters = 0;       // held between steps: ZeRO-3 holds its shard only
@@ -25,8 +40,15 @@ struct MemoryReport {
   // ZeRO-3: the most bytes of other ranks' parameters gathered at once (layers in use and the
   // next one prefetched)
   int64_t gathered_layers = 0;
-  // held only while a checkpoint is saved: one slice's copy (and, ZeRO-3, the gathered weights)
+  // held only while a checkpoint is saved: one slice's copy
   int64_t checkpoint_extra = 0;
+  // held only while the chief writes the export: a partitioned or ZeRO-3 run streams it from the
+  // last checkpoint, one whole tensor at a time
+  int64_t export_extra = 0;
+  // resident once the part is initialised or read back, before the first step: its weights
+  // (ZeRO-3: its shard only) and moments
+  int64_t start_up = 0;
+  RunPeaks run;                 // this rank's whole run, phase by phase
   int zero_stage = 0;           // dist.zero in effect (0 with one replica)
   int zero_shards = 1;          // ranks sharing the optimizer state (ZeRO)
   int64_t in_flight = 1;        // micro-batches whose activations a pipeline stage holds at once
@@ -39,10 +61,25 @@ struct MemoryReport {
   std::string to_text() const;
 };
 
+// The ranks (or parameter-server tasks) that share one prediction.
+struct RankPeaks {
+  std::string role;        // "stage 0 shard 1", "chief", "worker", "ps"
+  std::vector<int> ranks;  // mpirun ranks, or task indices of the role
+  RunPeaks peaks;
+};
+
+// Every rank of a job of `ranks` processes (mpirun or TF_CONFIG without ps tasks), in rank order,
+// ranks with identical predictions on one entry.
+std::vector<RankPeaks> predict_rank_peaks(const model::GptConfig& model, const TrainConfig& config, int ranks,
+                                          int threads);
+// A table: ranks, role, each phase's MiB, the peak and its phase.
+std::string rank_peaks_table(const std::vector<RankPeaks>& ranks);
+
 // For one rank of `ranks` (each holds a micro-batch of batch_size / (ranks · grad_accumulation)),
-// or, with config.pipeline_parallel stages, for a rank of stage `stage` (micro-batches of
-// batch_size / (replicas · dist.micro_batches)), and its first shard with config.tensor_parallel.
+// or, with config.pipeline_parallel stages, for a rank of stage `at.stage` (micro-batches of
+// batch_size / (replicas · dist.micro_batches)), shard `at.tensor` with config.tensor_parallel,
+// replica `at.data` (its ZeRO shard); the chief (all coordinates 0) also writes the export.
 MemoryReport estimate_training_memory(const model::GptConfig& model, const TrainConfig& config, int ranks,
-                                      int threads, int stage = 0);
+                                      int threads, dist::MeshCoordinates at = {});
 
 }  // namespace paraflow::train

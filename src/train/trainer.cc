@@ -94,7 +94,8 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
       backend_(backend),
       communicator_(communicator),
       whole_specs_(model::gpt_tensor_specs(model_config_, config_.decay_embeddings)),
-      checkpoints_(config_.out_dir, config_.keep_checkpoints) {
+      checkpoints_(config_.out_dir, config_.keep_checkpoints),
+      rss_at_start_(peak_rss_bytes()) {
   nlohmann::json settings = group_settings(model_config_, config_);
   settings["data"] = data_.state();  // the corpus and its split, or the TFRecord files' fingerprint
   check_group_settings(communicator_, settings);
@@ -663,6 +664,8 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   }
   // Every rank saves (ZeRO-1 gathers the moments); not twice for one step.
   if (checkpoint_step != step_) checkpoint = save_checkpoint();
+  // The other ranks' peaks are final now; the chief's own is read again after the export.
+  std::vector<float> growth = whole_run_peak_growth();
   if (!is_chief()) return;
   progress.finish();
   fmt::print(stderr, "waited for data {:.2f}% of the training time\n",
@@ -670,6 +673,32 @@ void Trainer::run(const std::atomic<bool>* stop, double peak_flops) {
   if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", step_);
   export_model(config_.out_dir / "export");
   fmt::print(stderr, "checkpoint {} ; model exported to {}\n", checkpoint.string(), (config_.out_dir / "export").string());
+  report_whole_run_peaks(std::move(growth));
+}
+
+std::vector<float> Trainer::whole_run_peak_growth() {
+  const auto mine = static_cast<float>(static_cast<double>(peak_rss_bytes() - rss_at_start_) / (1 << 20));
+  std::vector<float> growth(static_cast<size_t>(communicator_.size()));
+  // One sum per rank (each rank contributes its own entry): a handful of floats once a run.
+  for (int rank = 0; rank < communicator_.size(); ++rank) {
+    growth[static_cast<size_t>(rank)] = job_sum(rank == communicator_.rank() ? mine : 0.0f);
+  }
+  return growth;
+}
+
+void Trainer::report_whole_run_peaks(std::vector<float> growth) {
+  growth[0] = static_cast<float>(static_cast<double>(peak_rss_bytes() - rss_at_start_) / (1 << 20));
+  if (growth.size() == 1) {
+    fmt::print(stderr, "memory: whole run (start-up, steps, checkpoints, export), peak RSS grew {:.1f} MiB "
+               "(`paraflow plan` predicts it)\n", growth[0]);
+    return;
+  }
+  const auto largest = std::max_element(growth.begin(), growth.end());
+  std::string ranks;
+  for (size_t rank = 0; rank < growth.size(); ++rank) ranks += fmt::format("{}{}: {:.1f}", rank ? ", " : "", rank, growth[rank]);
+  fmt::print(stderr, "memory: whole run (start-up, steps, checkpoints, export), peak RSS grew {:.1f} MiB on rank {}, "
+             "the most of {} ranks (`paraflow plan --ranks {}` predicts each rank's); by rank (MiB): {}\n", *largest,
+             largest - growth.begin(), growth.size(), growth.size(), ranks);
 }
 
 void Trainer::report_peak_growth(int64_t rss_before) {

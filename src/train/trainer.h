@@ -182,6 +182,11 @@ class Trainer {
   bool shards_parameters() const { return config_.sync.zero >= 3 && replicas().size() > 1; }
   // Every rank's growth of peak RSS since `rss_before`: the chief prints the largest and its rank.
   void report_peak_growth(int64_t rss_before);
+  // Every rank's growth of peak RSS since the trainer began (before its model existed), in rank
+  // order: start-up, steps and checkpoints so far (all of them on every rank).
+  std::vector<float> whole_run_peak_growth();
+  // The chief, after the export: the largest whole-run growth and its rank, and every rank's.
+  void report_whole_run_peaks(std::vector<float> growth);
   // Forward and backward on this rank's slice `micro` of global batch `index`; returns the
   // slice's mean loss.
   double forward_backward(int64_t index, int64_t micro);
@@ -216,6 +221,7 @@ class Trainer {
   CheckpointManager checkpoints_;
   Tensor loss_grad_;
   int64_t step_ = 0;
+  int64_t rss_at_start_ = 0;  // peak RSS before the model was built
 };
 
 // The type the GEMMs of a training step multiply in under `policy`: its 16-bit storage type
