@@ -34,7 +34,7 @@ finish reasons and short requests are printed, and generated tokens are counted 
 
 Ratios printed per model, dtype and concurrency: tokens/s of paraflow-cb over paraflow-1 and over
 llama-server, and each server's p99 inter-token latency over its own single-client p99 (issue #10's
-targets at 32 clients: >= 5x, >= 1.5x, <= 2x). The machine's load average is printed before and
+targets at 32 clients: >= 5x, >= 1.5x, <= 2x; issue #46's for qwen2.5-0.5b above). The machine's load average is printed before and
 after each run: on a shared 2-core machine other processes move the figures.
 """
 import argparse
@@ -251,7 +251,7 @@ def ratio(a, b):
     return a / b if a and b and b == b and a == a else float("nan")
 
 
-def print_ratios(best, concurrencies):
+def print_ratios(best, concurrencies, model_name):
     by = {key: outcome.get("metrics") for key, outcome in best.items()}
     print(f"\n  {'conc':>4} {'cb/one-at-a-time':>17} {'cb/llama-server':>16} {'p99 ITL / 1-client p99 ITL: cb':>31} "
           f"{'one':>6} {'llama':>6}")
@@ -266,9 +266,12 @@ def print_ratios(best, concurrencies):
         r1, r2 = ratio(tps(cb), tps(one)), ratio(tps(cb), tps(llama))
         r3, r4, r5 = itl_ratio("paraflow-cb"), itl_ratio("paraflow-1"), itl_ratio("llama-server")
         mark = ""
-        if c == 32:
+        verdict = lambda r, ok: "n/a" if r != r else "ok" if ok else "MISSED"  # noqa: E731
+        if c == 32 and model_name == "qwen2.5-0.5b":  # issue #46's
+            mark = f"   targets at 32: cb/llama >= 1.5 {verdict(r2, r2 >= 1.5)}, cb ITL ratio <= 2.5 {verdict(r3, r3 <= 2.5)}"
+        elif c == 32:  # issue #10's
             mark = "   targets at 32: cb/one >= 5 {}, cb/llama >= 1.5 {}, cb ITL ratio <= 2 {}".format(
-                *("n/a" if r != r else "ok" if ok else "MISSED" for r, ok in ((r1, r1 >= 5), (r2, r2 >= 1.5), (r3, r3 <= 2))))
+                verdict(r1, r1 >= 5), verdict(r2, r2 >= 1.5), verdict(r3, r3 <= 2))
         print(f"  {c:>4} {r1:16.2f}x {r2:15.2f}x {r3:30.2f}x {r4:5.2f}x {r5:5.2f}x{mark}")
 
 
@@ -372,7 +375,7 @@ def main():
                 print(f"\n  best of {args.repetitions} runs (by tokens/s) per server and concurrency:")
                 for outcome in best.values():
                     print_outcome(outcome, printed_notes)
-            print_ratios(best, args.concurrency)
+            print_ratios(best, args.concurrency, model_name)
             markdown.append(markdown_table(model_name, config, dtype, best, args.concurrency, servers))
             everything["runs"].extend(results)
     print("\n" + "\n\n".join(markdown))
