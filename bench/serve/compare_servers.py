@@ -34,8 +34,9 @@ finish reasons and short requests are printed, and generated tokens are counted 
 
 Ratios printed per model, dtype and concurrency: tokens/s of paraflow-cb over paraflow-1 and over
 llama-server, and each server's p99 inter-token latency over its own single-client p99 (issue #10's
-targets at 32 clients: >= 5x, >= 1.5x, <= 2x; issue #46's for qwen2.5-0.5b above). The machine's load average is printed before and
-after each run: on a shared 2-core machine other processes move the figures.
+targets at 32 clients: >= 5x, >= 1.5x, <= 2x; issue #46's for qwen2.5-0.5b above). The machine's
+load average is printed before and after each run: on a shared 2-core machine other processes
+move the figures.
 """
 import argparse
 import asyncio
