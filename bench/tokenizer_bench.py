@@ -27,12 +27,33 @@ def median(values):
 
 
 def timed(fn, repeats):
-    rates = []
+    """Each run's seconds."""
+    times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
-        rates.append(time.perf_counter() - start)
-    return rates
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def read_corpus(path):
+    """The corpus's documents and their size in MB of UTF-8."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f if line.strip()]
+    return texts, sum(len(t.encode("utf-8")) for t in texts) / 1e6
+
+
+def run_paraflow(bench, corpus, vocab, repeats, train_vocab, *extra):
+    """paraflow's tokenizer_bench on the corpus: its JSON report and the ids it encoded."""
+    ids_file = tempfile.NamedTemporaryFile(suffix=".ids", delete=False).name
+    report = json.loads(subprocess.run([bench, "--corpus", corpus, "--vocab", vocab, "--repeats", str(repeats),
+                                        "--train-vocab", str(train_vocab), "--ids-out", ids_file, *extra],
+                                       check=True, capture_output=True, text=True).stdout)
+    ids = array.array("i")
+    with open(ids_file, "rb") as f:
+        ids.frombytes(f.read())
+    os.unlink(ids_file)
+    return report, ids
 
 
 def main():
@@ -49,25 +70,16 @@ def main():
     from tiktoken.load import load_tiktoken_bpe
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    with gzip.open(args.corpus, "rt", encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()]
-    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    texts, mb = read_corpus(args.corpus)
     threads = os.cpu_count()
     print(f"corpus: {len(texts)} documents, {mb:.2f} MB; {threads} threads; "
           f"tiktoken {tiktoken.__version__}, tokenizers {tokenizers.__version__}", flush=True)
 
     # paraflow (C++): prints JSON, writes its ids for the comparison below.
-    ids_file = tempfile.NamedTemporaryFile(suffix=".ids", delete=False).name
     train_dir = tempfile.mkdtemp(prefix="paraflow_tok_bench_")
-    ours = json.loads(subprocess.run([args.bench, "--corpus", args.corpus, "--vocab", args.ranks, "--repeats",
-                                      str(args.repeats), "--train-vocab", str(args.train_vocab),
-                                      "--ids-out", ids_file, "--train-out", train_dir],
-                                     check=True, capture_output=True, text=True).stdout)
+    ours, our_ids = run_paraflow(args.bench, args.corpus, args.ranks, args.repeats, args.train_vocab,
+                                 "--train-out", train_dir)
     print(f"cpu: {ours['cpu']}", flush=True)
-    our_ids = array.array("i")
-    with open(ids_file, "rb") as f:
-        our_ids.frombytes(f.read())
-    os.unlink(ids_file)
 
     ranks = load_tiktoken_bpe(args.ranks)
     enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,

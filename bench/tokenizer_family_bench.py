@@ -10,30 +10,17 @@ Both encoders must give the same ids on the whole corpus; the script checks that
 """
 import argparse
 import array
-import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
+
+from tokenizer_bench import median, read_corpus, run_paraflow, timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORACLE = os.path.join(ROOT, "tests/reference/tokenizer_family_oracle.py")
-
-
-def median(values):
-    return sorted(values)[len(values) // 2]
-
-
-def timed(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return median(times)
 
 
 def main():
@@ -48,9 +35,7 @@ def main():
     import tokenizers
     from tokenizers import Tokenizer
 
-    with gzip.open(args.corpus, "rt", encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()]
-    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    texts, mb = read_corpus(args.corpus)
     threads = os.cpu_count()
     print(f"corpus: {len(texts)} documents, {mb:.2f} MB; {threads} threads; tokenizers {tokenizers.__version__}; "
           f"vocabulary {args.vocab_size}", flush=True)
@@ -65,19 +50,13 @@ def main():
         directory = os.path.join(work, family)
         subprocess.run([sys.executable, ORACLE, "build", "--family", family, "--train", train, "--vocab-size",
                         str(args.vocab_size), "--out", directory], check=True)
-        ids_file = os.path.join(work, family + ".ids")
-        ours = json.loads(subprocess.run([args.bench, "--corpus", args.corpus, "--vocab", directory, "--repeats",
-                                          str(args.repeats), "--train-vocab", "300", "--ids-out", ids_file],
-                                         check=True, capture_output=True, text=True).stdout)
-        our_ids = array.array("i")
-        with open(ids_file, "rb") as f:
-            our_ids.frombytes(f.read())
+        ours, our_ids = run_paraflow(args.bench, args.corpus, directory, args.repeats, 300)
         hf = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
         hf_ids = array.array("i", (i for e in hf.encode_batch(texts, add_special_tokens=False) for i in e.ids))
         equal = hf_ids == our_ids
         same = same and equal
-        one = mb / timed(lambda: [hf.encode(t, add_special_tokens=False) for t in texts], args.repeats)
-        batch = mb / timed(lambda: hf.encode_batch(texts, add_special_tokens=False), args.repeats)
+        one = mb / median(timed(lambda: [hf.encode(t, add_special_tokens=False) for t in texts], args.repeats))
+        batch = mb / median(timed(lambda: hf.encode_batch(texts, add_special_tokens=False), args.repeats))
         rows.append((family, ours["encode_1thread_MBps_median"], ours["encode_batch_all_threads_MBps_median"], one,
                      batch, len(our_ids), equal))
         cpu = ours["cpu"]

@@ -21,7 +21,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.path.join(ROOT, "bench/.cache")
 GGUF_PYTHON = os.path.join(CACHE, "venv-gguf/bin/python")
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0"}
+GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 MODELS = {
     "gpt-small": {"dir": os.path.join(CACHE, "gpt-small-random"), "maker": os.path.join(ROOT, "bench/serve/make_gpt_small.py")},
     "gpt2-124m": {"dir": os.path.join(CACHE, "gpt2-124m-random"), "maker": os.path.join(ROOT, "bench/infer/make_gpt2_124m.py")},
@@ -93,8 +93,8 @@ class Shape:
 def weight_bytes_per_token(model_dir):
     """Bytes of weights one decode step reads, per dtype: every tensor but the position table (one
     row is looked up) and an untied input embedding (one row too); a tied embedding once (as the
-    head); matrices at the dtype's width (Q8_0's packed blocks), vectors (biases, norms) in
-    float32 as both engines keep them."""
+    head); matrices at the dtype's width (Q8_0's and Q4_K's packed blocks), vectors (biases,
+    norms) in float32 as both engines keep them."""
     with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
         header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     header.pop("__metadata__", None)
@@ -111,4 +111,5 @@ def weight_bytes_per_token(model_dir):
         else:
             vector += count
     return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector,
-            "q8_0": matrix * 34 // 32 + 4 * vector}  # Q8_0: 34 bytes per block of 32
+            "q8_0": matrix * 34 // 32 + 4 * vector,  # Q8_0: 34 bytes per block of 32
+            "q4_k": matrix * 144 // 256 + 4 * vector}  # Q4_K: 144 bytes per super-block of 256

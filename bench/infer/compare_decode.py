@@ -1,8 +1,10 @@
 """Batch-1 decode speed of paraflow vs llama.cpp on a random-weight model (bench/infer/bench_models.py:
-GPT-2 124M's shape, or Qwen2.5-0.5B's with --shape qwen2.5-0.5b), in float32, bfloat16, float16 and
-q8_0 (GPT-2 only: both engines reading the same Q8_0 GGUF file, which tests/reference/gguf_files.py
-writes with gguf-py's quantizer under .venv-data), against this machine's memory-bandwidth bound:
-at batch 1 each new token reads every weight once, so tokens/s <= read bandwidth / weight bytes.
+GPT-2 124M's shape, or Qwen2.5-0.5B's with --shape qwen2.5-0.5b), in float32, bfloat16, float16,
+q8_0 and q4_k (for q8_0, GPT-2 only, both engines read the same Q8_0 GGUF file, which
+tests/reference/gguf_files.py writes with gguf-py's quantizer under .venv-data; for q4_k the same
+Q4_K file, which `paraflow quantize --type q4_k` writes: gguf-py has no Q4_K quantizer), against
+this machine's memory-bandwidth bound: at batch 1 each new token reads every weight once, so
+tokens/s <= read bandwidth / weight bytes.
 
     python3 bench/infer/compare_decode.py [--shape gpt2-124m|qwen2.5-0.5b] [--threads 1 2] [--tokens 128]
         [--repetitions 3] [--model-dir DIR] [--paraflow-bin PATH] [--skip-build] [--dtypes q8_0,bfloat16]
@@ -31,20 +33,26 @@ sys.path.insert(0, HERE)
 import bench_models  # noqa: E402
 
 DATA_PYTHON = os.path.join(ROOT, ".venv-data/bin/python")
-DTYPES = ["float32", "bfloat16", "float16", "q8_0"]
+DTYPES = ["float32", "bfloat16", "float16", "q8_0", "q4_k"]
+GGUF_READ = ("q8_0", "q4_k")  # the dtypes paraflow decodes from the GGUF file itself
 
 
-def ensure_ggufs(model_dir, llama_src, dtypes):
+def ensure_ggufs(model_dir, llama_src, dtypes, paraflow_bin):
     ggufs = {}
     for dtype in dtypes:
-        if dtype != "q8_0":
+        if dtype not in GGUF_READ:
             ggufs[dtype] = bench_models.ensure_gguf(llama_src, model_dir, dtype)
             continue
-        ggufs[dtype] = os.path.join(model_dir, "gguf/model-q8_0.gguf")
-        if not os.path.exists(ggufs[dtype]):
-            os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
+        ggufs[dtype] = os.path.join(model_dir, f"gguf/model-{dtype}.gguf")
+        if os.path.exists(ggufs[dtype]):
+            continue
+        os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
+        if dtype == "q8_0":
             subprocess.run([DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir,
                             ggufs[dtype]], check=True, capture_output=True)
+        else:
+            subprocess.run([paraflow_bin, "quantize", "--model", model_dir, "--type", "q4_k", "--out", ggufs[dtype]],
+                           check=True, capture_output=True)
     return ggufs
 
 
@@ -62,7 +70,7 @@ def llama_tokens_per_s(llama_src, gguf, threads, tokens):
 
 def paraflow_tokens_per_s(binary, model_dir, dtype, threads, tokens):
     """The decode rate `paraflow generate` prints apart from the prompt's pass, as llama-bench's tg.
-    `model_dir`: the Hugging Face dir, or for q8_0 the GGUF file llama.cpp reads."""
+    `model_dir`: the Hugging Face dir, or for q8_0 and q4_k the GGUF file llama.cpp reads."""
     command = [binary, "generate", "--model", model_dir, "--prompt", "Hello", "--max-tokens", str(tokens),
                "--temperature", "0", "--dtype", dtype]
     err = subprocess.run(command, check=True, capture_output=True, text=True,
@@ -103,7 +111,7 @@ def main():
         model_dir = args.model_dir
     else:
         model_dir, _ = bench_models.ensure_model(args.shape, args.ref_python)
-    ggufs = ensure_ggufs(model_dir, llama_src, dtypes)
+    ggufs = ensure_ggufs(model_dir, llama_src, dtypes, args.paraflow_bin)
     with open(os.path.join(model_dir, "config.json")) as f:
         shape = bench_models.Shape(json.load(f))
 
@@ -120,7 +128,7 @@ def main():
         for _ in range(args.repetitions):
             for dtype in dtypes:
                 runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], threads, args.tokens))
-                source = ggufs[dtype] if dtype == "q8_0" else model_dir
+                source = ggufs[dtype] if dtype in GGUF_READ else model_dir
                 runs["paraflow", dtype].append(paraflow_tokens_per_s(args.paraflow_bin, source, dtype, threads, args.tokens))
         bandwidths.append(read_bandwidth(threads))
         bandwidth = max(bandwidths)

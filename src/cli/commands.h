@@ -68,7 +68,7 @@ inline CLI::Validator unsigned_64() {
       "INTEGER in [0, 2^64-1]");
 }
 
-// --dtype of generate and serve: float32, bfloat16, float16 or q8_0 on request; by default the 16-bit
+// --dtype of generate and serve: float32, bfloat16, float16, q8_0 or q4_k on request; by default the 16-bit
 // weights whose products the backend runs fastest: bfloat16 where it stores them as tiles (AMX,
 // or AVX512_BF16 pair products where those run at the f32 FMA rate: AMD's Zen 4), else float16
 // where it multiplies half natively (AVX512_FP16: half FMAs do twice the multiply-adds of f32
@@ -80,6 +80,7 @@ inline DType weights_dtype(const std::string& choice, const Backend& backend) {
   if (choice == "bfloat16") return DType::bf16;
   if (choice == "float16") return DType::f16;
   if (choice == "q8_0") return DType::q8_0;
+  if (choice == "q4_k") return DType::q4_k;
   if (backend.prefers_tiled_weights(DType::bf16)) return DType::bf16;
   if (backend.multiplies_f16_natively()) return DType::f16;
   return backend.multiplies_bf16_natively() ? DType::bf16 : DType::f32;
@@ -87,12 +88,12 @@ inline DType weights_dtype(const std::string& choice, const Backend& backend) {
 
 // --kv-cache-dtype of generate and serve: float32 or bfloat16 on request; auto follows the weights
 // (bf16 weights make keys and values that are bf16 values already, which a bf16 cache holds
-// exactly), and float16 and q8_0 weights take a bfloat16 cache (their f32 keys and values rounded;
-// half the bytes, as with bf16 weights).
+// exactly), and float16, q8_0 and q4_k weights take a bfloat16 cache (their f32 keys and values
+// rounded; half the bytes, as with bf16 weights).
 inline DType kv_cache_dtype(const std::string& choice, DType weights) {
   if (choice == "float32") return DType::f32;
   if (choice == "bfloat16") return DType::bf16;
-  return weights == DType::f16 || weights == DType::q8_0 ? DType::bf16 : weights;
+  return weights == DType::f16 || is_block_quantized(weights) ? DType::bf16 : weights;
 }
 
 // Registers --dtype (weights_dtype's choice) on generate, serve and eval --model.
@@ -100,14 +101,15 @@ inline CLI::Option* add_weights_dtype_option(CLI::App* command, std::string& dty
   return command->add_option("--dtype", dtype,
                       "Weights in float32, bfloat16, float16 (the linear layers' weights only, in half arithmetic on CPUs with "
                       "AVX512_FP16) or q8_0 (the linear layers' and the head's weights quantized at load to 8 bits in blocks of 32, "
-                      "as GGUF's Q8_0); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else "
+                      "as GGUF's Q8_0) or q4_k (the same in 4 bits, super-blocks of 256 with 6-bit scales and minimums, as GGUF's "
+                      "Q4_K); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else "
                       "bfloat16 with AVX512_BF16, else float32")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "q8_0"}));
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "q8_0", "q4_k"}));
 }
 
 inline const char* dtype_word(DType dtype) {
-  if (dtype == DType::q8_0) return "q8_0";
+  if (is_block_quantized(dtype)) return dtype_name(dtype);
   return dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
 }
 

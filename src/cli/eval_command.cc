@@ -8,8 +8,7 @@
 #include "cli/run_setup.h"
 #include "base/file_io.h"
 #include "infer/generator.h"
-#include "infer/text_codec.h"
-#include "model/model_files.h"
+#include "infer/model_source.h"
 #include "train/evaluator.h"
 
 namespace paraflow::cli {
@@ -32,9 +31,10 @@ struct EvalOptions {
 // generate decodes them), every token but a window's first scored.
 void run_text_perplexity(const EvalOptions& options) {
   Backend& backend = cpu_backend();
-  model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
+  const infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
+  const model::LoadedModel& model = source.model;
   const DType weights = weights_dtype(options.dtype, backend);
-  const std::vector<int32_t> tokens = infer::TextCodec(options.model_dir).encode(read_file(options.text_path));
+  const std::vector<int32_t> tokens = source.codec.encode(read_file(options.text_path));
   const int64_t context = options.context > 0 ? options.context : model.config.n_positions;
   check(context >= 2 && context <= model.config.n_positions,
         "--context {}: a window must hold 2 tokens at least (one to predict) and the model's context {} at most", context,
@@ -85,7 +85,7 @@ void add_eval_command(CLI::App& app) {
                     ->check(CLI::ExistingDirectory);
   checkpoint->excludes(watch);
   auto* model = command->add_option("--model", options->model_dir,
-                                    "A model dir (an export: Hugging Face files) or a GPT-2 GGUF file: its perplexity on --text")
+                                    "A model dir (an export: Hugging Face files) or a GGUF file (GPT-2, Llama, Mistral, Qwen2): its perplexity on --text")
                     ->check(CLI::ExistingPath)
                     ->excludes(config)
                     ->excludes(checkpoint)

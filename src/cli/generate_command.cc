@@ -9,8 +9,7 @@
 #include "base/error.h"
 #include "cli/commands.h"
 #include "infer/engine.h"
-#include "infer/text_codec.h"
-#include "model/model_files.h"
+#include "infer/model_source.h"
 #include "serve/text_assembler.h"
 
 namespace paraflow::cli {
@@ -23,7 +22,7 @@ struct GenerateOptions {
   int64_t max_tokens = 64;
   infer::SamplingConfig sampling;
   std::vector<std::string> stops;
-  std::string dtype = "auto";  // weights: float32, bfloat16, float16, q8_0, or auto (cli::weights_dtype)
+  std::string dtype = "auto";  // weights: float32, bfloat16, float16, q8_0, q4_k, or auto (cli::weights_dtype)
   std::string kv_cache_dtype = "auto";  // float32, bfloat16, or auto (as the weights)
 };
 
@@ -85,8 +84,9 @@ infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights,
 
 void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
-  model::LoadedModel model = model::load_model_dir(options.model_dir, backend);
-  infer::TextCodec codec(options.model_dir);
+  infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
+  const model::LoadedModel& model = source.model;
+  const infer::TextCodec& codec = source.codec;
   const DType weights = weights_dtype(options.dtype, backend);
   const DType kv_cache = kv_cache_dtype(options.kv_cache_dtype, weights);
   infer::Engine engine(model.config, model.parameters, backend, one_sequence(model.config, weights, kv_cache));
@@ -123,7 +123,7 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* command = app.add_subcommand("generate", "Continue a prompt with a trained model (KV-cache decoding)");
-  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout), or a GPT-2 GGUF file")->required()->check(CLI::ExistingPath);
+  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout), or a GGUF file (GPT-2, Llama, Mistral, Qwen2)")->required()->check(CLI::ExistingPath);
   command->add_option("--prompt", options->prompt, "Text to continue")->required();
   command->add_option("--max-tokens", options->max_tokens, "Tokens to generate")
       ->capture_default_str()
@@ -152,7 +152,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Validator([](std::string& stop) { return stop.empty() ? std::string("must not be empty") : ""; },
                              "NONEMPTY"));
   add_weights_dtype_option(command, options->dtype);
-  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16 and q8_0)")
+  command->add_option("--kv-cache-dtype", options->kv_cache_dtype, "Keys and values in float32 or bfloat16; auto: as --dtype (bfloat16 for float16, q8_0 and q4_k)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->callback([options] { run_generate(*options); });

@@ -1,15 +1,16 @@
-// paraflow quantize: a model dir written as a GGUF file with quantized matrices, with its
-// tokenizer (vocab.json + merges.txt, GPT-2's byte-level BPE) as tokenizer.ggml.*, so that
-// llama.cpp and `paraflow generate/serve --model FILE` read it.
+// paraflow quantize: a model dir (GPT-2 or the Llama family) written as a GGUF file as llama.cpp's
+// converter writes it, its matrices in the chosen type, with its tokenizer as tokenizer.ggml.*, so
+// that llama.cpp and `paraflow generate/serve --model FILE` read it.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <memory>
 
 #include "base/error.h"
-#include "base/file_io.h"
-#include "base/json.h"
 #include "cli/commands.h"
+#include "data/tokenizer.h"
+#include "infer/gguf_tokenizer.h"
+#include "infer/text_codec.h"
 #include "model/gguf_model.h"
 
 namespace paraflow::cli {
@@ -20,37 +21,18 @@ struct QuantizeOptions {
   std::string model_dir, type = "q8_0", out;
 };
 
-// The dir's vocab.json and merges.txt as GGUF's gpt2 tokenizer keys (none without them).
+// The dir's tokenizer as GGUF's tokenizer.ggml.* keys (none without one): a byte-level BPE as
+// the converter's gpt2 vocabulary, a SentencePiece-style one as its llama vocabulary; the EOS id
+// generation stops at (generation_config.json's, config.json's, or <|endoftext|>).
 std::vector<std::pair<std::string, model::GgufValue>> tokenizer_metadata(const std::filesystem::path& dir) {
-  if (!std::filesystem::exists(dir / "vocab.json") || !std::filesystem::exists(dir / "merges.txt")) {
-    fmt::print(stderr, "{}: no vocab.json + merges.txt; the GGUF file gets no tokenizer\n", dir.string());
+  if (!data::Tokenizer::present_in(dir)) {
+    fmt::print(stderr, "{}: no tokenizer files; the GGUF file gets no tokenizer\n", dir.string());
     return {};
   }
-  const std::string vocab_path = (dir / "vocab.json").string();
-  const nlohmann::json vocab = parse_json(read_file(dir / "vocab.json"), vocab_path);
-  check(vocab.is_object(), "{}: not a JSON object of token -> id", vocab_path);
-  std::vector<std::string> tokens(vocab.size());
-  std::vector<int32_t> types(vocab.size(), 1);  // NORMAL
-  for (const auto& [token, id] : vocab.items()) {
-    check(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<size_t>() < tokens.size(),
-          "{}: token \"{}\": id {} outside [0, {})", vocab_path, token, id.dump(), tokens.size());
-    tokens[id.get<size_t>()] = token;
-    if (token == "<|endoftext|>") types[id.get<size_t>()] = 3;  // CONTROL
-  }
-  std::vector<std::string> merges;
-  const std::string text = read_file(dir / "merges.txt");
-  for (size_t begin = 0; begin < text.size();) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(begin, end - begin);
-    begin = end + 1;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty() && !line.starts_with("#version")) merges.push_back(line);
-  }
-  return {{"tokenizer.ggml.model", model::gguf_string("gpt2")},
-          {"tokenizer.ggml.tokens", model::gguf_strings(tokens)},
-          {"tokenizer.ggml.token_type", model::gguf_i32s(types)},
-          {"tokenizer.ggml.merges", model::gguf_strings(merges)}};
+  data::GgufVocabulary vocabulary = data::Tokenizer::load(dir).gguf_vocabulary();
+  const infer::TextCodec codec(dir);
+  if (vocabulary.eos < 0 && !codec.end_of_text().empty()) vocabulary.eos = codec.end_of_text().front();
+  return infer::gguf_vocabulary_metadata(vocabulary);
 }
 
 void run_quantize(const QuantizeOptions& options) {
@@ -65,11 +47,14 @@ void run_quantize(const QuantizeOptions& options) {
 void add_quantize_command(CLI::App& app) {
   auto options = std::make_shared<QuantizeOptions>();
   CLI::App* command = app.add_subcommand(
-      "quantize", "Write a GPT-2 model dir as a GGUF file with Q8_0 matrices (llama.cpp and paraflow read it)");
-  command->add_option("--model", options->model_dir, "Model dir (Hugging Face GPT-2 layout, with its tokenizer)")
+      "quantize", "Write a model dir (GPT-2 or the Llama family) as a GGUF file (llama.cpp and paraflow read it)");
+  command->add_option("--model", options->model_dir, "Model dir (Hugging Face layout, with its tokenizer)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  command->add_option("--type", options->type, "The matrices' type")->capture_default_str()->check(CLI::IsMember({"q8_0"}));
+  command->add_option("--type", options->type,
+                      "The matrices' type, the head's too (q4_k as llama-quantize --pure writes; vectors are float32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"q8_0", "q4_k", "f16", "bf16", "f32"}));
   command->add_option("--out", options->out, "The GGUF file to write")->required();
   command->callback([options] { run_quantize(*options); });
 }

@@ -189,7 +189,7 @@ void add_serve_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (continuous batching, paged KV cache)");
   command->add_option("--model", options->model_dir,
-                      "Model dir (an export: config.json, model.safetensors, tokenizer) or a GPT-2 GGUF file, served as version 1")
+                      "Model dir (an export: config.json, model.safetensors, tokenizer) or a GGUF file (GPT-2, Llama, Mistral, Qwen2), served as version 1")
       ->check(CLI::ExistingPath);
   command->add_option("--model_base_path", options->model_base_path,
                       "TF Serving's layout: <path>/<version>/ export dirs, polled for new versions (newest served)");
@@ -258,7 +258,7 @@ void add_serve_command(CLI::App& app) {
       ->check(in_range(at_least(0)));
   add_weights_dtype_option(command, options->dtype);
   command->add_option("--kv-cache-dtype", options->kv_cache_dtype,
-                      "Keys and values in float32 or bfloat16 (twice the blocks in --kv-cache-gb); auto: as --dtype (bfloat16 for float16 and q8_0)")
+                      "Keys and values in float32 or bfloat16 (twice the blocks in --kv-cache-gb); auto: as --dtype (bfloat16 for float16, q8_0 and q4_k)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   command->add_option("--grace-seconds", options->grace_seconds,

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -80,6 +81,20 @@ struct AddedToken {
   bool lstrip = false, rstrip = false;
 };
 
+// GGUF's tokenizer.ggml.* values as the file holds them (infer/gguf_tokenizer.h reads and writes
+// the keys).
+struct GgufVocabulary {
+  std::string model;             // "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
+  std::string pre = "default";   // gpt2: the split pattern: default / gpt-2, llama-bpe, qwen2
+  std::vector<std::string> tokens;  // as the files spell them (GPT-2's byte-to-unicode map, or "▁")
+  std::vector<int32_t> token_types;  // llama.cpp's: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
+  std::vector<std::string> merges;   // gpt2: "LEFT RIGHT" in rank order
+  std::vector<float> scores;         // llama: a piece's priority when merging, highest first
+  TokenId bos = -1, eos = -1, unk = -1;
+  std::optional<bool> add_bos, add_eos;  // unset: BOS for llama and llama-bpe, as llama.cpp does
+  bool add_space_prefix = true;          // llama: a space before each section of text
+};
+
 class Tokenizer {
  public:
   // tokens[id] = the token's bytes (all 256 single bytes must be present); merges in rank order
@@ -101,11 +116,12 @@ class Tokenizer {
   // token strings through GPT-2's byte-to-unicode map). `<|endoftext|>` in the vocab is special.
   static Tokenizer load_vocab_merges(const std::filesystem::path& vocab_json,
                                      const std::filesystem::path& merges_txt);
-  // GPT-2-style strings as GGUF's tokenizer.ggml.tokens and .merges hold them: tokens[id] through
-  // the byte-to-unicode map, merges "LEFT RIGHT" in rank order; `specials` (and `<|endoftext|>`)
-  // are matched verbatim. Errors name `where`.
-  static Tokenizer from_strings(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
-                                const std::vector<std::string>& specials, const std::string& where);
+  // GGUF's tokenizer.ggml.* (tokenizer_gguf.cc): a byte-level BPE ("gpt2": GPT-2's, Llama 3's or
+  // Qwen2's split pattern by tokenizer.ggml.pre) or a SentencePiece-style one ("llama": pieces
+  // with scores, byte fallback). Errors name `where` and the key.
+  static Tokenizer from_gguf(const GgufVocabulary& vocabulary, const std::string& where);
+  // This tokenizer as those keys hold it (bos / eos from the template's ids when it has them).
+  GgufVocabulary gguf_vocabulary() const;
   // A Hugging Face `tokenizer.json` with a BPE model: GPT-2's, Llama 3's and Qwen2's byte-level
   // ones, Llama 2's and Mistral's SentencePiece-style ones (tokenizer_json.cc). Anything else is
   // refused naming the field and its value.

@@ -95,25 +95,6 @@ Tokenizer Tokenizer::load_vocab_merges(const fs::path& vocab_json, const fs::pat
   }
 }
 
-Tokenizer Tokenizer::from_strings(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
-                                  const std::vector<std::string>& specials, const std::string& where) {
-  json object = json::object();
-  for (size_t id = 0; id < tokens.size(); ++id) {
-    check(object.emplace(tokens[id], id).second, "{}: token \"{}\" (id {}) appears twice", where, tokens[id], id);
-  }
-  Vocab v = read_vocab(object, where, specials, Spelling::kByteLevel);
-  std::vector<std::pair<TokenId, TokenId>> pairs;
-  pairs.reserve(merges.size());
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    pairs.push_back(parse_merge_line(v, merges[rank], fmt::format("{} merge {}", where, rank)));
-  }
-  try {
-    return Tokenizer(std::move(v.tokens), std::move(pairs), std::move(v.special_ids));
-  } catch (const InputError& e) {
-    fail("{}: {}", where, e.what());
-  }
-}
-
 Tokenizer Tokenizer::load_tiktoken(const fs::path& path) {
   std::string text = read_file(path);
   std::vector<std::string> tokens;

@@ -74,9 +74,7 @@ char32_t compose(char32_t a, char32_t b) {
 
 char32_t decode_at(const unsigned char* p, size_t len) {
   if (len == 1) return *p < 0x80 ? *p : kRawByte | *p;
-  if (len == 2) return ((p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-  if (len == 3) return ((p[0] & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-  return ((p[0] & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+  return utf8_code_point(p, static_cast<int>(len));
 }
 
 void append_code_point(char32_t cp, std::string& out) {

@@ -4,6 +4,8 @@
 #include <array>
 #include <vector>
 
+#include "base/utf8.h"
+
 namespace paraflow::data {
 namespace {
 
@@ -57,15 +59,15 @@ inline Char next_char(const unsigned char* p, const unsigned char* end, const Ch
   if (c < 0x80) return {table[c], 1};
   size_t left = static_cast<size_t>(end - p);
   if (c >= 0xC2 && c <= 0xDF) {
-    if (left >= 2 && is_cont(p[1])) return {table[((c & 0x1F) << 6) | (p[1] & 0x3F)], 2};
+    if (left >= 2 && is_cont(p[1])) return {table[utf8_code_point(p, 2)], 2};
   } else if (c >= 0xE0 && c <= 0xEF) {
     if (left >= 3 && is_cont(p[1]) && is_cont(p[2])) {
-      char32_t cp = ((c & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+      char32_t cp = utf8_code_point(p, 3);
       if (cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) return {table[cp], 3};
     }
   } else if (c >= 0xF0 && c <= 0xF4) {
     if (left >= 4 && is_cont(p[1]) && is_cont(p[2]) && is_cont(p[3])) {
-      char32_t cp = ((c & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+      char32_t cp = utf8_code_point(p, 4);
       if (cp >= 0x10000 && cp <= 0x10FFFF) return {classify_slow(cp), 4};
     }
   }

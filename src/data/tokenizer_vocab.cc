@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/json.h"
+#include "base/utf8.h"
 
 namespace paraflow::data {
 namespace {
@@ -30,14 +31,7 @@ const ByteMap& byte_map() {
       bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
       m.from_code_point[cp] = b;
-      std::string utf8;
-      if (cp < 0x80) {
-        utf8 += static_cast<char>(cp);
-      } else {
-        utf8 += static_cast<char>(0xC0 | (cp >> 6));
-        utf8 += static_cast<char>(0x80 | (cp & 0x3F));
-      }
-      m.to_utf8[b] = utf8;
+      append_utf8(cp, m.to_utf8[b]);
     }
     return m;
   }();

@@ -29,7 +29,7 @@ struct Generation {
 
 class Generator {
  public:
-  // `weights` f32, bf16 where the backend multiplies bf16, f16 or q8_0 (model::use_weights_for_decoding).
+  // `weights` f32, bf16 where the backend multiplies bf16, f16, q8_0 or q4_k (model::use_weights_for_decoding).
   // Either way a copy of `parameters` is made once, with the linear layers' weights [out, in] for
   // decoding: in bf16 (activations are then stored in bf16 too; the logits and KV cache stay f32),
   // in f16 (the matmuls' weights only), or in f32.

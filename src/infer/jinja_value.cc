@@ -366,15 +366,13 @@ std::string float_repr(double d) {
 std::u32string decode_utf8(const std::string& text) {
   std::u32string out;
   out.reserve(text.size());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
   for (size_t i = 0; i < text.size();) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    const int length = byte < 0x80 ? 1 : byte >> 5 == 0x6 ? 2 : byte >> 4 == 0xe ? 3 : byte >> 3 == 0x1e ? 4 : 0;
+    const int length = utf8_sequence_length(bytes[i]);
     if (length == 0 || i + static_cast<size_t>(length) > text.size()) {
       throw RenderError(fmt::format("a template string is not valid UTF-8 (byte {} of {})", i, text.size()));
     }
-    char32_t c = length == 1 ? byte : byte & (0x7f >> length);
-    for (int k = 1; k < length; ++k) c = (c << 6) | (static_cast<unsigned char>(text[i + static_cast<size_t>(k)]) & 0x3f);
-    out += c;
+    out += utf8_code_point(bytes + i, length);
     i += static_cast<size_t>(length);
   }
   return out;

@@ -8,8 +8,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/json.h"
-
-#include "base/error.h"
+#include "infer/gguf_tokenizer.h"
 #include "model/gguf_model.h"
 
 namespace paraflow::infer {
@@ -37,46 +36,26 @@ std::vector<int32_t> configured_end_ids(const std::filesystem::path& dir) {
 
 }  // namespace
 
-namespace {
-
-// GGUF's tokenizer.ggml.* of a GPT-2-style byte-level BPE ("gpt2"); CONTROL tokens (type 3) are
-// special. None (text as bytes) when the file holds another kind, which is said on stderr.
-std::optional<data::Tokenizer> gguf_tokenizer(const std::filesystem::path& path) {
-  const model::GgufFile file = model::GgufFile::open(path);
-  const std::string where = path.string();
-  const std::string kind =
-      file.contains("tokenizer.ggml.model") ? file.value("tokenizer.ggml.model").as_string(where + ": tokenizer.ggml.model") : "";
-  if (kind != "gpt2") {
-    fmt::print(stderr, "{}: {}; text is read and written as bytes (id = byte value)\n", where,
-               kind.empty() ? "no tokenizer.ggml.model" : "tokenizer.ggml.model '" + kind + "' is not GPT-2's BPE");
-    return std::nullopt;
+TextCodec::TextCodec(const model::GgufFile& file) {
+  const std::optional<data::GgufVocabulary> vocabulary = read_gguf_vocabulary(file);
+  if (!vocabulary) {
+    fmt::print(stderr, "{}: no tokenizer.ggml.model; text is read and written as bytes (id = byte value)\n", file.path());
+    return;
   }
-  auto strings = [&](const std::string& key) {
-    std::vector<std::string> result;
-    for (const model::GgufValue& value : file.value(key).as_array(where + ": " + key, model::GgufType::string)) {
-      result.push_back(value.string_value);
-    }
-    return result;
-  };
-  const std::vector<std::string> tokens = strings("tokenizer.ggml.tokens");
-  std::vector<std::string> specials;
-  if (file.contains("tokenizer.ggml.token_type")) {
-    const auto& types = file.value("tokenizer.ggml.token_type").as_array(where + ": tokenizer.ggml.token_type", model::GgufType::i32);
-    check(types.size() == tokens.size(), "{}: tokenizer.ggml.token_type has {} entries for {} tokens", where, types.size(),
-          tokens.size());
-    for (size_t id = 0; id < tokens.size(); ++id) {
-      if (types[id].signed_value == 3) specials.push_back(tokens[id]);
-    }
+  tokenizer_.emplace(data::Tokenizer::from_gguf(*vocabulary, file.path()));
+  if (vocabulary->eos >= 0) end_of_text_ = {vocabulary->eos};
+  // llama.cpp also stops at the end-of-turn token (Llama 3's <|eot_id|>).
+  if (file.contains("tokenizer.ggml.eot_token_id")) {
+    const int64_t eot = file.value("tokenizer.ggml.eot_token_id").as_int(file.path() + ": tokenizer.ggml.eot_token_id");
+    check(eot >= 0 && eot < tokenizer_->vocab_size(), "{}: tokenizer.ggml.eot_token_id {} is not a token id", file.path(), eot);
+    if (eot != vocabulary->eos) end_of_text_.push_back(static_cast<int32_t>(eot));
   }
-  return data::Tokenizer::from_strings(tokens, strings("tokenizer.ggml.merges"), specials, where + ": tokenizer.ggml.*");
+  if (end_of_text_.empty() && tokenizer_->eot_id() >= 0) end_of_text_ = {tokenizer_->eot_id()};  // GPT-2's
 }
-
-}  // namespace
 
 TextCodec::TextCodec(const std::filesystem::path& model_dir) {
   if (model::is_gguf_file(model_dir)) {
-    tokenizer_ = gguf_tokenizer(model_dir);  // GPT-2's: generation stops at <|endoftext|>
-    if (tokenizer_->eot_id() >= 0) end_of_text_ = {tokenizer_->eot_id()};
+    *this = TextCodec(model::GgufFile::open(model_dir));
   } else if (data::Tokenizer::present_in(model_dir)) {
     tokenizer_.emplace(data::Tokenizer::load(model_dir));
     end_of_text_ = configured_end_ids(model_dir);

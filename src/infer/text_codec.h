@@ -13,14 +13,18 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "model/gguf.h"
 
 namespace paraflow::infer {
 
 class TextCodec {
  public:
   // Says on stderr when the directory has no tokenizer files.
-  // `model_dir` may also be a GGUF file: its tokenizer.ggml.* metadata (GPT-2's BPE) is read.
+  // `model_dir` may also be a GGUF file: its tokenizer.ggml.* metadata is read.
   explicit TextCodec(const std::filesystem::path& model_dir);
+  // A GGUF file's tokenizer.ggml.* (infer/gguf_tokenizer.h); generation ends at its eos and eot
+  // ids, else at `<|endoftext|>`.
+  explicit TextCodec(const model::GgufFile& file);
   // add_special_tokens: the template's ids too (false for text that holds them already, as a
   // rendered chat template does).
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true) const;

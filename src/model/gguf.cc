@@ -101,6 +101,7 @@ bool dtype_of_ggml(uint32_t id, DType& dtype) {
     case 0: dtype = DType::f32; return true;
     case 1: dtype = DType::f16; return true;
     case 8: dtype = DType::q8_0; return true;
+    case 12: dtype = DType::q4_k; return true;
     case 30: dtype = DType::bf16; return true;
     default: return false;
   }
@@ -270,7 +271,7 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
     }
     info.shape = Shape(dims);
     const auto type = in.read<uint32_t>(what + "'s type");
-    check(dtype_of_ggml(type, info.dtype), "{}: {} has ggml type {} ({}): only F32, F16, BF16 and Q8_0 are read", where,
+    check(dtype_of_ggml(type, info.dtype), "{}: {} has ggml type {} ({}): only F32, F16, BF16, Q8_0 and Q4_K are read", where,
           what, type, ggml_type_name(type));
     const int64_t block = dtype_block_elements(info.dtype);
     check(dims.back() % block == 0, "{}: {}: its rows of {} are not whole {}-value blocks of {}", where, what, dims.back(),
@@ -323,8 +324,9 @@ uint32_t ggml_type_of(DType dtype, const std::string& name) {
     case DType::f32: return 0;
     case DType::f16: return 1;
     case DType::q8_0: return 8;
+    case DType::q4_k: return 12;
     case DType::bf16: return 30;
-    default: fail("GGUF: tensor '{}' is {}, not F32, F16, BF16 or Q8_0", name, dtype_name(dtype));
+    default: fail("GGUF: tensor '{}' is {}, not F32, F16, BF16, Q8_0 or Q4_K", name, dtype_name(dtype));
   }
 }
 
@@ -416,6 +418,13 @@ GgufValue gguf_f32(float value) {
   return result;
 }
 
+GgufValue gguf_bool(bool value) {
+  GgufValue result;
+  result.type = GgufType::boolean;
+  result.unsigned_value = value ? 1 : 0;
+  return result;
+}
+
 GgufValue gguf_strings(const std::vector<std::string>& values) {
   GgufValue result;
   result.type = GgufType::array;
@@ -434,6 +443,14 @@ GgufValue gguf_i32s(const std::vector<int32_t>& values) {
     element.signed_value = value;
     result.elements.push_back(element);
   }
+  return result;
+}
+
+GgufValue gguf_f32s(const std::vector<float>& values) {
+  GgufValue result;
+  result.type = GgufType::array;
+  result.element_type = GgufType::f32;
+  for (float value : values) result.elements.push_back(gguf_f32(value));
   return result;
 }
 

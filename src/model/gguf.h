@@ -1,7 +1,7 @@
 // GGUF files (llama.cpp's format, version 3; version 2 has the same layout), read: the header,
 // the metadata (key -> typed value, every GGUF value type, arrays nested), the tensor infos and
 // the aligned data section, memory-mapped so that a tensor is a view of the file's bytes (a Q8_0
-// tensor is our q8_0 blocks as they are). Tensor types F32, F16, BF16 and Q8_0; any other is
+// or Q4_K tensor is our blocks as they are). Tensor types F32, F16, BF16, Q8_0 and Q4_K; any other is
 // refused naming the tensor, its type and where its info lies. Every error names the file, the
 // key or tensor at fault and the byte offset.
 #pragma once
@@ -78,16 +78,18 @@ class GgufFile {
 };
 
 // Writes a GGUF file (version 3) atomically: `metadata` in order, then the tensors' infos and
-// their bytes (F32, F16, BF16 or Q8_0 host tensors, as they are), each aligned to `alignment`
+// their bytes (F32, F16, BF16, Q8_0 or Q4_K host tensors, as they are), each aligned to `alignment`
 // (general.alignment is written when it is not GGUF's default 32).
 void write_gguf(const std::filesystem::path& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
                 const std::vector<std::pair<std::string, Tensor>>& tensors, uint64_t alignment = 32);
 
-// Values to write: a string, a uint32, a float32, an array of strings or of int32.
+// Values to write: a string, a uint32, a float32, a bool, an array of strings, of int32 or of float32.
 GgufValue gguf_string(std::string value);
 GgufValue gguf_u32(uint32_t value);
 GgufValue gguf_f32(float value);
 GgufValue gguf_strings(const std::vector<std::string>& values);
+GgufValue gguf_bool(bool value);
 GgufValue gguf_i32s(const std::vector<int32_t>& values);
+GgufValue gguf_f32s(const std::vector<float>& values);
 
 }  // namespace paraflow::model

@@ -288,11 +288,11 @@ StoredLayouts lay_out_for_decoding(graph::Graph& graph, const std::map<std::stri
 }
 
 // Whether `backend` can decode with weights in `weights` (float32 always; bfloat16 needs its bf16
-// matmul; float16 the f32 matmul, which reads float16 weights; q8_0 its q8_0 matmul); fails naming
-// what is missing.
+// matmul; float16 the f32 matmul, which reads float16 weights; q8_0 and q4_k their own matmul);
+// fails naming what is missing.
 void check_decoding_weights(const Backend& backend, DType weights) {
-  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16 || weights == DType::q8_0,
-        "decoding weights must be float32, bfloat16, float16 or q8_0 (got {})", dtype_name(weights));
+  check(weights == DType::f32 || weights == DType::bf16 || weights == DType::f16 || is_block_quantized(weights),
+        "decoding weights must be float32, bfloat16, float16, q8_0 or q4_k (got {})", dtype_name(weights));
   const DType matmul = weights == DType::f16 ? DType::f32 : weights;  // f32 rows read float16 weights
   check(weights == DType::f32 || backend.supports(KernelOp::matmul_forward, matmul),
         "{} weights: backend '{}' has no {} matmul (float32 always works)", dtype_name(weights), backend.name(),
@@ -304,7 +304,7 @@ void check_decoding_weights(const Backend& backend, DType weights) {
 StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights) {
   check_decoding_weights(backend, weights);
   if (weights == DType::f32) return lay_out_for_decoding(g.graph, g.parameters, backend);
-  if (weights == DType::f16 || weights == DType::q8_0) {
+  if (weights == DType::f16 || is_block_quantized(weights)) {
     name_half_parameters(g, graph::read_matmul_weights_in(g.graph, weights));
   } else {
     std::set<graph::ValueId> keep_f32;

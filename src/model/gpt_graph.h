@@ -58,8 +58,9 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 // - float16: every matmul's weight (the head's too) read from a float16 copy stored [out, in]
 //   (out_in_tiles for half arithmetic where the CPU has AVX512_FP16: backend/cpu/half_products.h),
 //   activations f32.
-// - q8_0: every matmul's weight (the head's too) read from a Q8_0 copy stored [out, in] (its
-//   input features a multiple of 32), activations f32 (quantized per row by the kernel).
+// - q8_0, q4_k: every matmul's weight (the head's too) read from a Q8_0 or Q4_K copy stored [out,
+//   in] (its input features a multiple of 32, or 256), activations f32 (quantized per row by the
+//   kernel).
 // With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
 // 16-bit copy as half_parameters). Returns the layouts, for ParameterSet::converted_copy. Fails
 // with a message naming the backend where it has no matmul for those weights.

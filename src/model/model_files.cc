@@ -93,10 +93,17 @@ void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, c
   const ParameterSet parameters = device_parameters.on_host();
   std::filesystem::create_directories(dir);
   write_file_atomic(dir / "config.json", config.to_hf_json(end_of_text).dump(2) + "\n");
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, tensor] : hf_tensors(parameters)) tensors.emplace_back(stored_name(config, name), tensor);
-  // transformers requires metadata format=pt when __metadata__ is present.
-  write_file_atomic(dir / "model.safetensors", serialize_safetensors(tensors, {{"format", "pt"}}));
+  const std::vector<std::pair<std::string, Tensor>> tensors = hf_tensors(parameters);
+  std::vector<SafetensorsHeaderEntry> entries;
+  for (const auto& [name, tensor] : tensors) entries.push_back({stored_name(config, name), tensor.dtype(), tensor.shape()});
+  // Written tensor by tensor from the parameters themselves: no second copy of the model.
+  // (transformers requires metadata format=pt when __metadata__ is present.)
+  AtomicFileWriter weights(dir / "model.safetensors");
+  weights.append(safetensors_header(entries, {{"format", "pt"}}));
+  for (const auto& [name, tensor] : tensors) {
+    weights.append(std::string_view(static_cast<const char*>(tensor.raw()), tensor.nbytes()));
+  }
+  weights.commit();
 }
 
 namespace {

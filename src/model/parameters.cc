@@ -5,6 +5,7 @@
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
+#include "model/part_slices.h"
 #include "tensor/quantized.h"
 
 namespace paraflow::model {
@@ -332,8 +333,8 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                                           const std::set<std::string>* only) const {
-  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || dtype == DType::q8_0,
-        "converted_copy: {} is not f32, bf16, f16 or q8_0", dtype_name(dtype));
+  check(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || is_block_quantized(dtype),
+        "converted_copy: {} is not f32, bf16, f16, q8_0 or q4_k", dtype_name(dtype));
   std::vector<size_t> sources;  // indices into specs_ of the tensors copied
   std::vector<TensorSpec> specs;
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -385,10 +386,10 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         case DType::f16:
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
-        default:  // q8_0: the stored rows in f32, then quantized block by block
+        default:  // q8_0 or q4_k: the stored rows in f32, then quantized block by block
           stored.resize(static_cast<size_t>(shape.numel()));
           write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
-          quantize_q8_0(stored.data(), host.at(i).data<BlockQ8_0>(), shape.numel());
+          quantize_blocks(dtype, stored.data(), host.at(i).raw(), shape.numel());
           break;
       }
     }
@@ -413,37 +414,34 @@ void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write
   backend_->upload(copy.flat_.raw(), flat_);
 }
 
-void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard) {
-  std::map<std::string, TensorSpec> whole;
-  for (TensorSpec& spec : gpt_tensor_specs(config)) whole.emplace(spec.name, std::move(spec));
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard,
+                    int64_t begin, int64_t end) {
+  const std::vector<TensorSpec> whole = gpt_tensor_specs(config);
+  std::map<std::string, const TensorSpec*> by_name;
+  for (const TensorSpec& spec : whole) by_name.emplace(spec.name, &spec);
   const double std_normal = 0.02;
   const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   parameters.write_on_host([&](ParameterSet& host) {
-    for (size_t i = 0; i < host.specs().size(); ++i) {
-      const TensorSpec& spec = host.specs()[i];
-      const Tensor& tensor = host.at(i);
-      float* data = tensor.data<float>();
-      if (spec.init == Init::zeros || spec.init == Init::ones) {
-        std::fill(data, data + tensor.numel(), spec.init == Init::ones ? 1.0f : 0.0f);
-        continue;
-      }
+    float* flat = host.flat().data<float>();
+    // Element (r, c) of a held box is element (row + r, column + c) of the whole tensor, and of
+    // the local one; a 1-D tensor is one row. Only the boxes of [begin, end) are touched, so a
+    // ZeRO-3 shard never writes (and the kernel never backs) the pages of the rest.
+    for (const PartBox& box : part_boxes(host, whole, shard, begin, end < 0 ? host.numel() : end)) {
+      const TensorSpec& spec = host.specs()[box.tensor];
+      const bool matrix = box.local.offsets.size() == 2;
+      const int64_t rows = matrix ? box.local.lengths[0] : 1, width = box.local.lengths.back();
+      const int64_t global_columns = by_name.at(spec.name)->shape.dims().back(), local_columns = spec.shape.dims().back();
+      const int64_t global_row = matrix ? box.global.offsets[0] : 0, global_column = box.global.offsets.back();
+      const int64_t local_row = matrix ? box.local.offsets[0] : 0, local_column = box.local.offsets.back();
       const double scale = spec.init == Init::normal ? std_normal : std_residual;
       const uint64_t key = stream_key(seed, spec.name);
-      const TensorSpec& global = whole.at(spec.name);
-      // Element (r, c) of a held box is element (row + r, column + c) of the whole tensor, and of
-      // the local one; a 1-D tensor is one row.
-      const bool matrix = global.shape.rank() == 2;
-      const int64_t global_columns = global.shape.dims().back(), local_columns = spec.shape.dims().back();
-      for (const SlicePlacement& placement : shard_slices(global, shard)) {
-        const int64_t rows = matrix ? placement.global.lengths[0] : 1, width = placement.global.lengths.back();
-        const int64_t global_row = matrix ? placement.global.offsets[0] : 0, global_column = placement.global.offsets.back();
-        const int64_t local_row = matrix ? placement.local.offsets[0] : 0, local_column = placement.local.offsets.back();
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < width; ++c) {
-            const auto element = static_cast<uint64_t>((global_row + r) * global_columns + global_column + c);
-            data[(local_row + r) * local_columns + local_column + c] =
-                static_cast<float>(normal_at(key, element) * scale);
-          }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* out = flat + host.offset_of(box.tensor) + (local_row + r) * local_columns + local_column;
+        for (int64_t c = 0; c < width; ++c) {
+          const auto element = static_cast<uint64_t>((global_row + r) * global_columns + global_column + c);
+          out[c] = spec.init == Init::ones    ? 1.0f
+                   : spec.init == Init::zeros ? 0.0f
+                                              : static_cast<float>(normal_at(key, element) * scale);
         }
       }
     }

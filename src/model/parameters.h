@@ -137,11 +137,11 @@ class ParameterSet {
 
   // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
   void assign_converted(const ParameterSet& source);
-  // A copy in `dtype` (f32, bf16, f16 or q8_0) on `backend`, with the named 2-D tensors stored in
+  // A copy in `dtype` (f32, bf16, f16, q8_0 or q4_k) on `backend`, with the named 2-D tensors stored in
   // the given layouts (converted on the host once: for weights that decoding reads in another
   // layout); of the tensors named in `only` when given (those a decoding graph reads in `dtype`).
-  // q8_0 quantizes each stored row (its columns a multiple of 32) and takes neither interleaving
-  // nor tiles.
+  // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take neither
+  // interleaving nor tiles.
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
@@ -163,7 +163,9 @@ class ParameterSet {
 // (The Llama family's specs ask for N(0, 0.02) everywhere, as transformers initialises them.)
 // Element i of a whole tensor is drawn from the tensor's own counter-based stream (normal_at), so
 // `parameters` may hold any part of the model (a stage's tensors, as tensor-parallel shard `shard`
-// holds them) and gets exactly the values those elements have in the whole model's.
-void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard = {});
+// holds them) and gets exactly the values those elements have in the whole model's. Only elements
+// [begin, end) of the flat buffer are written (end -1: to its end): a ZeRO-3 rank's shard.
+void initialize_gpt(ParameterSet& parameters, const GptConfig& config, uint64_t seed, const TensorShard& shard = {},
+                    int64_t begin = 0, int64_t end = -1);
 
 }  // namespace paraflow::model

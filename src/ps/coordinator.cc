@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -21,6 +23,10 @@ namespace paraflow::ps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::string bytes_of(const std::vector<float>& values) {
+  return to_bytes(values.data(), static_cast<int64_t>(values.size()));
+}
 
 // What a step (or an asynchronous window of steps) reports for the progress line and summaries.
 struct StepMetrics {
@@ -59,9 +65,10 @@ struct Coordinator::Impl {
   std::vector<std::unique_ptr<ParameterServer::Stub>> shards;
   std::unique_ptr<WorkerPool> workers;
   train::CheckpointManager checkpoints;
-  // The whole model as of the last load or checkpoint: what the chief loads and saves.
-  model::ParameterSet whole;
-  Tensor first_moment, second_moment;
+  // The whole model's tensors, in flat-buffer order: the chief holds none of them but one piece
+  // at a time, read from a checkpoint (or initialised) into a ps task, or snapshotted from one
+  // into a checkpoint.
+  std::vector<model::TensorSpec> specs;
   uint64_t generation = 0;
   int64_t step = 0;
   int64_t optimizer_steps = 0;
@@ -74,10 +81,7 @@ struct Coordinator::Impl {
         placement_digest(placement.digest()),
         settings(std::move(settings_)),
         checkpoints(config.out_dir, config.keep_checkpoints) {
-    Backend& backend = cpu_backend();
-    whole = model::ParameterSet(model::gpt_tensor_specs(model_config, config.decay_embeddings), backend);
-    first_moment = backend.empty(whole.flat().shape(), DType::f32);
-    second_moment = backend.empty(whole.flat().shape(), DType::f32);
+    specs = model::gpt_tensor_specs(model_config, config.decay_embeddings);
     for (size_t task = 0; task < settings.ps_addresses.size(); ++task) {
       ps_names.push_back(peer_name("ps", task, settings.ps_addresses[task]));
       shards.push_back(ParameterServer::NewStub(
@@ -122,22 +126,38 @@ struct Coordinator::Impl {
     }
   }
 
+  // A piece as a box of the tensor holding it: the whole tensor, or a block of the embedding's
+  // rows (a piece's name then says which, as "wte.weight[0:128]").
+  std::pair<const model::TensorSpec*, TensorSlice> piece_box(const Piece& piece) const {
+    int64_t offset = 0;
+    for (const model::TensorSpec& spec : specs) {
+      const int64_t within = piece.offset - offset, columns = spec.shape.dims().back();
+      offset += spec.shape.numel();
+      if (piece.offset >= offset) continue;
+      if (within == 0 && piece.count == spec.shape.numel()) return {&spec, TensorSlice::whole(spec.shape)};
+      check(spec.shape.rank() == 2 && within % columns == 0 && piece.count % columns == 0 &&
+                within + piece.count <= spec.shape.numel(),
+            "placement: piece {} is not a block of whole rows of {}", piece.tensor, spec.name);
+      return {&spec, TensorSlice{{within / columns, 0}, {piece.count / columns, columns}}};
+    }
+    throw InputError(fmt::format("placement: piece {} lies past the model's {} parameters", piece.tensor, offset));
+  }
+
   // The latest valid checkpoint (or GPT-2's initialisation) into every ps task, under a new
-  // generation: whatever was in flight before is refused from now on.
+  // generation: whatever was in flight before is refused from now on. Each task is loaded
+  // without values, then filled piece by piece: the chief holds one piece at a time.
   void load_shards() {
     stale_pushes = 0;
+    std::optional<model::SliceReader> reader;
     if (auto checkpoint = checkpoints.latest_valid()) {
-      nlohmann::json state = train::CheckpointManager::read_state(*checkpoint);
+      const nlohmann::json state = train::CheckpointManager::read_state(*checkpoint);
       train::check_resumable(*checkpoint, state, model_config, config);
-      state = train::CheckpointManager::load(*checkpoint, model_config, whole, first_moment, second_moment);
+      reader.emplace(train::CheckpointManager::open(*checkpoint, model_config));
       step = state.at("step").get<int64_t>();
       optimizer_steps = state.at("optimizer_steps").get<int64_t>();
       if (state.contains("parameter_servers")) stale_pushes = state["parameter_servers"].value("stale_pushes", 0);
       fmt::print(stderr, "resumed from {} at step {}\n", checkpoint->string(), step);
     } else {
-      model::initialize_gpt(whole, model_config, config.seed);
-      cpu_backend().fill_zero(first_moment);
-      cpu_backend().fill_zero(second_moment);
       step = optimizer_steps = 0;
     }
     const uint64_t previous = generation;
@@ -163,11 +183,38 @@ struct Coordinator::Impl {
       request.set_max_staleness(settings.max_staleness);
       request.set_version(settings.synchronous ? step : optimizer_steps);
       request.set_optimizer_steps(optimizer_steps);
-      request.set_parameters(gather_pieces(whole.flat().data<float>(), placement.shards[task]));
-      request.set_first_moment(gather_pieces(first_moment.data<float>(), placement.shards[task]));
-      request.set_second_moment(gather_pieces(second_moment.data<float>(), placement.shards[task]));
       return call(task, "Load", &ParameterServer::Stub::Load, request);
     });
+    for (size_t task = 0; task < shards.size(); ++task) {
+      for (size_t index = 0; index < placement.shards[task].size(); ++index) {
+        const auto [spec, box] = piece_box(placement.shards[task][index]);
+        FillRequest request;
+        request.set_generation(generation);
+        request.set_piece(static_cast<int>(index));
+        if (reader) {
+          request.set_parameters(bytes_of(reader->read(spec->name, box)));
+          request.set_first_moment(bytes_of(reader->read("m." + spec->name, box)));
+          request.set_second_moment(bytes_of(reader->read("v." + spec->name, box)));
+        } else {
+          request.set_parameters(bytes_of(initial_values(*spec, box)));
+          const std::vector<float> zeros(static_cast<size_t>(box.numel()), 0.0f);
+          request.set_first_moment(bytes_of(zeros));
+          request.set_second_moment(bytes_of(zeros));
+        }
+        call(task, "Fill", &ParameterServer::Stub::Fill, request);
+      }
+    }
+  }
+
+  // GPT-2's initial values of `box` of tensor `spec` (as model::initialize_gpt gives the whole
+  // model), from that one tensor.
+  std::vector<float> initial_values(const model::TensorSpec& spec, const TensorSlice& box) const {
+    model::ParameterSet tensor({spec}, cpu_backend());
+    // The box's first element in the tensor (a box of whole rows, or the whole tensor).
+    const int64_t begin = box.offsets[0] * (spec.shape.numel() / spec.shape.dims()[0]);
+    model::initialize_gpt(tensor, model_config, config.seed, {}, begin, begin + box.numel());
+    const float* values = tensor.flat().data<float>() + begin;
+    return {values, values + box.numel()};
   }
 
   // After a failure under a synchronous step: the version every ps task holds, when they all
@@ -275,22 +322,47 @@ struct Coordinator::Impl {
     return request;
   }
 
+  // Every ps task's pieces, snapshotted one at a time into the checkpoint's file of that task
+  // (slices-<task>.safetensors), then committed as a sharded checkpoint: the chief holds one piece.
   std::filesystem::path save_checkpoint() {
-    std::vector<SnapshotReply> snapshots = for_each_task(shards.size(), [&](size_t task) {
-      SnapshotRequest request;
-      request.set_generation(generation);
-      return call(task, "Snapshot", &ParameterServer::Stub::Snapshot, request);
-    });
+    const std::filesystem::path temporary = checkpoints.begin_save(step);
     int64_t updates = 0;
-    for (size_t task = 0; task < shards.size(); ++task) {
-      const std::vector<Piece>& pieces = placement.shards[task];
-      const std::string what = ps_names[task] + ": Snapshot";
-      scatter_pieces(snapshots[task].parameters(), pieces, whole.flat().data<float>(), what);
-      scatter_pieces(snapshots[task].first_moment(), pieces, first_moment.data<float>(), what);
-      scatter_pieces(snapshots[task].second_moment(), pieces, second_moment.data<float>(), what);
-      // Asynchronous shards may have applied different numbers of updates; AdamW's bias
-      // correction resumes from the most.
-      updates = std::max(updates, snapshots[task].optimizer_steps());
+    try {
+      for (size_t task = 0; task < shards.size(); ++task) {
+        // The piece last snapshotted: its weights and moments are written one after the other.
+        auto held = std::make_shared<std::pair<int, SnapshotReply>>(-1, SnapshotReply());
+        auto snapshot = [this, task, held](int piece, int which) {
+          if (held->first != piece) {
+            SnapshotRequest request;
+            request.set_generation(generation);
+            request.add_pieces(piece);
+            held->second = call(task, "Snapshot", &ParameterServer::Stub::Snapshot, request);
+            held->first = piece;
+          }
+          const SnapshotReply& reply = held->second;
+          const std::string& bytes = which == 0 ? reply.parameters() : which == 1 ? reply.first_moment() : reply.second_moment();
+          std::vector<float> values(bytes.size() / sizeof(float));
+          from_bytes(bytes, values.data(), static_cast<int64_t>(values.size()), ps_names[task] + ": Snapshot");
+          return values;
+        };
+        std::vector<model::SliceValues> slices;
+        for (size_t index = 0; index < placement.shards[task].size(); ++index) {
+          const auto [spec, box] = piece_box(placement.shards[task][index]);
+          const int piece = static_cast<int>(index);
+          for (const auto& [prefix, which] : {std::pair{"", 0}, {"m.", 1}, {"v.", 2}}) {
+            slices.push_back({prefix + spec->name, spec->shape, box, [snapshot, piece, which = which] {
+                                return snapshot(piece, which);
+                              }});
+          }
+        }
+        train::CheckpointManager::write_rank_slices(temporary, static_cast<int>(task), slices);
+        // Asynchronous shards may have applied different numbers of updates; AdamW's bias
+        // correction resumes from the most.
+        updates = std::max(updates, held->second.optimizer_steps());
+      }
+    } catch (...) {
+      train::CheckpointManager::abandon(temporary);
+      throw;
     }
     optimizer_steps = updates;
     nlohmann::json state = {
@@ -301,7 +373,7 @@ struct Coordinator::Impl {
           {"max_staleness", settings.max_staleness},
           {"stale_pushes", stale_pushes},
           {"placement", placement.to_json()}}}};
-    return checkpoints.save(step, model_config, whole, first_moment, second_moment, optimizer_steps, state);
+    return checkpoints.commit(temporary, step, model_config, optimizer_steps, state);
   }
 
   // Tells every worker and ps task to exit, the ps tasks while the workers are told
@@ -421,7 +493,9 @@ void Coordinator::train_and_export(const std::atomic<bool>* stop) {
   progress.finish();
   if (stopping) fmt::print(stderr, "stop requested at step {}: saved a checkpoint\n", m.step);
   const std::filesystem::path export_dir = config.out_dir / "export";
-  model::save_model_dir(export_dir, m.model_config, m.whole);
+  // Streamed from the checkpoint just saved, one tensor at a time.
+  model::SliceReader reader = train::CheckpointManager::open(checkpoint, m.model_config);
+  model::export_model_dir(export_dir, m.model_config, reader);
   if (!config.tokenizer_dir.empty()) {
     data::Tokenizer::load(config.tokenizer_dir).export_to(config.tokenizer_dir, export_dir);
   }

@@ -3,6 +3,8 @@
 // is free, and checkpoints by taking every shard's snapshot. A worker that dies has its step run
 // by another; a ps task that fails makes the chief wait for it and reload every shard from the
 // latest checkpoint; a relaunched chief resumes from it. Summaries and exports are the chief's.
+// The chief never holds the model: it loads, snapshots (into a sharded checkpoint, a file per ps
+// task) and exports one piece (a tensor, or a block of the embedding's rows) at a time.
 #pragma once
 
 #include <atomic>

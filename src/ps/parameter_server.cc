@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/system_memory.h"
 #include "model/parameters.h"
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/wire.h"
@@ -16,6 +17,9 @@ namespace paraflow::ps {
 namespace {
 
 grpc::Status refuse(grpc::StatusCode code, const std::string& message) { return grpc::Status(code, message); }
+
+// What a loaded element costs a ps task: its value, gradient and two moments.
+constexpr int64_t kBytesPerElement = 4 * sizeof(float);
 
 // The shard as the chief last loaded it, and the step in progress.
 struct Shard {
@@ -35,6 +39,10 @@ struct Shard {
   std::set<int64_t> applied_closures;  // asynchronous
   int64_t stale_pushes = 0;
   int64_t bytes_received = 0, bytes_sent = 0;
+  // Loaded without values: the pieces the chief has not filled yet (nothing else is answered
+  // until every piece is).
+  std::vector<bool> filled;
+  int64_t unfilled = 0;
 
   int64_t elements() const { return parameters.numel(); }
 };
@@ -46,6 +54,10 @@ class ParameterServerService final : public ParameterServer::Service {
 
   grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
+    // Without values (all three empty) the pieces come one at a time by Fill: the chief never
+    // holds a whole shard.
+    const bool streamed =
+        request->parameters().empty() && request->first_moment().empty() && request->second_moment().empty();
     if (request->generation() == 0 || request->pieces().empty() || request->version() < 0 ||
         request->optimizer_steps() < 0 || (request->synchronous() && (request->slices() < 1 || request->slices() > 65536)) ||
         request->max_staleness() < 0) {
@@ -55,15 +67,17 @@ class ParameterServerService final : public ParameterServer::Service {
     // Sizes first, against the bytes that came: a forged count must not allocate anything.
     int64_t total = 0;
     for (const auto& piece : request->pieces()) {
-      if (piece.count() <= 0 || piece.offset() < 0 || piece.count() > static_cast<int64_t>(request->parameters().size() / sizeof(float))) {
+      const int64_t limit = streamed ? available_memory_bytes() / kBytesPerElement
+                                     : static_cast<int64_t>(request->parameters().size() / sizeof(float));
+      if (piece.count() <= 0 || piece.offset() < 0 || piece.count() > limit - total) {
         return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Load: piece '{}' has offset {} and count {}",
                                                                       piece.tensor(), piece.offset(), piece.count()));
       }
       total += piece.count();
     }
     const size_t bytes = static_cast<size_t>(total) * sizeof(float);
-    if (request->parameters().size() != bytes || request->first_moment().size() != bytes ||
-        request->second_moment().size() != bytes) {
+    if (!streamed && (request->parameters().size() != bytes || request->first_moment().size() != bytes ||
+        request->second_moment().size() != bytes)) {
       return refuse(grpc::StatusCode::INVALID_ARGUMENT,
                     fmt::format("Load: the pieces hold {} values ({} bytes) but parameters, first_moment and "
                                 "second_moment have {}, {} and {} bytes", total, bytes, request->parameters().size(),
@@ -80,9 +94,15 @@ class ParameterServerService final : public ParameterServer::Service {
     train::AdamWConfig adamw{settings.beta1(), settings.beta2(), settings.eps(), settings.weight_decay(), 0.0};
     shard->optimizer = std::make_unique<train::AdamW>(adamw, shard->parameters, backend_);
     const int64_t n = shard->elements();
-    from_bytes(request->parameters(), shard->parameters.flat().data<float>(), n, "Load: parameters");
-    from_bytes(request->first_moment(), shard->optimizer->first_moment().data<float>(), n, "Load: first_moment");
-    from_bytes(request->second_moment(), shard->optimizer->second_moment().data<float>(), n, "Load: second_moment");
+    if (streamed) {
+      shard->filled.assign(specs.size(), false);
+      shard->unfilled = static_cast<int64_t>(specs.size());
+    } else {
+      from_bytes(request->parameters(), shard->parameters.flat().data<float>(), n, "Load: parameters");
+      from_bytes(request->first_moment(), shard->optimizer->first_moment().data<float>(), n, "Load: first_moment");
+      from_bytes(request->second_moment(), shard->optimizer->second_moment().data<float>(), n, "Load: second_moment");
+      shard->filled.assign(specs.size(), true);
+    }
     shard->optimizer->set_steps_taken(request->optimizer_steps());
     shard->generation = request->generation();
     shard->synchronous = request->synchronous();
@@ -96,6 +116,37 @@ class ParameterServerService final : public ParameterServer::Service {
     shard->bytes_sent = shard_ ? shard_->bytes_sent : 0;
     shard->bytes_received += static_cast<int64_t>(request->ByteSizeLong());
     shard_ = std::move(shard);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Fill(grpc::ServerContext* context, const FillRequest* request, FillReply*) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto status = check_call(*context, request->generation(), "Fill", /*needs_values=*/false); !status.ok()) {
+      return status;
+    }
+    Shard& shard = *shard_;
+    const auto pieces = static_cast<int64_t>(shard.filled.size());
+    if (request->piece() < 0 || request->piece() >= pieces) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                    fmt::format("Fill: piece {}, but this shard has pieces 0..{}", request->piece(), pieces - 1));
+    }
+    const auto piece = static_cast<size_t>(request->piece());
+    const int64_t offset = shard.parameters.offset_of(piece), count = shard.parameters.at(piece).numel();
+    const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+    if (request->parameters().size() != bytes || request->first_moment().size() != bytes ||
+        request->second_moment().size() != bytes) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                    fmt::format("Fill: piece {} ('{}') holds {} values ({} bytes) but parameters, first_moment and "
+                                "second_moment have {}, {} and {} bytes", piece, shard.parameters.specs()[piece].name,
+                                count, bytes, request->parameters().size(), request->first_moment().size(),
+                                request->second_moment().size()));
+    }
+    std::memcpy(shard.parameters.flat().data<float>() + offset, request->parameters().data(), bytes);
+    std::memcpy(shard.optimizer->first_moment().data<float>() + offset, request->first_moment().data(), bytes);
+    std::memcpy(shard.optimizer->second_moment().data<float>() + offset, request->second_moment().data(), bytes);
+    if (!shard.filled[piece]) --shard.unfilled;  // a repeated fill replaces the values
+    shard.filled[piece] = true;
+    shard.bytes_received += static_cast<int64_t>(request->ByteSizeLong());
     return grpc::Status::OK;
   }
 
@@ -220,11 +271,27 @@ class ParameterServerService final : public ParameterServer::Service {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto status = check_call(*context, request->generation(), "Snapshot"); !status.ok()) return status;
     const Shard& shard = *shard_;
+    // The pieces asked for (every piece when none is named), concatenated in the order asked.
+    std::vector<size_t> pieces;
+    for (int32_t piece : request->pieces()) {
+      if (piece < 0 || static_cast<size_t>(piece) >= shard.filled.size()) {
+        return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Snapshot: piece {}, but this shard has "
+                      "pieces 0..{}", piece, shard.filled.size() - 1));
+      }
+      pieces.push_back(static_cast<size_t>(piece));
+    }
+    if (pieces.empty()) {
+      for (size_t piece = 0; piece < shard.filled.size(); ++piece) pieces.push_back(piece);
+    }
+    for (const auto& [field, values] : {std::pair{reply->mutable_parameters(), shard.parameters.flat().data<float>()},
+                                        {reply->mutable_first_moment(), shard.optimizer->first_moment().data<float>()},
+                                        {reply->mutable_second_moment(), shard.optimizer->second_moment().data<float>()}}) {
+      for (size_t piece : pieces) {
+        *field += to_bytes(values + shard.parameters.offset_of(piece), shard.parameters.at(piece).numel());
+      }
+    }
     reply->set_version(shard.version);
     reply->set_optimizer_steps(shard.optimizer->steps_taken());
-    reply->set_parameters(to_bytes(shard.parameters.flat().data<float>(), shard.elements()));
-    reply->set_first_moment(to_bytes(shard.optimizer->first_moment().data<float>(), shard.elements()));
-    reply->set_second_moment(to_bytes(shard.optimizer->second_moment().data<float>(), shard.elements()));
     reply->set_stale_pushes(shard.stale_pushes);
     return grpc::Status::OK;
   }
@@ -252,7 +319,9 @@ class ParameterServerService final : public ParameterServer::Service {
   ShutdownLatch& latch() { return latch_; }
 
  private:
-  grpc::Status check_call(const grpc::ServerContext& context, uint64_t generation, const char* method) const {
+  // `needs_values`: refused while a streamed load has pieces left to fill.
+  grpc::Status check_call(const grpc::ServerContext& context, uint64_t generation, const char* method,
+                          bool needs_values = true) const {
     if (auto status = security_.authenticate(context); !status.ok()) return status;
     if (!shard_) {
       return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: this ps task holds nothing yet (it "
@@ -261,6 +330,10 @@ class ParameterServerService final : public ParameterServer::Service {
     if (generation != shard_->generation) {
       return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: generation {} is not this shard's ({}): "
                     "the chief reloaded it", method, generation, shard_->generation));
+    }
+    if (needs_values && shard_->unfilled > 0) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: {} of this shard's {} pieces are not "
+                    "filled yet (the chief is loading it)", method, shard_->unfilled, shard_->filled.size()));
     }
     return grpc::Status::OK;
   }

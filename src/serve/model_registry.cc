@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "infer/model_source.h"
 #include "serve/text_proto.h"
 
 namespace paraflow::serve {
@@ -125,9 +126,11 @@ void check_base_path(const fs::path& base_path, const std::string& what) {
 std::unique_ptr<ServedVersion> load_export_dir(const fs::path& dir, Backend& backend, const infer::EngineOptions& options,
                                                const std::optional<BatchingOptions>& batching) {
   auto version = std::make_unique<ServedVersion>();
-  version->weights = model::load_model_dir(dir, backend);
-  version->codec = std::make_unique<infer::TextCodec>(dir);
-  version->chat_template = infer::ChatTemplate::load(dir);  // refused here when outside the Jinja subset
+  // The template is refused here when outside the Jinja subset.
+  infer::ModelSource source = infer::load_model_source(dir, backend, /*chat_template=*/true);
+  version->weights = std::move(source.model);
+  version->codec = std::make_unique<infer::TextCodec>(std::move(source.codec));
+  version->chat_template = std::move(source.chat_template);
   version->engine = std::make_unique<infer::Engine>(version->weights.config, version->weights.parameters, backend, options);
   if (batching) version->batcher = std::make_unique<PredictBatcher>(*version->engine, *batching, version->engine->metrics());
   return version;

@@ -7,11 +7,23 @@
 
 namespace paraflow {
 
-bool is_block_quantized(DType dtype) { return dtype == DType::q8_0; }
+bool is_block_quantized(DType dtype) { return dtype == DType::q8_0 || dtype == DType::q4_k; }
 
-int64_t dtype_block_elements(DType dtype) { return dtype == DType::q8_0 ? BlockQ8_0::kElements : 1; }
+int64_t dtype_block_elements(DType dtype) {
+  switch (dtype) {
+    case DType::q8_0: return BlockQ8_0::kElements;
+    case DType::q4_k: return BlockQ4_K::kElements;
+    default: return 1;
+  }
+}
 
-size_t dtype_block_bytes(DType dtype) { return dtype == DType::q8_0 ? sizeof(BlockQ8_0) : dtype_size(dtype); }
+size_t dtype_block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::q8_0: return sizeof(BlockQ8_0);
+    case DType::q4_k: return sizeof(BlockQ4_K);
+    default: return dtype_size(dtype);
+  }
+}
 
 size_t dtype_bytes(DType dtype, int64_t count) {
   const int64_t block = dtype_block_elements(dtype);
@@ -24,7 +36,8 @@ size_t dtype_bytes(DType dtype, int64_t count) {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::q8_0: throw Error(fmt::format("{} is block-quantized: it has no per-element size", dtype_name(dtype)));
+    case DType::q8_0:
+    case DType::q4_k: throw Error(fmt::format("{} is block-quantized: it has no per-element size", dtype_name(dtype)));
     case DType::f64:
     case DType::i64: return 8;
     case DType::f32:
@@ -46,6 +59,7 @@ const char* dtype_name(DType dtype) {
     case DType::i64: return "i64";
     case DType::u16: return "u16";
     case DType::q8_0: return "q8_0";
+    case DType::q4_k: return "q4_k";
   }
   return "?";
 }
@@ -59,13 +73,15 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::u16: return "U16";
-    case DType::q8_0: return nullptr;
+    case DType::q8_0:
+    case DType::q4_k: return nullptr;
   }
   return "?";
 }
 
 DType parse_dtype(const std::string& name, const std::string& context) {
-  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16, DType::q8_0}) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16, DType::q8_0,
+                      DType::q4_k}) {
     const char* safetensors_name = safetensors_dtype_name(dtype);
     if (name == dtype_name(dtype) || (safetensors_name != nullptr && name == safetensors_name)) return dtype;
   }

@@ -39,8 +39,7 @@ std::string MemoryReport::to_text() const {
   }
   text += fmt::format("total            {}\n", mib(total()));
   if (checkpoint_extra > 0) {
-    text += fmt::format("+ while saving   {}  (a checkpoint copies out one slice at a time{})\n", mib(checkpoint_extra),
-                        zero_stage >= 3 ? ", after gathering the weights" : "");
+    text += fmt::format("+ while saving   {}  (a checkpoint copies out one slice at a time)\n", mib(checkpoint_extra));
   }
   return text;
 }
@@ -100,13 +99,12 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
     if (report.zero_stage >= 2 && config.grad_accumulation > 1) report.sync_buffers += zero_shard * 4;
   }
   if (report.zero_stage >= 3) {
-    // Rank 0's shard, and the layers it gathers (the checkpoint gathers the rest of the weights).
+    // Rank 0's shard, and the layers it gathers (its checkpoint writes its shard only).
     report.parameters = zero_shard * 4;
     report.gathered_layers = LayerSchedule(g, part).peak_gathered_elements(0, zero_shard) * 4;
   }
   // A checkpoint copies this rank's slices out one at a time: at most its largest tensor.
   for (const model::TensorSpec& spec : part) report.checkpoint_extra = std::max(report.checkpoint_extra, spec.shape.numel() * 4);
-  if (report.zero_stage >= 3) report.checkpoint_extra += parameter_bytes - report.parameters;
   // Every micro-batch in flight has an executor of its own.
   report.activations = plan.arena_bytes * report.in_flight;
   report.activations_unplanned = plan.unplanned_sum_bytes * report.in_flight;

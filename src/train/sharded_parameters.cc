@@ -166,14 +166,6 @@ void ShardedParameters::release(size_t layer) {
   }
 }
 
-void ShardedParameters::gather_all() {
-  for (auto& pending : pending_) {
-    if (pending.valid()) pending.get();
-  }
-  sync_.all_gather_shards(data_);
-  resident_.assign(resident_.size(), true);
-}
-
 void ShardedParameters::release_all() {
   for (auto& pending : pending_) {
     if (pending.valid()) pending.get();

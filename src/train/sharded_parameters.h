@@ -48,8 +48,6 @@ class ShardedParameters {
   // The executor's node hooks.
   void before_node(size_t node);
   void after_node(size_t node);
-  // The whole buffer on every rank, for a checkpoint and the export (they are whole files today).
-  void gather_all();
   // Frees every layer outside this rank's shard: after start-up, and after the optimizer step
   // changed every rank's shard.
   void release_all();

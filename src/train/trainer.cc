@@ -287,14 +287,19 @@ bool Trainer::initialize_or_resume() {
   chosen = broadcast_text(chosen);
   // This rank's moments: its ZeRO-1 range of its part's flat buffer, or all of it.
   const int64_t begin = optimizer_->begin(), end = optimizer_->end();
+  // Its weights: its part, or with ZeRO-3 the same range as its moments (the rest is gathered
+  // layer by layer when a step needs it).
+  const int64_t weights_begin = sharded_parameters_ ? begin : 0;
+  const int64_t weights_end = sharded_parameters_ ? end : parameters_.numel();
   if (chosen.empty()) {
-    model::initialize_gpt(parameters_, model_config_, config_.seed, shard_);
+    model::initialize_gpt(parameters_, model_config_, config_.seed, shard_, weights_begin, weights_end);
     backend_.fill_zero(optimizer_->first_moment());
     backend_.fill_zero(optimizer_->second_moment());
   } else {
     model::SliceReader reader = CheckpointManager::open(chosen, model_config_);
     parameters_.write_on_host([&](model::ParameterSet& host) {
-      model::read_part(reader, host, whole_specs_, shard_, "", host.flat().data<float>(), 0, host.numel());
+      model::read_part(reader, host, whole_specs_, shard_, "", host.flat().data<float>() + weights_begin,
+                       weights_begin, weights_end);
     });
     for (const auto& [prefix, moment] : {std::pair<const char*, Tensor>{"m.", optimizer_->first_moment()},
                                          {"v.", optimizer_->second_moment()}}) {
@@ -315,7 +320,7 @@ bool Trainer::initialize_or_resume() {
   data_.restore(nlohmann::json::parse(broadcast_text(data_state)));
   step_ = counters["step"].get<int64_t>();
   refresh_half_parameters();
-  if (sharded_parameters_) sharded_parameters_->release_all();  // each rank filled its whole part: keep its shard
+  if (sharded_parameters_) sharded_parameters_->release_all();  // the layers' gathers start from the shards
   return step_ > 0;
 }
 
@@ -526,13 +531,11 @@ double Trainer::evaluate(int64_t batches) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
-  // ZeRO-3: the checkpoint and the export that follows read whole weights, so the model is
-  // gathered for them (freed at the next step).
-  if (sharded_parameters_) sharded_parameters_->gather_all();
   // Every rank writes the slices it holds into the chief's temporary directory: its part's weights
   // and moments (replicas hold the same part: the first writes it; copies held by other stages or
-  // shards too are written once), or with ZeRO-1 its own range of the moments. The chief commits
-  // once every rank's files are durable.
+  // shards too are written once), or with ZeRO-1 its own range of the moments, with ZeRO-3 its own
+  // range of the weights too (at most three boxes a tensor: no rank gathers the model). The chief
+  // commits once every rank's files are durable.
   const std::filesystem::path temporary = broadcast_text(is_chief() ? checkpoints_.begin_save(step_).string() : "");
   std::exception_ptr error;
   try {
@@ -546,7 +549,11 @@ std::filesystem::path Trainer::save_checkpoint() {
         if (!holds_tied_copy(slice.name.substr(std::string(prefix).size()))) slices.push_back(std::move(slice));
       }
     };
-    if (writes_part) add("", host.flat().data<float>(), 0, host.numel());
+    if (sharded_parameters_) {
+      add("", host.flat().data<float>() + optimizer_->begin(), optimizer_->begin(), optimizer_->end());
+    } else if (writes_part) {
+      add("", host.flat().data<float>(), 0, host.numel());
+    }
     if (writes_part || shards_optimizer_state()) {
       add("m.", first.data<float>(), optimizer_->begin(), optimizer_->end());
       add("v.", second.data<float>(), optimizer_->begin(), optimizer_->end());
@@ -589,7 +596,7 @@ void Trainer::export_model(const std::filesystem::path& dir) const {
   std::optional<data::Tokenizer> tokenizer;
   if (!config_.tokenizer_dir.empty()) tokenizer = data::Tokenizer::load(config_.tokenizer_dir);
   const int64_t end_of_text = tokenizer ? tokenizer->eot_id() : -1;
-  if (partitioned()) {
+  if (partitioned() || sharded_parameters_) {
     // No rank holds the whole model: the export is streamed from the last checkpoint's slices.
     check(!last_checkpoint_.empty(), "export of a partitioned run: it is written from the run's last checkpoint, and "
           "this process has saved none");

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <regex>
+#include <set>
 
 #include "base/file_io.h"
 #include "dist/training_job.h"
@@ -66,6 +69,73 @@ TEST_F(ShardedCheckpoints, EveryRankWritesItsSlicesAndAnyLayoutResumes) {
   ASSERT_EQ(run(mpirun(2) + train_command(out, "--set dist.zero=1 --set train.stop_at_step=7")), 0);
   ASSERT_EQ(run(mpirun(2) + train_command(out, layout(2, 1))), 0);
   expect_same_training(out, "one_process");
+}
+
+// The whole checkpoint `step` of run `out`, tensor by tensor (weights and both moments).
+std::map<std::string, std::vector<float>> checkpoint_tensors(const std::filesystem::path& checkpoint) {
+  const model::SliceIndex index = model::SliceIndex::from_json(
+      nlohmann::json::parse(read_file(checkpoint / "index.json")), "index.json");
+  model::SliceReader reader(checkpoint, index);
+  std::map<std::string, std::vector<float>> tensors;
+  for (const auto& [name, stored] : index.tensors) tensors[name] = reader.read(name, TensorSlice::whole(stored.shape));
+  return tensors;
+}
+
+bool bitwise_equal_tensors(const std::map<std::string, std::vector<float>>& a,
+                           const std::map<std::string, std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, values] : a) {
+    auto other = b.find(name);
+    if (other == b.end() || other->second.size() != values.size() ||
+        std::memcmp(values.data(), other->second.data(), values.size() * sizeof(float)) != 0) {
+      ADD_FAILURE() << name << " differs";
+      return false;
+    }
+  }
+  return true;
+}
+
+// ZeRO-3: every rank writes its own range of the flat buffer (weights and moments alike), so no
+// rank gathers the model to save it; those ranges read back exactly into any layout and back
+// (one process, 2 tensor-parallel shards, 4 ZeRO-3 ranks with other boundaries), and a run moved
+// between ZeRO-3 and one process trains as an uninterrupted one.
+TEST_F(ShardedCheckpoints, ZeroThreeRanksWriteTheirRangesAndAnyLayoutResumesExactly) {
+  const std::string zero3 = "--set dist.zero=3 ";
+  ASSERT_EQ(run(mpirun(2) + train_command("zero3", zero3 + "--set train.stop_at_step=4")), 0);
+  const std::filesystem::path saved = dir.path() / "zero3" / "ckpt-000000004";
+  const model::SliceIndex index = model::SliceIndex::from_json(
+      nlohmann::json::parse(read_file(saved / "index.json")), "index.json");
+  ASSERT_EQ(index.files(), (std::vector<std::string>{"slices-00000.safetensors", "slices-00001.safetensors"}));
+  const double first = static_cast<double>(std::filesystem::file_size(saved / "slices-00000.safetensors"));
+  const double second = static_cast<double>(std::filesystem::file_size(saved / "slices-00001.safetensors"));
+  EXPECT_NEAR(first / (first + second), 0.5, 0.05) << "each rank writes about half the checkpoint";
+  // The tensor astride the shards' boundary is stored in pieces, in both files.
+  size_t split_tensors = 0;
+  for (const auto& [name, stored] : index.tensors) {
+    std::set<std::string> files;
+    for (const model::StoredChunk& chunk : stored.chunks) files.insert(chunk.file);
+    split_tensors += files.size() == 2;
+  }
+  EXPECT_EQ(split_tensors, 3u) << "one tensor's weights and its two moments cross the boundary";
+  const auto expected = checkpoint_tensors(saved);
+  // Resumed at the step it stopped (train.stop_at_step=4 again): nothing trains, each layout reads
+  // its slices and saves them again.
+  for (const auto& [out, command] : std::vector<std::pair<std::string, std::string>>{
+           {"zero3_to_one", ""}, {"zero3_to_tp2", mpirun(2)}, {"zero3_to_zero3x4", mpirun(4)}}) {
+    std::filesystem::copy(dir.path() / "zero3", dir.path() / out, std::filesystem::copy_options::recursive);
+    const std::string layout_flags = out == "zero3_to_tp2" ? layout(2, 1) : out == "zero3_to_one" ? "" : zero3;
+    ASSERT_EQ(run(command + train_command(out, layout_flags + " --set train.stop_at_step=4")), 0) << out;
+    EXPECT_TRUE(bitwise_equal_tensors(checkpoint_tensors(dir.path() / out / "ckpt-000000004"), expected)) << out;
+  }
+  // And back: a tensor-parallel checkpoint read by 4 ZeRO-3 ranks.
+  std::filesystem::copy(dir.path() / "zero3_to_tp2", dir.path() / "tp2_to_zero3", std::filesystem::copy_options::recursive);
+  ASSERT_EQ(run(mpirun(4) + train_command("tp2_to_zero3", zero3 + "--set train.stop_at_step=4")), 0);
+  EXPECT_TRUE(bitwise_equal_tensors(checkpoint_tensors(dir.path() / "tp2_to_zero3" / "ckpt-000000004"), expected));
+  // Trained on: ZeRO-3 to step 4, one process to step 7, ZeRO-3 to the end.
+  ASSERT_EQ(run(train_command("one_process")), 0);
+  ASSERT_EQ(run(train_command("zero3", "--set train.stop_at_step=7")), 0);
+  ASSERT_EQ(run(mpirun(2) + train_command("zero3", zero3)), 0);
+  expect_same_training("zero3", "one_process");
 }
 
 // Peak RSS of every rank of a 2 x 2 job (each rank under /usr/bin/time, into a file named by its

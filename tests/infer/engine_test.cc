@@ -349,14 +349,19 @@ TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << "request " << i;
 }
 
-// q8_0 weights (rows quantized to int8 blocks in every matmul): served batched, each request's
-// greedy tokens are the generator's alone, exactly (random weights: near-ties abound, so a row's
-// arithmetic leaking into another's, or differing from the generator's, would show).
-// GPT-2 and a Llama-family model (Qwen2: grouped k/v heads, q/k/v biases, a head of its own).
-TEST(EngineWideModel, Q8_0ServingBatchedEqualsTheGenerator) {
-  for (const model::GptConfig& config :
-       {testing::gpt_config(97, 64, 64, 2, 2), testing::llama_config("qwen2", 97, 64, 64, 96, 2, 4, 2, 16)}) {
-    SCOPED_TRACE(config.is_llama() ? "qwen2" : "gpt2");
+// q8_0 and q4_k weights (rows quantized to int8 blocks in every matmul): served batched, each
+// request's greedy tokens are the generator's alone, exactly (random weights: near-ties abound, so
+// a row's arithmetic leaking into another's, or differing from the generator's, would show).
+// GPT-2 and a Llama-family model (Qwen2: grouped k/v heads, q/k/v biases, a head of its own), as
+// wide as the type's blocks need (q4_k: every matmul's input features a multiple of 256).
+TEST(EngineWideModel, QuantizedServingBatchedEqualsTheGenerator) {
+  const std::pair<DType, model::GptConfig> cases[] = {
+      {DType::q8_0, testing::gpt_config(97, 64, 64, 2, 2)},
+      {DType::q8_0, testing::llama_config("qwen2", 97, 64, 64, 96, 2, 4, 2, 16)},
+      {DType::q4_k, testing::gpt_config(97, 64, 256, 2, 2)},
+      {DType::q4_k, testing::llama_config("qwen2", 97, 64, 256, 512, 2, 4, 2, 64)}};
+  for (const auto& [weights, config] : cases) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(weights) << (config.is_llama() ? " qwen2" : " gpt2"));
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
     Rng rng(testing::test_seed());
     model::initialize_gpt(parameters, config, rng.next_u64());
@@ -364,13 +369,13 @@ TEST(EngineWideModel, Q8_0ServingBatchedEqualsTheGenerator) {
     for (int i = 0; i < 12; ++i) {
       std::vector<int32_t> prompt(1 + rng.below(20));
       for (auto& token : prompt) token = static_cast<int32_t>(rng.below(97));
-      infer::Generator generator(config, parameters, cpu_backend(), DType::q8_0);
+      infer::Generator generator(config, parameters, cpu_backend(), weights);
       infer::Sampler greedy({.temperature = 0});
       expected.push_back(generator.generate(prompt, 16, greedy).tokens);
       prompts.push_back(std::move(prompt));
     }
     Engine engine(config, parameters, cpu_backend(),
-                  EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 12, .max_batched_tokens = 64, .weights = DType::q8_0});
+                  EngineOptions{.kv_cache_gb = 0.05, .max_num_seqs = 12, .max_batched_tokens = 64, .weights = weights});
     const std::vector<std::vector<int32_t>> batched = greedy_together(engine, prompts, 16);
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batched[i], expected[i]) << "request " << i;
   }

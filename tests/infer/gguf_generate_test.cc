@@ -3,14 +3,20 @@
 // .venv-data), which also writes the file's weights dequantized by gguf-py as a Hugging Face dir:
 // read back, the file's model decodes with --dtype q8_0 exactly as that dir does (the same
 // logits, bit for bit: the file's blocks are the blocks we quantize its values to), and its
-// float32 parameters are the dequantized blocks.
+// float32 parameters are the dequantized blocks. A Q4_K file paraflow quantize writes is read by
+// gguf-py as the values we read, and decodes as the dir of gguf-py's values quantized at load.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <filesystem>
+#include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <tuple>
+
+#include "base/file_io.h"
 #include "data/tokenizer.h"
 #include "infer/generator.h"
 #include "infer/text_codec.h"
@@ -28,8 +34,8 @@ namespace fs = std::filesystem;
 
 // A random small GPT-2 in `dir` with a byte-level BPE of its own (bytes, a few merges,
 // <|endoftext|>) as vocab.json + merges.txt, which the converter carries into tokenizer.ggml.*.
-void write_small_model(const fs::path& dir) {
-  const model::GptConfig config = testing::gpt_config(97, 64, 64, 2, 2);
+void write_small_model(const fs::path& dir, int64_t n_embd = 64) {
+  const model::GptConfig config = testing::gpt_config(97, 64, n_embd, 2, 2);
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
   model::initialize_gpt(parameters, config, rng.next_u64());
@@ -101,6 +107,78 @@ TEST(GgufGenerate, QuantizeWritesTheConvertersFile) {
   infer::Generator b(from_theirs.config, from_theirs.parameters, cpu_backend(), DType::q8_0);
   EXPECT_EQ(a.prefill({1, 2, 3, 50}), b.prefill({1, 2, 3, 50}));
   EXPECT_EQ(infer::TextCodec(ours).encode("the theme"), infer::TextCodec(theirs).encode("the theme"));
+}
+
+// paraflow quantize --type q4_k: gguf-py's GGUFReader finds every matrix in Q4_K (the head's and
+// the embeddings' too) and every vector in F32, and dequantizes each to the values we read; the
+// file decodes with --dtype q4_k as the dir whose parameters are gguf-py's values (Conv1D weights
+// transposed back) does: the same logits, bit for bit, so each tensor went to its parameter.
+TEST(GgufGenerate, QuantizeQ4_KWritesAFileGgufPyReadsAndThatDecodesAsQuantizedAtLoad) {
+  testing::TempDir dir;
+  write_small_model(dir.path() / "hf", 256);  // rows of whole 256-value super-blocks
+  const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
+  const fs::path file_path = dir.path() / "q4_k.gguf", theirs = dir.path() / "theirs";
+  const std::string quantize = fmt::format("{} quantize --model {} --type q4_k --out {}", std::getenv("PARAFLOW_BINARY"),
+                                           (dir.path() / "hf").string(), file_path.string());
+  ASSERT_EQ(std::system(quantize.c_str()), 0) << quantize;
+  fs::create_directories(theirs);
+  const std::string dequantize = python.string() + " " + (root / "tests/reference/gguf_files.py").string() +
+                                 " dequantize " + file_path.string() + " " + theirs.string();
+  ASSERT_EQ(std::system(dequantize.c_str()), 0) << dequantize;
+  const nlohmann::json types = nlohmann::json::parse(read_file(theirs / "types.json"));
+  const model::GgufFile file = model::GgufFile::open(file_path);
+  ASSERT_EQ(types.size(), file.tensors().size());
+  auto their_values = [&](const std::string& name) {
+    const std::string bytes = read_file(theirs / (name + ".f32"));
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    return values;
+  };
+  for (const model::GgufTensorInfo& info : file.tensors()) {
+    SCOPED_TRACE(info.name);
+    EXPECT_EQ(types[info.name].get<std::string>(), info.shape.rank() == 2 ? "Q4_K" : "F32");
+    EXPECT_EQ(model::gguf_values(file.tensor(info.name)), their_values(info.name));
+  }
+
+  const model::LoadedModel from_file = model::load_model_dir(file_path, cpu_backend());
+  model::LoadedModel from_dir = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  // llama.cpp's names for GPT-2's tensors; the linear layers' weights it holds [out, in].
+  std::vector<std::tuple<std::string, std::string, bool>> names{
+      {"wte.weight", "token_embd.weight", false}, {"wpe.weight", "position_embd.weight", false},
+      {"ln_f.weight", "output_norm.weight", false}, {"ln_f.bias", "output_norm.bias", false}};
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::pair<const char*, const char*> parts[] = {{"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"},
+                                                         {"attn.c_proj", "attn_output"}, {"ln_2", "ffn_norm"},
+                                                         {"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}};
+    for (const auto& [ours, theirs] : parts) {
+      for (const char* kind : {"weight", "bias"}) {
+        const bool linear = std::string(kind) == "weight" && std::string(ours).find('.') != std::string::npos;
+        names.emplace_back(fmt::format("h.{}.{}.{}", layer, ours, kind), fmt::format("blk.{}.{}.{}", layer, theirs, kind), linear);
+      }
+    }
+  }
+  from_dir.parameters.write_on_host([&](model::ParameterSet& host) {
+    for (const auto& [ours, theirs, transposed] : names) {
+      const std::vector<float> values = their_values(theirs);
+      const Tensor& tensor = host.get(ours);
+      ASSERT_EQ(values.size(), static_cast<size_t>(tensor.numel())) << ours;
+      const int64_t rows = tensor.shape()[0], columns = tensor.numel() / rows;  // ours: [in, out] when transposed
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < columns; ++c) {
+          tensor.data<float>()[r * columns + c] = values[static_cast<size_t>(transposed ? c * rows + r : r * columns + c)];
+        }
+      }
+    }
+  });
+  infer::Generator a(from_file.config, from_file.parameters, cpu_backend(), DType::q4_k);
+  infer::Generator b(from_dir.config, from_dir.parameters, cpu_backend(), DType::q4_k);
+  const std::vector<int32_t> prompt{5, 17, 0, 42, 42, 8, 60};
+  EXPECT_EQ(a.prefill(prompt), b.prefill(prompt));
+  infer::Sampler greedy_a({.temperature = 0}), greedy_b({.temperature = 0});
+  EXPECT_EQ(a.generate(prompt, 16, greedy_a).tokens, b.generate(prompt, 16, greedy_b).tokens);
+  // Not the float32 model's logits: the weights are quantized.
+  infer::Generator f32(from_dir.config, from_dir.parameters, cpu_backend());
+  EXPECT_NE(a.prefill(prompt), f32.prefill(prompt));
 }
 
 TEST(GgufGenerate, RefusesAnotherArchitectureNamingTheKey) {

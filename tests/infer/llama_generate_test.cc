@@ -14,6 +14,7 @@
 #include "model/model_files.h"
 #include "model/safetensors.h"
 #include "model_configs.h"
+#include "random_llama.h"
 #include "reference_runner.h"
 #include "test_util.h"
 
@@ -25,29 +26,13 @@ struct Case {
   model::GptConfig config;
 };
 
-// Random weights ten times transformers' initial ones, so that the next token is rarely a near-tie.
-model::ParameterSet random_model(const model::GptConfig& config, Rng& rng) {
-  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
-  model::initialize_gpt(parameters, config, rng.next_u64());
-  for (size_t i = 0; i < parameters.specs().size(); ++i) {
-    const model::TensorSpec& spec = parameters.specs()[i];
-    float* values = parameters.at(i).data<float>();
-    for (int64_t j = 0; j < spec.shape.numel(); ++j) {
-      values[j] = spec.init == model::Init::ones ? 1.0f + static_cast<float>(rng.normal() * 0.1)
-                  : spec.init == model::Init::zeros ? static_cast<float>(rng.normal() * 0.1)
-                                                    : values[j] * 10;
-    }
-  }
-  return parameters;
-}
-
 class LlamaGenerate : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   const model::GptConfig& config = GetParam().config;
   testing::TempDir dir;
   Rng rng(testing::test_seed());
-  const model::ParameterSet parameters = random_model(config, rng);
+  const model::ParameterSet parameters = testing::random_llama_parameters(config, rng);
   model::save_model_dir(dir.path() / "export", config, parameters);
   const std::string prompt_text = "Hello, llama";
   const std::vector<int32_t> prompt(prompt_text.begin(), prompt_text.end());
@@ -98,7 +83,9 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   int agreed = 0;
   for (; agreed < max_new && rounded[static_cast<size_t>(agreed)] == tokens.data<int64_t>()[agreed]; ++agreed) {
   }
-  if (agreed < max_new) EXPECT_LT(gaps.data<double>()[agreed], 0.05) << "bfloat16 parted at a clear step " << agreed;
+  if (agreed < max_new) {
+    EXPECT_LT(gaps.data<double>()[agreed], 0.05) << "bfloat16 parted at a clear step " << agreed;
+  }
   std::printf("  %s: bfloat16 weights give transformers' tokens for %d of %lld steps\n", GetParam().name, agreed,
               static_cast<long long>(max_new));
 }

@@ -1,6 +1,6 @@
 // GGUF files read against llama.cpp's gguf-py (tests/reference/gguf_files.py in .venv-data,
 // scripts/setup_python_data.sh): a file its GGUFWriter wrote, with metadata of every value type and
-// tensors in F32, F16, BF16 and Q8_0, reads as the values it was given; then broken files
+// tensors in F32, F16, BF16, Q8_0 and Q4_K, reads as the values it was given; then broken files
 // (truncated anywhere, a tensor type we do not read, an offset past the end, random corruption)
 // are refused with an InputError naming the tensor or field and the byte, and nothing crashes.
 #include <gtest/gtest.h>
@@ -110,17 +110,23 @@ TEST_F(GgufTest, ReadsWhatGgufWriterWrote) {
           values[i] = tensor.dtype() == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
         }
         break;
-      case DType::q8_0: {
+      case DType::q8_0:
+      case DType::q4_k: {
         std::string hex;
         for (size_t i = 0; i < tensor.nbytes(); ++i) hex += fmt::format("{:02x}", static_cast<const uint8_t*>(tensor.raw())[i]);
         EXPECT_EQ(hex, record["bytes"].get<std::string>());
-        dequantize_q8_0(tensor.data<BlockQ8_0>(), values.data(), tensor.numel());
+        dequantize_blocks(tensor.dtype(), tensor.raw(), values.data(), tensor.numel());
         break;
       }
       default: FAIL() << "unexpected dtype " << dtype_name(tensor.dtype());
     }
     const std::string type = record["type"];
-    EXPECT_EQ(type, tensor.dtype() == DType::q8_0 ? "Q8_0" : tensor.dtype() == DType::f16 ? "F16" : tensor.dtype() == DType::bf16 ? "BF16" : "F32");
+    const char* read_as = tensor.dtype() == DType::q8_0   ? "Q8_0"
+                          : tensor.dtype() == DType::q4_k ? "Q4_K"
+                          : tensor.dtype() == DType::f16  ? "F16"
+                          : tensor.dtype() == DType::bf16 ? "BF16"
+                                                          : "F32";
+    EXPECT_EQ(type, read_as);
     EXPECT_EQ(values, record["values"].get<std::vector<float>>());
   }
 }
@@ -141,11 +147,11 @@ TEST_F(GgufTest, RefusesTruncatedFilesAtEveryLengthNamingTheByte) {
 
 TEST_F(GgufTest, RefusesATensorTypeItDoesNotReadNamingTheTensorAndType) {
   std::string changed = bytes;
-  const uint32_t q4_k = 12;
-  std::memcpy(changed.data() + type_field("matrix.q8_0"), &q4_k, 4);
+  const uint32_t q5_k = 13;
+  std::memcpy(changed.data() + type_field("matrix.q8_0"), &q5_k, 4);
   const std::string message = open_changed(changed);
   EXPECT_NE(message.find("'matrix.q8_0'"), std::string::npos) << message;
-  EXPECT_NE(message.find("Q4_K"), std::string::npos) << message;
+  EXPECT_NE(message.find("Q5_K"), std::string::npos) << message;
   EXPECT_NE(message.find("byte"), std::string::npos) << message;
 }
 

@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/parameters.h"
@@ -43,6 +46,34 @@ TEST(ShardedInit, EveryPartEqualsItsElementsOfTheWholeModel) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// A ZeRO-3 rank initialises only its range of the flat buffer: those elements equal the whole
+// part's, bit for bit, and nothing outside the range is written.
+TEST(ShardedInit, ARangeWritesItsElementsOnly) {
+  const GptConfig config = testing::gpt_config(64, 16, 8, 4, 4);
+  const std::vector<TensorSpec> specs = gpt_tensor_specs(config);
+  const TensorShard shard{1, 2};
+  const std::vector<TensorSpec> part_specs = part_tensor_specs(specs, LayerRange{}, shard);
+  ParameterSet reference(part_specs, cpu_backend());
+  initialize_gpt(reference, config, 1337, shard);
+  const int64_t count = reference.numel();
+  // Ranges that start and end mid-row, span several tensors, or cover one element.
+  for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 1}, {5, 83}, {37, count / 2 + 3}, {count / 3, count - 17}, {count - 1, count}, {0, count}}) {
+    ParameterSet part(part_specs, cpu_backend());
+    float* data = part.flat().data<float>();
+    std::fill(data, data + count, std::numeric_limits<float>::quiet_NaN());
+    initialize_gpt(part, config, 1337, shard, begin, end);
+    for (int64_t i = 0; i < count; ++i) {
+      if (i >= begin && i < end) {
+        ASSERT_EQ(std::memcmp(&data[i], &reference.flat().data<float>()[i], sizeof(float)), 0)
+            << "element " << i << " of range [" << begin << ", " << end << ")";
+      } else {
+        ASSERT_TRUE(std::isnan(data[i])) << "element " << i << " outside range [" << begin << ", " << end << ") written";
       }
     }
   }

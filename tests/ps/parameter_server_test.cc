@@ -205,6 +205,69 @@ TEST_F(ParameterServerTest, SynchronousStepSumsTheSlicesAndAppliesAdamW) {
   expect_near(first, reference.m);
 }
 
+// The chief's streamed load: a shard loaded without values answers nothing until each of its
+// pieces is filled; a snapshot returns the pieces asked for, so that the chief holds one at a time.
+TEST_F(ParameterServerTest, AShardLoadedWithoutValuesIsFilledAndSnapshottedPieceByPiece) {
+  start();
+  LoadRequest request = load_request(true, 1, 0);
+  request.clear_parameters();
+  request.clear_first_moment();
+  request.clear_second_moment();
+  LoadReply loaded;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Load, request, &loaded).ok());
+  PullRequest pull_request;
+  pull_request.set_generation(kGeneration);
+  pull_request.set_version(-1);
+  PullReply pulled;
+  grpc::Status refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("2 of this shard's 2 pieces are not filled yet"), std::string::npos)
+      << refused.error_message();
+  // Piece "b" (2 values) from values 3.. of kParameters, moments 10x and 100x them.
+  auto fill = [&](int piece, int64_t from, int64_t count) {
+    std::vector<float> m(static_cast<size_t>(count)), v(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      m[static_cast<size_t>(i)] = 10 * kParameters[static_cast<size_t>(from + i)];
+      v[static_cast<size_t>(i)] = 100 * kParameters[static_cast<size_t>(from + i)];
+    }
+    FillRequest fill_request;
+    fill_request.set_generation(kGeneration);
+    fill_request.set_piece(piece);
+    fill_request.set_parameters(to_bytes(kParameters.data() + from, count));
+    fill_request.set_first_moment(to_bytes(m.data(), count));
+    fill_request.set_second_moment(to_bytes(v.data(), count));
+    FillReply filled;
+    return call(&ParameterServer::Stub::Fill, fill_request, &filled);
+  };
+  ASSERT_TRUE(fill(1, 3, 2).ok());
+  EXPECT_EQ(call(&ParameterServer::Stub::Pull, pull_request, &pulled).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  const grpc::Status wrong_size = fill(0, 0, 2);  // piece "a" holds 3
+  EXPECT_EQ(wrong_size.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(wrong_size.error_message().find("piece 0 ('a') holds 3 values"), std::string::npos) << wrong_size.error_message();
+  EXPECT_EQ(fill(2, 0, 3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(fill(0, 0, 3).ok());
+  ASSERT_TRUE(call(&ParameterServer::Stub::Pull, pull_request, &pulled).ok());
+  std::vector<float> values(5);
+  from_bytes(pulled.parameters(), values.data(), 5, "pull");
+  EXPECT_EQ(values, std::vector<float>(kParameters.begin(), kParameters.begin() + 5));
+  // One piece's snapshot: its values and moments only.
+  SnapshotRequest snapshot;
+  snapshot.set_generation(kGeneration);
+  snapshot.add_pieces(1);
+  SnapshotReply snapped;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot, &snapped).ok());
+  std::vector<float> piece(2), first(2), second(2);
+  from_bytes(snapped.parameters(), piece.data(), 2, "snapshot");
+  from_bytes(snapped.first_moment(), first.data(), 2, "snapshot");
+  from_bytes(snapped.second_moment(), second.data(), 2, "snapshot");
+  EXPECT_EQ(piece, (std::vector<float>{kParameters[3], kParameters[4]}));
+  EXPECT_EQ(first, (std::vector<float>{10 * kParameters[3], 10 * kParameters[4]}));
+  EXPECT_EQ(second, (std::vector<float>{100 * kParameters[3], 100 * kParameters[4]}));
+  snapshot.add_pieces(7);
+  EXPECT_EQ(call(&ParameterServer::Stub::Snapshot, snapshot, &snapped).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(ParameterServerTest, SynchronousStepRefusesWhatDoesNotBelongToIt) {
   start();
   load(true, 2);
@@ -337,7 +400,15 @@ TEST_F(ParameterServerTest, FuzzedMessagesGetErrorsNeverACrash) {
       {"Pull", [] { PullRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()},
       {"Reduce", [] { ReduceRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()},
       {"Apply", [] { ApplyRequest r; r.set_generation(kGeneration); r.set_lr(0.1); return r.SerializeAsString(); }()},
-      {"Snapshot", [] { SnapshotRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()}};
+      {"Snapshot", [] { SnapshotRequest r; r.set_generation(kGeneration); r.add_pieces(1); return r.SerializeAsString(); }()},
+      {"Fill", [] {
+         FillRequest r;
+         r.set_generation(kGeneration);
+         r.set_parameters(to_bytes(kParameters.data(), 3));
+         r.set_first_moment(to_bytes(kParameters.data(), 3));
+         r.set_second_moment(to_bytes(kParameters.data(), 3));
+         return r.SerializeAsString();
+       }()}};
   int refused = 0, calls = 0;
   for (int round = 0; round < 150; ++round) {
     for (const auto& [method, message] : valid) {

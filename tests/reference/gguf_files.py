@@ -4,7 +4,8 @@ Runs in .venv-data (scripts/setup_python_data.sh).
     gguf_files.py write DIR
         writes DIR/written.gguf with gguf.GGUFWriter (metadata of every value type, arrays of
         numbers and of strings, a custom alignment; tensors in F32, F16, BF16 and Q8_0, quantized
-        by gguf.quants) and DIR/expected.json: each key's GGUF type name and value, and each
+        by gguf.quants, and Q4_K, random blocks with small finite d and dmin: gguf.quants has no Q4_K
+        quantizer) and DIR/expected.json: each key's GGUF type name and value, and each
         tensor's row-major shape, ggml type and values (f32 as numbers, raw bytes as hex).
     gguf_files.py convert HF_DIR OUT.gguf [DEQUANTIZED_DIR]
         a Hugging Face GPT-2 dir (config.json, model.safetensors with GPT2Model's names) as
@@ -14,6 +15,10 @@ Runs in .venv-data (scripts/setup_python_data.sh).
         merges.txt) as tokenizer.ggml.*; and DEQUANTIZED_DIR (when given), the same Hugging Face
         dir with every tensor the file's values (gguf.quants.dequantize). bench/infer/compare_decode.py
         makes the Q8_0 file both engines read with it.
+    gguf_files.py dequantize FILE.gguf OUT_DIR
+        reads FILE with gguf.GGUFReader and writes each tensor's values, gguf.quants.dequantize'd,
+        as OUT_DIR/NAME.f32 (raw little-endian, row-major), and OUT_DIR/types.json: each tensor's
+        ggml type name.
     gguf_files.py compare OURS.gguf THEIRS.gguf
         reads both with gguf.GGUFReader: every key THEIRS holds (but GGUF.*) must be in OURS with the
         same type and value, and both must hold the same tensors (names, types, shapes, bytes);
@@ -107,8 +112,21 @@ def compare(ours_path, theirs_path):
     print(f"{ours_path}: {len(theirs.fields)} keys and {len(theirs_tensors)} tensors as in {theirs_path}")
 
 
+def dequantize(path, out_dir):
+    from gguf import GGUFReader
+    types = {}
+    for tensor in GGUFReader(path).tensors:
+        types[tensor.name] = tensor.tensor_type.name
+        quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).astype("<f4").tofile(f"{out_dir}/{tensor.name}.f32")
+    with open(f"{out_dir}/types.json", "w") as f:
+        json.dump(types, f)
+
+
 def main():
     action, out_dir = sys.argv[1:3]
+    if action == "dequantize":
+        dequantize(out_dir, sys.argv[3])
+        return
     if action == "compare":
         compare(out_dir, sys.argv[3])
         return
@@ -149,6 +167,14 @@ def main():
             bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # truncated: exact bf16 values
             writer.add_tensor(name, bits, raw_shape=values.shape, raw_dtype=GGMLQuantizationType.BF16)
             record["values"] = (bits.astype(np.uint32) << 16).view(np.float32).ravel().tolist()
+        elif ggml_type == "Q4_K":
+            blocks = rng.integers(0, 256, size=(values.shape[0], values.shape[1] // 256 * 144), dtype=np.uint8)
+            super_blocks = blocks.reshape(-1, 144)
+            d_and_dmin = (rng.random((super_blocks.shape[0], 2)) * 0.1).astype(np.float16)
+            super_blocks[:, :4] = d_and_dmin.view(np.uint8).reshape(-1, 4)
+            writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q4_K)
+            record["bytes"] = blocks.tobytes().hex()
+            record["values"] = quants.dequantize(blocks, GGMLQuantizationType.Q4_K).ravel().tolist()
         else:
             blocks = quants.quantize(values, GGMLQuantizationType.Q8_0)
             writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q8_0)
@@ -160,6 +186,7 @@ def main():
     add("matrix.f16", rng.standard_normal((3, 5)).astype(np.float32), "F16")
     add("matrix.bf16", rng.standard_normal((2, 3, 4)).astype(np.float32), "BF16")
     add("matrix.q8_0", rng.standard_normal((5, 64)).astype(np.float32), "Q8_0")
+    add("matrix.q4_k", np.zeros((3, 512), dtype=np.float32), "Q4_K")  # only the shape is used
     expected["alignment"] = 64
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

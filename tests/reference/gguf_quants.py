@@ -1,5 +1,5 @@
 """ggml's block quantizers, as the `gguf` package (llama.cpp's gguf-py) implements them in numpy:
-the oracle of tests/tensor/quantized_test.cc. Runs in .venv-data (scripts/setup_python_data.sh).
+the oracle of tests/tensor/quantized_test.cc (gguf 0.19.0 dequantizes Q4_K but cannot quantize it). Runs in .venv-data (scripts/setup_python_data.sh).
 
     gguf_quants.py quantize TYPE VALUES.f32 OUT.bin      # raw little-endian f32 in, blocks out
     gguf_quants.py dequantize TYPE BLOCKS.bin OUT.f32    # blocks in, f32 out
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 from gguf import GGMLQuantizationType, quants
 
-TYPES = {"q8_0": GGMLQuantizationType.Q8_0}
+TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_k": GGMLQuantizationType.Q4_K}
 
 
 def main():

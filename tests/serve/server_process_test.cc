@@ -740,7 +740,7 @@ TEST_F(ServeTest, WebPageWithoutAKeyAndFromAnAllowedOrigin) {
   const std::string allowed = fmt::format("http://localhost:{}", port);
   Server keyless(dir_->path(), fmt::format("--port {} --allowed-origins {}", port, allowed));
   ASSERT_EQ(keyless.port(), port) << keyless.log();
-  for (const std::string origin : {allowed, std::string("http://localhost:1")}) {
+  for (const std::string& origin : {allowed, std::string("http://localhost:1")}) {
     testing::Connection preflight(port);
     ASSERT_TRUE(preflight.send(fmt::format("OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: {}\r\n"
                                            "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n",

@@ -1,6 +1,10 @@
-// Q8_0 blocks against ggml's reference quantizer as the `gguf` package implements it
-// (tests/reference/gguf_quants.py in .venv-data: scripts/setup_python_data.sh): our blocks must be
-// its blocks byte for byte, and our dequantized values its values. Missing oracle: the test fails.
+// Q8_0 and Q4_K blocks against ggml's as the `gguf` package implements them
+// (tests/reference/gguf_quants.py in .venv-data: scripts/setup_python_data.sh): our Q8_0 blocks must
+// be its blocks byte for byte, and our dequantized values of both types its values. The package
+// has no Q4_K quantizer: ours is checked by what the reference algorithm guarantees (every value
+// on the nearest point of its sub-block's stored grid, the grid spanning the values); byte for byte against llama.cpp's own quantizer it is
+// checked by bench/infer/check_q4_k_quantizer.sh, which needs the bench-only llama.cpp build.
+// Missing oracle: the test fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,6 +104,77 @@ TEST(Quantized, Q8_0BlocksAreGgmlsByteForByte) {
   }
 }
 
+// Super-blocks of 256 of every kind the Q4_K quantizer can get wrong: Gaussian values at several
+// scales, an all-zero super-block, only positive values (the minimum pinned to 0), a constant
+// sub-block, a single outlier, and tiny and huge values.
+std::vector<float> awkward_super_blocks() {
+  Rng rng(testing::test_seed());
+  std::vector<float> values;
+  for (double scale : {1.0, 0.02, 1e-3, 300.0}) {
+    for (int i = 0; i < 256 * 12; ++i) values.push_back(static_cast<float>(rng.normal() * scale));
+  }
+  values.insert(values.end(), 256, 0.0f);
+  for (int i = 0; i < 256; ++i) values.push_back(static_cast<float>(std::fabs(rng.normal())) + 0.5f);
+  for (int i = 0; i < 256; ++i) values.push_back(i < 32 ? 0.75f : static_cast<float>(rng.normal()));
+  for (int i = 0; i < 256; ++i) values.push_back(i == 77 ? -40.0f : static_cast<float>(rng.normal() * 0.1));
+  for (int i = 0; i < 256; ++i) values.push_back(1e-6f * static_cast<float>(rng.normal()));
+  for (int i = 0; i < 256; ++i) values.push_back(static_cast<float>(rng.normal() * 2e4));
+  return values;
+}
+
+TEST(Quantized, Q4_KValuesAreGgmlsAndOnTheNearestPointOfTheirGrid) {
+  testing::TempDir dir;
+  const std::vector<float> values = awkward_super_blocks();
+  const auto count = static_cast<int64_t>(values.size());
+  std::vector<BlockQ4_K> ours(values.size() / 256);
+  quantize_q4_k(values.data(), ours.data(), count);
+  std::vector<float> back(values.size());
+  dequantize_q4_k(ours.data(), back.data(), count);
+  write_raw(dir.path() / "ours.bin", ours);
+  ASSERT_TRUE(run_gguf_quants("dequantize", "q4_k", dir.path() / "ours.bin", dir.path() / "back.f32"));
+  const std::vector<float> their_back = read_raw<float>(dir.path() / "back.f32");
+  ASSERT_EQ(their_back.size(), back.size());
+  for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], their_back[i]) << "value " << i;
+
+  // Each sub-block's grid is {d * scale * l - dmin * min : l = 0..15}, from the block's bytes
+  // read by hand (sub-block j < 4: scale = scales[j] & 63, min = scales[j + 4] & 63; j >= 4: low
+  // bits from scales[j + 4], top two from scales[j - 4] and scales[j]).
+  double squared_error = 0, squared_values = 0;
+  for (size_t b = 0; b < ours.size(); ++b) {
+    const BlockQ4_K& block = ours[b];
+    const uint8_t* s = block.scales;
+    for (int j = 0; j < 8; ++j) {
+      const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+      const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      const double step = static_cast<double>(f16_to_f32(block.d)) * scale, low = -static_cast<double>(f16_to_f32(block.dmin)) * min;
+      for (int i = 0; i < 32; ++i) {
+        const size_t at = b * 256 + static_cast<size_t>(j) * 32 + static_cast<size_t>(i);
+        const double x = values[at];
+        squared_error += (back[at] - x) * (back[at] - x);
+        squared_values += x * x;
+        if (step == 0) continue;  // a constant (or zero) sub-block: every value the minimum
+        // The level the value rounds to on the grid, clamped to 0..15; ties may go either way
+        // (float rounding of (x + min) / step), so allow half a step plus its rounding.
+        const double level = std::clamp(std::nearbyint((x - low) / step), 0.0, 15.0);
+        const double nearest = step * level + low;
+        ASSERT_LE(std::fabs(back[at] - nearest), 1e-6 * (std::fabs(nearest) + step)) << "value " << at;
+      }
+      // The grid spans the sub-block: its values lie within a step of [low, low + 15 step] (the
+      // scale and minimum rounded to 6 bits move the ends by at most half of the largest's 1/63).
+      if (step == 0) continue;
+      for (int i = 0; i < 32; ++i) {
+        const double x = values[b * 256 + static_cast<size_t>(j) * 32 + static_cast<size_t>(i)];
+        const double slack = step + (f16_to_f32(block.d) + f16_to_f32(block.dmin)) * 16.0;
+        EXPECT_GE(x, low - slack) << "block " << b << " sub-block " << j;
+        EXPECT_LE(x, low + 15 * step + slack) << "block " << b << " sub-block " << j;
+      }
+    }
+  }
+  // 4 bits over a Gaussian's range: an error well under a tenth of the values' RMS overall.
+  EXPECT_LT(std::sqrt(squared_error / squared_values), 0.1);
+
+}
+
 TEST(Quantized, BlockTypesHaveBlockSizesAndRefuseBrokenBlocks) {
   EXPECT_TRUE(is_block_quantized(DType::q8_0));
   EXPECT_EQ(dtype_block_elements(DType::q8_0), 32);
@@ -111,6 +186,14 @@ TEST(Quantized, BlockTypesHaveBlockSizesAndRefuseBrokenBlocks) {
   std::vector<float> values(40, 1.0f);
   std::vector<BlockQ8_0> blocks(2);
   EXPECT_THROW(quantize_q8_0(values.data(), blocks.data(), 40), Error);
+  EXPECT_TRUE(is_block_quantized(DType::q4_k));
+  EXPECT_EQ(dtype_block_elements(DType::q4_k), 256);
+  EXPECT_EQ(dtype_bytes(DType::q4_k, 512), 288u);
+  EXPECT_THROW(dtype_bytes(DType::q4_k, 288), Error);
+  EXPECT_EQ(parse_dtype("q4_k", "test"), DType::q4_k);
+  std::vector<BlockQ4_K> super_blocks(1);
+  EXPECT_THROW(quantize_blocks(DType::q4_k, values.data(), super_blocks.data(), 40), Error);
+  EXPECT_THROW(quantize_blocks(DType::f32, values.data(), super_blocks.data(), 32), Error);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
 #include "base/error.h"
+#include "tensor/quantized.h"
 
 namespace paraflow {
 
@@ -52,8 +53,10 @@ void register_cpu_kernels(KernelRegistry& registry) {
   // beat f32 ones: elsewhere (no bf16 arithmetic, or AVX512_BF16 at half the f32 rate) the
   // precision policy falls back to f32 copies (the backward kernel is missing).
   registry.add(cpu, DType::bf16, &cpu::matmul_forward_bf16);
-  // Decoding's Q8_0 weights, read as packed blocks (backend/cpu/q8_0_products.h).
-  registry.add(cpu, DType::q8_0, &cpu::matmul_forward_q8_0);
+  // Decoding's Q8_0 and Q4_K weights, read as packed blocks (backend/cpu/q8_0_products.h,
+  // q4_k_products.h).
+  registry.add(cpu, DType::q8_0, &cpu::matmul_forward_blocks<BlockQ8_0>);
+  registry.add(cpu, DType::q4_k, &cpu::matmul_forward_blocks<BlockQ4_K>);
   if (cpu::bf16_gemms_beat_f32()) {
     registry.add(cpu, DType::bf16, &cpu::matmul_backward_bf16);
     registry.add(cpu, DType::bf16, &cpu::attention_forward_bf16);

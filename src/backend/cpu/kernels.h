@@ -40,8 +40,10 @@ void swiglu_backward(const SwigluBackward& args);
 void matmul_forward(const MatmulForward& args);
 void matmul_backward(const MatmulBackward& args);
 void matmul_forward_bf16(const MatmulForward& args);
-// f32 rows times Q8_0 weights stored [out, in] (decoding's; forward only).
-void matmul_forward_q8_0(const MatmulForward& args);
+// f32 rows times block-quantized weights (BlockQ8_0 or BlockQ4_K) stored [out, in] (decoding's;
+// forward only).
+template <typename Block>
+void matmul_forward_blocks(const MatmulForward& args);
 void matmul_backward_bf16(const MatmulBackward& args);
 
 void attention_forward(const AttentionForward& args);

@@ -19,6 +19,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/half_products.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/q4_k_products.h"
 #include "backend/cpu/q8_0_products.h"
 #include "backend/cpu/storage.h"
 #include "backend/cpu/widened_bf16_rows.h"
@@ -534,7 +535,29 @@ struct OutputSums;       // small_rows_matmul's sums (a share's, one share at a 
 struct GradientOperand;  // the backward pass's bf16 GEMM operand, when dout is not one already
 struct HalfInputRows;    // small_rows_matmul's input rows in half, for float16 weights
 struct RowUnscales;      // and the factors that undo their scaling
-struct QuantizedRows;    // small_rows_matmul's input rows in Q8_0 blocks, for Q8_0 weights
+struct QuantizedRows;    // small_rows_matmul's input rows in blocks, for block-quantized weights
+
+// A block-quantized weight type's products: the blocks its input rows are quantized to, and the
+// kernel that multiplies the two. Other weight types have none.
+template <typename W>
+struct PackedProducts {
+  static constexpr bool kPacked = false;
+  using Rows = void;
+};
+template <>
+struct PackedProducts<BlockQ8_0> {
+  static constexpr bool kPacked = true;
+  using Rows = BlockQ8_0;
+  static constexpr auto quantize_rows = quantize_q8_0;
+  static constexpr auto dot_rows = q8_0_dot_rows;
+};
+template <>
+struct PackedProducts<BlockQ4_K> {
+  static constexpr bool kPacked = true;
+  using Rows = BlockQ8_K;
+  static constexpr auto quantize_rows = quantize_q8_k;
+  static constexpr auto dot_rows = q4_k_dot_rows;
+};
 
 template <typename X, typename W, typename Out, typename Slope>
 void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, const float* bias, const MatmulDims& d,
@@ -552,10 +575,15 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
         "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32", d.C);
   check(!half_arithmetic || d.C % 2 == 0,
         "matmul: an out_in_tiles float16 weight needs whole column pairs: {} input features are odd", d.C);
-  // Q8_0 weights [out, in], read as blocks of the rows; the input rows quantized to blocks too.
-  constexpr bool q8_0_weights = std::is_same_v<W, BlockQ8_0>;
-  check(!q8_0_weights || (d.transposed && !d.stored_for_decoding() && d.C % BlockQ8_0::kElements == 0),
-        "matmul: q8_0 weights are read stored [out, in] with whole blocks (got {} input features)", d.C);
+  // Block-quantized weights [out, in], read as blocks of the rows; the input rows quantized to
+  // blocks too.
+  using Packed = PackedProducts<W>;
+  constexpr bool packed_weights = Packed::kPacked;
+  if constexpr (packed_weights) {
+    check(d.transposed && !d.stored_for_decoding() && d.C % W::kElements == 0,
+          "matmul: {}-value block weights are read stored [out, in] with whole blocks (got {} input features)",
+          W::kElements, d.C);
+  }
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
   // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves, and
   // widened_bf16_products reads them split into even and odd columns.
@@ -573,10 +601,11 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     split_bf16_rows(rows, reinterpret_cast<const uint16_t*>(inp), d.N, d.C);
     x = rows;
   }
-  BlockQ8_0* x_blocks = nullptr;
-  if constexpr (q8_0_weights) {
-    x_blocks = thread_scratch<QuantizedRows, BlockQ8_0>(d.N * d.C / BlockQ8_0::kElements);
-    quantize_q8_0(x, x_blocks, d.N * d.C);
+  typename Packed::Rows* x_blocks = nullptr;
+  if constexpr (packed_weights) {
+    using Rows = typename Packed::Rows;
+    x_blocks = thread_scratch<QuantizedRows, Rows>(d.N * d.C / Rows::kElements);
+    Packed::quantize_rows(x, x_blocks, d.N * d.C);
   }
   uint16_t* half_x = nullptr;
   float* unscale = nullptr;
@@ -609,8 +638,8 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     const bool in_place = sums != nullptr;
     if (!in_place) sums = thread_scratch<OutputSums, float>(d.N * share);
     const int64_t sums_ld = in_place ? d.OC : width;
-    if constexpr (q8_0_weights) {
-      q8_0_dot_rows(sums, sums_ld, x_blocks, d.N, d.C, weight, begin, end);
+    if constexpr (packed_weights) {
+      Packed::dot_rows(sums, sums_ld, x_blocks, d.N, d.C, weight, begin, end);
     } else if (!d.transposed) {
       std::fill(sums, sums + d.N * width, 0.0f);
       // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.
@@ -725,9 +754,12 @@ void matmul_forward(const MatmulForward& args) {
   if (bias != nullptr || args.gelu) bias_and_gelu(pointer<float>(args.out), target, bias, args.gelu, d.N, d.OC);
 }
 
-void matmul_forward_q8_0(const MatmulForward& args) {
-  small_rows_matmul_in_passes<float, BlockQ8_0, float>(args, dims_of(args, args.out));
+template <typename Block>
+void matmul_forward_blocks(const MatmulForward& args) {
+  small_rows_matmul_in_passes<float, Block, float>(args, dims_of(args, args.out));
 }
+template void matmul_forward_blocks<BlockQ8_0>(const MatmulForward& args);
+template void matmul_forward_blocks<BlockQ4_K>(const MatmulForward& args);
 
 void matmul_backward(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);
