@@ -48,11 +48,12 @@ def ensure_ggufs(model_dir, llama_src, dtypes, paraflow_bin):
             continue
         os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
         if dtype == "q8_0":
-            subprocess.run([DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir,
-                            ggufs[dtype]], check=True, capture_output=True)
-        else:
-            subprocess.run([paraflow_bin, "quantize", "--model", model_dir, "--type", "q4_k", "--out", ggufs[dtype]],
-                           check=True, capture_output=True)
+            command = [DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir, ggufs[dtype]]
+        else:  # e.g. Qwen2.5-0.5B's rows of 896 are not whole Q4_K blocks of 256: paraflow says so
+            command = [paraflow_bin, "quantize", "--model", model_dir, "--type", "q4_k", "--out", ggufs[dtype]]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"making the {dtype} GGUF of {model_dir} failed: {done.stderr.strip()[-2000:]}")
     return ggufs
 
 
