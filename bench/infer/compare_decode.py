@@ -1,86 +1,59 @@
-"""Batch-1 decode speed of paraflow vs llama.cpp on a GPT-2 124M-shaped model (random weights),
-in float32, bfloat16, float16, q8_0 and q4_k (for q8_0 both engines read the same Q8_0 GGUF file,
-which tests/reference/gguf_files.py writes with gguf-py's quantizer under .venv-data; for q4_k the
-same Q4_K file, which `paraflow quantize --type q4_k` writes: gguf-py has no Q4_K quantizer), against this machine's memory-bandwidth bound: at batch 1 each new token
-reads every weight once, so tokens/s <= read bandwidth / weight bytes.
+"""Batch-1 decode speed of paraflow vs llama.cpp on a random-weight model (bench/infer/bench_models.py:
+GPT-2 124M's shape, or Qwen2.5-0.5B's with --shape qwen2.5-0.5b), in float32, bfloat16, float16,
+q8_0 and q4_k (for q8_0, GPT-2 only, both engines read the same Q8_0 GGUF file, which
+tests/reference/gguf_files.py writes with gguf-py's quantizer under .venv-data; for q4_k the same
+Q4_K file, which `paraflow quantize --type q4_k` writes: gguf-py has no Q4_K quantizer), against
+this machine's memory-bandwidth bound: at batch 1 each new token reads every weight once, so
+tokens/s <= read bandwidth / weight bytes.
 
-    python3 bench/infer/compare_decode.py [--threads 2] [--tokens 128] [--repetitions 3]
-        [--model-dir DIR] [--paraflow-bin PATH] [--skip-build] [--dtypes q8_0,bfloat16]
+    python3 bench/infer/compare_decode.py [--shape gpt2-124m|qwen2.5-0.5b] [--threads 1 2] [--tokens 128]
+        [--repetitions 3] [--model-dir DIR] [--paraflow-bin PATH] [--skip-build] [--dtypes q8_0,bfloat16]
 
 Builds (unless --skip-build) paraflow and bandwidth_bench in build/ and llama-bench with
-bench/infer/build_llama_cpp.sh; makes the model dir (bench/.cache/gpt2-124m-random by default, reused
-when it has a config.json) with bench/infer/make_gpt2_124m.py under --ref-python, and its GGUF files
-with llama.cpp's convert_hf_to_gguf.py under bench/.cache/venv-gguf. The bound uses the best of the
-read bandwidth measured before and after the runs. Prints a table (engine, dtype, best tokens/s,
-fraction of the bound, each run's tokens/s) and paraflow/llama.cpp per dtype; paraflow's figure is
-the decode rate `generate` prints apart from the prompt's pass. On a shared machine the figures swing with its load
-(printed before and after): the engines take turns, and the best run counts, as other processes
-only slow a run down.
+bench/infer/build_llama_cpp.sh; makes the model dir (bench/.cache/<shape>-random by default,
+reused when it has a config.json) with the shape's maker under --ref-python, and its GGUF files
+with llama.cpp's convert_hf_to_gguf.py under bench/.cache/venv-gguf. For each thread count the
+bound uses the best of the read bandwidth measured before and after that count's runs. Prints the
+CPU and its ISA, a table (threads, engine, dtype, best tokens/s, fraction of the bound, each run's
+tokens/s) and paraflow/llama.cpp per thread count and dtype; paraflow's figure is the decode rate
+`generate` prints apart from the prompt's pass. On a shared machine the figures swing with its
+load (printed before and after): the engines take turns, and the best run counts, as other
+processes only slow a run down.
 """
 import argparse
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "bench/infer")
-GGUF_PYTHON = os.path.join(ROOT, "bench/.cache/venv-gguf/bin/python")
+sys.path.insert(0, HERE)
+import bench_models  # noqa: E402
+
 DATA_PYTHON = os.path.join(ROOT, ".venv-data/bin/python")
 DTYPES = ["float32", "bfloat16", "float16", "q8_0", "q4_k"]
-GGUF_OUTTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q4_k": "q4_k"}
 GGUF_READ = ("q8_0", "q4_k")  # the dtypes paraflow decodes from the GGUF file itself
 
 
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        return re.search(r"^model name\s*:\s*(.*)$", f.read(), re.M).group(1)
-
-
-def weight_bytes_per_token(model_dir):
-    """Bytes of weights one decode step reads: every tensor but wpe (one row is looked up), the tied
-    wte once (as lm_head); matrices at the dtype's width (Q8_0's packed blocks), vectors (biases,
-    layer norms) in float32 as both engines keep them."""
-    with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
-        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    header.pop("__metadata__", None)
-    matrix = vector = 0
-    for name, tensor in header.items():
-        if name.endswith("wpe.weight"):
-            continue
-        count = 1
-        for size in tensor["shape"]:
-            count *= size
-        if len(tensor["shape"]) == 2:
-            matrix += count
-        else:
-            vector += count
-    return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector,
-            "q8_0": matrix * 34 // 32 + 4 * vector,  # Q8_0: 34 bytes per block of 32
-            "q4_k": matrix * 144 // 256 + 4 * vector}  # Q4_K: 144 bytes per super-block of 256
-
-
-def ensure_model(model_dir, ref_python, llama_src, dtypes, paraflow_bin):
-    if not os.path.exists(os.path.join(model_dir, "config.json")):
-        subprocess.run([ref_python, os.path.join(HERE, "make_gpt2_124m.py"), model_dir], check=True)
+def ensure_ggufs(model_dir, llama_src, dtypes, paraflow_bin):
     ggufs = {}
-    os.makedirs(os.path.join(model_dir, "gguf"), exist_ok=True)
     for dtype in dtypes:
-        outtype = GGUF_OUTTYPE[dtype]
-        ggufs[dtype] = os.path.join(model_dir, f"gguf/model-{outtype}.gguf")
+        if dtype not in GGUF_READ:
+            ggufs[dtype] = bench_models.ensure_gguf(llama_src, model_dir, dtype)
+            continue
+        ggufs[dtype] = os.path.join(model_dir, f"gguf/model-{dtype}.gguf")
         if os.path.exists(ggufs[dtype]):
             continue
+        os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
         if dtype == "q8_0":
-            subprocess.run([DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir,
-                            ggufs[dtype]], check=True, capture_output=True)
-        elif dtype == "q4_k":
-            subprocess.run([paraflow_bin, "quantize", "--model", model_dir, "--type", "q4_k", "--out", ggufs[dtype]],
-                           check=True, capture_output=True)
-        else:
-            subprocess.run([GGUF_PYTHON, os.path.join(llama_src, "convert_hf_to_gguf.py"), model_dir, "--outtype", outtype,
-                            "--outfile", ggufs[dtype]], check=True, capture_output=True)
+            command = [DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir, ggufs[dtype]]
+        else:  # e.g. Qwen2.5-0.5B's rows of 896 are not whole Q4_K blocks of 256: paraflow says so
+            command = [paraflow_bin, "quantize", "--model", model_dir, "--type", "q4_k", "--out", ggufs[dtype]]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"making the {dtype} GGUF of {model_dir} failed: {done.stderr.strip()[-2000:]}")
     return ggufs
 
 
@@ -111,11 +84,12 @@ def paraflow_tokens_per_s(binary, model_dir, dtype, threads, tokens):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--shape", default="gpt2-124m", choices=["gpt2-124m", "qwen2.5-0.5b"])
+    parser.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count()])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repetitions", type=int, default=3, help="runs per engine and dtype (the best counts)")
     parser.add_argument("--paraflow-bin", default=os.path.join(ROOT, "build/src/cli/paraflow"))
-    parser.add_argument("--model-dir", default=os.path.join(ROOT, "bench/.cache/gpt2-124m-random"))
+    parser.add_argument("--model-dir", help="default: the shape's dir under bench/.cache")
     parser.add_argument("--ref-python", default=os.path.join(ROOT, ".venv-ref/bin/python"),
                         help="Python with torch and transformers that makes the model dir")
     parser.add_argument("--skip-build", action="store_true", help="use the built binaries as they are")
@@ -123,6 +97,8 @@ def main():
     args = parser.parse_args()
     dtypes = args.dtypes.split(",")
     assert set(dtypes) <= set(DTYPES), f"--dtypes: each of {DTYPES}"
+    if "q8_0" in dtypes and args.shape != "gpt2-124m":
+        sys.exit("--dtypes q8_0: tests/reference/gguf_files.py quantizes GPT-2 files only; use --shape gpt2-124m")
 
     build_llama = [os.path.join(HERE, "build_llama_cpp.sh")] + (["--dir"] if args.skip_build else [])
     llama_src = subprocess.run(build_llama, check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
@@ -132,36 +108,47 @@ def main():
         targets = ["bandwidth_bench"] + (["paraflow"] if args.paraflow_bin == parser.get_default("paraflow_bin") else [])
         subprocess.run(["cmake", "--build", os.path.join(ROOT, "build"), "-j2", "--target", *targets], check=True,
                        stdout=subprocess.DEVNULL)
-    ggufs = ensure_model(args.model_dir, args.ref_python, llama_src, dtypes, args.paraflow_bin)
+    if args.model_dir:
+        model_dir = args.model_dir
+    else:
+        model_dir, _ = bench_models.ensure_model(args.shape, args.ref_python)
+    ggufs = ensure_ggufs(model_dir, llama_src, dtypes, args.paraflow_bin)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        shape = bench_models.Shape(json.load(f))
 
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus), load average {os.getloadavg()[0]:.1f}; threads {args.threads}, "
-          f"batch 1, {args.tokens} new tokens, greedy; best of {args.repetitions} runs, the engines taking turns")
-    weights = weight_bytes_per_token(args.model_dir)
-    bandwidths = [read_bandwidth(args.threads)]
-    runs = {(engine, dtype): [] for dtype in dtypes for engine in ("llama.cpp", "paraflow")}
-    for _ in range(args.repetitions):
+    model, isa = bench_models.cpu_description()
+    print(f"cpu: {model} ({os.cpu_count()} cpus); ISA: {' '.join(isa)}")
+    print(f"model: {args.shape} ({shape}), {os.path.relpath(model_dir, ROOT)}; batch 1, {args.tokens} new tokens, "
+          f"greedy; best of {args.repetitions} runs, the engines taking turns")
+    weights = bench_models.weight_bytes_per_token(model_dir)
+    best = {}
+    for threads in args.threads:
+        print(f"\n== {threads} threads; load average before {os.getloadavg()[0]:.1f}")
+        bandwidths = [read_bandwidth(threads)]
+        runs = {(engine, dtype): [] for dtype in dtypes for engine in ("llama.cpp", "paraflow")}
+        for _ in range(args.repetitions):
+            for dtype in dtypes:
+                runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], threads, args.tokens))
+                source = ggufs[dtype] if dtype in GGUF_READ else model_dir
+                runs["paraflow", dtype].append(paraflow_tokens_per_s(args.paraflow_bin, source, dtype, threads, args.tokens))
+        bandwidths.append(read_bandwidth(threads))
+        bandwidth = max(bandwidths)
+        print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s (bench/infer/bandwidth_bench, {threads} threads; best of "
+              f"before {bandwidths[0] / 1e9:.1f} and after {bandwidths[1] / 1e9:.1f}); load average after "
+              f"{os.getloadavg()[0]:.1f}")
         for dtype in dtypes:
-            runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], args.threads, args.tokens))
-            model = ggufs[dtype] if dtype in GGUF_READ else args.model_dir
-            runs["paraflow", dtype].append(paraflow_tokens_per_s(args.paraflow_bin, model, dtype, args.threads, args.tokens))
-    bandwidths.append(read_bandwidth(args.threads))
-    bandwidth = max(bandwidths)
-    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s (bench/infer/bandwidth_bench, {args.threads} threads; best of "
-          f"before {bandwidths[0] / 1e9:.1f} and after {bandwidths[1] / 1e9:.1f}); load average after "
-          f"{os.getloadavg()[0]:.1f}")
-    for dtype in dtypes:
-        print(f"{dtype}: {weights[dtype] / 1e6:.1f} MB of weights per token -> bound {bandwidth / weights[dtype]:.1f} tokens/s")
-
-    print(f"\n{'engine':<10} {'dtype':<9} {'tokens/s':>9} {'of bound':>9}  runs")
-    best = {key: max(rates) if rates else None for key, rates in runs.items()}
-    for (engine, dtype), rates in runs.items():
-        bound = bandwidth / weights[dtype]
-        rate = best[engine, dtype]
-        print(f"{engine:<10} {dtype:<9} {rate:9.1f} {rate / bound:9.2f}  " + " ".join(f"{r:.1f}" for r in rates))
+            print(f"{dtype}: {weights[dtype] / 1e6:.1f} MB of weights per token -> bound {bandwidth / weights[dtype]:.1f} "
+                  "tokens/s")
+        print(f"\n{'threads':>7} {'engine':<10} {'dtype':<9} {'tokens/s':>9} {'of bound':>9}  runs")
+        for (engine, dtype), rates in runs.items():
+            rate = best[threads, engine, dtype] = max(rates)
+            print(f"{threads:>7} {engine:<10} {dtype:<9} {rate:9.1f} {rate / (bandwidth / weights[dtype]):9.2f}  "
+                  + " ".join(f"{r:.1f}" for r in rates))
     print()
-    for dtype in dtypes:
-        ours, theirs = best["paraflow", dtype], best["llama.cpp", dtype]
-        print(f"ratio paraflow/llama.cpp {dtype}: {ours / theirs:.2f}x")
+    for threads in args.threads:
+        for dtype in dtypes:
+            ours, theirs = best[threads, "paraflow", dtype], best[threads, "llama.cpp", dtype]
+            print(f"ratio paraflow/llama.cpp {dtype}, {threads} threads: {ours / theirs:.2f}x")
 
 
 if __name__ == "__main__":

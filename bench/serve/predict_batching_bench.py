@@ -44,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import compare_servers  # noqa: E402
 import load_generator  # noqa: E402
+import bench_models  # noqa: E402  (on the path through compare_servers)
 
 ROOT = compare_servers.ROOT
 ARTICLE_SETTINGS = ("max_batch_size { value: 32 }\nbatch_timeout_micros { value: 100000 }\n"
@@ -51,14 +52,6 @@ ARTICLE_SETTINGS = ("max_batch_size { value: 32 }\nbatch_timeout_micros { value:
 # Requests per client at each concurrency: (full, --quick).
 REQUESTS = {1: (32, 6), 4: (16, 4), 16: (8, 2), 64: (4, 1)}
 MODEL_NAME = "gpt-small"
-
-
-def ensure_model(ref_python):
-    directory = compare_servers.MODELS[MODEL_NAME]["dir"]
-    if not os.path.exists(os.path.join(directory, "config.json")):
-        subprocess.run([ref_python, compare_servers.MODELS[MODEL_NAME]["maker"], directory], check=True)
-    with open(os.path.join(directory, "config.json")) as f:
-        return directory, json.load(f)
 
 
 def make_requests(count, rows, low, high, vocab, seed):
@@ -129,8 +122,9 @@ def batch_sizes(url):
 def run_one(mode, args, model_dir, config, concurrency, requests, per_client, log_dir):
     port = compare_servers.free_port()
     # The KV pool holds max_num_seqs sequences of the longest prompt plus the new tokens, in float32.
-    tokens = max(args.max_num_seqs * (args.high + args.max_new_tokens), config["n_positions"])
-    kv_gb = round(tokens * 2 * config["n_layer"] * config["n_embd"] * 4 * 1.25 / 2**30 + 0.005, 2)
+    shape = bench_models.Shape(config)
+    tokens = max(args.max_num_seqs * (args.high + args.max_new_tokens), shape.context)
+    kv_gb = round(tokens * shape.kv_bytes_per_token() * 1.25 / 2**30 + 0.005, 2)
     command = [args.paraflow_bin, "serve", "--model", model_dir, "--served-model-name", MODEL_NAME, "--host",
                "127.0.0.1", "--port", str(port), "--threads", str(args.threads), "--max-num-seqs",
                str(args.max_num_seqs), "--kv-cache-gb", str(kv_gb)] + args.paraflow_arg
@@ -224,7 +218,7 @@ def main():
         modes = ["off"]
         print(f"note: {args.paraflow_bin} serve has no --enable_batching: measuring batching off only")
 
-    model_dir, config = ensure_model(args.ref_python)
+    model_dir, config = bench_models.ensure_model(MODEL_NAME, args.ref_python)
     if args.high + args.max_new_tokens > config["n_positions"]:
         sys.exit(f"--prompt-tokens max {args.high} + max_new_tokens {args.max_new_tokens} exceed the model's context "
                  f"{config['n_positions']}")
@@ -237,11 +231,11 @@ def main():
     with open(args.batching_parameters) as f:
         settings = " ".join(line.strip() for line in f if line.strip())
 
-    cpu, isa = compare_servers.cpu_description()
+    cpu, isa = bench_models.cpu_description()
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
     print(f"cpu: {cpu}, {os.cpu_count()} cpus; ISA: {' '.join(isa)}")
-    print(f"paraflow: {commit}; model {MODEL_NAME} ({config['n_layer']} layers, {config['n_embd']} wide), "
+    print(f"paraflow: {commit}; model {MODEL_NAME} ({bench_models.Shape(config)}), "
           f"threads {args.threads}, max_num_seqs {args.max_num_seqs}")
     print(f"Predicts of {args.rows_per_request} row(s) of {args.low}-{args.high} ids, max_new_tokens "
           f"{args.max_new_tokens}; {'quick' if args.quick else 'full'} request counts; batching parameters: {settings}")
