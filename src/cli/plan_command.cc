@@ -82,10 +82,6 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
   }
   fmt::print("whole run, peak growth of each rank's RSS (MiB; `train` prints the measured ones at its end):\n{}",
              train::rank_peaks_table(train::predict_rank_peaks(setup.model, config, options.ranks, threads)));
-  if (config.sync.zero >= 3 && mesh.data > 1) {
-    fmt::print("(ZeRO-3 gathers every weight of its part on every rank to write a checkpoint, and the chief keeps "
-               "them for the export: the whole part's weights are resident then)\n");
-  }
   const double peak = options.peak_tflops > 0 ? options.peak_tflops * 1e12 : train::measure_peak_flops(cpu_backend());
   const double tensor_gbs = options.tensor_bandwidth_gbs > 0 ? options.tensor_bandwidth_gbs : options.bandwidth_gbs;
   const train::StepTimeModel time =
