@@ -33,6 +33,8 @@ import sys
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, quants
 
+from gguf_compare import compare_gguf
+
 
 def convert(hf_dir, out, dequantized_dir, quantize_matrices=True):
     import os
@@ -93,26 +95,8 @@ def convert(hf_dir, out, dequantized_dir, quantize_matrices=True):
 
 
 def compare(ours_path, theirs_path):
-    from gguf import GGUFReader
-    ours, theirs = GGUFReader(ours_path), GGUFReader(theirs_path)
-    for key, field in theirs.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        mine = ours.fields.get(key)
-        if mine is None or mine.types != field.types or mine.contents() != field.contents():
-            sys.exit(f"metadata {key}: ours {None if mine is None else (mine.types, mine.contents())!s:.200} "
-                     f"theirs {(field.types, field.contents())!s:.200}")
-    ours_tensors = {t.name: t for t in ours.tensors}
-    theirs_tensors = {t.name: t for t in theirs.tensors}
-    if sorted(ours_tensors) != sorted(theirs_tensors):
-        sys.exit(f"tensors: ours {sorted(ours_tensors)} theirs {sorted(theirs_tensors)}")
-    for name, tensor in theirs_tensors.items():
-        mine = ours_tensors[name]
-        if (mine.tensor_type != tensor.tensor_type or list(mine.shape) != list(tensor.shape)
-                or not np.array_equal(np.asarray(mine.data), np.asarray(tensor.data))):
-            sys.exit(f"tensor {name}: ours {mine.tensor_type.name} {list(mine.shape)}, "
-                     f"theirs {tensor.tensor_type.name} {list(tensor.shape)}, or other bytes")
-    print(f"{ours_path}: {len(theirs.fields)} keys and {len(theirs_tensors)} tensors as in {theirs_path}")
+    _, keys, tensors = compare_gguf(ours_path, theirs_path)
+    print(f"{ours_path}: {keys} keys and {tensors} tensors as in {theirs_path}")
 
 
 def dequantize(path, out_dir):

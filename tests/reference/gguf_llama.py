@@ -25,7 +25,9 @@ import os
 import sys
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, TokenType, quants
+from gguf import GGMLQuantizationType, GGUFWriter, TokenType, quants
+
+from gguf_compare import compare_gguf
 
 TYPES = {"f32": (GGMLQuantizationType.F32, 0), "f16": (GGMLQuantizationType.F16, 1),
          "bf16": (GGMLQuantizationType.BF16, 32), "q8_0": (GGMLQuantizationType.Q8_0, 7)}
@@ -184,15 +186,6 @@ def convert(hf_dir, out, type_name):
     writer.close()
 
 
-def same(a, b):
-    """Metadata values equal, floats to float32's rounding (written from float64 by both)."""
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float):
-        return math.isclose(a, b, rel_tol=1e-6)
-    return a == b
-
-
 def read(ours_path, hf_dir, type_name):
     """OURS against the file `convert` writes from HF_DIR (and its values against HF_DIR's)."""
     import tempfile
@@ -200,30 +193,7 @@ def read(ours_path, hf_dir, type_name):
     with tempfile.TemporaryDirectory() as tmp:
         theirs_path = f"{tmp}/theirs.gguf"
         convert(hf_dir, theirs_path, type_name)
-        ours, theirs = GGUFReader(ours_path), GGUFReader(theirs_path)
-        for key, field in theirs.fields.items():
-            if key.startswith("GGUF."):
-                continue
-            mine = ours.fields.get(key)
-            if mine is None or mine.types != field.types or not same(mine.contents(), field.contents()):
-                sys.exit(f"metadata {key}: ours {None if mine is None else (mine.types, mine.contents())!s:.200} "
-                         f"theirs {(field.types, field.contents())!s:.200}")
-        mine = {t.name: t for t in ours.tensors}
-        other = {t.name: t for t in theirs.tensors}
-        if sorted(mine) != sorted(other):
-            sys.exit(f"tensors: ours {sorted(mine)} theirs {sorted(other)}")
-        for name, tensor in other.items():
-            a = mine[name]
-            if a.tensor_type != tensor.tensor_type or list(a.shape) != list(tensor.shape):
-                sys.exit(f"tensor {name}: ours {a.tensor_type.name} {list(a.shape)}, "
-                         f"theirs {tensor.tensor_type.name} {list(tensor.shape)}")
-            exact = name != "rope_freqs.weight"  # computed in float32 by both, in different orders
-            if exact and not np.array_equal(np.asarray(a.data), np.asarray(tensor.data)):
-                sys.exit(f"tensor {name}: ours and theirs differ in bytes")
-            ours_values = quants.dequantize(np.asarray(a.data), a.tensor_type)
-            theirs_values = quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
-            if not np.allclose(ours_values, theirs_values, rtol=1e-6, atol=0):
-                sys.exit(f"tensor {name}: values differ")
+        mine, keys, tensors = compare_gguf(ours_path, theirs_path, rounded={"rope_freqs.weight"})
         # Un-permuted, the values are HF_DIR's (to the type's rounding).
         config = json.load(open(f"{hf_dir}/config.json"))
         n_head = config["num_attention_heads"]
@@ -241,7 +211,7 @@ def read(ours_path, hf_dir, type_name):
             if np.abs(back - values).max() > tolerance * max(scale, 1e-30):
                 sys.exit(f"tensor {gguf_name(name)}: un-permuted values differ from {name}'s by "
                          f"{np.abs(back - values).max()}")
-    print(f"{ours_path}: {len(theirs.fields)} keys and {len(other)} tensors as the converter writes them")
+    print(f"{ours_path}: {keys} keys and {tensors} tensors as the converter writes them")
 
 
 def vocab(tokenizer_dir, out):
