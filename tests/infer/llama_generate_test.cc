@@ -28,10 +28,13 @@ struct Case {
 
 class LlamaGenerate : public ::testing::TestWithParam<Case> {};
 
-TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
-  const model::GptConfig& config = GetParam().config;
+// Decodes one random model of the case's config with the generator and with `paraflow generate`,
+// checks every step before transformers' first near-tie (where float32 may rightly pick the other
+// token) and bf16 weights' parting step; returns how many float32 steps were compared.
+int greedy_steps_equal(const Case& model_case, uint64_t seed) {
+  const model::GptConfig& config = model_case.config;
   testing::TempDir dir;
-  Rng rng(testing::test_seed());
+  Rng rng(seed);
   const model::ParameterSet parameters = testing::random_llama_parameters(config, rng);
   model::save_model_dir(dir.path() / "export", config, parameters);
   const std::string prompt_text = "Hello, llama";
@@ -39,7 +42,7 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   const int64_t max_new = 24;
   std::string prompt_ids;
   for (int32_t id : prompt) prompt_ids += (prompt_ids.empty() ? "" : ",") + std::to_string(id);
-  ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt {} --max-new {} --out {}",
+  EXPECT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("greedy --model {} --prompt {} --max-new {} --out {}",
                                                             (dir.path() / "export").string(), prompt_ids, max_new,
                                                             (dir.path() / "greedy.safetensors").string())));
   const model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "greedy.safetensors").string());
@@ -51,14 +54,17 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   const std::vector<int32_t> ours = generator.generate(prompt, max_new, greedy).tokens;
   // paraflow generate on the export (the engine's paged KV cache).
   const std::filesystem::path printed = dir.path() / "generated.txt";
-  ASSERT_EQ(std::system(fmt::format("{} generate --model {} --prompt '{}' --max-tokens {} --temperature 0 "
+  EXPECT_EQ(std::system(fmt::format("{} generate --model {} --prompt '{}' --max-tokens {} --temperature 0 "
                                     "--dtype float32 > {}",
                                     std::getenv("PARAFLOW_BINARY"), (dir.path() / "export").string(), prompt_text,
                                     max_new, printed.string())
                             .c_str()),
             0);
   const std::string text = read_file(printed);
-  ASSERT_GE(text.size(), prompt_text.size() + 1);
+  if (text.size() < prompt_text.size() + static_cast<size_t>(max_new) + 1) {
+    ADD_FAILURE() << "generate printed " << text.size() << " bytes: " << text;
+    return 0;
+  }
   const std::string generated = text.substr(prompt_text.size(), text.size() - prompt_text.size() - 1);
 
   // Up to the first near-tie, where float32 may rightly pick the other token.
@@ -67,14 +73,10 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
     if (gaps.data<double>()[step] < 1e-3) break;
     const int64_t token = tokens.data<int64_t>()[step];
     EXPECT_EQ(ours[static_cast<size_t>(step)], token) << "generator, step " << step;
-    ASSERT_LT(static_cast<size_t>(step), generated.size());
     EXPECT_EQ(static_cast<unsigned char>(generated[static_cast<size_t>(step)]), token) << "paraflow generate, step "
                                                                                        << step;
     ++compared;
   }
-  std::printf("  %s: greedy tokens equal transformers' for %d of %lld steps\n", GetParam().name, compared,
-              static_cast<long long>(max_new));
-  EXPECT_GE(compared, 12);
   // bfloat16 weights (and rmsnorm's bf16 rows): transformers' tokens until they part, which may
   // only happen where its top two logits are within bf16's rounding of each other.
   infer::Generator bf16(config, parameters, cpu_backend(), DType::bf16);
@@ -86,8 +88,21 @@ TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
   if (agreed < max_new) {
     EXPECT_LT(gaps.data<double>()[agreed], 0.05) << "bfloat16 parted at a clear step " << agreed;
   }
-  std::printf("  %s: bfloat16 weights give transformers' tokens for %d of %lld steps\n", GetParam().name, agreed,
+  std::printf("  %s: bfloat16 weights give transformers' tokens for %d of %lld steps\n", model_case.name, agreed,
               static_cast<long long>(max_new));
+  return compared;
+}
+
+TEST_P(LlamaGenerate, GreedyTokensEqualTransformers) {
+  // At least 12 steps must be compared; a random model whose near-tie comes sooner is followed by
+  // another, every model's compared steps checked all the same.
+  int compared = 0;
+  for (uint64_t model = 0; model < 3 && compared < 12; ++model) {
+    compared = greedy_steps_equal(GetParam(), testing::test_seed() + model);
+    std::printf("  %s, model %llu: greedy tokens equal transformers' for %d of 24 steps\n", GetParam().name,
+                static_cast<unsigned long long>(model), compared);
+  }
+  EXPECT_GE(compared, 12);
 }
 
 // Trained by paraflow (loss falling), exported, and loaded by transformers, whose greedy
