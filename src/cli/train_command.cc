@@ -106,8 +106,9 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
   // Each task its own: they share no collective to gather them on the chief.
   auto report_peak = [&] {
-    fmt::print(stderr, "memory: {}: whole run, peak RSS grew {:.1f} MiB\n", task,
-               static_cast<double>(train::peak_rss_bytes() - rss_before) / (1 << 20));
+    fmt::print(stderr, "memory: {}: whole run, peak RSS grew {:.1f} MiB (`paraflow plan --ps-tasks {} --workers {}` "
+               "predicts each task's)\n", task, static_cast<double>(train::peak_rss_bytes() - rss_before) / (1 << 20),
+               ps_addresses.size(), worker_addresses.size());
   };
   switch (cluster.role()) {
     case dist::Role::ps: {
