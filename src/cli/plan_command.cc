@@ -115,7 +115,7 @@ void print_parameter_server_job(const RunSetup& setup, const PlanOptions& option
              "batch {} x {}\n", static_cast<double>(setup.model.parameter_count()) / 1e6, options.workers,
              options.ps_tasks, setup.ps_synchronous ? "synchronous" : "asynchronous", config.batch_size,
              config.sequence_length);
-  fmt::print("whole run, peak growth of each task's RSS (MiB; each task's `train` prints its measured one at its end):\n{}",
+  fmt::print("whole run, peak growth of each task's RSS (MiB; the chief's `train` prints the measured ones at its end):\n{}",
              train::rank_peaks_table(ps::predict_task_peaks(setup.model, config, options.ps_tasks, options.workers,
                                                             setup.ps_synchronous, threads),
                                      "tasks"));

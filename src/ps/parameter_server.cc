@@ -11,6 +11,7 @@
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/wire.h"
 #include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace paraflow::ps {
 
@@ -52,8 +53,8 @@ struct Shard {
 
 class ParameterServerService final : public ParameterServer::Service {
  public:
-  ParameterServerService(const ChannelSecurity& security, Backend& backend, std::string cluster)
-      : security_(security), backend_(backend), cluster_(std::move(cluster)) {}
+  ParameterServerService(const ChannelSecurity& security, Backend& backend, std::string cluster, int64_t rss_before)
+      : security_(security), backend_(backend), cluster_(std::move(cluster)), rss_before_(rss_before) {}
 
   grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
@@ -323,6 +324,7 @@ class ParameterServerService final : public ParameterServer::Service {
   grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply* reply) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
     reply->set_cluster(cluster_);
+    reply->set_peak_rss_grown(train::peak_rss_bytes() - rss_before_);
     std::lock_guard<std::mutex> lock(mutex_);
     if (shard_) {
       reply->set_generation(shard_->generation);
@@ -373,6 +375,7 @@ class ParameterServerService final : public ParameterServer::Service {
   const ChannelSecurity& security_;
   Backend& backend_;
   const std::string cluster_;
+  const int64_t rss_before_;
   std::mutex mutex_;
   std::unique_ptr<Shard> shard_;
   ShutdownLatch latch_;
@@ -388,10 +391,11 @@ struct ParameterServerTask::Impl {
 };
 
 ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecurity security,
-                                         int64_t max_message_bytes, Backend& backend, std::string cluster)
+                                         int64_t max_message_bytes, Backend& backend, std::string cluster,
+                                         int64_t rss_before)
     : impl_(std::make_unique<Impl>()) {
   impl_->security = std::move(security);
-  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend, std::move(cluster));
+  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend, std::move(cluster), rss_before);
   impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()}, &impl_->port);
 }
 

@@ -12,6 +12,7 @@
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/wire.h"
 #include "train/optimizer.h"
+#include "train/trainer.h"
 #include "train/training_graph.h"
 
 namespace paraflow::ps {
@@ -91,13 +92,14 @@ class WorkerService final : public Worker::Service {
   // The chief's pool polls Status before it hands a worker that missed a deadline steps again: a
   // worker still in its earlier step (a slow or hung ps call) says so, rather than taking a step
   // that would wait behind the old one and miss its deadline too.
-  grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply*) override {
+  grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply* reply) override {
     if (auto status = settings_.security.authenticate(*context); !status.ok()) return status;
     std::unique_lock<std::mutex> idle(step_mutex_, std::try_to_lock);
     if (!idle.owns_lock()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           fmt::format("worker {}: still in an earlier step", settings_.address));
     }
+    reply->set_peak_rss_grown(train::peak_rss_bytes() - settings_.rss_before);
     return grpc::Status::OK;
   }
 
