@@ -7,6 +7,8 @@ process) under which one process is killed and a sharded layout trains.
 Each rank runs under /usr/bin/time (peak RSS); its growth is that peak less the same layout's with
 a near-empty model (what the binary, MPI and the runtime cost), as plan's figure is plan's for the
 model less plan's for the near-empty one. Every run: 2 steps, the final checkpoint and the export.
+A parameter-server layout ("ps4x1": 4 ps tasks, 1 worker and a chief, TF_CONFIG tasks on loopback
+through tests/ps/launch_ps_job.sh) is measured task by task against `plan --ps-tasks --workers`.
 
     bench/dist/per_rank_memory.py [--layouts one,tp2,...] [--cap-gib 6] [--n-layer 36 ...]
 """
@@ -23,7 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BINARY = os.path.join(ROOT, "build", "src", "cli", "paraflow")
 MPIRUN = "mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np {} "
 NEAR_EMPTY = "--set model.vocab_size=256 --set model.n_embd=40 --set model.n_layer=2 --set model.n_head=20"
-# name: (ranks, settings)
+# name: (ranks, settings); a parameter-server job: (ps tasks, workers), its tasks the chief, the
+# workers and the ps tasks in that order
 LAYOUTS = {
     "one": (1, ""),
     "tp2": (2, "--set dist.tensor_parallel=2"),
@@ -33,7 +36,23 @@ LAYOUTS = {
     "zero1": (4, "--set dist.zero=1"),
     "zero2": (4, "--set dist.zero=2"),
     "zero3": (4, "--set dist.zero=3"),
+    # Each ps task holds a quarter of the weights, gradients and moments; the worker every weight and
+    # gradient (it computes every layer): 19 GiB together.
+    "ps4x1": ((4, 1), ""),
 }
+
+
+def task_count(ranks):
+    """Processes of a layout: mpirun ranks, or a ps job's chief, workers and ps tasks."""
+    return 1 + ranks[0] + ranks[1] if isinstance(ranks, tuple) else ranks
+
+
+def task_names(ranks):
+    """A ps job's tasks in order, as their TF_CONFIG type and index ("ps1"); ranks' numbers otherwise."""
+    if not isinstance(ranks, tuple):
+        return [str(r) for r in range(ranks)]
+    ps, workers = ranks
+    return ["chief0"] + [f"worker{i}" for i in range(workers)] + [f"ps{i}" for i in range(ps)]
 CAPPED_SHARDED = "tp4"
 
 
@@ -82,19 +101,22 @@ dist: {{timeout_seconds: 600}}
 """)
 
     def plan(self, ranks, settings):
-        """plan's whole-run peak of every rank, MiB."""
-        text = subprocess.run(f"{BINARY} plan --config {self.config} --threads 1 --peak-tflops 1 --ranks {ranks} {settings}",
+        """plan's whole-run peak of every rank (or ps job's task, in task_names' order), MiB."""
+        job = f"--ps-tasks {ranks[0]} --workers {ranks[1]}" if isinstance(ranks, tuple) else f"--ranks {ranks}"
+        text = subprocess.run(f"{BINARY} plan --config {self.config} --threads 1 --peak-tflops 1 {job} {settings}",
                               shell=True, check=True, capture_output=True, text=True).stdout
         peaks = {}
         for line in text.splitlines():
-            m = re.match(r"^([0-9][0-9,\-]*)\s.*\s([0-9.]+)\s+(start-up|step|checkpoint|export)$", line)
+            m = re.match(r"^([0-9][0-9,\-]*)\s+(\S+).*\s([0-9.]+)\s+(start-up|step|checkpoint|export)$", line)
             if not m:
                 continue
+            # A ps job's rows number the tasks within their role.
+            offset = {"worker": 1, "ps": 1 + ranks[1]}.get(m.group(2), 0) if isinstance(ranks, tuple) else 0
             for part in m.group(1).split(","):
                 first, _, last = part.partition("-")
                 for rank in range(int(first), int(last or first) + 1):
-                    peaks[rank] = (float(m.group(2)), m.group(3))
-        return [peaks[r] for r in range(ranks)]
+                    peaks[offset + rank] = (float(m.group(3)), m.group(4))
+        return [peaks[r] for r in range(task_count(ranks))]
 
     def measure(self, name, ranks, settings, cgroup_limit=None):
         """Every rank's peak RSS (MiB) and the job's exit status; with cgroup_limit (bytes), each
@@ -103,6 +125,11 @@ dist: {{timeout_seconds: 600}}
         rss = os.path.join(self.work, name + ".rss.")
         train = f"{BINARY} train --config {self.config} --threads 1 --set train.out_dir={out} {settings}"
         rank = "0" if ranks == 1 else "$OMPI_COMM_WORLD_RANK"
+        prefix = ""
+        if isinstance(ranks, tuple):  # a ps job's task: named by its type and index, cut out of its TF_CONFIG
+            rank = "$type$index"
+            prefix = (r'type=${TF_CONFIG##*\"type\":\"}; type=${type%%\"*}; '
+                      r'index=${TF_CONFIG##*\"index\":}; index=${index%%\}*}; ')
         enter = ""
         if cgroup_limit:
             base = memory_cgroup()
@@ -112,15 +139,18 @@ dist: {{timeout_seconds: 600}}
                 with open(group + "/memory.limit_in_bytes", "w") as f:
                     f.write(str(cgroup_limit))
             enter = f"echo $$ > {base}/paraflow_cap_{os.getpid()}_{rank}/cgroup.procs && "
-        command = f"{enter}exec /usr/bin/time -o {rss}{rank} -f %M {train}"
-        command = f"sh -c '{command}'" if ranks == 1 else MPIRUN.format(ranks) + f"sh -c '{command}'"
+        command = f"{prefix}{enter}exec /usr/bin/time -o {rss}{rank} -f %M {train}"
+        if isinstance(ranks, tuple):
+            command = f"{ROOT}/tests/ps/launch_ps_job.sh {ranks[0]} {ranks[1]} sh -c '{command}'"
+        else:
+            command = f"sh -c '{command}'" if ranks == 1 else MPIRUN.format(ranks) + f"sh -c '{command}'"
         start = time.time()
         result = subprocess.run(command, shell=True, capture_output=True, text=True)
         seconds = time.time() - start
         peaks = []
-        for r in range(ranks):
+        for task in task_names(ranks):
             try:
-                peaks.append(int(open(rss + str(r)).read().split()[-1]) / 1024)
+                peaks.append(int(open(rss + task).read().split()[-1]) / 1024)
             except (OSError, ValueError, IndexError):
                 peaks.append(float("nan"))  # killed before /usr/bin/time could write
         if cgroup_limit:
@@ -136,7 +166,7 @@ dist: {{timeout_seconds: 600}}
         shutil.rmtree(out, ignore_errors=True)
         if result.returncode != 0 and not cgroup_limit:
             print(result.stderr[-2000:], file=sys.stderr)
-        memory_line = [l for l in result.stderr.splitlines() if l.startswith("memory: whole run")]
+        memory_line = [l for l in result.stderr.splitlines() if l.startswith("memory: ") and "whole run" in l]
         return peaks, result.returncode, seconds, memory_line
 
     def layouts(self):
@@ -151,16 +181,17 @@ dist: {{timeout_seconds: 600}}
                 continue
             empty, _, _, _ = self.measure(name + "_empty", ranks, settings + " " + NEAR_EMPTY)
             full, status, seconds, line = self.measure(name, ranks, settings)
-            print(f"{name}: {ranks} rank(s), exit {status}, {seconds:.0f} s; {line[0] if line else ''}", flush=True)
-            for r in range(ranks):
+            print(f"{name}: {task_count(ranks)} task(s), exit {status}, {seconds:.0f} s; {line[0] if line else ''}", flush=True)
+            for r, task in enumerate(task_names(ranks)):
                 growth = full[r] - empty[r]
                 predicted = planned[r][0] - planned_empty[r][0]
                 if name == "one":
                     one_growth = growth
-                share = one_growth / ranks if one_growth else float("nan")
-                rows.append((name, r, predicted, planned[r][1], growth, share))
-                print(f"  rank {r}: measured {growth:9.1f} MiB  plan {predicted:9.1f} MiB ({planned[r][1]}, "
-                      f"{100 * (growth - predicted) / predicted:+.1f}%)  1/{ranks} of one process {share:9.1f} MiB "
+                # (A ps job's tasks are not shares of one process: a worker computes every layer.)
+                share = one_growth / ranks if one_growth and not isinstance(ranks, tuple) else float("nan")
+                rows.append((name, task, predicted, planned[r][1], growth, share))
+                print(f"  rank {task}: measured {growth:9.1f} MiB  plan {predicted:9.1f} MiB ({planned[r][1]}, "
+                      f"{100 * (growth - predicted) / predicted:+.1f}%)  1/{task_count(ranks)} of one process {share:9.1f} MiB "
                       f"(over it: {growth - share:+.1f} MiB)", flush=True)
         return rows
 

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/run_setup.h"
 #include "dist/mesh.h"
+#include "ps/task_memory.h"
 #include "train/memory_report.h"
 #include "train/pipeline_schedule.h"
 #include "train/step_time_model.h"
@@ -19,6 +20,8 @@ struct PlanOptions {
   std::string config_path;
   std::vector<std::string> overrides;
   int ranks = 1;
+  int ps_tasks = 0;  // > 0: a parameter-server job of ps_tasks, `workers` and a chief
+  int workers = 1;
   int threads = 0;
   double budget_gib = 0;
   double peak_tflops = 0;     // 0: measured on this machine's CPU
@@ -100,10 +103,29 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
   }
 }
 
+// A parameter-server job: every task's whole run (the workers' steps are a one-process step's on
+// their slice of the batch; the step-time model covers collective layouts only).
+void print_parameter_server_job(const RunSetup& setup, const PlanOptions& options, int threads) {
+  const train::TrainConfig& config = setup.train;
+  check(options.budget_gib <= 0, "--memory-budget is for collective layouts; with --ps-tasks read each task's peak");
+  check(!setup.ps_synchronous || config.batch_size % options.workers == 0,
+        "train.batch_size ({}) must be a multiple of --workers ({}) in synchronous parameter-server mode",
+        config.batch_size, options.workers);
+  fmt::print("model: {:.2f}M parameters; a parameter-server job: a chief, {} worker(s), {} ps task(s), {} mode; "
+             "batch {} x {}\n", static_cast<double>(setup.model.parameter_count()) / 1e6, options.workers,
+             options.ps_tasks, setup.ps_synchronous ? "synchronous" : "asynchronous", config.batch_size,
+             config.sequence_length);
+  fmt::print("whole run, peak growth of each task's RSS (MiB; the chief's `train` prints the measured ones at its end):\n{}",
+             train::rank_peaks_table(ps::predict_task_peaks(setup.model, config, options.ps_tasks, options.workers,
+                                                            setup.ps_synchronous, threads),
+                                     "tasks"));
+}
+
 void run_plan(const PlanOptions& options) {
   RunSetup setup = RunSetup::load(options.config_path, options.overrides);
   const int threads = options.threads > 0 ? options.threads : (setup.threads > 0 ? setup.threads : omp_get_max_threads());
   const train::TrainConfig& config = setup.train;
+  if (options.ps_tasks > 0) return print_parameter_server_job(setup, options, threads);
   print_layout(setup, options, threads);
   const double per_token = setup.model.flops_per_token(config.sequence_length);
   fmt::print("FLOPs per token {:.3e}; per step {:.3e} ({} tokens)\n", per_token,
@@ -147,6 +169,12 @@ void add_plan_command(CLI::App& app) {
   add_config_option(command, options->config_path, "YAML config");
   command->add_option("--set", options->overrides, "Override a config key (repeatable)");
   command->add_option("--ranks", options->ranks, "Ranks of the job (stages x data-parallel replicas)")
+      ->capture_default_str()
+      ->check(in_range(at_least(1)));
+  command->add_option("--ps-tasks", options->ps_tasks,
+                      "A parameter-server job with this many ps tasks (and --workers, and a chief): each task's peak")
+      ->check(in_range(at_least(1)));
+  command->add_option("--workers", options->workers, "Worker tasks of the parameter-server job (with --ps-tasks)")
       ->capture_default_str()
       ->check(in_range(at_least(1)));
   command->add_option("--threads", options->threads, "Threads per rank (workspace); default: all cores")

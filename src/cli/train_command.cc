@@ -104,14 +104,16 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
         "two moments: use more ps tasks (about {} for this model)", static_cast<double>(largest_shard) / 1e6,
         ps_addresses.size() * static_cast<size_t>(max_message_bytes / INT32_MAX + 1));
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
-  // Each task its own: they share no collective to gather them on the chief.
+  // Each task its own (the chief also gathers them all through Status).
   auto report_peak = [&] {
-    fmt::print(stderr, "memory: {}: whole run, peak RSS grew {:.1f} MiB\n", task,
-               static_cast<double>(train::peak_rss_bytes() - rss_before) / (1 << 20));
+    fmt::print(stderr, "memory: {}: whole run, peak RSS grew {:.1f} MiB (`paraflow plan --ps-tasks {} --workers {}` "
+               "predicts each task's)\n", task, static_cast<double>(train::peak_rss_bytes() - rss_before) / (1 << 20),
+               ps_addresses.size(), worker_addresses.size());
   };
   switch (cluster.role()) {
     case dist::Role::ps: {
-      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend(), cluster.cluster_json());
+      ps::ParameterServerTask server(cluster.address(), security, max_message_bytes, cpu_backend(), cluster.cluster_json(),
+                                     rss_before);
       fmt::print(stderr, "{}: serving its shard of the variables ({})\n", task, security.describe());
       server.serve(stop, setup.timeout);
       report_peak();
@@ -122,7 +124,7 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       ps::WorkerSettings settings{cluster.address(), ps_addresses, security, setup.timeout, max_message_bytes,
                                   setup.ps_synchronous,
                                   setup.ps_synchronous ? static_cast<int>(worker_addresses.size()) : 1,
-                                  cluster.cluster_json()};
+                                  cluster.cluster_json(), rss_before};
       ps::WorkerTask worker(setup.model, config, *data, cpu_backend(), placement, std::move(settings));
       fmt::print(stderr, "{}: waiting for steps from the chief ({})\n", task, security.describe());
       worker.serve(stop, setup.timeout);
@@ -134,9 +136,9 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
       train::CheckpointManager(config.out_dir, config.keep_checkpoints).remove_stale_temporaries();
       ps::ClusterSettings settings{ps_addresses,      worker_addresses,       security, setup.timeout,
                                    max_message_bytes, setup.ps_synchronous, setup.max_staleness,
-                                   cluster.cluster_json()};
+                                   cluster.cluster_json(), rss_before};
+      // (It prints every task's peak at its end, its own too.)
       ps::Coordinator(setup.model, config, std::move(placement), std::move(settings)).run(stop);
-      report_peak();
     }
   }
 }

@@ -376,6 +376,32 @@ struct Coordinator::Impl {
     return checkpoints.commit(temporary, step, model_config, optimizer_steps, state);
   }
 
+  // Every task's peak RSS growth over the whole run (its Status; the chief's own), as `train`
+  // prints it for the ranks of other layouts, for `paraflow plan --ps-tasks P --workers W`.
+  void report_task_peaks() {
+    std::vector<std::pair<std::string, int64_t>> tasks{{"chief 0", train::peak_rss_bytes() - settings.rss_before}};
+    const std::vector<int64_t> grown = workers->peak_rss_grown();
+    for (size_t worker = 0; worker < grown.size(); ++worker) tasks.emplace_back(fmt::format("worker {}", worker), grown[worker]);
+    const std::vector<int64_t> ps_grown = for_each_task(shards.size(), [&](size_t task) -> int64_t {
+      try {
+        return call_peer(ps_names[task], "Status", *shards[task], &ParameterServer::Stub::Status, StatusRequest(),
+                         std::chrono::milliseconds(1000), settings.security)
+            .peak_rss_grown();
+      } catch (const PeerError&) {
+        return -1;
+      }
+    });
+    for (size_t task = 0; task < ps_grown.size(); ++task) tasks.emplace_back(fmt::format("ps {}", task), ps_grown[task]);
+    auto mib = [](int64_t bytes) { return bytes < 0 ? std::string("?") : fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20)); };
+    const auto largest = std::max_element(tasks.begin(), tasks.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+    std::string by_task;
+    for (const auto& [name, bytes] : tasks) by_task += fmt::format("{}{}: {}", by_task.empty() ? "" : ", ", name, mib(bytes));
+    fmt::print(stderr, "memory: whole run (start-up, steps, checkpoints, export), peak RSS grew {} MiB on {}, the most "
+               "of {} tasks (`paraflow plan --ps-tasks {} --workers {}` predicts each task's); by task (MiB; ?: no "
+               "answer): {}\n", mib(largest->second), largest->first, tasks.size(), shards.size(), grown.size(), by_task);
+  }
+
   // Tells every worker and ps task to exit, the ps tasks while the workers are told
   // (ps::shut_down_tasks: with `wait_for_starting`, each may be waited for up to the timeout).
   void shut_down_cluster(bool wait_for_starting) {
@@ -418,6 +444,7 @@ void Coordinator::run(const std::atomic<bool>* stop) {
     impl_->shut_down_cluster(/*wait_for_starting=*/true);
     throw;
   }
+  impl_->report_task_peaks();
   impl_->shut_down_cluster(/*wait_for_starting=*/false);
 }
 

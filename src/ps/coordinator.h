@@ -27,6 +27,7 @@ struct ClusterSettings {
   bool synchronous = true;
   int64_t max_staleness = 0;  // asynchronous
   std::string cluster;        // the chief's TF_CONFIG cluster (dist::ClusterSpec::cluster_json)
+  int64_t rss_before = 0;     // the chief's peak RSS when it started
 };
 
 class Coordinator {
@@ -34,8 +35,9 @@ class Coordinator {
   Coordinator(model::GptConfig model_config, train::TrainConfig config, Placement placement, ClusterSettings settings);
   ~Coordinator();
 
-  // Trains until train.steps (or stop_at_step) or until *stop, then checkpoints, exports and
-  // shuts the ps and worker tasks down (also when it fails on wrong input).
+  // Trains until train.steps (or stop_at_step) or until *stop, then checkpoints, exports, prints
+  // every task's peak RSS growth and shuts the ps and worker tasks down (also when it fails on
+  // wrong input).
   void run(const std::atomic<bool>* stop);
 
  private:

@@ -11,6 +11,7 @@
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/wire.h"
 #include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace paraflow::ps {
 
@@ -31,8 +32,11 @@ struct Shard {
   std::unique_ptr<train::AdamW> optimizer;
   int64_t version = 0;
   // Synchronous: each slice's gradients kept apart and summed in slice order, so the result does
-  // not depend on which worker pushed first; a repeated push of a slice replaces it (same values).
+  // not depend on which worker pushed first (slice 0's are the sum's start: `gradients`, the
+  // others' each a buffer of their own). A slice comes in chunks, in order; `progress`: its
+  // elements received so far. A complete slice ignores repeats (a rescheduled step: same values).
   std::vector<std::vector<float>> slice_gradients;
+  std::vector<int64_t> progress;
   std::vector<bool> received;
   bool reduced = false;
   double squares = 0;  // of the last reduced sum
@@ -49,8 +53,8 @@ struct Shard {
 
 class ParameterServerService final : public ParameterServer::Service {
  public:
-  ParameterServerService(const ChannelSecurity& security, Backend& backend, std::string cluster)
-      : security_(security), backend_(backend), cluster_(std::move(cluster)) {}
+  ParameterServerService(const ChannelSecurity& security, Backend& backend, std::string cluster, int64_t rss_before)
+      : security_(security), backend_(backend), cluster_(std::move(cluster)), rss_before_(rss_before) {}
 
   grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
@@ -110,6 +114,7 @@ class ParameterServerService final : public ParameterServer::Service {
     shard->max_staleness = request->max_staleness();
     shard->version = request->version();
     shard->slice_gradients.resize(static_cast<size_t>(shard->slices));
+    shard->progress.assign(static_cast<size_t>(shard->slices), 0);
     shard->received.assign(static_cast<size_t>(shard->slices), false);
     std::lock_guard<std::mutex> lock(mutex_);
     shard->bytes_received = shard_ ? shard_->bytes_received : 0;
@@ -158,8 +163,14 @@ class ParameterServerService final : public ParameterServer::Service {
                     fmt::format("Pull: the step needs version {}, this shard is at {}", request->version(),
                                 shard_->version));
     }
+    const int64_t elements = shard_->elements();
+    const int64_t count = request->count() == 0 ? elements - request->offset() : request->count();
+    if (request->offset() < 0 || request->offset() >= elements || count < 0 || count > elements - request->offset()) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Pull: elements [{}, {} + {}) of a shard of {}",
+                    request->offset(), request->offset(), request->count(), elements));
+    }
     reply->set_version(shard_->version);
-    reply->set_parameters(to_bytes(shard_->parameters.flat().data<float>(), shard_->elements()));
+    reply->set_parameters(to_bytes(shard_->parameters.flat().data<float>() + request->offset(), count));
     shard_->bytes_sent += static_cast<int64_t>(reply->parameters().size());
     return grpc::Status::OK;
   }
@@ -168,13 +179,18 @@ class ParameterServerService final : public ParameterServer::Service {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto status = check_call(*context, request->generation(), "Push"); !status.ok()) return status;
     Shard& shard = *shard_;
-    const size_t expected = static_cast<size_t>(shard.elements()) * sizeof(float);
-    if (request->gradients().size() != expected) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: {} bytes of gradients where this "
-                    "shard's {} float32 values ({} bytes) belong", request->gradients().size(), shard.elements(),
-                    expected));
+    const int64_t elements = shard.elements();
+    const size_t bytes = request->gradients().size();
+    const auto count = static_cast<int64_t>(bytes / sizeof(float));
+    // Asynchronous pushes are whole; a synchronous chunk lies within the shard.
+    const bool whole = request->offset() == 0 && count == elements;
+    if (bytes % sizeof(float) != 0 || count == 0 || request->offset() < 0 || count > elements - request->offset() ||
+        (!shard.synchronous && !whole)) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: {} bytes of gradients at element {} where "
+                    "this shard's {} float32 values ({} bytes) belong{}", bytes, request->offset(), elements,
+                    elements * static_cast<int64_t>(sizeof(float)), shard.synchronous ? "" : " (asynchronous: all of them)"));
     }
-    shard.bytes_received += static_cast<int64_t>(request->gradients().size());
+    shard.bytes_received += static_cast<int64_t>(bytes);
     reply->set_version(shard.version);
     if (shard.synchronous) {
       if (request->version() != shard.version || request->slice() < 0 || request->slice() >= shard.slices) {
@@ -182,11 +198,20 @@ class ParameterServerService final : public ParameterServer::Service {
                       fmt::format("Push: slice {} of step {}, but this shard takes slices 0..{} of step {}",
                                   request->slice(), request->version(), shard.slices - 1, shard.version));
       }
-      std::vector<float>& slot = shard.slice_gradients[static_cast<size_t>(request->slice())];
-      slot.resize(static_cast<size_t>(shard.elements()));
-      std::memcpy(slot.data(), request->gradients().data(), expected);
-      shard.received[static_cast<size_t>(request->slice())] = true;
+      const auto slice = static_cast<size_t>(request->slice());
       reply->set_applied(true);
+      if (shard.received[slice]) return grpc::Status::OK;
+      if (request->offset() != 0 && request->offset() != shard.progress[slice]) {
+        return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                      fmt::format("Push: a chunk of slice {} at element {}, but the slice's next chunk starts at {}",
+                                  slice, request->offset(), shard.progress[slice]));
+      }
+      std::vector<float>& buffer = shard.slice_gradients[slice];
+      if (slice > 0) buffer.resize(static_cast<size_t>(elements));
+      float* values = slice == 0 ? shard.gradients.flat().data<float>() : buffer.data();
+      std::memcpy(values + request->offset(), request->gradients().data(), bytes);
+      shard.progress[slice] = request->offset() + count;
+      shard.received[slice] = shard.progress[slice] == elements;
       return grpc::Status::OK;
     }
     // (A closure is a step's id: never negative, and far from int64's end, where the window
@@ -203,7 +228,7 @@ class ParameterServerService final : public ParameterServer::Service {
       reply->set_stale(true);
       return grpc::Status::OK;
     }
-    std::memcpy(shard.gradients.flat().data<float>(), request->gradients().data(), expected);
+    std::memcpy(shard.gradients.flat().data<float>(), request->gradients().data(), bytes);
     shard.optimizer->update(shard.parameters.flat(), shard.gradients.flat(), Tensor(), request->lr(),
                             request->grad_scale());
     shard.applied_closures.insert(request->closure());
@@ -230,9 +255,8 @@ class ParameterServerService final : public ParameterServer::Service {
                       fmt::format("Reduce: step {} lacks the gradients of slice(s) {}", shard.version,
                                   fmt::join(missing, ", ")));
       }
-      float* sum = shard.gradients.flat().data<float>();
+      float* sum = shard.gradients.flat().data<float>();  // slice 0's
       const size_t n = static_cast<size_t>(shard.elements());
-      std::memcpy(sum, shard.slice_gradients[0].data(), n * sizeof(float));
       for (size_t slice = 1; slice < shard.slice_gradients.size(); ++slice) {
         const float* part = shard.slice_gradients[slice].data();
         for (size_t i = 0; i < n; ++i) sum[i] += part[i];
@@ -262,6 +286,7 @@ class ParameterServerService final : public ParameterServer::Service {
     shard.optimizer->update(shard.parameters.flat(), shard.gradients.flat(), Tensor(), request->lr(),
                             request->grad_scale());
     shard.received.assign(shard.received.size(), false);
+    shard.progress.assign(shard.progress.size(), 0);
     shard.reduced = false;
     reply->set_version(++shard.version);
     return grpc::Status::OK;
@@ -299,6 +324,7 @@ class ParameterServerService final : public ParameterServer::Service {
   grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply* reply) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
     reply->set_cluster(cluster_);
+    reply->set_peak_rss_grown(train::peak_rss_bytes() - rss_before_);
     std::lock_guard<std::mutex> lock(mutex_);
     if (shard_) {
       reply->set_generation(shard_->generation);
@@ -349,6 +375,7 @@ class ParameterServerService final : public ParameterServer::Service {
   const ChannelSecurity& security_;
   Backend& backend_;
   const std::string cluster_;
+  const int64_t rss_before_;
   std::mutex mutex_;
   std::unique_ptr<Shard> shard_;
   ShutdownLatch latch_;
@@ -364,10 +391,11 @@ struct ParameterServerTask::Impl {
 };
 
 ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecurity security,
-                                         int64_t max_message_bytes, Backend& backend, std::string cluster)
+                                         int64_t max_message_bytes, Backend& backend, std::string cluster,
+                                         int64_t rss_before)
     : impl_(std::make_unique<Impl>()) {
   impl_->security = std::move(security);
-  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend, std::move(cluster));
+  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend, std::move(cluster), rss_before);
   impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()}, &impl_->port);
 }
 

@@ -16,9 +16,10 @@ namespace paraflow::ps {
 class ParameterServerTask {
  public:
   // Listens on `address` at once (port 0: a free one). `cluster`: its TF_CONFIG cluster
-  // (dist::ClusterSpec::cluster_json), which Status tells the chief; "" when unknown.
+  // (dist::ClusterSpec::cluster_json), which Status tells the chief; "" when unknown. `rss_before`:
+  // the process's peak RSS when the task started (Status tells the chief its growth since).
   ParameterServerTask(const std::string& address, ChannelSecurity security, int64_t max_message_bytes,
-                      Backend& backend, std::string cluster = "");
+                      Backend& backend, std::string cluster = "", int64_t rss_before = 0);
   ~ParameterServerTask();
 
   // Returns after the chief's Shutdown, or `grace` after *stop becomes true (see ShutdownLatch).

@@ -9,11 +9,13 @@
 
 namespace paraflow::ps {
 
-int64_t Placement::shard_elements(size_t task) const {
+int64_t element_count(const std::vector<Piece>& pieces) {
   int64_t total = 0;
-  for (const Piece& piece : shards.at(task)) total += piece.count;
+  for (const Piece& piece : pieces) total += piece.count;
   return total;
 }
+
+int64_t Placement::shard_elements(size_t task) const { return element_count(shards.at(task)); }
 
 int64_t Placement::largest_shard_elements() const {
   int64_t largest = 0;

@@ -23,6 +23,9 @@ struct Piece {
   bool weight_decay = false;
 };
 
+// The elements of a shard's pieces together.
+int64_t element_count(const std::vector<Piece>& pieces);
+
 struct Placement {
   std::vector<std::vector<Piece>> shards;  // by ps task, each in buffer order
 

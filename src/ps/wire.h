@@ -13,7 +13,17 @@ std::string to_bytes(const float* values, int64_t count);
 // Throws naming `what` unless `bytes` holds exactly `count` floats.
 void from_bytes(const std::string& bytes, float* values, int64_t count, const std::string& what);
 
-std::string gather_pieces(const float* whole, const std::vector<Piece>& pieces);
-void scatter_pieces(const std::string& bytes, const std::vector<Piece>& pieces, float* whole, const std::string& what);
+// The most bytes of a shard one Pull or synchronous Push carries: what a call costs each side in
+// buffers is a few chunks, whatever the shard's size (a whole shard's message cost a ps task about
+// four copies of it per worker: the strings and gRPC's buffers of a pull and of a push).
+constexpr int64_t kChunkBytes = int64_t{1} << 20;
+constexpr int64_t kChunkElements = kChunkBytes / static_cast<int64_t>(sizeof(float));
+
+// Elements [first, first + count) of a shard (its pieces concatenated), gathered from the whole
+// model's flat buffer; and scattered back into it from `bytes` (which must hold whole floats
+// within the shard: otherwise throws naming `what`).
+std::string gather_range(const float* whole, const std::vector<Piece>& pieces, int64_t first, int64_t count);
+void scatter_range(const std::string& bytes, const std::vector<Piece>& pieces, int64_t first, float* whole,
+                   const std::string& what);
 
 }  // namespace paraflow::ps

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "base/clock.h"
@@ -10,6 +12,7 @@
 #include "ps/parameter_server.grpc.pb.h"
 #include "ps/wire.h"
 #include "train/optimizer.h"
+#include "train/trainer.h"
 #include "train/training_graph.h"
 
 namespace paraflow::ps {
@@ -89,13 +92,14 @@ class WorkerService final : public Worker::Service {
   // The chief's pool polls Status before it hands a worker that missed a deadline steps again: a
   // worker still in its earlier step (a slow or hung ps call) says so, rather than taking a step
   // that would wait behind the old one and miss its deadline too.
-  grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply*) override {
+  grpc::Status Status(grpc::ServerContext* context, const StatusRequest*, StatusReply* reply) override {
     if (auto status = settings_.security.authenticate(*context); !status.ok()) return status;
     std::unique_lock<std::mutex> idle(step_mutex_, std::try_to_lock);
     if (!idle.owns_lock()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           fmt::format("worker {}: still in an earlier step", settings_.address));
     }
+    reply->set_peak_rss_grown(train::peak_rss_bytes() - settings_.rss_before);
     return grpc::Status::OK;
   }
 
@@ -119,14 +123,24 @@ class WorkerService final : public Worker::Service {
     const size_t tasks = stubs_.size();
     auto start = std::chrono::steady_clock::now();
     float* parameters = parameters_.flat().data<float>();
+    // Synchronous steps move each shard in chunks (every chunk is of the step's version); an
+    // asynchronous step takes each shard whole, as of one version, and pushes it whole.
+    const int64_t chunk = request.synchronous() ? kChunkElements : std::numeric_limits<int64_t>::max();
     std::vector<int64_t> versions = for_each_task(tasks, [&](size_t task) {
-      PullRequest pull;
-      pull.set_generation(request.generation());
-      pull.set_version(request.synchronous() ? request.version() : -1);
-      PullReply pulled = call_peer(ps_names_[task], "Pull", *stubs_[task], &ParameterServer::Stub::Pull, pull,
-                                   settings_.timeout, settings_.security);
-      scatter_pieces(pulled.parameters(), placement_.shards[task], parameters, ps_names_[task] + ": Pull");
-      return pulled.version();
+      const int64_t elements = placement_.shard_elements(task);
+      int64_t version = 0;
+      for (int64_t first = 0; first < elements; first += chunk) {
+        PullRequest pull;
+        pull.set_generation(request.generation());
+        pull.set_version(request.synchronous() ? request.version() : -1);
+        pull.set_offset(first);
+        pull.set_count(std::min(chunk, elements - first));
+        PullReply pulled = call_peer(ps_names_[task], "Pull", *stubs_[task], &ParameterServer::Stub::Pull, pull,
+                                     settings_.timeout, settings_.security);
+        scatter_range(pulled.parameters(), placement_.shards[task], first, parameters, ps_names_[task] + ": Pull");
+        version = pulled.version();
+      }
+      return version;
     });
     if (!half_parameters_.specs().empty()) half_parameters_.assign_converted(parameters_);
     reply.set_pull_seconds(seconds_since(start));
@@ -148,17 +162,23 @@ class WorkerService final : public Worker::Service {
     start = std::chrono::steady_clock::now();
     const float* gradients = gradients_.flat().data<float>();
     std::vector<bool> stale = for_each_task(tasks, [&](size_t task) {
-      PushRequest push;
-      push.set_generation(request.generation());
-      push.set_version(request.synchronous() ? request.version() : versions[task]);
-      push.set_slice(request.slice());
-      push.set_closure(request.batch_index());
-      push.set_lr(request.lr());
-      push.set_grad_scale(grad_scale);
-      push.set_gradients(gather_pieces(gradients, placement_.shards[task]));
-      return call_peer(ps_names_[task], "Push", *stubs_[task], &ParameterServer::Stub::Push, push, settings_.timeout,
-                       settings_.security)
-          .stale();
+      const int64_t elements = placement_.shard_elements(task);
+      bool refused = false;
+      for (int64_t first = 0; first < elements; first += chunk) {
+        PushRequest push;
+        push.set_generation(request.generation());
+        push.set_version(request.synchronous() ? request.version() : versions[task]);
+        push.set_slice(request.slice());
+        push.set_closure(request.batch_index());
+        push.set_lr(request.lr());
+        push.set_grad_scale(grad_scale);
+        push.set_offset(first);
+        push.set_gradients(gather_range(gradients, placement_.shards[task], first, std::min(chunk, elements - first)));
+        refused = call_peer(ps_names_[task], "Push", *stubs_[task], &ParameterServer::Stub::Push, push,
+                            settings_.timeout, settings_.security)
+                      .stale();
+      }
+      return refused;
     });
     reply.set_push_seconds(seconds_since(start));
     reply.set_bytes_pushed(parameters_.numel() * static_cast<int64_t>(sizeof(float)));

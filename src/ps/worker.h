@@ -25,6 +25,7 @@ struct WorkerSettings {
   bool synchronous = true;
   int slices = 1;  // a step's batch is split into this many slices (synchronous: one per worker task)
   std::string cluster;  // its TF_CONFIG cluster (dist::ClusterSpec::cluster_json); "": not compared
+  int64_t rss_before = 0;  // the process's peak RSS when the task started: Status tells the growth since
 };
 
 // Refuses, by name, a batch that the worker tasks cannot split in synchronous mode: every task

@@ -197,6 +197,21 @@ std::vector<StepReply> WorkerPool::run(const std::vector<StepRequest>& steps) {
   return replies;
 }
 
+std::vector<int64_t> WorkerPool::peak_rss_grown() {
+  const Impl& m = *impl_;
+  return for_each_task(m.addresses.size(), [&](size_t worker) -> int64_t {
+    // A channel of this call's own: the pool's threads may be replacing theirs.
+    auto stub = Worker::NewStub(open_channel(m.addresses[worker], m.security, m.max_message_bytes));
+    try {
+      return call_peer(m.names[worker], "Status", *stub, &Worker::Stub::Status, StatusRequest(),
+                       std::chrono::milliseconds(1000), m.security)
+          .peak_rss_grown();
+    } catch (const PeerError&) {
+      return -1;
+    }
+  });
+}
+
 void WorkerPool::shut_down_workers(bool wait_for_starting) {
   impl_->stop_threads();  // the stubs are this call's from here on
   shut_down_tasks(impl_->names, impl_->stubs, &Worker::Stub::Shutdown, ShutdownRequest(), wait_for_starting,

@@ -32,6 +32,10 @@ class WorkerPool {
   // and Error when no worker answers within the timeout.
   std::vector<StepReply> run(const std::vector<StepRequest>& steps);
 
+  // Every worker's peak RSS growth as its Status tells it; -1 for a worker that does not answer
+  // (within a second) or is in a step.
+  std::vector<int64_t> peak_rss_grown();
+
   // Asks every worker to exit (ps::shut_down_tasks, with the pool's timeout); run() may not be
   // called after it.
   void shut_down_workers(bool wait_for_starting);

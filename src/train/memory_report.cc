@@ -225,9 +225,9 @@ std::vector<RankPeaks> predict_rank_peaks(const model::GptConfig& model, const T
   return entries;
 }
 
-std::string rank_peaks_table(const std::vector<RankPeaks>& entries) {
+std::string rank_peaks_table(const std::vector<RankPeaks>& entries, const char* unit) {
   auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  std::string text = fmt::format("{:<8} {:<26} {:>9} {:>9} {:>10} {:>9} {:>9}  {}\n", "ranks", "role", "start-up",
+  std::string text = fmt::format("{:<8} {:<26} {:>9} {:>9} {:>10} {:>9} {:>9}  {}\n", unit, "role", "start-up",
                                  "step", "checkpoint", "export", "peak", "peak phase");
   for (const RankPeaks& entry : entries) {
     const RunPeaks& p = entry.peaks;

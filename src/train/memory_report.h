@@ -72,8 +72,9 @@ struct RankPeaks {
 // ranks with identical predictions on one entry.
 std::vector<RankPeaks> predict_rank_peaks(const model::GptConfig& model, const TrainConfig& config, int ranks,
                                           int threads);
-// A table: ranks, role, each phase's MiB, the peak and its phase.
-std::string rank_peaks_table(const std::vector<RankPeaks>& ranks);
+// A table: ranks (`unit`: "tasks" for a parameter-server job's), role, each phase's MiB, the peak
+// and its phase.
+std::string rank_peaks_table(const std::vector<RankPeaks>& ranks, const char* unit = "ranks");
 
 // For one rank of `ranks` (each holds a micro-batch of batch_size / (ranks · grad_accumulation)),
 // or, with config.pipeline_parallel stages, for a rank of stage `at.stage` (micro-batches of

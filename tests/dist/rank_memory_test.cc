@@ -2,8 +2,8 @@
 // `paraflow train` run (start-up, two steps, the final checkpoint and the export), measured by
 // /usr/bin/time, less the same layout's with a near-empty model (what MPI, the runtime and the
 // binary cost), within 15% of plan's peak for that rank less plan's for the near-empty model — in
-// every layout: one process, tensor and pipeline parallelism, both, tensor x data parallelism and
-// the three ZeRO stages.
+// every layout: one process, tensor and pipeline parallelism, both, tensor x data parallelism, the
+// three ZeRO stages, and a parameter-server job's every task (`plan --ps-tasks P --workers W`).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,8 +25,16 @@ constexpr const char* kNearEmpty =
 
 struct Layout {
   std::string name;
-  int ranks;
+  int ranks;  // a parameter-server job's tasks: the chief, the workers, the ps tasks, in that order
   std::string settings;
+  int ps_tasks = 0;  // > 0: a parameter-server job of `ps_tasks`, ranks - 1 - ps_tasks workers and a chief
+  int workers() const { return ranks - 1 - ps_tasks; }
+  // "rank 2", or a task's name: "worker 1"
+  std::string task(int rank) const {
+    if (ps_tasks == 0) return fmt::format("rank {}", rank);
+    if (rank == 0) return "chief 0";
+    return rank <= workers() ? fmt::format("worker {}", rank - 1) : fmt::format("ps {}", rank - 1 - workers());
+  }
 };
 
 class RankMemory : public testing::TrainingJob {
@@ -40,17 +48,26 @@ class RankMemory : public testing::TrainingJob {
   }
 
   // Every rank's peak RSS in MiB, each rank under /usr/bin/time writing to a file named by its
-  // MPI rank.
+  // MPI rank (a parameter-server task: by its TF_CONFIG type and index, "ps1").
   std::vector<double> measured_peaks(const Layout& layout, const std::string& out, const std::string& model) {
     const std::string rss = (dir.path() / (out + ".rss.")).string();
     const std::string train = train_command(out, layout.settings + " --set dist.bucket_mb=1 " + model);
-    const std::string command = layout.ranks == 1 ? "/usr/bin/time -o " + rss + "0 -f %M " + train
-                                                  : mpirun(layout.ranks) + "sh -c '/usr/bin/time -o " + rss +
-                                                        "$OMPI_COMM_WORLD_RANK -f %M " + train + "'";
+    std::string command = layout.ranks == 1 ? "/usr/bin/time -o " + rss + "0 -f %M " + train
+                                            : mpirun(layout.ranks) + "sh -c '/usr/bin/time -o " + rss +
+                                                  "$OMPI_COMM_WORLD_RANK -f %M " + train + "'";
+    if (layout.ps_tasks > 0) {
+      // The task's type and index cut out of its TF_CONFIG ({..., "task":{"type":"ps","index":1}}).
+      command = fmt::format(R"({} {} {} sh -c 'type=${{TF_CONFIG##*\"type\":\"}}; index=${{TF_CONFIG##*\"index\":}}; )"
+                            R"(/usr/bin/time -o {}${{type%%\"*}}${{index%%\}}*}} -f %M {}')",
+                            (testing::source_dir() / "tests/ps/launch_ps_job.sh").string(), layout.ps_tasks,
+                            layout.workers(), rss, train);
+    }
     EXPECT_EQ(run(command), 0) << command;
     std::vector<double> mib;
     for (int rank = 0; rank < layout.ranks; ++rank) {
-      mib.push_back(std::stod(read_file(rss + std::to_string(rank))) / 1024.0);
+      std::string file = rss + std::to_string(rank);
+      if (layout.ps_tasks > 0) file = rss + std::regex_replace(layout.task(rank), std::regex(" "), "");
+      mib.push_back(std::stod(read_file(file)) / 1024.0);
     }
     return mib;
   }
@@ -58,27 +75,34 @@ class RankMemory : public testing::TrainingJob {
   // plan's whole-run peak of every rank, in MiB, from its table ("ranks role ... peak phase").
   std::vector<double> planned_peaks(const Layout& layout, const std::string& model) {
     const std::filesystem::path text = dir.path() / "plan.txt";
+    const std::string job = layout.ps_tasks > 0
+                                ? fmt::format("--ps-tasks {} --workers {}", layout.ps_tasks, layout.workers())
+                                : fmt::format("--ranks {}", layout.ranks);
     const std::string command =
-        fmt::format("{} plan --config {} --threads 1 --peak-tflops 1 --ranks {} {} {} > {}", binary(),
-                    (dir.path() / "config.yaml").string(), layout.ranks, layout.settings, model, text.string());
+        fmt::format("{} plan --config {} --threads 1 --peak-tflops 1 {} {} {} > {}", binary(),
+                    (dir.path() / "config.yaml").string(), job, layout.settings, model, text.string());
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     std::map<int, double> peaks;
     std::istringstream lines(read_file(text));
-    const std::regex row(R"(^([0-9][0-9,\-]*)\s.*\s([0-9.]+)\s+(start-up|step|checkpoint|export)$)");
+    const std::regex row(R"(^([0-9][0-9,\-]*)\s+(\S+).*\s([0-9.]+)\s+(start-up|step|checkpoint|export)$)");
     for (std::string line; std::getline(lines, line);) {
       std::smatch match;
       if (!std::regex_match(line, match, row)) continue;
+      // A parameter-server job's rows count tasks within their role.
+      int offset = 0;
+      if (match[2] == "worker") offset = 1;
+      if (match[2] == "ps") offset = 1 + layout.workers();
       std::istringstream ranks(match[1].str());
       for (std::string range; std::getline(ranks, range, ',');) {
         const size_t dash = range.find('-');
         const int first = std::stoi(range.substr(0, dash));
         const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
-        for (int rank = first; rank <= last; ++rank) peaks[rank] = std::stod(match[2].str());
+        for (int rank = first; rank <= last; ++rank) peaks[offset + rank] = std::stod(match[3].str());
       }
     }
     std::vector<double> mib;
     for (int rank = 0; rank < layout.ranks; ++rank) {
-      EXPECT_TRUE(peaks.count(rank)) << "plan printed no peak for rank " << rank << ":\n" << read_file(text);
+      EXPECT_TRUE(peaks.count(rank)) << "plan printed no peak for " << layout.task(rank) << ":\n" << read_file(text);
       mib.push_back(peaks.count(rank) ? peaks[rank] : 0.0);
     }
     return mib;
@@ -105,9 +129,10 @@ class RankMemory : public testing::TrainingJob {
       for (size_t rank = 0; rank < full.size(); ++rank) full[rank] = std::min(full[rank], peaks[rank]);
     }
     for (size_t rank = 0; rank < full.size(); ++rank) {
-      std::printf("  %s rank %zu: peak RSS grew %.1f MiB, plan %.1f MiB (%+.1f%%)\n", layout.name.c_str(), rank,
+      const std::string task = layout.task(static_cast<int>(rank));
+      std::printf("  %s %s: peak RSS grew %.1f MiB, plan %.1f MiB (%+.1f%%)\n", layout.name.c_str(), task.c_str(),
                   growth(rank), predicted(rank), 100 * (growth(rank) - predicted(rank)) / predicted(rank));
-      EXPECT_NEAR(growth(rank), predicted(rank), 0.15 * predicted(rank)) << layout.name << " rank " << rank;
+      EXPECT_NEAR(growth(rank), predicted(rank), 0.15 * predicted(rank)) << layout.name << " " << task;
     }
   }
 };
@@ -136,6 +161,12 @@ TEST_F(RankMemory, ZeroStages) {
   for (int zero : {1, 2, 3}) {
     expect_plan_within_15_percent({fmt::format("zero{}", zero), 4, fmt::format("--set dist.zero={}", zero)});
   }
+}
+
+// A chief, 2 workers and 2 ps tasks. (A larger vocabulary: the chief holds one piece of the model
+// at a time, and half the embedding is then 4 MiB; the ps tasks 16 MiB of the model each.)
+TEST_F(RankMemory, ParameterServers) {
+  expect_plan_within_15_percent({"ps2x2", 5, "--set model.vocab_size=8192", /*ps_tasks=*/2});
 }
 
 }  // namespace

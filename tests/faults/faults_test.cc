@@ -126,6 +126,8 @@ TEST_F(Faults, BadFlagValuesAreRefusedNamingTheFlag) {
                                          {"plan --config " + config + " --ranks -2", "--ranks"},
                                          {"plan --config " + config + " --memory-budget -1", "--memory-budget"},
                                          {"plan --config " + config + " --threads -1", "--threads"},
+                                         {"plan --config " + config + " --ps-tasks 0", "--ps-tasks"},
+                                         {"plan --config " + config + " --ps-tasks 2 --workers 0", "--workers"},
                                          {"train --config " + config + " --threads -1", "--threads"},
                                          {"eval --config " + config + " --checkpoint . --threads -1", "--threads"},
                                          {"generate --model . --prompt x --max-tokens -1", "--max-tokens"},

@@ -183,6 +183,11 @@ TEST_F(ParameterServerJob, TheChiefHoldsOnePieceAtATimeAndItsCheckpointResumesEx
   const double weights_mib = 4 * parameters / (1 << 20);
   std::printf("  chief: peak RSS grew %.1f MiB (the model's weights: %.1f MiB)\n", full - empty, weights_mib);
   EXPECT_LT(full - empty, weights_mib) << "the chief held about a whole model";
+  // The chief prints every task's growth, as the ranks of other layouts are printed: each answered.
+  const std::string chief = log("big", "chief", 0);
+  EXPECT_TRUE(std::regex_search(chief, std::regex(R"(by task \(MiB; \?: no answer\): chief 0: [0-9.]+, worker 0: )"
+                                                  R"([0-9.]+, ps 0: [0-9.]+, ps 1: [0-9.]+\n)")))
+      << chief;
 }
 
 // The Llama family (grouped k/v heads, an untied head) trains in synchronous mode like one process;

@@ -183,8 +183,36 @@ TEST_F(ParameterServerTest, SynchronousStepSumsTheSlicesAndAppliesAdamW) {
   EXPECT_EQ(status().version(), 1);
   expect_near(pull(), reference.p);
 
-  // A second step, then the moments and step count in the snapshot.
-  for (int slice : {0, 1}) ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 1, slice), &pushed).ok());
+  // A pull of a chunk: elements [1, 4).
+  PullRequest chunk_pull;
+  chunk_pull.set_generation(kGeneration);
+  chunk_pull.set_version(1);
+  chunk_pull.set_offset(1);
+  chunk_pull.set_count(3);
+  PullReply chunk_pulled;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Pull, chunk_pull, &chunk_pulled).ok());
+  std::vector<float> middle(3);
+  from_bytes(chunk_pulled.parameters(), middle.data(), 3, "pull");
+  expect_near(middle, {reference.p[1], reference.p[2], reference.p[3]});
+  chunk_pull.set_offset(4);
+  EXPECT_EQ(call(&ParameterServer::Stub::Pull, chunk_pull, &chunk_pulled).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "elements [4, 7) of 5";
+
+  // A second step, its slices pushed in chunks, then the moments and step count in the snapshot.
+  auto push_chunk = [&](int slice, int64_t first, int64_t count) {
+    PushRequest request = push_request(std::vector<float>(kSlice0.begin() + first, kSlice0.begin() + first + count), 1, slice);
+    request.set_offset(first);
+    return call(&ParameterServer::Stub::Push, request, &pushed);
+  };
+  ASSERT_TRUE(push_chunk(0, 0, 2).ok());
+  ASSERT_TRUE(push_chunk(0, 2, 3).ok());
+  ASSERT_TRUE(push_chunk(1, 0, 3).ok());
+  grpc::Status skipped = push_chunk(1, 4, 1);
+  EXPECT_EQ(skipped.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "element 3 not pushed yet";
+  EXPECT_NE(skipped.error_message().find("next chunk starts at 3"), std::string::npos) << skipped.error_message();
+  ASSERT_TRUE(push_chunk(1, 0, 3).ok()) << "a rescheduled slice starts again";
+  ASSERT_TRUE(push_chunk(1, 3, 2).ok());
+  ASSERT_TRUE(push_chunk(1, 0, 1).ok()) << "a complete slice ignores a late repeat";
   reduce.set_version(1);
   ASSERT_TRUE(call(&ParameterServer::Stub::Reduce, reduce, &reduced).ok());
   apply.set_version(1);
@@ -285,9 +313,12 @@ TEST_F(ParameterServerTest, SynchronousStepRefusesWhatDoesNotBelongToIt) {
             grpc::StatusCode::FAILED_PRECONDITION) << "a push for a later step";
   EXPECT_EQ(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 2), &pushed).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION) << "slice 2 of 2";
-  grpc::Status short_push = call(&ParameterServer::Stub::Push, push_request({1.0f, 2.0f}, 0, 1), &pushed);
+  PushRequest past_the_end = push_request({1.0f, 2.0f}, 0, 1);
+  past_the_end.set_offset(4);
+  grpc::Status short_push = call(&ParameterServer::Stub::Push, past_the_end, &pushed);
   EXPECT_EQ(short_push.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(short_push.error_message().find("8 bytes"), std::string::npos) << short_push.error_message();
+  EXPECT_NE(short_push.error_message().find("8 bytes of gradients at element 4"), std::string::npos)
+      << short_push.error_message();
   PushRequest other_generation = push_request(kSlice0, 0, 1);
   other_generation.set_generation(kGeneration + 1);
   grpc::Status stale = call(&ParameterServer::Stub::Push, other_generation, &pushed);
@@ -304,6 +335,9 @@ TEST_F(ParameterServerTest, AsynchronousPushesApplyOnArrivalOnceEachWithinTheSta
   start();
   load(false, 1, /*max_staleness=*/1);
   PushReply pushed;
+  grpc::Status part = call(&ParameterServer::Stub::Push, push_request({0.1f, 0.2f}, 0, 0), &pushed);
+  EXPECT_EQ(part.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "an asynchronous push is whole";
+  EXPECT_NE(part.error_message().find("asynchronous: all of them"), std::string::npos) << part.error_message();
   ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0, /*closure=*/0, 0.01, 0.5f), &pushed).ok());
   EXPECT_TRUE(pushed.applied());
   EXPECT_EQ(pushed.version(), 1);
