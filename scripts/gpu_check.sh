@@ -35,10 +35,10 @@ if [[ $MODE == --prepare ]]; then
   cmake --build "$GPU_BUILD" -j"$(nproc)" --target backend_ops_test backend_test train_test train_bench
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib"
   cp "${BINARIES[@]}" "$PACK/bin/"
-  # Every shared library the binaries load, but the C runtime's and CUDA's (the device image has
-  # its own driver and CUDA 13 libraries).
+  # Every shared library the binaries load, but the C and C++ runtimes (the device image's are
+  # newer, and PyTorch there needs them) and CUDA's (it has its own driver and CUDA 13 libraries).
   ldd "${BINARIES[@]}" | awk '/=> \//{print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart[^/]*|libnccl)\.so' |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcublas[^/]*|libcudart[^/]*|libnccl)\.so' |
     xargs -I{} cp -L {} "$PACK/lib/"
   tar -C "$PACK" -cJf "$PACK/lib.tar.xz" lib && rm -rf "$PACK/lib"
   du -sh "$PACK"
@@ -67,17 +67,20 @@ CUDA_LIBS=/usr/local/cuda/lib64
 for module in nvidia.cublas nvidia.cuda_runtime nvidia.cu13; do
   dir=$(python3 -c "import $module, os; print(os.path.join(list($module.__path__)[0], 'lib'))" 2>/dev/null) && CUDA_LIBS+=:$dir
 done
-export LD_LIBRARY_PATH=$LIBS/lib:$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Only our binaries see the carried libraries: PyTorch, there, keeps its own.
+ours() { LD_LIBRARY_PATH=$LIBS/lib:$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+CLEAN_PYTHON=$LIBS/python3  # the GPT-2 oracle, started by train_test, without them
+printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec python3 "$@"\n' >"$CLEAN_PYTHON" && chmod +x "$CLEAN_PYTHON"
 BIN=$PACK/bin
-if ! "$BIN/backend_test" --gtest_list_tests >/dev/null; then
+if ! ours "$BIN/backend_test" --gtest_list_tests >/dev/null; then
   row "binaries start" FAILED "see the loader's message above (build there instead: docs/cuda.md)"
   printf '%s\n' "${TABLE[@]}"
   exit 1
 fi
-row "binaries start" ok "$(ldd "$BIN/backend_ops_test" | grep -c '=>') shared libraries resolved"
+row "binaries start" ok "$(ours ldd "$BIN/backend_ops_test" | grep -c '=>') shared libraries resolved"
 
 # 1. Every CUDA kernel against the CPU backend (77: nothing to check, no GPU).
-"$BIN/backend_ops_test"
+ours "$BIN/backend_ops_test"
 case $? in
   0) row "CUDA op tests (backend_ops_test)" passed "$(grep -c '^  ok' "$LOG") cases" ;;
   77) row "CUDA op tests (backend_ops_test)" "NOT RUN" "no GPU backend present" ;;
@@ -86,12 +89,12 @@ esac
 
 # 2. The fallback or the GPU choice, and the GPT-2 equality test against PyTorch in float64 (the
 # CUDA backend runs its GPT-2 cases where a GPU is present).
-"$BIN/backend_test" --gtest_filter='DefaultBackendTest.*' >/dev/null && row "default backend" ok "" ||
+ours "$BIN/backend_test" --gtest_filter='DefaultBackendTest.*' >/dev/null && row "default backend" ok "" ||
   row "default backend" FAILED "see log"
 if [[ $DRY == 1 ]]; then
   row "GPT-2 vs PyTorch (train_test)" "NOT RUN" "dry run: the CPU's own run is tests/train in CI"
 else
-  PARAFLOW_REFERENCE_PYTHON=python3 PARAFLOW_SOURCE_DIR=$ROOT "$BIN/train_test" --gtest_filter='Configs/TorchReference.*' |
+  PARAFLOW_REFERENCE_PYTHON=$CLEAN_PYTHON PARAFLOW_SOURCE_DIR=$ROOT ours "$BIN/train_test" --gtest_filter='Configs/TorchReference.*' |
     tee /tmp/gpt2_equality.txt | grep -E '^\[|backend'
   if grep -q "backend cuda" /tmp/gpt2_equality.txt && grep -q '^\[  PASSED' /tmp/gpt2_equality.txt &&
     ! grep -q '^\[  FAILED' /tmp/gpt2_equality.txt; then
@@ -122,7 +125,7 @@ torch.cuda.synchronize()
 print(2 * 8192**3 * 20 / (start.elapsed_time(end) / 1000))
 EOF
 )
-  OURS=$(timeout 200 "$BIN/train_bench" "${SHAPE[@]}" --steps 10 --warmup 2 | tee /dev/stderr | awk '/^tokens_per_s/{print $2}')
+  OURS=$(ours timeout 200 "$BIN/train_bench" "${SHAPE[@]}" --steps 10 --warmup 2 | tee /dev/stderr | awk '/^tokens_per_s/{print $2}')
   TORCH=$(timeout 200 python3 bench/train/peer_torch.py --threads 16 --device cuda --compile "${SHAPE[@]}" --steps 10 --warmup 3 |
     tee /dev/stderr | awk '/^tokens_per_s/{print $2}')
   # Model FLOPs per token: 6 per parameter (forward and backward) plus attention's 6·L·T·C (the causal half of 12·L·T·C).
