@@ -1,4 +1,4 @@
-// Residual add, GELU with its kept derivative, the matmul's output gradient and casts: one pass
+// Residual add, the matmul's bias and GELU (with its kept derivative) and output gradient, and casts: one pass
 // over memory each, every element in f32 arithmetic.
 #include <type_traits>
 
@@ -31,11 +31,17 @@ __global__ void add_backward_kernel(T* da, T* db, const T* dout, int64_t n, bool
   if (db != nullptr) store(db, i, (accumulate_b ? load(db, i) : 0.0f) + g);
 }
 
+// sums may alias out only where out is f32 (each element is read before it is written).
 template <typename T>
-__global__ void gelu_kernel(T* out, T* slope, int64_t n) {
+__global__ void finish_product_kernel(const float* sums, const float* bias, bool gelu, T* out, T* slope, int64_t N,
+                                      int64_t OC) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float x = load(out, i);
+  if (i >= N * OC) return;
+  const float x = sums[i] + (bias != nullptr ? bias[i % OC] : 0.0f);
+  if (!gelu) {
+    store(out, i, x);
+    return;
+  }
   const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
   if (slope != nullptr) {
     store(slope, i, 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x));
@@ -89,12 +95,14 @@ void add_backward(Element type, void* da, void* db, const void* dout, int64_t n,
   check_launch("add_backward");
 }
 
-void gelu_forward(Element type, void* out, void* slope, int64_t n) {
-  dispatch(type, [&](auto* tag) {
+void finish_product(const float* sums, const float* bias, bool gelu, Element out_type, void* out, void* slope,
+                    int64_t N, int64_t OC) {
+  dispatch(out_type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    gelu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(static_cast<T*>(out), static_cast<T*>(slope), n);
+    finish_product_kernel<<<blocks_for(N * OC, kThreads), kThreads, 0, stream()>>>(
+        sums, bias, gelu, static_cast<T*>(out), static_cast<T*>(slope), N, OC);
   });
-  check_launch("matmul GELU");
+  check_launch("matmul bias and GELU");
 }
 
 void output_gradient(Element dout_type, const void* dout, const void* slope, Element grad_type, void* grad,

@@ -26,9 +26,11 @@ void add_forward(Element type, void* out, const void* a, const void* b, int64_t 
 // da or db may be null (no gradient wanted), or the same buffer (x + x).
 void add_backward(Element type, void* da, void* db, const void* dout, int64_t n, bool accumulate_a,
                   bool accumulate_b);
-// GELU (tanh form) in place over (N,OC) pre-activations, keeping its derivative in `slope` (may be
-// null: not kept); out and slope of `type`.
-void gelu_forward(Element type, void* out, void* slope, int64_t n);
+// A product's finish: out (N,OC) = sums + bias (OC, f32, may be null), then GELU (tanh form) if
+// asked, keeping its derivative in `slope` (may be null: not kept). sums are f32 (a scratch product,
+// rounded once here) or out itself; out and slope of `out_type`.
+void finish_product(const float* sums, const float* bias, bool gelu, Element out_type, void* out, void* slope,
+                    int64_t N, int64_t OC);
 // grad (N,OC) of grad_type = dout (of dout_type) times slope (of dout_type, may be null), and
 // dbias (OC, f32, may be null) += its column sums. grad may be dout itself.
 void output_gradient(Element dout_type, const void* dout, const void* slope, Element grad_type, void* grad,

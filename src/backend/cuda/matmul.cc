@@ -117,14 +117,23 @@ void matmul_forward(const MatmulForward& args) {
   const Dims d = dims_of(args, args.out);
   check(args.weight.dtype() == args.inp.dtype(), "cuda matmul: {} rows times a {} weight", dtype_name(args.inp.dtype()),
         dtype_name(args.weight.dtype()));
-  // out (N,OC) = inp (N,C) · W (+ bias); GELU then runs over out in place, keeping its slope.
+  const float* bias = args.bias.defined() ? args.bias.device_data<float>() : nullptr;
+  // out (N,OC) = inp (N,C) · W (+ bias). An f32 out takes the bias in cuBLASLt's epilogue (whose
+  // bias has D's type) and GELU in place; a bf16 out with a bias or GELU is summed into an f32
+  // scratch and rounded once, after both, as the CPU's.
+  const bool f32_out = args.out.dtype() == DType::f32;
+  const bool finish = args.gelu || (!f32_out && bias != nullptr);
+  std::optional<Scratch> sums;
+  if (finish && !f32_out) sums.emplace(sizeof(float) * static_cast<size_t>(d.N * d.OC));
+  void* product = sums ? sums->as<void>() : args.out.device_address();
   run({.M = d.N, .N = d.OC, .K = d.C, .a = args.inp.device_address(), .transpose_a = false,
-       .b = args.weight.device_address(), .transpose_b = d.transposed, .c = args.out.device_address(),
-       .operand_type = args.inp.dtype(), .c_type = args.out.dtype(),
-       .bias = args.bias.defined() ? args.bias.device_data<float>() : nullptr});
-  if (args.gelu) {
-    gelu_forward(element_of(args.out.dtype(), "out"), args.out.device_address(),
-                 args.gelu_slope.defined() ? args.gelu_slope.device_address() : nullptr, d.N * d.OC);
+       .b = args.weight.device_address(), .transpose_b = d.transposed, .c = product,
+       .operand_type = args.inp.dtype(), .c_type = sums ? DType::f32 : args.out.dtype(),
+       .bias = f32_out ? bias : nullptr});
+  if (finish) {
+    finish_product(static_cast<const float*>(product), f32_out ? nullptr : bias, args.gelu,
+                   element_of(args.out.dtype(), "out"), args.out.device_address(),
+                   args.gelu && args.gelu_slope.defined() ? args.gelu_slope.device_address() : nullptr, d.N, d.OC);
   }
 }
 
