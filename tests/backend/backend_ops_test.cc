@@ -59,6 +59,14 @@ class Inputs {
     for (size_t i = 0; i < values.size(); ++i) rounded[i] = bf16_to_f32(bits[i]);
     return backend_.upload(rounded, std::move(shape), DType::f32);
   }
+  // The same values 64 bytes into a larger buffer, where the memory planner's arena may place a
+  // tensor (a GEMM library may assume more alignment than that).
+  Tensor at_64_bytes(const Tensor& tensor) {
+    Tensor buffer = backend_.empty({static_cast<int64_t>(tensor.nbytes() + 64) / 2}, DType::u16);
+    Tensor view = buffer.view(64, tensor.shape(), tensor.dtype());
+    backend_.copy(tensor, view);
+    return view;
+  }
   Tensor positive(Shape shape) {  // Adam's second moments
     std::uniform_real_distribution<float> uniform(0.01f, 1.0f);
     std::vector<float> values(static_cast<size_t>(shape.numel()));
@@ -111,10 +119,10 @@ std::vector<Case> matmul_cases() {
                                                 gelu ? "bias+gelu" : "bias");
         const Shape weight_shape = layout == WeightLayout::in_out ? Shape{kIn, kOut} : Shape{kOut, kIn};
         cases.push_back({"matmul_forward " + variant, KernelOp::matmul_forward, dtype, [=](Inputs& in) {
-                           Tensor out = in.empty({kRows, kOut}, dtype);
+                           Tensor out = in.at_64_bytes(in.empty({kRows, kOut}, dtype));
                            Tensor slope = gelu ? in.empty({kRows, kOut}, dtype) : Tensor{};
                            in.backend().launch(MatmulForward{.out = out, .gelu_slope = slope,
-                                                             .inp = in.random({kRows, kIn}, dtype),
+                                                             .inp = in.at_64_bytes(in.random({kRows, kIn}, dtype)),
                                                              .weight = in.random(weight_shape, dtype, 0.2),
                                                              .bias = in.random({kOut}), .layout = layout, .gelu = gelu});
                            std::vector<Output> outputs{{"out", in.read(out), kIn, dtype}};
@@ -128,7 +136,8 @@ std::vector<Case> matmul_cases() {
                            const DType out_type = gelu ? dtype : DType::f32;
                            Tensor dout = in.random({kRows, kOut}, out_type);
                            Tensor slope = gelu ? in.random({kRows, kOut}, out_type) : Tensor{};
-                           Tensor dinp = in.random({kRows, kIn}, dtype), dweight = in.random(weight_shape, dtype);
+                           Tensor dinp = in.at_64_bytes(in.random({kRows, kIn}, dtype));
+                           Tensor dweight = in.random(weight_shape, dtype);
                            Tensor dbias = in.random({kOut});
                            in.backend().launch(MatmulBackward{.dinp = dinp, .dweight = dweight, .dbias = dbias,
                                                               .dout = dout, .inp = inp, .weight = weight,

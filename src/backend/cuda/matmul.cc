@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
@@ -37,6 +39,14 @@ struct Gemm {
   bool accumulate = false;
 };
 
+// The largest power of two up to 256 that divides the address.
+uint32_t alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
 // cuBLASLt is column-major: a row-major [r,c] matrix is its column-major [c,r] transpose, so
 // row-major C = op(A)·op(B) is column-major C^T = op(B)^T·op(A)^T: B's buffer goes first, and the
 // bias (one value per row of the column-major result) runs over C's columns, as wanted.
@@ -70,6 +80,16 @@ void run(const Gemm& g) {
     check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof(workspace)),
                  "workspace size");
+    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; the memory planner places
+    // tensors at 64-byte boundaries in its arena.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> matrices[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.b}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c}};
+    for (const auto& [attribute, pointer] : matrices) {
+      const uint32_t alignment = alignment_of(pointer);
+      check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)),
+                   "alignment");
+    }
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
     check_cublas(cublasLtMatmulAlgoGetHeuristic(blas_handle(), desc, first, second, out, out, preference, 1, &heuristic,
