@@ -61,7 +61,9 @@ if [[ -z $GPU && $DRY == 0 ]]; then echo "gpu_check: no GPU here (nvidia-smi fou
 
 [[ -f $PACK/lib.tar.xz ]] || { echo "gpu_check: no $PACK/lib.tar.xz: run 'bash scripts/gpu_check.sh --prepare' here and carry $PACK" >&2; exit 1; }
 LIBS=$(mktemp -d)
-tar -C "$LIBS" -xJf "$PACK/lib.tar.xz"
+# Python's tarfile, not tar: the device image may lack xz.
+python3 -c 'import sys, tarfile; safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **safe)' "$PACK/lib.tar.xz" "$LIBS"
 # CUDA's libraries: the toolkit's, or the ones PyTorch's wheels bring.
 CUDA_LIBS=/usr/local/cuda/lib64
 for module in nvidia.cublas nvidia.cuda_runtime nvidia.cu13; do
