@@ -2,7 +2,8 @@
 // the CPU backend (as ggml's test-backend-ops): each case builds the same random inputs on both
 // backends, runs the kernel on each, and compares every output by the norm of the difference,
 // relative to the norm of the CPU's output, against a bound from the dtype's epsilon and the
-// length of the sums behind each value.
+// length of the sums behind each value. A case whose kernel the device lacks fails, and so does a
+// kernel the device registers that no case runs.
 //
 // Where no such backend exists (no GPU) nothing is checked: the program lists the cases it did not
 // run and exits kNotRun, which CTest reports as "Not Run" (SKIP_RETURN_CODE), never as passed.
@@ -406,8 +407,27 @@ int run(bool check_harness) {
       (problem.empty() ? passed : failed) += 1;
     }
   }
-  std::printf("backend_ops_test: %d passed, %d failed, %d not registered\n", passed, failed, missing);
-  return failed == 0 && missing == 0 ? 0 : 1;
+  // A kernel the device registers that no case runs would go unchecked: each one fails the run.
+  int unchecked = 0;
+#define PARAFLOW_KERNEL_OP(name) KernelOp::name,
+  const KernelOp every_op[] = {PARAFLOW_KERNELS(PARAFLOW_KERNEL_OP)};
+#undef PARAFLOW_KERNEL_OP
+  for (Backend* device : devices) {
+    for (KernelOp op : every_op) {
+      for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::q8_0, DType::q4_k}) {
+        if (!device->supports(op, dtype)) continue;
+        bool covered = false;
+        for (const Case& c : cases) covered = covered || (c.op == op && c.dtype == dtype);
+        if (covered) continue;
+        std::printf("  NO CASE  %s %s is registered on %s and checked by no case\n", kernel_op_name(op), dtype_name(dtype),
+                    device->name().c_str());
+        ++unchecked;
+      }
+    }
+  }
+  std::printf("backend_ops_test: %d passed, %d failed, %d not registered, %d registered without a case\n", passed,
+              failed, missing, unchecked);
+  return failed == 0 && missing == 0 && unchecked == 0 ? 0 : 1;
 }
 
 }  // namespace
