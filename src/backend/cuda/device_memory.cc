@@ -26,8 +26,6 @@ void* DevicePool::allocate(size_t bytes) {
   void* block = nullptr;
   check_cuda(cudaMalloc(&block, size), "cudaMalloc of a device block");
   sizes_[block] = size;
-  reserved_ += size;
-  ++driver_allocations_;
   return block;
 }
 
@@ -37,16 +35,6 @@ void DevicePool::release(void* block) {
   if (found == sizes_.end()) return;  // not ours: nothing to give back
   free_.emplace(found->second, block);
   sizes_.erase(found);
-}
-
-size_t DevicePool::reserved_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return reserved_;
-}
-
-size_t DevicePool::driver_allocations() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return driver_allocations_;
 }
 
 DevicePool& device_pool() {

@@ -19,16 +19,12 @@ class DevicePool {
   // A block of at least `bytes` (rounded to a size class), not zeroed.
   void* allocate(size_t bytes);
   void release(void* block);
-  // Bytes obtained from cudaMalloc so far, and how many cudaMalloc calls that took.
-  size_t reserved_bytes() const;
-  size_t driver_allocations() const;
 
  private:
   static size_t size_class(size_t bytes);
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // size class -> block
   std::map<void*, size_t> sizes_;      // every block handed out -> its size class
-  size_t reserved_ = 0, driver_allocations_ = 0;
 };
 
 // The process's pool, never destroyed: tensors may outlive static destruction order.
