@@ -4,6 +4,10 @@ float32, or bf16 autocast around forward and loss (weights, gradients and optimi
 Run by compare_peers.py; alone:
 
     .venv-ref/bin/python bench/train/peer_torch.py --threads 2 [--precision mixed_bfloat16] [--steps 10]
+
+On a GPU (scripts/gpu_check.sh: the issue's peer, torch.compile with bf16 autocast):
+
+    python3 bench/train/peer_torch.py --threads 16 --device cuda --compile --precision mixed_bfloat16 ...
 """
 import os
 
@@ -16,7 +20,11 @@ import peer_common  # noqa: E402
 
 
 def main():
-    args = peer_common.parser(__doc__).parse_args()
+    parser = peer_common.parser(__doc__)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.arch == "llama":
@@ -32,22 +40,29 @@ def main():
                                          n_layer=args.n_layer, n_head=args.n_head,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = transformers.GPT2LMHeadModel(config).train()
+    model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     bf16 = args.precision == "mixed_bfloat16"
+    forward = torch.compile(model) if args.compile else model
 
     def step():
-        x = torch.randint(0, args.vocab, (args.batch, args.n_ctx))
-        y = torch.randint(0, args.vocab, (args.batch, args.n_ctx))
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(x).logits
+        x = torch.randint(0, args.vocab, (args.batch, args.n_ctx), device=device)
+        y = torch.randint(0, args.vocab, (args.batch, args.n_ctx), device=device)
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(x).logits
             loss = torch.nn.functional.cross_entropy(logits.float().view(-1, args.vocab), y.view(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if args.device == "cuda":
+            torch.cuda.synchronize()  # the step is timed to its end, not to its last launch
 
-    capability = [line for line in torch.__config__.show().splitlines() if "CPU capability" in line]
-    print(f"isa {capability[0].strip(' -') if capability else 'unknown'}")
+    if args.device == "cuda":
+        print(f"gpu {torch.cuda.get_device_name()}")
+    else:
+        capability = [line for line in torch.__config__.show().splitlines() if "CPU capability" in line]
+        print(f"isa {capability[0].strip(' -') if capability else 'unknown'}")
     peer_common.measure(step, args, torch.__version__, sum(p.numel() for p in model.parameters()))
 
 

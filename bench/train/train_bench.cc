@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", profile, "Print the time of each op kind for one extra step");
   CLI11_PARSE(app, argc, argv);
 
-  Backend& backend = cpu_backend();
+  Backend& backend = default_backend();  // the GPU where one is present (scripts/gpu_check.sh)
   // Under mpirun: data parallel over MPI, `--batch` per rank (weak scaling: the global batch grows).
   std::unique_ptr<dist::Communicator> communicator =
       dist::launched_by_mpi() ? dist::make_mpi_communicator() : dist::make_local_communicator();

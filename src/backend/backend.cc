@@ -1,8 +1,14 @@
 #include "backend/backend.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <mutex>
 #include <string_view>
+
+#ifdef PARAFLOW_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace paraflow {
 
@@ -83,6 +89,24 @@ void Backend::check_host_copy(const Tensor& tensor, size_t count, size_t element
     throw Error(fmt::format("host copy of {} elements of {} bytes for a {} {} tensor", count, element_size,
                             dtype_name(tensor.dtype()), tensor.shape().to_string()));
   }
+}
+
+std::vector<Backend*> available_backends() {
+  std::vector<Backend*> backends{&cpu_backend()};
+#ifdef PARAFLOW_CUDA
+  if (Backend* gpu = cuda::backend_if_present()) backends.push_back(gpu);
+#endif
+  return backends;
+}
+
+Backend& default_backend() {
+#ifdef PARAFLOW_CUDA
+  std::string why_not;
+  if (Backend* gpu = cuda::backend_if_present(&why_not)) return *gpu;
+  static std::once_flag said;
+  std::call_once(said, [&] { fmt::print(stderr, "no GPU ({}): using the CPU\n", why_not); });
+#endif
+  return cpu_backend();
 }
 
 }  // namespace paraflow

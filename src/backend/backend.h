@@ -121,8 +121,11 @@ class Backend {
   static void check_host_copy(const Tensor& tensor, size_t count, size_t element_size);
 };
 
-// The CPU backend always exists; CUDA is listed when built with nvcc and a GPU is present.
+// The CPU backend always exists; CUDA is listed after it when built with nvcc and a GPU is present.
 Backend& cpu_backend();
 std::vector<Backend*> available_backends();
+// What training runs on: the GPU where one is present, else the CPU. A build with the CUDA backend
+// says once, on stderr, that it found no GPU and uses the CPU.
+Backend& default_backend();
 
 }  // namespace paraflow

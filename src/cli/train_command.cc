@@ -48,7 +48,7 @@ void train_in_group(const RunSetup& setup, train::BatchSource& data, dist::Commu
     out_dir_lock.emplace(setup.train.out_dir, "train.out_dir");
     train::CheckpointManager(setup.train.out_dir, setup.train.keep_checkpoints).remove_stale_temporaries();
   }
-  Backend& backend = cpu_backend();
+  Backend& backend = default_backend();  // the GPU where one is present
   train::Trainer trainer(setup.model, setup.train, data, backend, communicator);
   trainer.initialize_or_resume();
   // MFU is relative to the peak of the GEMMs this policy runs: bf16 ones under mixed_bfloat16

@@ -3,7 +3,7 @@
 // awkward configs, and on the Llama family's (Llama with grouped k/v heads and rope scaling,
 // Mistral, Qwen2 with its q/k/v biases). The oracle loads our export with the model_type's
 // *ForCausalLM.from_pretrained, so this also checks the Hugging Face file layout. Each case runs on the CPU backend and on the opaque
-// test backend, whose memory only its copies and kernels reach.
+// test backend, whose memory only its copies and kernels reach, and the GPT-2 cases on a GPU where one is present.
 #include <gtest/gtest.h>
 
 #include "backend/opaque_backend.h"
@@ -141,9 +141,14 @@ TEST_P(TorchReference, LogitsLossGradientsAndAdamWCurve) {
                                    weight_decay, c.decay_embeddings ? " --decay-embeddings" : "")));
   model::SafetensorsFile expected = model::SafetensorsFile::load((dir.path() / "out.safetensors").string());
 
-  // The same run on the CPU backend and on the opaque one (memory the host cannot touch), from
-  // the saved initial weights.
-  for (Backend* backend : {&cpu_backend(), &testing::opaque_backend()}) {
+  // The same run on the CPU backend, on a GPU where one is present, and on the opaque one (memory
+  // the host cannot touch), from the saved initial weights. The CUDA backend has no Llama kernels
+  // (RMSNorm, RoPE, SwiGLU) yet: it runs the GPT-2 cases.
+  for (Backend* backend : testing::backends_with_opaque()) {
+    if (backend->device().kind == DeviceKind::cuda && c.config.is_llama()) {
+      std::printf(" backend %s: skipped, no Llama kernels on it\n", backend->name().c_str());
+      continue;
+    }
     SCOPED_TRACE(backend->name());
     std::printf(" backend %s\n", backend->name().c_str());
     check_against_torch(c, *backend, dir.path() / "model" / "model.safetensors", tokens, targets, expected, steps,

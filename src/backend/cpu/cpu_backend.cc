@@ -124,6 +124,4 @@ Backend& cpu_backend() {
   return backend;
 }
 
-std::vector<Backend*> available_backends() { return {&cpu_backend()}; }
-
 }  // namespace paraflow
