@@ -7,6 +7,7 @@
 
 #include <mutex>
 
+#include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
@@ -37,7 +38,7 @@ struct Runtime {
   Runtime() {
     check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cublas(cublasLtCreate(&blas), "cublasLtCreate");
+    check_cublas(cublaslt().Create(&blas), "cublasLtCreate");
     workspace = device_pool().allocate(kGemmWorkspaceBytes);
   }
 };

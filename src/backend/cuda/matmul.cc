@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
@@ -53,31 +54,31 @@ uint32_t alignment_of(const void* pointer) {
 void run(const Gemm& g) {
   const cudaDataType_t operand = cuda_type(g.operand_type, "an operand"), result = cuda_type(g.c_type, "the output");
   cublasLtMatmulDesc_t desc = nullptr;
-  check_cublas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+  check_cublas(cublaslt().MatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
   try {
     const cublasOperation_t op_first = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "TRANSA");
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "TRANSB");
+    check_cublas(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "TRANSA");
+    check_cublas(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "TRANSB");
     if (g.bias != nullptr) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bias_type = CUDA_R_32F;
-      check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue");
-      check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)), "bias");
-      check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+      check_cublas(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue");
+      check_cublas(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)), "bias");
+      check_cublas(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
                    "bias type");
     }
     // Stored (pre-op) column-major shapes: B's buffer is [N,K] as op'd, A's [K,M].
     const uint64_t first_rows = g.transpose_b ? g.K : g.N, first_cols = g.transpose_b ? g.N : g.K;
     const uint64_t second_rows = g.transpose_a ? g.M : g.K, second_cols = g.transpose_a ? g.K : g.M;
-    check_cublas(cublasLtMatrixLayoutCreate(&first, operand, first_rows, first_cols, first_rows), "layout B");
-    check_cublas(cublasLtMatrixLayoutCreate(&second, operand, second_rows, second_cols, second_rows), "layout A");
-    check_cublas(cublasLtMatrixLayoutCreate(&out, result, g.N, g.M, g.N), "layout C");
-    check_cublas(cublasLtMatmulPreferenceCreate(&preference), "preference");
+    check_cublas(cublaslt().MatrixLayoutCreate(&first, operand, first_rows, first_cols, first_rows), "layout B");
+    check_cublas(cublaslt().MatrixLayoutCreate(&second, operand, second_rows, second_cols, second_rows), "layout A");
+    check_cublas(cublaslt().MatrixLayoutCreate(&out, result, g.N, g.M, g.N), "layout C");
+    check_cublas(cublaslt().MatmulPreferenceCreate(&preference), "preference");
     const size_t workspace = kGemmWorkspaceBytes;
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+    check_cublas(cublaslt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof(workspace)),
                  "workspace size");
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; the memory planner places
@@ -87,12 +88,12 @@ void run(const Gemm& g) {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c}};
     for (const auto& [attribute, pointer] : matrices) {
       const uint32_t alignment = alignment_of(pointer);
-      check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)),
+      check_cublas(cublaslt().MatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)),
                    "alignment");
     }
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    check_cublas(cublasLtMatmulAlgoGetHeuristic(blas_handle(), desc, first, second, out, out, preference, 1, &heuristic,
+    check_cublas(cublaslt().MatmulAlgoGetHeuristic(blas_handle(), desc, first, second, out, out, preference, 1, &heuristic,
                                                 &found),
                  "algorithm heuristic");
     if (found == 0) {
@@ -100,22 +101,22 @@ void run(const Gemm& g) {
                               dtype_name(g.operand_type), dtype_name(g.c_type)));
     }
     const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
-    check_cublas(cublasLtMatmul(blas_handle(), desc, &alpha, g.b, first, g.a, second, &beta, g.c, out, g.c, out,
+    check_cublas(cublaslt().Matmul(blas_handle(), desc, &alpha, g.b, first, g.a, second, &beta, g.c, out, g.c, out,
                                 &heuristic.algo, gemm_workspace(), kGemmWorkspaceBytes, stream()),
                  "matmul");
   } catch (...) {
-    cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(out);
-    cublasLtMatrixLayoutDestroy(second);
-    cublasLtMatrixLayoutDestroy(first);
-    cublasLtMatmulDescDestroy(desc);
+    cublaslt().MatmulPreferenceDestroy(preference);
+    cublaslt().MatrixLayoutDestroy(out);
+    cublaslt().MatrixLayoutDestroy(second);
+    cublaslt().MatrixLayoutDestroy(first);
+    cublaslt().MatmulDescDestroy(desc);
     throw;
   }
-  cublasLtMatmulPreferenceDestroy(preference);
-  cublasLtMatrixLayoutDestroy(out);
-  cublasLtMatrixLayoutDestroy(second);
-  cublasLtMatrixLayoutDestroy(first);
-  cublasLtMatmulDescDestroy(desc);
+  cublaslt().MatmulPreferenceDestroy(preference);
+  cublaslt().MatrixLayoutDestroy(out);
+  cublaslt().MatrixLayoutDestroy(second);
+  cublaslt().MatrixLayoutDestroy(first);
+  cublaslt().MatmulDescDestroy(desc);
 }
 
 struct Dims {
