@@ -53,28 +53,28 @@ int main() {
   int mismatches = 0;
   for (const Format& format : {Format{"Q4_K", paraflow::DType::q4_k, quantize_row_q4_K_ref, dequantize_row_q4_K},
                                Format{"Q5_0", paraflow::DType::q5_0, quantize_row_q5_0_ref, dequantize_row_q5_0}}) {
-  for (const Kind& kind : kinds) {
-    const int64_t blocks = count / paraflow::dtype_block_elements(format.dtype);
-    const size_t block_bytes = paraflow::dtype_block_bytes(format.dtype);
-    std::vector<char> ours(blocks * block_bytes), theirs(blocks * block_bytes);
-    paraflow::quantize_blocks(format.dtype, kind.values.data(), ours.data(), count);
-    format.quantize_theirs(kind.values.data(), theirs.data(), count);
-    int64_t same = 0;
-    for (int64_t b = 0; b < blocks; ++b) same += std::memcmp(&ours[b * block_bytes], &theirs[b * block_bytes], block_bytes) == 0;
-    std::vector<float> ours_back(count), theirs_back(count);
-    paraflow::dequantize_blocks(format.dtype, ours.data(), ours_back.data(), count);
-    format.dequantize_theirs(theirs.data(), theirs_back.data(), count);
-    double ours_error = 0, theirs_error = 0, power = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      ours_error += std::pow(ours_back[i] - kind.values[i], 2.0);
-      theirs_error += std::pow(theirs_back[i] - kind.values[i], 2.0);
-      power += std::pow(kind.values[i], 2.0);
+    for (const Kind& kind : kinds) {
+      const int64_t blocks = count / paraflow::dtype_block_elements(format.dtype);
+      const size_t block_bytes = paraflow::dtype_block_bytes(format.dtype);
+      std::vector<char> ours(blocks * block_bytes), theirs(blocks * block_bytes);
+      paraflow::quantize_blocks(format.dtype, kind.values.data(), ours.data(), count);
+      format.quantize_theirs(kind.values.data(), theirs.data(), count);
+      int64_t same = 0;
+      for (int64_t b = 0; b < blocks; ++b) same += std::memcmp(&ours[b * block_bytes], &theirs[b * block_bytes], block_bytes) == 0;
+      std::vector<float> ours_back(count), theirs_back(count);
+      paraflow::dequantize_blocks(format.dtype, ours.data(), ours_back.data(), count);
+      format.dequantize_theirs(theirs.data(), theirs_back.data(), count);
+      double ours_error = 0, theirs_error = 0, power = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        ours_error += std::pow(ours_back[i] - kind.values[i], 2.0);
+        theirs_error += std::pow(theirs_back[i] - kind.values[i], 2.0);
+        power += std::pow(kind.values[i], 2.0);
+      }
+      std::printf("%s %-34s blocks identical %lld / %lld   relative RMS error ours %.6f llama.cpp %.6f\n", format.name, kind.name.c_str(),
+                  static_cast<long long>(same), static_cast<long long>(blocks), std::sqrt(ours_error / power),
+                  std::sqrt(theirs_error / power));
+      mismatches += same != blocks;
     }
-    std::printf("%s %-34s blocks identical %lld / %lld   relative RMS error ours %.6f llama.cpp %.6f\n", format.name, kind.name.c_str(),
-                static_cast<long long>(same), static_cast<long long>(blocks), std::sqrt(ours_error / power),
-                std::sqrt(theirs_error / power));
-    mismatches += same != blocks;
-  }
   }
   std::printf(mismatches == 0 ? "all blocks identical\n" : "%d type and kind pairs with differing blocks\n", mismatches);
   return mismatches == 0 ? 0 : 1;

@@ -57,7 +57,8 @@ void add_quantize_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingDirectory);
   command->add_option("--type", options->type,
-                      "The matrices' type, the head's too (q4_k as llama-quantize --pure writes; vectors are float32)")
+                      "The matrices' type, the head's too (q4_k as llama-quantize --pure writes: Q5_0 where rows are not whole "
+                      "256-value super-blocks; vectors are float32)")
       ->capture_default_str()
       ->check(CLI::IsMember({"q8_0", "q4_k", "f16", "bf16", "f32"}));
   command->add_option("--out", options->out, "The GGUF file to write")->required();

@@ -214,6 +214,14 @@ TEST(Quantized, Q5_0BlocksAreGgmlsAndDequantizeToItsValues) {
     }
   }
 
+  // Quantized again, the dequantized values come back as they are: a Q5_0 file read as float32
+  // and quantized at load decodes as the file does.
+  std::vector<BlockQ5_0> again(ours.size());
+  quantize_q5_0(back.data(), again.data(), count);
+  std::vector<float> back_again(values.size());
+  dequantize_q5_0(again.data(), back_again.data(), count);
+  EXPECT_EQ(back_again, back);
+
   // Dequantized: gguf's floats bit for bit.
   write_raw(dir.path() / "ours.bin", ours);
   ASSERT_TRUE(run_gguf_quants("dequantize", "q5_0", dir.path() / "ours.bin", dir.path() / "back.f32"));
