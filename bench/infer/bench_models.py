@@ -93,13 +93,14 @@ class Shape:
 def weight_bytes_per_token(model_dir):
     """Bytes of weights one decode step reads, per dtype: every tensor but the position table (one
     row is looked up) and an untied input embedding (one row too); a tied embedding once (as the
-    head); matrices at the dtype's width (Q8_0's and Q4_K's packed blocks), vectors (biases,
-    norms) in float32 as both engines keep them."""
+    head); matrices at the dtype's width (Q8_0's and Q4_K's packed blocks; for q4_k, a matrix whose
+    input features are not whole 256-value super-blocks at Q5_0's, as both engines fall back),
+    vectors (biases, norms) in float32 as both engines keep them."""
     with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
         header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     header.pop("__metadata__", None)
     untied = any(name.endswith("lm_head.weight") for name in header)
-    matrix = vector = 0
+    matrix = vector = q4_k_bytes = 0
     for name, tensor in header.items():
         if name.endswith("wpe.weight") or (untied and name.endswith(("wte.weight", "embed_tokens.weight"))):
             continue
@@ -108,8 +109,11 @@ def weight_bytes_per_token(model_dir):
             count *= size
         if len(tensor["shape"]) == 2:
             matrix += count
+            conv1d = name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))  # GPT-2's [in, out]
+            in_features = tensor["shape"][0 if conv1d else 1]
+            q4_k_bytes += count * 144 // 256 if in_features % 256 == 0 else count * 22 // 32  # Q4_K, else Q5_0
         else:
             vector += count
     return {"float32": 4 * (matrix + vector), "bfloat16": 2 * matrix + 4 * vector, "float16": 2 * matrix + 4 * vector,
             "q8_0": matrix * 34 // 32 + 4 * vector,  # Q8_0: 34 bytes per block of 32
-            "q4_k": matrix * 144 // 256 + 4 * vector}  # Q4_K: 144 bytes per super-block of 256
+            "q4_k": q4_k_bytes + 4 * vector}  # Q4_K: 144 bytes per super-block of 256; Q5_0: 22 per 32

@@ -4,7 +4,11 @@ the one `paraflow generate --temperature 0 --dtype float32` prints from the same
 tokenizing the prompt and detokenizing the output through the file's tokenizer.ggml.*). A bench-side check, not a unit test: llama.cpp is built only for the
 benchmarks (bench/infer/build_llama_cpp.sh).
 
-    .venv-ref/bin/python bench/infer/check_gguf_llama.py [--tokens 24] [--threads 2] [--types f32,q8_0]
+    .venv-ref/bin/python bench/infer/check_gguf_llama.py [--tokens 24] [--threads 2] [--types f32,q8_0,q4_k]
+        [--hidden-size 256]
+
+--hidden-size 192 makes rows that are not whole 256-value super-blocks: q4_k files are then Q5_0
+but for the MLP's down projection (rows of 512), as llama-quantize writes them.
 
 Models (random weights, 7.5x transformers' initial scale (0.15) so the greedy path has no near-ties; made
 with transformers under .venv-ref): a Llama with grouped k/v heads (GGUF architecture `llama`:
@@ -35,7 +39,7 @@ FAMILIES = {  # model_type, tokenizer family, transformers config
 }
 
 
-def make_model(directory, name):
+def make_model(directory, name, hidden_size):
     import torch
     import transformers
     model_type, family, extra = FAMILIES[name]
@@ -44,7 +48,7 @@ def make_model(directory, name):
                     "/usr/share/common-licenses/Apache-2.0"], check=True)
     vocab = json.load(open(os.path.join(directory, "tokenizer.json")))
     vocab_size = max(list(vocab["model"]["vocab"].values()) + [t["id"] for t in vocab["added_tokens"]]) + 1
-    config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab_size, hidden_size=256, intermediate_size=512,
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=512,
                                                num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256,
                                                rms_norm_eps=1e-6, initializer_range=0.15, **extra)
     torch.manual_seed(0)
@@ -99,6 +103,7 @@ def main():
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--types", default="f32,q8_0")
+    parser.add_argument("--hidden-size", type=int, default=256, help="4 heads of hidden-size / 4")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()}")
     failed = False
@@ -106,7 +111,7 @@ def main():
     try:
         for name in FAMILIES:
             directory = os.path.join(work, name)
-            make_model(directory, name)
+            make_model(directory, name, args.hidden_size)
             for gguf_type in args.types.split(","):
                 gguf = os.path.join(work, f"{name}-{gguf_type}.gguf")
                 subprocess.run([PARAFLOW, "quantize", "--model", directory, "--type", gguf_type, "--out", gguf],
@@ -119,10 +124,10 @@ def main():
                 print(f"{name} {gguf_type}: llama-bench {'loads it' if loaded else 'FAILED: ' + bench.stderr[-300:]}"
                       f" ({speed:.0f} tokens/s); prompt of {ids} tokens\n  llama-server:           {theirs!r}")
                 failed |= not loaded
-                # F32 files in float32; Q8_0 files also as llama.cpp computes them (--dtype q8_0: Q8_0
-                # weights times activations quantized per row), which must agree; float32 on the
-                # dequantized weights is shown beside it.
-                for dtype in ["float32"] + (["q8_0"] if gguf_type == "q8_0" else []):
+                # F32 files in float32; Q8_0 and Q4_K files also as llama.cpp computes them (--dtype
+                # q8_0 or q4_k: the packed weights times activations quantized per row), which must
+                # agree; float32 on the dequantized weights is shown beside it.
+                for dtype in ["float32"] + ([gguf_type] if gguf_type in ("q8_0", "q4_k") else []):
                     printed = subprocess.run([PARAFLOW, "generate", "--model", gguf, "--prompt", PROMPT, "--max-tokens",
                                               str(args.tokens), "--temperature", "0", "--dtype", dtype],
                                              capture_output=True, text=True, check=True,

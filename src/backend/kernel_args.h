@@ -195,7 +195,7 @@ struct SwigluBackward {
 // dtype() is the operands' type (inp and weight); out is f32 or that type, and gelu_slope has
 // out's type. f32 rows may also multiply a float16 weight (decoding's, [out, in], forward only):
 // out_in_tiles in half arithmetic where the CPU has it (backend/cpu/half_products.h), out_in
-// widened to f32; or a block-quantized weight (q8_0, [out, in], forward only), whose type is then
+// widened to f32; or a block-quantized weight (q8_0, q4_k, q5_0; [out, in], forward only), whose type is then
 // dtype(): its kernel is registered under it.
 struct MatmulForward {
   static constexpr KernelOp op = KernelOp::matmul_forward;

@@ -102,7 +102,7 @@ inline CLI::Option* add_weights_dtype_option(CLI::App* command, std::string& dty
                       "Weights in float32, bfloat16, float16 (the linear layers' weights only, in half arithmetic on CPUs with "
                       "AVX512_FP16) or q8_0 (the linear layers' and the head's weights quantized at load to 8 bits in blocks of 32, "
                       "as GGUF's Q8_0) or q4_k (the same in 4 bits, super-blocks of 256 with 6-bit scales and minimums, as GGUF's "
-                      "Q4_K); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else "
+                      "Q4_K; Q5_0 where rows are not whole super-blocks, as llama.cpp falls back); auto: bfloat16 with AMX or on AMD with AVX512_BF16, else float16 with AVX512_FP16, else "
                       "bfloat16 with AVX512_BF16, else float32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "q8_0", "q4_k"}));

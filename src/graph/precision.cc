@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "graph/op.h"
+#include "tensor/quantized.h"
 
 namespace paraflow::graph {
 
@@ -157,7 +158,9 @@ PrecisionPlan read_matmul_weights_in(Graph& graph, DType dtype) {
     auto [found, added] = copies.emplace(weight, kNoValue);
     if (added) {
       const Value value = graph.value(weight);
-      found->second = graph.add_value(value.name + "." + dtype_name(dtype), value.shape, dtype, ValueRole::parameter);
+      const Shape& rows = graph.value(node.inputs[0]).shape;  // the weight's stored rows are as long as these
+      const DType type = quantized_type_for_rows(dtype, rows[rows.rank() - 1]);
+      found->second = graph.add_value(value.name + "." + dtype_name(type), value.shape, type, ValueRole::parameter);
       plan.half_parameters.emplace_back(weight, found->second);
     }
     graph.replace_input(n, weight, found->second);

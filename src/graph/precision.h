@@ -44,9 +44,11 @@ PrecisionPlan apply_precision_policy(Graph& graph, PrecisionPolicy policy, Graph
                                      const std::set<ValueId>& keep_f32, const Backend& backend,
                                      const std::set<ValueId>& stored_inputs = {});
 
-// Decoding with 16-bit weights and f32 activations (generate's and serve's float16): every forward
-// matmul reads its weight parameter from a 16-bit copy (a parameter value of its own, returned as
-// in PrecisionPlan::half_parameters, which the caller binds); nothing else changes.
+// Decoding with 16-bit or quantized weights and f32 activations (generate's and serve's float16,
+// q8_0, q4_k): every forward matmul reads its weight parameter from a copy in `dtype` (a parameter
+// value of its own, returned as in PrecisionPlan::half_parameters, which the caller binds); q4_k
+// as llama.cpp falls back where the matmul's input rows are not whole super-blocks
+// (quantized_type_for_rows: q5_0). Nothing else changes.
 PrecisionPlan read_matmul_weights_in(Graph& graph, DType dtype);
 
 }  // namespace paraflow::graph

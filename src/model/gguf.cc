@@ -100,6 +100,7 @@ bool dtype_of_ggml(uint32_t id, DType& dtype) {
   switch (id) {
     case 0: dtype = DType::f32; return true;
     case 1: dtype = DType::f16; return true;
+    case 6: dtype = DType::q5_0; return true;
     case 8: dtype = DType::q8_0; return true;
     case 12: dtype = DType::q4_k; return true;
     case 30: dtype = DType::bf16; return true;
@@ -271,7 +272,7 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
     }
     info.shape = Shape(dims);
     const auto type = in.read<uint32_t>(what + "'s type");
-    check(dtype_of_ggml(type, info.dtype), "{}: {} has ggml type {} ({}): only F32, F16, BF16, Q8_0 and Q4_K are read", where,
+    check(dtype_of_ggml(type, info.dtype), "{}: {} has ggml type {} ({}): only F32, F16, BF16, Q8_0, Q4_K and Q5_0 are read", where,
           what, type, ggml_type_name(type));
     const int64_t block = dtype_block_elements(info.dtype);
     check(dims.back() % block == 0, "{}: {}: its rows of {} are not whole {}-value blocks of {}", where, what, dims.back(),
@@ -323,10 +324,11 @@ uint32_t ggml_type_of(DType dtype, const std::string& name) {
   switch (dtype) {
     case DType::f32: return 0;
     case DType::f16: return 1;
+    case DType::q5_0: return 6;
     case DType::q8_0: return 8;
     case DType::q4_k: return 12;
     case DType::bf16: return 30;
-    default: fail("GGUF: tensor '{}' is {}, not F32, F16, BF16, Q8_0 or Q4_K", name, dtype_name(dtype));
+    default: fail("GGUF: tensor '{}' is {}, not F32, F16, BF16, Q8_0, Q4_K or Q5_0", name, dtype_name(dtype));
   }
 }
 

@@ -1,7 +1,7 @@
 // GGUF files (llama.cpp's format, version 3; version 2 has the same layout), read: the header,
 // the metadata (key -> typed value, every GGUF value type, arrays nested), the tensor infos and
 // the aligned data section, memory-mapped so that a tensor is a view of the file's bytes (a Q8_0
-// or Q4_K tensor is our blocks as they are). Tensor types F32, F16, BF16, Q8_0 and Q4_K; any other is
+// or Q4_K tensor is our blocks as they are). Tensor types F32, F16, BF16, Q8_0, Q4_K and Q5_0; any other is
 // refused naming the tensor, its type and where its info lies. Every error names the file, the
 // key or tensor at fault and the byte offset.
 #pragma once
@@ -78,7 +78,7 @@ class GgufFile {
 };
 
 // Writes a GGUF file (version 3) atomically: `metadata` in order, then the tensors' infos and
-// their bytes (F32, F16, BF16, Q8_0 or Q4_K host tensors, as they are), each aligned to `alignment`
+// their bytes (F32, F16, BF16, Q8_0, Q4_K or Q5_0 host tensors, as they are), each aligned to `alignment`
 // (general.alignment is written when it is not GGUF's default 32).
 void write_gguf(const std::filesystem::path& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
                 const std::vector<std::pair<std::string, Tensor>>& tensors, uint64_t alignment = 32);

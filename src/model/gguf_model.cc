@@ -29,7 +29,8 @@ std::vector<float> gguf_values(const Tensor& tensor) {
       break;
     }
     case DType::q8_0:
-    case DType::q4_k: dequantize_blocks(tensor.dtype(), tensor.raw(), values.data(), tensor.numel()); break;
+    case DType::q4_k:
+    case DType::q5_0: dequantize_blocks(tensor.dtype(), tensor.raw(), values.data(), tensor.numel()); break;
     default: fail("gguf_values: {} is not a GGUF tensor type we read", dtype_name(tensor.dtype()));
   }
   return values;

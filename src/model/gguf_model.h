@@ -1,7 +1,7 @@
 // Models from GGUF files as llama.cpp's convert_hf_to_gguf.py writes them: GPT-2's (architecture
 // `gpt2`: token_embd, position_embd, blk.N.attn_qkv / attn_output / ffn_up / ffn_down with [out,
 // in] weights, the norms, output_norm, output) and the Llama family's (`llama` for Llama and
-// Mistral, `qwen2`: model/gguf_llama.h), their tensors in F32, F16, BF16, Q8_0 or Q4_K; which tensor is
+// Mistral, `qwen2`: model/gguf_llama.h), their tensors in F32, F16, BF16, Q8_0, Q4_K or Q5_0; which tensor is
 // which parameter: model/gguf_tensors.h. The parameters are float32 (dequantized, GPT-2's linear
 // weights transposed back to Hugging Face's Conv1D [in, out]); decoding them with --dtype q8_0
 // quantizes the file's Q8_0 weights to the very blocks the file holds (ggml's quantizer gives back
@@ -33,7 +33,7 @@ void save_gguf_model(const std::filesystem::path& path, const GptConfig& config,
 // The key's value, which must be a positive integer; errors name the file and the key.
 int64_t gguf_positive(const GgufFile& file, const std::string& key);
 
-// A tensor's values as float32 (F32, F16, BF16, Q8_0 or Q4_K), row-major in its shape.
+// A tensor's values as float32 (F32, F16, BF16, Q8_0, Q4_K or Q5_0), row-major in its shape.
 std::vector<float> gguf_values(const Tensor& tensor);
 
 }  // namespace paraflow::model

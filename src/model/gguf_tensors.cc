@@ -123,11 +123,12 @@ Tensor to_gguf_type(const std::vector<float>& values, const Shape& shape, DType 
     }
     case DType::q8_0:
     case DType::q4_k:
+    case DType::q5_0:
       check(shape[shape.rank() - 1] % dtype_block_elements(type) == 0, "GGUF write: rows of {} are not whole {} blocks of {}",
             shape.to_string(), dtype_name(type), dtype_block_elements(type));
       quantize_blocks(type, values.data(), out.raw(), static_cast<int64_t>(values.size()));
       break;
-    default: fail("GGUF write: matrices in f32, f16, bf16, q8_0 or q4_k (got {})", dtype_name(type));
+    default: fail("GGUF write: matrices in f32, f16, bf16, q8_0, q4_k or q5_0 (got {})", dtype_name(type));
   }
   return out;
 }
@@ -147,6 +148,8 @@ std::vector<std::pair<std::string, Tensor>> gguf_parameter_tensors(const GptConf
                                                                     const ParameterSet& parameters, DType type) {
   gguf_file_type(type);  // refuses an unwritable type before any work
   std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<std::string> matrices;
+  std::vector<DType> matrix_types;  // `type`, or its fallback (quantized_type_for_rows) as llama-quantize writes
   for (const auto& [hf_name, values] : hf_tensors(parameters)) {
     const GgufPlacement placement = gguf_placement(config, hf_name);
     const Shape& shape = values.shape();
@@ -157,8 +160,15 @@ std::vector<std::pair<std::string, Tensor>> gguf_parameter_tensors(const GptConf
     for (size_t r = 0; r < rows; ++r) {
       for (size_t c = 0; c < columns; ++c) laid_out[r * columns + c] = from[our_index(placement, r, c, rows, columns)];
     }
-    tensors.emplace_back(placement.name, to_gguf_type(laid_out, stored, shape.rank() == 1 ? DType::f32 : type));
+    DType tensor_type = DType::f32;
+    if (shape.rank() > 1) {
+      tensor_type = quantized_type_for_rows(type, stored[stored.rank() - 1]);
+      matrices.push_back(placement.name);
+      matrix_types.push_back(tensor_type);
+    }
+    tensors.emplace_back(placement.name, to_gguf_type(laid_out, stored, tensor_type));
   }
+  report_quantization_fallbacks(type, matrices, matrix_types);
   return tensors;
 }
 

@@ -40,8 +40,9 @@ GgufPlacement gguf_placement(const GptConfig& config, const std::string& hf_name
 void read_gguf_parameters(const GgufFile& file, const GptConfig& config, ParameterSet& parameters,
                           const std::vector<std::string>& allowed_extra);
 
-// The parameters as GGUF tensors, in hf_tensors' order: matrices in `type` (f32, f16, bf16 or
-// q8_0, each rounded or quantized as gguf-py does), vectors in F32.
+// The parameters as GGUF tensors, in hf_tensors' order: matrices in `type` (f32, f16, bf16, q8_0
+// or q4_k, each rounded or quantized as gguf-py or llama-quantize does; q4_k falling back to q5_0
+// where rows are not whole super-blocks, as llama-quantize does, said on stderr), vectors in F32.
 std::vector<std::pair<std::string, Tensor>> gguf_parameter_tensors(const GptConfig& config,
                                                                     const ParameterSet& host_parameters, DType type);
 

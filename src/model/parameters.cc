@@ -1,6 +1,10 @@
 #include "model/parameters.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "backend/kernel_args.h"
@@ -321,6 +325,49 @@ ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DTyp
   }
 }
 
+void report_quantization_fallbacks(DType requested, const std::vector<std::string>& names, const std::vector<DType>& types) {
+  std::vector<std::string> patterns;  // the names with layer numbers as N, each once, in order
+  size_t count = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (types[i] == requested) continue;
+    ++count;
+    std::string pattern;
+    for (size_t c = 0; c < names[i].size(); ++c) {
+      const bool digit = std::isdigit(static_cast<unsigned char>(names[i][c])) != 0;
+      if (!digit) pattern += names[i][c];
+      else if (c == 0 || !std::isdigit(static_cast<unsigned char>(names[i][c - 1]))) pattern += 'N';
+    }
+    if (std::find(patterns.begin(), patterns.end(), pattern) == patterns.end()) patterns.push_back(pattern);
+  }
+  if (count == 0) return;
+  const DType fallback = *std::find_if(types.begin(), types.end(), [&](DType type) { return type != requested; });
+  fmt::print(stderr, "{}: {} of {} matrices have rows that are not whole {}-value blocks: {} instead, as llama.cpp falls back ({})\n",
+             dtype_name(requested), count, names.size(), dtype_block_elements(requested), dtype_name(fallback),
+             fmt::join(patterns, ", "));
+}
+
+ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, const std::vector<DType>& dtypes)
+    : backend_(&backend), specs_(std::move(specs)) {
+  check(dtypes.size() == specs_.size(), "ParameterSet: {} dtypes for {} tensors", dtypes.size(), specs_.size());
+  if (std::all_of(dtypes.begin(), dtypes.end(), [&](DType dtype) { return dtype == dtypes.front(); })) {
+    *this = ParameterSet(std::move(specs_), backend, dtypes.empty() ? DType::f32 : dtypes.front());
+    return;
+  }
+  constexpr size_t kAlignment = 64, kWord = 2;
+  std::vector<size_t> byte_offsets;
+  size_t bytes = 0;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    byte_offsets.push_back(bytes);
+    bytes += (dtype_bytes(dtypes[i], specs_[i].shape.numel()) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  flat_ = backend.empty(Shape{static_cast<int64_t>(bytes / kWord)}, DType::u16);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    offsets_.push_back(static_cast<int64_t>(byte_offsets[i] / kWord));
+    views_.push_back(flat_.view(byte_offsets[i], specs_[i].shape, dtypes[i]));
+    index_[specs_[i].name] = i;
+  }
+}
+
 const Tensor& ParameterSet::get(const std::string& name) const {
   auto found = index_.find(name);
   if (found == index_.end()) throw Error("model has no tensor named '" + name + "'");
@@ -337,6 +384,7 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         "converted_copy: {} is not f32, bf16, f16, q8_0 or q4_k", dtype_name(dtype));
   std::vector<size_t> sources;  // indices into specs_ of the tensors copied
   std::vector<TensorSpec> specs;
+  std::vector<DType> types;  // each copy's: `dtype`, or its fallback
   for (size_t i = 0; i < specs_.size(); ++i) {
     if (only != nullptr && !only->count(specs_[i].name)) continue;
     TensorSpec spec = specs_[i];
@@ -344,18 +392,23 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
     const bool interleaved = layouts.interleaved.count(spec.name) > 0, tiled = layouts.tiled.count(spec.name) > 0;
     check((!interleaved && !tiled) || spec.shape.rank() == 2,
           "converted_copy: {} {} cannot be stored interleaved or tiled (not 2-D)", spec.name, spec.shape.to_string());
-    if (is_block_quantized(dtype)) {
-      const int64_t block = dtype_block_elements(dtype), columns = spec.shape[spec.shape.rank() - 1];
+    const DType type = is_block_quantized(dtype) ? quantized_type_for_rows(dtype, spec.shape[spec.shape.rank() - 1]) : dtype;
+    if (is_block_quantized(type)) {
+      const int64_t block = dtype_block_elements(type), columns = spec.shape[spec.shape.rank() - 1];
       check(!interleaved && !tiled, "converted_copy: {} weights are read as blocks of rows, not interleaved or tiled ({})",
-            dtype_name(dtype), spec.name);
+            dtype_name(type), spec.name);
       check(columns % block == 0, "{} {} cannot be quantized to {}: its rows of {} are not a whole number of {}-value blocks",
-            spec.name, spec.shape.to_string(), dtype_name(dtype), columns, block);
+            spec.name, spec.shape.to_string(), dtype_name(type), columns, block);
     }
     sources.push_back(i);
     specs.push_back(std::move(spec));
+    types.push_back(type);
   }
+  std::vector<std::string> names;
+  for (const TensorSpec& spec : specs) names.push_back(spec.name);
+  report_quantization_fallbacks(dtype, names, types);
   const ParameterSet source = on_host();
-  ParameterSet copy(std::move(specs), backend, dtype);
+  ParameterSet copy(std::move(specs), backend, types);
   copy.write_on_host([&](ParameterSet& host) {
     std::vector<float> stored;  // a quantized tensor's f32 values, in its stored layout
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -386,10 +439,10 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         case DType::f16:
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
-        default:  // q8_0 or q4_k: the stored rows in f32, then quantized block by block
+        default:  // block-quantized: the stored rows in f32, then quantized block by block
           stored.resize(static_cast<size_t>(shape.numel()));
           write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
-          quantize_blocks(dtype, stored.data(), host.at(i).raw(), shape.numel());
+          quantize_blocks(types[i], stored.data(), host.at(i).raw(), shape.numel());
           break;
       }
     }

@@ -123,10 +123,19 @@ struct StoredLayouts {
   std::set<std::string> transposed, interleaved, tiled;
 };
 
+// Says on stderr, once, which of the tensors `names` (types[i] the i-th's) are quantized not to
+// `requested` but to its fallback (quantized_type_for_rows), their layer numbers written N;
+// nothing where none are.
+void report_quantization_fallbacks(DType requested, const std::vector<std::string>& names, const std::vector<DType>& types);
+
 class ParameterSet {
  public:
   ParameterSet() = default;
   ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype = DType::f32);
+  // Tensors of several types, dtypes[i] the i-th's (a q4_k copy whose rows of 896 are q5_0:
+  // quantized_type_for_rows). flat() is then their bytes, as u16 words (every type's blocks are
+  // whole words), each tensor starting 64-byte aligned, at word offset_of(i).
+  ParameterSet(std::vector<TensorSpec> specs, Backend& backend, const std::vector<DType>& dtypes);
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const Tensor& flat() const { return flat_; }
@@ -141,7 +150,8 @@ class ParameterSet {
   // the given layouts (converted on the host once: for weights that decoding reads in another
   // layout); of the tensors named in `only` when given (those a decoding graph reads in `dtype`).
   // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take neither
-  // interleaving nor tiles.
+  // interleaving nor tiles; q4_k falls back to q5_0 for a tensor whose rows are not whole
+  // super-blocks, as llama.cpp does (quantized_type_for_rows), and says which, once, on stderr.
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.

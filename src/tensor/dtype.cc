@@ -7,12 +7,13 @@
 
 namespace paraflow {
 
-bool is_block_quantized(DType dtype) { return dtype == DType::q8_0 || dtype == DType::q4_k; }
+bool is_block_quantized(DType dtype) { return dtype == DType::q8_0 || dtype == DType::q4_k || dtype == DType::q5_0; }
 
 int64_t dtype_block_elements(DType dtype) {
   switch (dtype) {
     case DType::q8_0: return BlockQ8_0::kElements;
     case DType::q4_k: return BlockQ4_K::kElements;
+    case DType::q5_0: return BlockQ5_0::kElements;
     default: return 1;
   }
 }
@@ -21,6 +22,7 @@ size_t dtype_block_bytes(DType dtype) {
   switch (dtype) {
     case DType::q8_0: return sizeof(BlockQ8_0);
     case DType::q4_k: return sizeof(BlockQ4_K);
+    case DType::q5_0: return sizeof(BlockQ5_0);
     default: return dtype_size(dtype);
   }
 }
@@ -37,7 +39,8 @@ size_t dtype_bytes(DType dtype, int64_t count) {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::q8_0:
-    case DType::q4_k: throw Error(fmt::format("{} is block-quantized: it has no per-element size", dtype_name(dtype)));
+    case DType::q4_k:
+    case DType::q5_0: throw Error(fmt::format("{} is block-quantized: it has no per-element size", dtype_name(dtype)));
     case DType::f64:
     case DType::i64: return 8;
     case DType::f32:
@@ -60,6 +63,7 @@ const char* dtype_name(DType dtype) {
     case DType::u16: return "u16";
     case DType::q8_0: return "q8_0";
     case DType::q4_k: return "q4_k";
+    case DType::q5_0: return "q5_0";
   }
   return "?";
 }
@@ -74,14 +78,15 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::i64: return "I64";
     case DType::u16: return "U16";
     case DType::q8_0:
-    case DType::q4_k: return nullptr;
+    case DType::q4_k:
+    case DType::q5_0: return nullptr;
   }
   return "?";
 }
 
 DType parse_dtype(const std::string& name, const std::string& context) {
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16, DType::q8_0,
-                      DType::q4_k}) {
+                      DType::q4_k, DType::q5_0}) {
     const char* safetensors_name = safetensors_dtype_name(dtype);
     if (name == dtype_name(dtype) || (safetensors_name != nullptr && name == safetensors_name)) return dtype;
   }

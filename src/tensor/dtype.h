@@ -12,10 +12,10 @@
 
 namespace paraflow {
 
-// q8_0 and q4_k are block-quantized, with ggml's byte layouts (tensor/quantized.h): elements come
+// q8_0, q4_k and q5_0 are block-quantized, with ggml's byte layouts (tensor/quantized.h): elements come
 // in blocks of dtype_block_elements, each stored in dtype_block_bytes, so a tensor's byte count is
 // dtype_bytes, not a per-element size times the count.
-enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u16, q8_0, q4_k };
+enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u16, q8_0, q4_k, q5_0 };
 
 bool is_block_quantized(DType dtype);
 // Elements per block: 1 for the element types.

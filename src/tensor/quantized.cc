@@ -184,6 +184,51 @@ void dequantize_q4_k(const BlockQ4_K* blocks, float* values, int64_t count) {
   }
 }
 
+void quantize_q5_0(const float* values, BlockQ5_0* blocks, int64_t count) {
+  check_whole_blocks(count, BlockQ5_0::kElements, "q5_0");
+  for (int64_t b = 0; b < count / BlockQ5_0::kElements; ++b) {
+    const float* x = values + b * BlockQ5_0::kElements;
+    float amax = 0.0f, max = 0.0f;  // the first value of largest magnitude, signed
+    for (int64_t i = 0; i < BlockQ5_0::kElements; ++i) {
+      if (amax < std::fabs(x[i])) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    }
+    // That value maps to q = 0 (-16 d): the signed extreme gets the level the other side lacks.
+    const float d = max / -16;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    blocks[b].d = f32_to_f16(d);
+    uint32_t qh = 0;
+    for (int64_t i = 0; i < 16; ++i) {
+      // x / d + 16.5 is at least 0.5: the cast truncates as ggml's does.
+      const int low = std::min(31, static_cast<int>(x[i] * inverse + 16.5f));
+      const int high = std::min(31, static_cast<int>(x[i + 16] * inverse + 16.5f));
+      blocks[b].qs[i] = static_cast<uint8_t>((low & 0xF) | ((high & 0xF) << 4));
+      qh |= static_cast<uint32_t>(low >> 4) << i;
+      qh |= static_cast<uint32_t>(high >> 4) << (i + 16);
+    }
+    std::memcpy(blocks[b].qh, &qh, sizeof qh);
+  }
+}
+
+void dequantize_q5_0(const BlockQ5_0* blocks, float* values, int64_t count) {
+  check_whole_blocks(count, BlockQ5_0::kElements, "q5_0");
+  for (int64_t b = 0; b < count / BlockQ5_0::kElements; ++b) {
+    const BlockQ5_0& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    uint32_t qh;
+    std::memcpy(&qh, block.qh, sizeof qh);
+    float* y = values + b * BlockQ5_0::kElements;
+    for (int i = 0; i < 16; ++i) {
+      const int low = (block.qs[i] & 0xF) | static_cast<int>(((qh >> i) & 1) << 4);
+      const int high = (block.qs[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
+      y[i] = d * static_cast<float>(low - 16);
+      y[i + 16] = d * static_cast<float>(high - 16);
+    }
+  }
+}
+
 void quantize_q8_k(const float* values, BlockQ8_K* blocks, int64_t count) {
   check_whole_blocks(count, BlockQ8_K::kElements, "q8_k");
   for (int64_t b = 0; b < count / BlockQ8_K::kElements; ++b) {
@@ -213,6 +258,7 @@ void quantize_blocks(DType dtype, const float* values, void* blocks, int64_t cou
   switch (dtype) {
     case DType::q8_0: quantize_q8_0(values, static_cast<BlockQ8_0*>(blocks), count); return;
     case DType::q4_k: quantize_q4_k(values, static_cast<BlockQ4_K*>(blocks), count); return;
+    case DType::q5_0: quantize_q5_0(values, static_cast<BlockQ5_0*>(blocks), count); return;
     default: fail("quantize_blocks: {} is not block-quantized", dtype_name(dtype));
   }
 }
@@ -221,8 +267,14 @@ void dequantize_blocks(DType dtype, const void* blocks, float* values, int64_t c
   switch (dtype) {
     case DType::q8_0: dequantize_q8_0(static_cast<const BlockQ8_0*>(blocks), values, count); return;
     case DType::q4_k: dequantize_q4_k(static_cast<const BlockQ4_K*>(blocks), values, count); return;
+    case DType::q5_0: dequantize_q5_0(static_cast<const BlockQ5_0*>(blocks), values, count); return;
     default: fail("dequantize_blocks: {} is not block-quantized", dtype_name(dtype));
   }
+}
+
+DType quantized_type_for_rows(DType requested, int64_t columns) {
+  if (requested == DType::q4_k && columns % BlockQ4_K::kElements != 0) return DType::q5_0;
+  return requested;
 }
 
 }  // namespace paraflow

@@ -8,6 +8,12 @@
 //   dmin * m (144 bytes, 4.5 bits per weight). The quantizer follows ggml's reference algorithm
 //   (quantize_row_q4_K_ref): per sub-block the scale and minimum that minimize a weighted squared
 //   error over a few candidate grids, then those quantized to 6 bits against the largest.
+// - Q5_0: 32 weights per block, a float16 scale d and 5-bit values q (their low 4 bits in 16
+//   bytes, weight i's in byte i % 16's low nibble for i < 16 and high nibble after; their top bits
+//   in the 32-bit word qh, bit i): weight = d * (q - 16) (22 bytes, 5.5 bits per weight). The
+//   quantizer is ggml's reference one (quantize_row_q5_0_ref): d = -m / 16 for the value m of
+//   largest magnitude, q = min(31, trunc(x / d + 16.5)), bit for bit. llama.cpp writes it for Q4_K
+//   matrices whose rows are not whole 256-weight super-blocks (quantized_type_for_rows).
 // - Q8_K: the rows a Q4_K product multiplies, quantized as llama.cpp's q8_K (float d, 256 int8,
 //   and the sums of each 16 of them, which the minimums multiply). Not a tensor type.
 #pragma once
@@ -35,6 +41,14 @@ struct BlockQ4_K {
   uint8_t qs[128];      // 64 weights per 32 bytes: sub-block 2i in the low nibbles, 2i + 1 the high
 };
 static_assert(sizeof(BlockQ4_K) == 144, "ggml's block_q4_K is 144 bytes");
+
+struct BlockQ5_0 {
+  static constexpr int64_t kElements = 32;
+  uint16_t d;       // float16 bits
+  uint8_t qh[4];    // bit i: the top bit of weight i's q (bytes, not a uint32_t: ggml's block is unaligned)
+  uint8_t qs[16];   // byte i: weight i's low 4 bits in the low nibble, weight i + 16's in the high one
+};
+static_assert(sizeof(BlockQ5_0) == 22, "ggml's block_q5_0 is 22 bytes");
 
 struct BlockQ8_K {
   static constexpr int64_t kElements = 256;
@@ -68,11 +82,18 @@ void quantize_q8_0(const float* values, BlockQ8_0* blocks, int64_t count);
 void dequantize_q8_0(const BlockQ8_0* blocks, float* values, int64_t count);
 void quantize_q4_k(const float* values, BlockQ4_K* blocks, int64_t count);
 void dequantize_q4_k(const BlockQ4_K* blocks, float* values, int64_t count);
+void quantize_q5_0(const float* values, BlockQ5_0* blocks, int64_t count);
+void dequantize_q5_0(const BlockQ5_0* blocks, float* values, int64_t count);
 void quantize_q8_k(const float* values, BlockQ8_K* blocks, int64_t count);
 void dequantize_q8_k(const BlockQ8_K* blocks, float* values, int64_t count);
 
 // The two above for a block-quantized tensor type (is_block_quantized), `blocks` its bytes.
 void quantize_blocks(DType dtype, const float* values, void* blocks, int64_t count);
 void dequantize_blocks(DType dtype, const void* blocks, float* values, int64_t count);
+
+// The type a matrix whose rows hold `columns` values is quantized to when `requested` is asked
+// for: llama.cpp's fallback (llama-quant.cpp's tensor_type_fallback) where a K-quant's 256-value
+// super-blocks do not divide the rows, Q4_K -> Q5_0 (Qwen2.5-0.5B's rows of 896); else `requested`.
+DType quantized_type_for_rows(DType requested, int64_t columns);
 
 }  // namespace paraflow

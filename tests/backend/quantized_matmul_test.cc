@@ -1,4 +1,4 @@
-// The CPU's block-quantized matmuls (backend/cpu/q8_0_products.h, q4_k_products.h) against
+// The CPU's block-quantized matmuls (backend/cpu/q8_0_products.h for Q8_0 and Q5_0, q4_k_products.h) against
 // double-precision references: the exact product of the quantized rows and the quantized weights
 // (what the kernel computes, up to f32 rounding), and the f32 rows times the dequantized weights
 // (what it approximates: the rows' own quantization error bounded value by value). Each row's
@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct Q8_0Case {
   static void dequantize_rows(const Rows* rows, float* x, int64_t count) { dequantize_q8_0(rows, x, count); }
   static constexpr std::pair<int64_t, int64_t> kShapes[] = {{96, 91}, {800, 133}};
 };
+struct Q5_0Case {
+  static constexpr DType kType = DType::q5_0;
+  using Weight = BlockQ5_0;
+  using Rows = BlockQ8_0;
+  static void quantize_rows(const float* x, Rows* rows, int64_t count) { quantize_q8_0(x, rows, count); }
+  static void dequantize_rows(const Rows* rows, float* x, int64_t count) { dequantize_q8_0(rows, x, count); }
+  static constexpr std::pair<int64_t, int64_t> kShapes[] = {{96, 91}, {896, 133}};  // Qwen2.5-0.5B's rows of 896
+};
 struct Q4_KCase {
   static constexpr DType kType = DType::q4_k;
   using Weight = BlockQ4_K;
@@ -43,12 +52,13 @@ struct Q4_KCase {
   static constexpr std::pair<int64_t, int64_t> kShapes[] = {{256, 91}, {1024, 133}};
 };
 
-// Each weight's magnitude as the kernel sums it: Q4_K's d * scale * q and dmin * min are summed
-// apart (their difference, the weight, may be much smaller), read as the blocks with dmin and
-// then d set to zero.
-std::vector<float> summed_magnitudes(const std::vector<BlockQ8_0>& blocks, int64_t count) {
+// Each weight's magnitude as the kernel sums it: Q8_0's and Q5_0's d * q; Q4_K's d * scale * q
+// and dmin * min are summed apart (their difference, the weight, may be much smaller), read as the
+// blocks with dmin and then d set to zero.
+template <typename Block>
+std::vector<float> summed_magnitudes(const std::vector<Block>& blocks, int64_t count) {
   std::vector<float> values(static_cast<size_t>(count));
-  dequantize_q8_0(blocks.data(), values.data(), count);
+  dequantize_blocks(std::is_same_v<Block, BlockQ8_0> ? DType::q8_0 : DType::q5_0, blocks.data(), values.data(), count);
   for (float& value : values) value = std::fabs(value);
   return values;
 }
@@ -65,7 +75,7 @@ std::vector<float> summed_magnitudes(std::vector<BlockQ4_K> blocks, int64_t coun
 
 template <typename Case>
 class QuantizedMatmul : public ::testing::Test {};
-using Cases = ::testing::Types<Q8_0Case, Q4_KCase>;
+using Cases = ::testing::Types<Q8_0Case, Q5_0Case, Q4_KCase>;
 TYPED_TEST_SUITE(QuantizedMatmul, Cases);
 
 TYPED_TEST(QuantizedMatmul, MatchesTheExactProductOfItsBlocksAndIsRowInvariant) {

@@ -353,13 +353,15 @@ TEST(EngineWideModel, Bf16OutputsBatchedEqualTheirOutputsAlone) {
 // request's greedy tokens are the generator's alone, exactly (random weights: near-ties abound, so
 // a row's arithmetic leaking into another's, or differing from the generator's, would show).
 // GPT-2 and a Llama-family model (Qwen2: grouped k/v heads, q/k/v biases, a head of its own), as
-// wide as the type's blocks need (q4_k: every matmul's input features a multiple of 256).
+// wide as the type's blocks need (q4_k: every matmul's input features a multiple of 256), and a
+// Qwen2 as Qwen2.5-0.5B is, whose q4_k falls back to q5_0 but for the MLP's down projection.
 TEST(EngineWideModel, QuantizedServingBatchedEqualsTheGenerator) {
   const std::pair<DType, model::GptConfig> cases[] = {
       {DType::q8_0, testing::gpt_config(97, 64, 64, 2, 2)},
       {DType::q8_0, testing::llama_config("qwen2", 97, 64, 64, 96, 2, 4, 2, 16)},
       {DType::q4_k, testing::gpt_config(97, 64, 256, 2, 2)},
-      {DType::q4_k, testing::llama_config("qwen2", 97, 64, 256, 512, 2, 4, 2, 64)}};
+      {DType::q4_k, testing::llama_config("qwen2", 97, 64, 256, 512, 2, 4, 2, 64)},
+      {DType::q4_k, testing::llama_config("qwen2", 97, 64, 96, 256, 2, 4, 2, 24)}};
   for (const auto& [weights, config] : cases) {
     SCOPED_TRACE(::testing::Message() << dtype_name(weights) << (config.is_llama() ? " qwen2" : " gpt2"));
     model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());

@@ -4,7 +4,8 @@
 // read back, the file's model decodes with --dtype q8_0 exactly as that dir does (the same
 // logits, bit for bit: the file's blocks are the blocks we quantize its values to), and its
 // float32 parameters are the dequantized blocks. A Q4_K file paraflow quantize writes is read by
-// gguf-py as the values we read, and decodes as the dir of gguf-py's values quantized at load.
+// gguf-py as the values we read, and decodes as the dir of gguf-py's values quantized at load;
+// where rows are not whole Q4_K super-blocks, the file's matrices are Q5_0 as llama.cpp's are.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -109,18 +110,30 @@ TEST(GgufGenerate, QuantizeWritesTheConvertersFile) {
   EXPECT_EQ(infer::TextCodec(ours).encode("the theme"), infer::TextCodec(theirs).encode("the theme"));
 }
 
-// paraflow quantize --type q4_k: gguf-py's GGUFReader finds every matrix in Q4_K (the head's and
-// the embeddings' too) and every vector in F32, and dequantizes each to the values we read; the
-// file decodes with --dtype q4_k as the dir whose parameters are gguf-py's values (Conv1D weights
-// transposed back) does: the same logits, bit for bit, so each tensor went to its parameter.
-TEST(GgufGenerate, QuantizeQ4_KWritesAFileGgufPyReadsAndThatDecodesAsQuantizedAtLoad) {
+// paraflow quantize --type q4_k of a GPT-2 `n_embd` wide: gguf-py's GGUFReader finds every matrix
+// in Q4_K (the head's and the embeddings' too) where its rows are whole 256-value super-blocks,
+// else in Q5_0 as llama-quantize falls back (said once on stderr), and every vector in F32, and
+// dequantizes each to the values we read; the file decodes with --dtype q4_k as the dir whose
+// parameters are gguf-py's values (Conv1D weights transposed back) does: the same logits, bit for
+// bit, so each tensor went to its parameter, in its type.
+void check_quantized_q4_k_file(int64_t n_embd) {
   testing::TempDir dir;
-  write_small_model(dir.path() / "hf", 256);  // rows of whole 256-value super-blocks
+  write_small_model(dir.path() / "hf", n_embd);
   const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
   const fs::path file_path = dir.path() / "q4_k.gguf", theirs = dir.path() / "theirs";
-  const std::string quantize = fmt::format("{} quantize --model {} --type q4_k --out {}", std::getenv("PARAFLOW_BINARY"),
-                                           (dir.path() / "hf").string(), file_path.string());
+  const std::string quantize = fmt::format("{} quantize --model {} --type q4_k --out {} 2>{}", std::getenv("PARAFLOW_BINARY"),
+                                           (dir.path() / "hf").string(), file_path.string(), (dir.path() / "stderr").string());
   ASSERT_EQ(std::system(quantize.c_str()), 0) << quantize;
+  const std::string said = read_file(dir.path() / "stderr");
+  if (n_embd % 256 == 0) {
+    EXPECT_EQ(said.find("q5_0"), std::string::npos) << said;
+  } else {  // every matrix but the MLP's down projections (rows of 4 n_embd) falls back; the tied head is
+            // written out as a copy of token_embd
+    EXPECT_NE(said.find("q4_k: 8 of 10 matrices have rows that are not whole 256-value blocks: q5_0 instead"),
+              std::string::npos) << said;
+    EXPECT_NE(said.find("blk.N.attn_qkv.weight"), std::string::npos) << said;
+    EXPECT_EQ(said.find("ffn_down"), std::string::npos) << said;
+  }
   fs::create_directories(theirs);
   const std::string dequantize = python.string() + " " + (root / "tests/reference/gguf_files.py").string() +
                                  " dequantize " + file_path.string() + " " + theirs.string();
@@ -136,7 +149,8 @@ TEST(GgufGenerate, QuantizeQ4_KWritesAFileGgufPyReadsAndThatDecodesAsQuantizedAt
   };
   for (const model::GgufTensorInfo& info : file.tensors()) {
     SCOPED_TRACE(info.name);
-    EXPECT_EQ(types[info.name].get<std::string>(), info.shape.rank() == 2 ? "Q4_K" : "F32");
+    const bool whole_super_blocks = info.shape[info.shape.rank() - 1] % 256 == 0;
+    EXPECT_EQ(types[info.name].get<std::string>(), info.shape.rank() == 1 ? "F32" : whole_super_blocks ? "Q4_K" : "Q5_0");
     EXPECT_EQ(model::gguf_values(file.tensor(info.name)), their_values(info.name));
   }
 
@@ -179,6 +193,15 @@ TEST(GgufGenerate, QuantizeQ4_KWritesAFileGgufPyReadsAndThatDecodesAsQuantizedAt
   // Not the float32 model's logits: the weights are quantized.
   infer::Generator f32(from_dir.config, from_dir.parameters, cpu_backend());
   EXPECT_NE(a.prefill(prompt), f32.prefill(prompt));
+}
+
+TEST(GgufGenerate, QuantizeQ4_KWritesAFileGgufPyReadsAndThatDecodesAsQuantizedAtLoad) {
+  check_quantized_q4_k_file(256);  // rows of whole 256-value super-blocks
+}
+
+// Rows of 64 (Qwen2.5-0.5B's are 896): Q5_0 but for the MLP's down projection, whose rows are 256.
+TEST(GgufGenerate, QuantizeQ4_KFallsBackToQ5_0AsLlamaCppWhereRowsAreNotWholeSuperBlocks) {
+  check_quantized_q4_k_file(64);
 }
 
 TEST(GgufGenerate, RefusesAnotherArchitectureNamingTheKey) {

@@ -109,9 +109,10 @@ TEST_P(GgufTokenizer, IdsEqualTheTokenizersLibrarys) {
 
   // `paraflow quantize` on a model dir with this tokenizer writes the converter's tokenizer keys
   // (and chat template) with the model's: gguf-py's reader finds every key the converter writes,
-  // with the same values.
-  model::GptConfig config = testing::llama_config(family == "qwen2" ? "qwen2" : "llama", original.vocab_size(), 64, 32,
-                                                  64, 1, 4, 2, 8);
+  // with the same values. Qwen2's embedding has more rows than tokens (Qwen2.5's 151936 for
+  // 151646): the converter pads the tokens with unused ones, and so must we.
+  const int64_t rows = original.vocab_size() + (family == "qwen2" ? 5 : 0);
+  model::GptConfig config = testing::llama_config(family == "qwen2" ? "qwen2" : "llama", rows, 64, 32, 64, 1, 4, 2, 8);
   Rng rng(testing::test_seed());
   model::save_model_dir(dir.path(), config, testing::random_llama_parameters(config, rng), *from_converter.special_token(eos));
   const fs::path quantized = dir.path() / "quantized.gguf";

@@ -111,7 +111,8 @@ TEST_F(GgufTest, ReadsWhatGgufWriterWrote) {
         }
         break;
       case DType::q8_0:
-      case DType::q4_k: {
+      case DType::q4_k:
+      case DType::q5_0: {
         std::string hex;
         for (size_t i = 0; i < tensor.nbytes(); ++i) hex += fmt::format("{:02x}", static_cast<const uint8_t*>(tensor.raw())[i]);
         EXPECT_EQ(hex, record["bytes"].get<std::string>());
@@ -123,6 +124,7 @@ TEST_F(GgufTest, ReadsWhatGgufWriterWrote) {
     const std::string type = record["type"];
     const char* read_as = tensor.dtype() == DType::q8_0   ? "Q8_0"
                           : tensor.dtype() == DType::q4_k ? "Q4_K"
+                          : tensor.dtype() == DType::q5_0 ? "Q5_0"
                           : tensor.dtype() == DType::f16  ? "F16"
                           : tensor.dtype() == DType::bf16 ? "BF16"
                                                           : "F32";

@@ -16,14 +16,14 @@ def same_value(a, b):
     return a == b
 
 
-def compare_gguf(ours_path, theirs_path, rounded=()):
-    """Every key THEIRS holds (but GGUF.*) is in OURS with the same type and value, and both hold the
+def compare_gguf(ours_path, theirs_path, rounded=(), tensors_only=False):
+    """Every key THEIRS holds (but GGUF.*; none with TENSORS_ONLY) is in OURS with the same type and value, and both hold the
     same tensors (names, types, shapes, bytes); the tensors named in ROUNDED, computed in float32 by
     both in different orders, need only equal values to 1e-6. Exits 1 naming the first difference;
     returns OURS's tensors by name and THEIRS's key and tensor counts."""
     ours, theirs = GGUFReader(ours_path), GGUFReader(theirs_path)
     for key, field in theirs.fields.items():
-        if key.startswith("GGUF."):
+        if key.startswith("GGUF.") or tensors_only:
             continue
         mine = ours.fields.get(key)
         if mine is None or mine.types != field.types or not same_value(mine.contents(), field.contents()):

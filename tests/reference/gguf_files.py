@@ -3,8 +3,8 @@ Runs in .venv-data (scripts/setup_python_data.sh).
 
     gguf_files.py write DIR
         writes DIR/written.gguf with gguf.GGUFWriter (metadata of every value type, arrays of
-        numbers and of strings, a custom alignment; tensors in F32, F16, BF16 and Q8_0, quantized
-        by gguf.quants, and Q4_K, random blocks with small finite d and dmin: gguf.quants has no Q4_K
+        numbers and of strings, a custom alignment; tensors in F32, F16, BF16, Q8_0 and Q5_0,
+        quantized by gguf.quants, and Q4_K, random blocks with small finite d and dmin: gguf.quants has no Q4_K
         quantizer) and DIR/expected.json: each key's GGUF type name and value, and each
         tensor's row-major shape, ggml type and values (f32 as numbers, raw bytes as hex).
     gguf_files.py convert HF_DIR OUT.gguf [DEQUANTIZED_DIR]
@@ -22,10 +22,11 @@ Runs in .venv-data (scripts/setup_python_data.sh).
         reads FILE with gguf.GGUFReader and writes each tensor's values, gguf.quants.dequantize'd,
         as OUT_DIR/NAME.f32 (raw little-endian, row-major), and OUT_DIR/types.json: each tensor's
         ggml type name.
-    gguf_files.py compare OURS.gguf THEIRS.gguf
+    gguf_files.py compare OURS.gguf THEIRS.gguf [--tensors-only]
         reads both with gguf.GGUFReader: every key THEIRS holds (but GGUF.*) must be in OURS with the
         same type and value, and both must hold the same tensors (names, types, shapes, bytes);
-        exits 1 naming the first difference.
+        exits 1 naming the first difference. With --tensors-only (after the files) the tensors alone:
+        bench/RESULTS.md's check that `paraflow quantize --type q4_k` writes llama-quantize's blocks.
 """
 import json
 import sys
@@ -94,9 +95,10 @@ def convert(hf_dir, out, dequantized_dir, quantize_matrices=True):
     writer.close()
 
 
-def compare(ours_path, theirs_path):
-    _, keys, tensors = compare_gguf(ours_path, theirs_path)
-    print(f"{ours_path}: {keys} keys and {tensors} tensors as in {theirs_path}")
+def compare(ours_path, theirs_path, tensors_only=False):
+    _, keys, tensors = compare_gguf(ours_path, theirs_path, tensors_only=tensors_only)
+    keys = "no keys compared" if tensors_only else f"{keys} keys"
+    print(f"{ours_path}: {keys} and {tensors} tensors as in {theirs_path}")
 
 
 def dequantize(path, out_dir):
@@ -115,7 +117,7 @@ def main():
         dequantize(out_dir, sys.argv[3])
         return
     if action == "compare":
-        compare(out_dir, sys.argv[3])
+        compare(out_dir, sys.argv[3], tensors_only="--tensors-only" in sys.argv[4:])
         return
     if action == "convert":
         convert(out_dir, sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
@@ -165,11 +167,12 @@ def main():
             writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q4_K)
             record["bytes"] = blocks.tobytes().hex()
             record["values"] = quants.dequantize(blocks, GGMLQuantizationType.Q4_K).ravel().tolist()
-        else:
-            blocks = quants.quantize(values, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:  # Q8_0 or Q5_0, by gguf.quants
+            qtype = GGMLQuantizationType[ggml_type]
+            blocks = quants.quantize(values, qtype)
+            writer.add_tensor(name, blocks, raw_dtype=qtype)
             record["bytes"] = blocks.tobytes().hex()
-            record["values"] = quants.dequantize(blocks, GGMLQuantizationType.Q8_0).ravel().tolist()
+            record["values"] = quants.dequantize(blocks, qtype).ravel().tolist()
         expected["tensors"][name] = record
 
     add("vector", rng.standard_normal(7).astype(np.float32), "F32")
@@ -177,6 +180,7 @@ def main():
     add("matrix.bf16", rng.standard_normal((2, 3, 4)).astype(np.float32), "BF16")
     add("matrix.q8_0", rng.standard_normal((5, 64)).astype(np.float32), "Q8_0")
     add("matrix.q4_k", np.zeros((3, 512), dtype=np.float32), "Q4_K")  # only the shape is used
+    add("matrix.q5_0", rng.standard_normal((4, 96)).astype(np.float32), "Q5_0")
     expected["alignment"] = 64
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

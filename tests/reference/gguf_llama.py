@@ -116,6 +116,11 @@ def tokenizer_keys(hf_dir):
         merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
         types = [int(TokenType.CONTROL if added[i]["special"] else TokenType.USER_DEFINED) if i in added
                  else int(TokenType.NORMAL) for i in range(size)]
+        # get_vocab_base pads to config.json's vocab_size (the embedding's rows) with unused tokens.
+        model_config = f"{hf_dir}/config.json"
+        rows = json.load(open(model_config))["vocab_size"] if os.path.exists(model_config) else size
+        tokens += [f"[PAD{i}]" for i in range(size, rows)]
+        types += [int(TokenType.UNUSED)] * (rows - size)
         keys += [("tokenizer.ggml.model", "gpt2", T.STRING), ("tokenizer.ggml.pre", pre, T.STRING),
                  ("tokenizer.ggml.tokens", tokens, T.ARRAY), ("tokenizer.ggml.token_type", types, T.ARRAY),
                  ("tokenizer.ggml.merges", merges, T.ARRAY)]

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 from gguf import GGMLQuantizationType, quants
 
-TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_k": GGMLQuantizationType.Q4_K}
+TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_k": GGMLQuantizationType.Q4_K, "q5_0": GGMLQuantizationType.Q5_0}
 
 
 def main():

@@ -1,9 +1,10 @@
-// Q8_0 and Q4_K blocks against ggml's as the `gguf` package implements them
+// Q8_0, Q4_K and Q5_0 blocks against ggml's as the `gguf` package implements them
 // (tests/reference/gguf_quants.py in .venv-data: scripts/setup_python_data.sh): our Q8_0 blocks must
-// be its blocks byte for byte, and our dequantized values of both types its values. The package
+// be its blocks byte for byte, our Q5_0 blocks too but where its float64 arithmetic rounds a tie
+// otherwise, and our dequantized values of all three its values. The package
 // has no Q4_K quantizer: ours is checked by what the reference algorithm guarantees (every value
 // on the nearest point of its sub-block's stored grid, the grid spanning the values); byte for byte against llama.cpp's own quantizer it is
-// checked by bench/infer/check_q4_k_quantizer.sh, which needs the bench-only llama.cpp build.
+// checked by bench/infer/check_quantizers.sh, which needs the bench-only llama.cpp build.
 // Missing oracle: the test fails.
 #include <gtest/gtest.h>
 
@@ -175,6 +176,67 @@ TEST(Quantized, Q4_KValuesAreGgmlsAndOnTheNearestPointOfTheirGrid) {
 
 }
 
+TEST(Quantized, Q5_0BlocksAreGgmlsAndDequantizeToItsValues) {
+  testing::TempDir dir;
+  std::vector<float> values = awkward_values();
+  for (int i = 0; i < 32; ++i) values.push_back(i == 3 ? 16.0f : static_cast<float>(i % 7) - 3.5f);  // d = -1: ties
+  const auto count = static_cast<int64_t>(values.size());
+  std::vector<BlockQ5_0> ours(values.size() / 32);
+  quantize_q5_0(values.data(), ours.data(), count);
+  write_raw(dir.path() / "values.f32", values);
+  ASSERT_TRUE(run_gguf_quants("quantize", "q5_0", dir.path() / "values.f32", dir.path() / "theirs.bin"));
+  const std::vector<uint8_t> theirs_bytes = read_raw<uint8_t>(dir.path() / "theirs.bin");
+  ASSERT_EQ(theirs_bytes.size(), ours.size() * sizeof(BlockQ5_0));
+  std::vector<BlockQ5_0> theirs(ours.size());
+  std::memcpy(theirs.data(), theirs_bytes.data(), theirs_bytes.size());
+
+  // The levels read back by hand: q = the nibble (low for weights 0-15, high for 16-31) plus
+  // qh's bit i as the fifth bit.
+  auto level = [](const BlockQ5_0& block, int i) {
+    const uint32_t qh = block.qh[0] | (block.qh[1] << 8) | (block.qh[2] << 16) | (static_cast<uint32_t>(block.qh[3]) << 24);
+    return ((i < 16 ? block.qs[i] & 0xF : block.qs[i - 16] >> 4) | static_cast<int>(((qh >> i) & 1) << 4));
+  };
+  std::vector<float> back(values.size());
+  dequantize_q5_0(ours.data(), back.data(), count);
+  for (size_t b = 0; b < ours.size(); ++b) {
+    ASSERT_EQ(ours[b].d, theirs[b].d) << "block " << b;
+    const float d = f16_to_f32(ours[b].d);
+    for (int i = 0; i < 32; ++i) {
+      const size_t at = b * 32 + static_cast<size_t>(i);
+      const int q = level(ours[b], i);
+      ASSERT_EQ(back[at], d * static_cast<float>(q - 16)) << "value " << at;
+      if (q == level(theirs[b], i)) continue;
+      // gguf multiplies x by 1 / d in float64: only where x / d + 16.5 lies within float
+      // rounding of a whole number may the truncation go the other way.
+      const double shifted = static_cast<double>(values[at]) / d + 16.5;
+      EXPECT_LT(std::fabs(shifted - std::nearbyint(shifted)), 1e-3) << "value " << at;
+      EXPECT_EQ(std::abs(q - level(theirs[b], i)), 1) << "value " << at;
+    }
+  }
+
+  // Quantized again, the dequantized values come back as they are: a Q5_0 file read as float32
+  // and quantized at load decodes as the file does.
+  std::vector<BlockQ5_0> again(ours.size());
+  quantize_q5_0(back.data(), again.data(), count);
+  std::vector<float> back_again(values.size());
+  dequantize_q5_0(again.data(), back_again.data(), count);
+  EXPECT_EQ(back_again, back);
+
+  // Dequantized: gguf's floats bit for bit.
+  write_raw(dir.path() / "ours.bin", ours);
+  ASSERT_TRUE(run_gguf_quants("dequantize", "q5_0", dir.path() / "ours.bin", dir.path() / "back.f32"));
+  const std::vector<float> their_back = read_raw<float>(dir.path() / "back.f32");
+  ASSERT_EQ(their_back.size(), back.size());
+  for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], their_back[i]) << "value " << i;
+}
+
+TEST(Quantized, Q4_KFallsBackToQ5_0AsLlamaCppDoesWhereRowsAreNotWholeSuperBlocks) {
+  EXPECT_EQ(quantized_type_for_rows(DType::q4_k, 896), DType::q5_0);  // Qwen2.5-0.5B's hidden size
+  EXPECT_EQ(quantized_type_for_rows(DType::q4_k, 4864), DType::q4_k);  // its MLP's: 19 super-blocks
+  EXPECT_EQ(quantized_type_for_rows(DType::q8_0, 896), DType::q8_0);
+  EXPECT_EQ(quantized_type_for_rows(DType::f32, 5), DType::f32);
+}
+
 TEST(Quantized, BlockTypesHaveBlockSizesAndRefuseBrokenBlocks) {
   EXPECT_TRUE(is_block_quantized(DType::q8_0));
   EXPECT_EQ(dtype_block_elements(DType::q8_0), 32);
@@ -194,6 +256,12 @@ TEST(Quantized, BlockTypesHaveBlockSizesAndRefuseBrokenBlocks) {
   std::vector<BlockQ4_K> super_blocks(1);
   EXPECT_THROW(quantize_blocks(DType::q4_k, values.data(), super_blocks.data(), 40), Error);
   EXPECT_THROW(quantize_blocks(DType::f32, values.data(), super_blocks.data(), 32), Error);
+  EXPECT_TRUE(is_block_quantized(DType::q5_0));
+  EXPECT_EQ(dtype_block_elements(DType::q5_0), 32);
+  EXPECT_EQ(dtype_bytes(DType::q5_0, 64), 44u);
+  EXPECT_EQ(parse_dtype("q5_0", "test"), DType::q5_0);
+  std::vector<BlockQ5_0> q5_blocks(2);
+  EXPECT_THROW(quantize_blocks(DType::q5_0, values.data(), q5_blocks.data(), 40), Error);
 }
 
 }  // namespace

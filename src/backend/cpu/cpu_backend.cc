@@ -57,6 +57,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   // q4_k_products.h).
   registry.add(cpu, DType::q8_0, &cpu::matmul_forward_blocks<BlockQ8_0>);
   registry.add(cpu, DType::q4_k, &cpu::matmul_forward_blocks<BlockQ4_K>);
+  registry.add(cpu, DType::q5_0, &cpu::matmul_forward_blocks<BlockQ5_0>);
   if (cpu::bf16_gemms_beat_f32()) {
     registry.add(cpu, DType::bf16, &cpu::matmul_backward_bf16);
     registry.add(cpu, DType::bf16, &cpu::attention_forward_bf16);

@@ -40,7 +40,7 @@ void swiglu_backward(const SwigluBackward& args);
 void matmul_forward(const MatmulForward& args);
 void matmul_backward(const MatmulBackward& args);
 void matmul_forward_bf16(const MatmulForward& args);
-// f32 rows times block-quantized weights (BlockQ8_0 or BlockQ4_K) stored [out, in] (decoding's;
+// f32 rows times block-quantized weights (BlockQ8_0, BlockQ4_K or BlockQ5_0) stored [out, in] (decoding's;
 // forward only).
 template <typename Block>
 void matmul_forward_blocks(const MatmulForward& args);

@@ -552,6 +552,13 @@ struct PackedProducts<BlockQ8_0> {
   static constexpr auto dot_rows = q8_0_dot_rows;
 };
 template <>
+struct PackedProducts<BlockQ5_0> {
+  static constexpr bool kPacked = true;
+  using Rows = BlockQ8_0;
+  static constexpr auto quantize_rows = quantize_q8_0;
+  static constexpr auto dot_rows = q5_0_dot_rows;
+};
+template <>
 struct PackedProducts<BlockQ4_K> {
   static constexpr bool kPacked = true;
   using Rows = BlockQ8_K;
@@ -760,6 +767,7 @@ void matmul_forward_blocks(const MatmulForward& args) {
 }
 template void matmul_forward_blocks<BlockQ8_0>(const MatmulForward& args);
 template void matmul_forward_blocks<BlockQ4_K>(const MatmulForward& args);
+template void matmul_forward_blocks<BlockQ5_0>(const MatmulForward& args);
 
 void matmul_backward(const MatmulBackward& args) {
   const MatmulDims d = dims_of(args, args.dout);

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "tensor/dtype.h"
 
 namespace paraflow::cpu {
@@ -9,11 +11,31 @@ namespace paraflow::cpu {
 namespace {
 
 #if defined(__AVX2__) && defined(__FMA__)
+// A weight block's 32 values as signed bytes: Q8_0's as they are; Q5_0's q - 16 (ggml's way: a
+// nibble whose top bit is clear is q - 16 = nibble - 16 = nibble | 0xF0 in two's complement, one
+// whose top bit is set is the nibble itself).
+inline __m256i signed_weights(const BlockQ8_0& w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q)); }
+
+inline __m256i signed_weights(const BlockQ5_0& w) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
+  const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+  // qh's bit i into byte i: byte i of the broadcast word's byte i / 8, all bits but i % 8 set,
+  // then all ones exactly where that bit is.
+  uint32_t qh;
+  std::memcpy(&qh, w.qh, sizeof qh);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(qh)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i top = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE)), _mm256_set1_epi8(-1));
+  return _mm256_or_si256(nibbles, _mm256_andnot_si256(top, _mm256_set1_epi8(static_cast<char>(0xF0))));
+}
+
 // The eight int32 sums of one block pair's 32 int8 products, four products each. vpdpbusd and
 // vpmaddubsw multiply unsigned by signed bytes: x's magnitudes times w with x's signs.
-inline __m256i block_products(const BlockQ8_0& x, const BlockQ8_0& w) {
+template <typename W>
+inline __m256i block_products(const BlockQ8_0& x, const W& w) {
   const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
-  const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q));
+  const __m256i wq = signed_weights(w);
   const __m256i magnitudes = _mm256_sign_epi8(xq, xq), signed_w = _mm256_sign_epi8(wq, xq);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitudes, signed_w);
@@ -36,9 +58,8 @@ inline float horizontal_sum(__m256 v) {
 // prefetcher does not follow K interleaved streams, and the next K rows' blocks, fetched while
 // these are multiplied, came too late (one thread on the GPT-2 124M shape, Zen 4: batch-1
 // decoding 55 -> 146-206 tokens/s, decode_bench).
-template <int R, int K>
-inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const BlockQ8_0* w, int64_t blocks,
-                      bool prefetch) {
+template <int R, int K, typename W>
+inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const W* w, int64_t blocks, bool prefetch) {
   __m256 acc[R][K];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -72,15 +93,25 @@ inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const Bl
 }
 #else
 // Without AVX2: the same sums, one product at a time (int32 per block, f32 across blocks).
-template <int R, int K>
-inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const BlockQ8_0* w, int64_t blocks, bool) {
+inline int32_t weight_level(const BlockQ8_0& w, int i) { return w.q[i]; }
+
+inline int32_t weight_level(const BlockQ5_0& w, int i) {
+  uint32_t qh;
+  std::memcpy(&qh, w.qh, sizeof qh);
+  const int nibble = i < 16 ? w.qs[i] & 0xF : w.qs[i - 16] >> 4;
+  return (nibble | static_cast<int>(((qh >> i) & 1) << 4)) - 16;
+}
+
+template <int R, int K, typename W>
+inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const W* w, int64_t blocks, bool) {
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) {
       float sum = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const BlockQ8_0 &xb = x[r * blocks + b], &wb = w[k * blocks + b];
+        const BlockQ8_0& xb = x[r * blocks + b];
+        const W& wb = w[k * blocks + b];
         int32_t products = 0;
-        for (int64_t i = 0; i < BlockQ8_0::kElements; ++i) products += int32_t{xb.q[i]} * int32_t{wb.q[i]};
+        for (int i = 0; i < BlockQ8_0::kElements; ++i) products += int32_t{xb.q[i]} * weight_level(wb, i);
         sum += static_cast<float>(products) * (f16_to_f32(xb.d) * f16_to_f32(wb.d));
       }
       sums[r * sums_ld + k] = sum;
@@ -89,14 +120,13 @@ inline void dot_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const Bl
 }
 #endif
 
-}  // namespace
-
-void q8_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ8_0* weight,
-                   int64_t begin, int64_t end) {
+template <typename W>
+void dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const W* weight, int64_t begin,
+              int64_t end) {
   const int64_t blocks = C / BlockQ8_0::kElements;
   constexpr int kRows = 3, kWeightRows = 4;  // 12 accumulators: with the loads, the 16 ymm registers
   auto rows = [&]<int K>(int64_t o) {
-    const BlockQ8_0* w = weight + o * blocks;
+    const W* w = weight + o * blocks;
     float* out = sums + (o - begin);
     int64_t n = 0;
     for (; n + kRows <= N; n += kRows) dot_block<kRows, K>(out + n * sums_ld, sums_ld, x + n * blocks, w, blocks, n == 0);
@@ -106,6 +136,18 @@ void q8_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, 
   int64_t o = begin;
   for (; o + kWeightRows <= end; o += kWeightRows) rows.template operator()<kWeightRows>(o);
   for (; o < end; ++o) rows.template operator()<1>(o);
+}
+
+}  // namespace
+
+void q8_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ8_0* weight,
+                   int64_t begin, int64_t end) {
+  dot_rows(sums, sums_ld, x, N, C, weight, begin, end);
+}
+
+void q5_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ5_0* weight,
+                   int64_t begin, int64_t end) {
+  dot_rows(sums, sums_ld, x, N, C, weight, begin, end);
 }
 
 }  // namespace paraflow::cpu

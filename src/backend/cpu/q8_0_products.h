@@ -1,7 +1,7 @@
-// Row-invariant products of Q8_0 weights (tensor/quantized.h), read as packed blocks: decoding's
-// weight stream is 8.5 bits per weight instead of bf16's 16. As llama.cpp does, the input rows
-// are quantized to Q8_0 blocks too (the same reference quantizer), so that each block pair is 32
-// int8 products summed in int32 (AVX512_VNNI or AVX_VNNI vpdpbusd, else AVX2's vpmaddubsw and
+// Row-invariant products of Q8_0 and Q5_0 weights (tensor/quantized.h), read as packed blocks:
+// decoding's weight stream is 8.5 or 5.5 bits per weight instead of bf16's 16. As llama.cpp does,
+// the input rows are quantized to Q8_0 blocks (the same reference quantizer), so that each block
+// pair is 32 int8 products (a Q5_0 weight's q - 16 is an int8 too) summed in int32 (AVX512_VNNI or AVX_VNNI vpdpbusd, else AVX2's vpmaddubsw and
 // vpmaddwd), then scaled by the two blocks' scales into an f32 sum. Each output sums its blocks in
 // order, in fixed lanes, whatever the number of rows or threads: a row's result does not depend on
 // its batch.
@@ -16,6 +16,9 @@ namespace paraflow::cpu {
 // sums[n * sums_ld + (o - begin)] = x[n] · weight[o] for weight rows [begin, end): x (N rows of
 // C / 32 blocks) and weight ([out, in] rows of C / 32 blocks) both Q8_0, C a multiple of 32.
 void q8_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ8_0* weight,
+                   int64_t begin, int64_t end);
+// The same with Q5_0 weights.
+void q5_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ5_0* weight,
                    int64_t begin, int64_t end);
 
 }  // namespace paraflow::cpu
