@@ -66,6 +66,34 @@ def ensure_gguf(llama_src, model_dir, dtype):
     return path
 
 
+GGUF_READ = ("q8_0", "q4_k")  # the dtypes paraflow decodes from the GGUF file itself
+
+
+def ensure_ggufs(model_dir, llama_src, dtypes, paraflow_bin):
+    """model_dir's GGUF files at `dtypes`: float ones by llama.cpp's converter (ensure_gguf), the Q8_0
+    one of GPT-2 by gguf-py's quantizer (tests/reference/gguf_files.py), the others by `paraflow
+    quantize` (gguf-py has no Q4_K quantizer); both engines read these same files."""
+    ggufs = {}
+    for dtype in dtypes:
+        if dtype not in GGUF_READ:
+            ggufs[dtype] = ensure_gguf(llama_src, model_dir, dtype)
+            continue
+        ggufs[dtype] = os.path.join(model_dir, f"gguf/model-{dtype}.gguf")
+        if os.path.exists(ggufs[dtype]):
+            continue
+        os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
+        with open(os.path.join(model_dir, "config.json")) as f:
+            gpt2 = json.load(f).get("model_type") == "gpt2"
+        if dtype == "q8_0" and gpt2:
+            command = [os.path.join(ROOT, ".venv-data/bin/python"), os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir, ggufs[dtype]]
+        else:  # e.g. Qwen2.5-0.5B's q4_k: its rows of 896 are not whole super-blocks of 256, Q5_0 (paraflow says which)
+            command = [paraflow_bin, "quantize", "--model", model_dir, "--type", dtype, "--out", ggufs[dtype]]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"making the {dtype} GGUF of {model_dir} failed: {done.stderr.strip()[-2000:]}")
+    return ggufs
+
+
 class Shape:
     """What the benchmarks need of a config.json, GPT-2's keys or the Llama family's."""
 

@@ -34,33 +34,7 @@ HERE = os.path.join(ROOT, "bench/infer")
 sys.path.insert(0, HERE)
 import bench_models  # noqa: E402
 
-DATA_PYTHON = os.path.join(ROOT, ".venv-data/bin/python")
 DTYPES = ["float32", "bfloat16", "float16", "q8_0", "q4_k"]
-GGUF_READ = ("q8_0", "q4_k")  # the dtypes paraflow decodes from the GGUF file itself
-
-
-def ensure_ggufs(model_dir, llama_src, dtypes, paraflow_bin):
-    ggufs = {}
-    for dtype in dtypes:
-        if dtype not in GGUF_READ:
-            ggufs[dtype] = bench_models.ensure_gguf(llama_src, model_dir, dtype)
-            continue
-        ggufs[dtype] = os.path.join(model_dir, f"gguf/model-{dtype}.gguf")
-        if os.path.exists(ggufs[dtype]):
-            continue
-        os.makedirs(os.path.dirname(ggufs[dtype]), exist_ok=True)
-        with open(os.path.join(model_dir, "config.json")) as f:
-            gpt2 = json.load(f).get("model_type") == "gpt2"
-        if dtype == "q8_0" and gpt2:
-            command = [DATA_PYTHON, os.path.join(ROOT, "tests/reference/gguf_files.py"), "convert", model_dir, ggufs[dtype]]
-        else:  # e.g. Qwen2.5-0.5B's q4_k: its rows of 896 are not whole super-blocks of 256, Q5_0 (paraflow says which)
-            command = [paraflow_bin, "quantize", "--model", model_dir, "--type", dtype, "--out", ggufs[dtype]]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"making the {dtype} GGUF of {model_dir} failed: {done.stderr.strip()[-2000:]}")
-    return ggufs
-
-
 def read_bandwidth(threads):
     out = subprocess.run([os.path.join(ROOT, "build/bench/infer/bandwidth_bench")], check=True, capture_output=True,
                          text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stdout
@@ -114,7 +88,7 @@ def main():
         model_dir = args.model_dir
     else:
         model_dir, _ = bench_models.ensure_model(args.shape, args.ref_python)
-    ggufs = ensure_ggufs(model_dir, llama_src, dtypes, args.paraflow_bin)
+    ggufs = bench_models.ensure_ggufs(model_dir, llama_src, dtypes, args.paraflow_bin)
     with open(os.path.join(model_dir, "config.json")) as f:
         shape = bench_models.Shape(json.load(f))
 
@@ -131,7 +105,7 @@ def main():
         for _ in range(args.repetitions):
             for dtype in dtypes:
                 runs["llama.cpp", dtype].append(llama_tokens_per_s(llama_src, ggufs[dtype], threads, args.tokens))
-                source = ggufs[dtype] if dtype in GGUF_READ else model_dir
+                source = ggufs[dtype] if dtype in bench_models.GGUF_READ else model_dir
                 runs["paraflow", dtype].append(paraflow_tokens_per_s(args.paraflow_bin, source, dtype, threads, args.tokens))
         bandwidths.append(read_bandwidth(threads))
         bandwidth = max(bandwidths)

@@ -14,7 +14,9 @@ SIGTERM):
   - llama-server: `-np C` slots, `-c C x --seq-context` (each slot --seq-context tokens, enough for
                   the longest prompt plus max_tokens), `-t/-tb --threads`, the GGUF at the same dtype
                   (f32 / bf16), converted from the same export by llama.cpp's own
-                  convert_hf_to_gguf.py (through convert_gguf.py, see there).
+                  convert_hf_to_gguf.py (through convert_gguf.py, see there); at q8_0 / q4_k
+                  both servers read the same quantized GGUF file (paraflow with --dtype q8_0 /
+                  q4_k, its blocks as they are; bench_models.ensure_ggufs makes it).
 Both get --threads threads (paraflow: --threads and OMP_NUM_THREADS). paraflow's KV cache
 (--kv-cache-gb, GiB) holds C x --seq-context tokens in float32 (2 x layers x KV width x 4 bytes
 each; at least one sequence of the model's full context, which paraflow requires) plus a quarter.
@@ -67,11 +69,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ensure_model(name, llama_src, ref_python, dtypes):
-    """The export for paraflow, its GGUF files at `dtypes` for llama-server unless llama_src is None (no
-    llama-server in this run: nothing of llama.cpp is needed), and its config.json."""
+def ensure_model(name, llama_src, ref_python, dtypes, paraflow_bin):
+    """The export, its GGUF files at `dtypes` (bench_models.ensure_ggufs) for llama-server, and for
+    paraflow too at q8_0 / q4_k; float ones only when llama_src is set (llama-server runs), and its
+    config.json."""
     directory, config = bench_models.ensure_model(name, ref_python)
-    ggufs = {dtype: llama_src and bench_models.ensure_gguf(llama_src, directory, dtype) for dtype in dtypes}
+    wanted = [dtype for dtype in dtypes if llama_src is not None or dtype in bench_models.GGUF_READ]
+    ggufs = bench_models.ensure_ggufs(directory, llama_src, wanted, paraflow_bin)
     return directory, ggufs, config
 
 
@@ -150,7 +154,8 @@ def server_commands(kind, args, model_dir, gguf, config, concurrency, port):
         shape = bench_models.Shape(config)
         tokens = max(concurrency * args.seq_context, shape.context)
         kv_gb = round(tokens * shape.kv_bytes_per_token() * 1.25 / 2**30 + 0.005, 2)
-        command = [args.paraflow_bin, "serve", "--model", model_dir, "--host", "127.0.0.1", "--port", str(port),
+        source = gguf if args.dtype in bench_models.GGUF_READ else model_dir  # the file's own blocks
+        command = [args.paraflow_bin, "serve", "--model", source, "--host", "127.0.0.1", "--port", str(port),
                    "--max-num-seqs", str(seqs), "--threads", str(args.threads), "--kv-cache-gb", str(kv_gb),
                    "--dtype", args.dtype] + args.paraflow_arg
         return command, dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -279,7 +284,9 @@ def print_ratios(best, concurrencies, model_name):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt-small,gpt2-124m")
-    parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32, float16")
+    parser.add_argument("--dtypes", default="bfloat16",
+                        help="comma-separated: bfloat16, float32, float16, q8_0, q4_k (both servers read the same "
+                             "Q8_0 / Q4_K GGUF file)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--servers", default="paraflow-cb,paraflow-1,llama-server")
     parser.add_argument("--threads", type=int, default=2)
@@ -350,11 +357,12 @@ def main():
     started = time.monotonic()
     markdown = []
     for model_name in args.models.split(","):
-        model_dir, ggufs, config = ensure_model(model_name, llama_src, args.ref_python, args.dtypes.split(","))
+        model_dir, ggufs, config = ensure_model(model_name, llama_src, args.ref_python, args.dtypes.split(","),
+                                                args.paraflow_bin)
         for dtype in args.dtypes.split(","):
             args.dtype = dtype
             print(f"\n== {model_name} ({bench_models.Shape(config)}), {dtype}"
-                  + (f"; GGUF {os.path.relpath(ggufs[dtype], ROOT)}" if llama_src is not None else ""))
+                  + (f"; GGUF {os.path.relpath(ggufs[dtype], ROOT)}" if dtype in ggufs else ""))
             print(load_generator.HEADER + f" {'prompt':>6} {'load':>9}")
             results, printed_notes = [], set()
             for concurrency in args.concurrency:
@@ -363,7 +371,7 @@ def main():
                                                       "text", config["vocab_size"])
                 for repetition in range(args.repetitions):
                     for kind in servers:
-                        outcome = run_one(kind, args, model_name, model_dir, ggufs[dtype], config, concurrency,
+                        outcome = run_one(kind, args, model_name, model_dir, ggufs.get(dtype), config, concurrency,
                                           prompts, per_client, log_dir)
                         outcome.update(model=model_name, dtype=dtype, repetition=repetition)
                         results.append(outcome)

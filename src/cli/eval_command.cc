@@ -24,11 +24,13 @@ struct EvalOptions {
   // A model directory's perplexity on a text file, with its weights in --dtype.
   std::string model_dir, text_path, dtype = "float32";
   int64_t context = 0;  // 0: the model's n_positions
+  bool score_second_half = false;  // llama-perplexity's scoring
 };
 
 // The perplexity of a model directory on a text file: the text tokenized with the model's
 // tokenizer, run in windows of the context (model::use_weights_for_decoding's weights, as
-// generate decodes them), every token but a window's first scored.
+// generate decodes them), every token but a window's first scored, or, with --score-second-half,
+// the second half of each whole window (llama-perplexity's tokens: infer::perplexity).
 void run_text_perplexity(const EvalOptions& options) {
   Backend& backend = cpu_backend();
   const infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
@@ -36,13 +38,17 @@ void run_text_perplexity(const EvalOptions& options) {
   const DType weights = weights_dtype(options.dtype, backend);
   const std::vector<int32_t> tokens = source.codec.encode(read_file(options.text_path));
   const int64_t context = options.context > 0 ? options.context : model.config.n_positions;
-  check(context >= 2 && context <= model.config.n_positions,
-        "--context {}: a window must hold 2 tokens at least (one to predict) and the model's context {} at most", context,
-        model.config.n_positions);
+  const int64_t least = options.score_second_half ? 3 : 2;  // to score one token
+  check(context >= least && context <= model.config.n_positions,
+        "--context {}: a window must hold {} tokens at least (one to score) and the model's context {} at most", context,
+        least, model.config.n_positions);
+  check(!options.score_second_half || tokens.size() >= static_cast<size_t>(context),
+        "--text {}: {} tokens, not one whole window of --context {} (--score-second-half scores whole windows only)",
+        options.text_path, tokens.size(), context);
   check(tokens.size() >= 2, "--text {}: {} token(s); two at least are needed to score one", options.text_path,
         tokens.size());
   infer::Generator generator(model.config, model.parameters, backend, weights);
-  const infer::Perplexity result = infer::perplexity(generator, tokens, context);
+  const infer::Perplexity result = infer::perplexity(generator, tokens, context, options.score_second_half);
   fmt::print("perplexity {:.4f} | mean nll {:.5f} | {} weights | {} tokens scored in {} windows of {}\n",
              result.perplexity, result.mean_nll, dtype_word(weights), result.scored, result.windows, context);
 }
@@ -97,6 +103,10 @@ void add_eval_command(CLI::App& app) {
   add_weights_dtype_option(command, options->dtype)->needs(model);
   command->add_option("--context", options->context, "With --model: tokens per window (default: the model's context)")
       ->check(in_range(at_least(0)))
+      ->needs(model);
+  command->add_flag("--score-second-half", options->score_second_half,
+                    "With --model: score only the second half of each whole window, the first --context/2 tokens "
+                    "context only, as llama.cpp's llama-perplexity does (the same tokens as its -c --context)")
       ->needs(model);
   command->add_option("--threads", options->threads, "CPU threads (default: all cores)")->check(in_range(at_least(0)));
   command->callback([options] {

@@ -144,16 +144,24 @@ std::map<std::string, double> Generator::profile() const {
   return total;
 }
 
-Perplexity perplexity(Generator& generator, const std::vector<int32_t>& tokens, int64_t context) {
-  check(context >= 2, "perplexity: a window of {} tokens predicts none (two at least)", context);
+Perplexity perplexity(Generator& generator, const std::vector<int32_t>& tokens, int64_t context, bool second_half) {
+  const int64_t least = second_half ? 3 : 2;  // to score one token
+  check(context >= least, "perplexity: a window of {} tokens scores none ({} at least)", context, least);
   check(tokens.size() >= 2, "perplexity: the text is {} token(s); two at least are needed", tokens.size());
+  const auto window = static_cast<size_t>(context);
+  check(!second_half || tokens.size() >= window,
+        "perplexity: the text is {} tokens, not one whole window of {} (second halves are scored in whole windows only)",
+        tokens.size(), context);
+  // Predictions [first, window - 1) of a window are scored (prediction t is of token t + 1).
+  const size_t first = second_half ? window / 2 : 0;
   Perplexity result;
   double total = 0;
-  for (size_t begin = 0; begin + 1 < tokens.size(); begin += static_cast<size_t>(context)) {
-    const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(context));
-    if (end - begin < 2) break;  // a last window of one token predicts nothing
-    for (double log_likelihood : generator.log_likelihoods({tokens.begin() + begin, tokens.begin() + end})) {
-      total -= log_likelihood;
+  for (size_t begin = 0; begin + 1 < tokens.size(); begin += window) {
+    const size_t end = std::min(tokens.size(), begin + window);
+    if (end - begin < 2 || (second_half && end - begin < window)) break;  // nothing (more) to score
+    const std::vector<double> log_likelihoods = generator.log_likelihoods({tokens.begin() + begin, tokens.begin() + end});
+    for (size_t t = first; t < log_likelihoods.size(); ++t) {
+      total -= log_likelihoods[t];
       ++result.scored;
     }
     ++result.windows;

@@ -77,11 +77,14 @@ class Generator {
 
 // A text's perplexity: exp of the mean negative log-likelihood of its tokens, run in consecutive
 // windows of `context` tokens (each from position 0; the last window may be shorter), every token
-// but a window's first scored.
+// but a window's first scored. With `second_half`, as llama.cpp's llama-perplexity scores: whole
+// windows only, their first context/2 tokens context only (each scored token sees half a window
+// at least), the next context - 1 - context/2 scored.
 struct Perplexity {
   double perplexity = 0, mean_nll = 0;
   int64_t scored = 0, windows = 0;
 };
-Perplexity perplexity(Generator& generator, const std::vector<int32_t>& tokens, int64_t context);
+Perplexity perplexity(Generator& generator, const std::vector<int32_t>& tokens, int64_t context,
+                      bool second_half = false);
 
 }  // namespace paraflow::infer

@@ -3,10 +3,10 @@
 // in] weights, the norms, output_norm, output) and the Llama family's (`llama` for Llama and
 // Mistral, `qwen2`: model/gguf_llama.h), their tensors in F32, F16, BF16, Q8_0, Q4_K or Q5_0; which tensor is
 // which parameter: model/gguf_tensors.h. The parameters are float32 (dequantized, GPT-2's linear
-// weights transposed back to Hugging Face's Conv1D [in, out]); decoding them with --dtype q8_0
-// quantizes the file's Q8_0 weights to the very blocks the file holds (ggml's quantizer gives back
-// the blocks it made: each block's largest value is ±127 steps). Other architectures are refused
-// naming general.architecture.
+// weights transposed back to Hugging Face's Conv1D [in, out]); decoding them with --dtype q8_0 or
+// q4_k reads the very blocks the file holds for its Q8_0 or Q4_K matrices (kept with the
+// parameters at load, not quantized again). Other architectures are refused naming
+// general.architecture.
 #pragma once
 
 #include <filesystem>

@@ -1,6 +1,7 @@
 #include "model/gguf_tensors.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "base/error.h"
@@ -58,6 +59,42 @@ size_t our_index(const GgufPlacement& placement, size_t r, size_t c, size_t rows
   return r * columns + c;
 }
 
+// Keeps the file's blocks of every matrix the file holds block-quantized (Q8_0, Q4_K) with the
+// parameters, in the rows decoding stores ([out, in]: a transposed matrix's rows are the file's;
+// rope_pairs rows moved back to Hugging Face's order, whole rows, so whole blocks), a fused
+// parameter's parts one after another.
+void keep_file_blocks(const GgufFile& file, const GptConfig& config, ParameterSet& parameters) {
+  for (const TensorSpec& spec : parameters.specs()) {
+    if (spec.shape.rank() != 2) continue;
+    std::vector<StoredPart> parts = spec.stored_as;
+    if (parts.empty()) parts.push_back({spec.name, spec.shape[0]});
+    std::vector<std::pair<GgufPlacement, Tensor>> tensors;
+    for (const StoredPart& part : parts) {
+      const GgufPlacement placement = gguf_placement(config, part.name);
+      tensors.emplace_back(placement, file.tensor(placement.name));
+    }
+    const DType type = tensors.front().second.dtype();
+    const bool transposed = tensors.front().first.layout == GgufLayout::transposed;
+    const bool kept = is_block_quantized(type) && std::all_of(tensors.begin(), tensors.end(), [&](const auto& tensor) {
+      return tensor.second.dtype() == type && (tensor.first.layout == GgufLayout::transposed) == transposed;
+    });
+    if (!kept || (transposed && tensors.size() > 1)) continue;
+    Tensor blocks = Tensor::zeros(transposed ? Shape{spec.shape[1], spec.shape[0]} : spec.shape, type);
+    const size_t row_bytes = blocks.nbytes() / static_cast<size_t>(blocks.shape()[0]);
+    size_t first = 0;  // the part's first row in `blocks`
+    for (const auto& [placement, tensor] : tensors) {
+      const size_t rows = static_cast<size_t>(tensor.shape()[0]);
+      for (size_t r = 0; r < rows; ++r) {
+        const size_t row = placement.layout == GgufLayout::rope_pairs ? our_index(placement, r, 0, rows, 1) : r;
+        std::memcpy(static_cast<char*>(blocks.raw()) + (first + row) * row_bytes,
+                    static_cast<const char*>(tensor.raw()) + r * row_bytes, row_bytes);
+      }
+      first += rows;
+    }
+    parameters.keep_file_blocks(spec.name, std::move(blocks), transposed);
+  }
+}
+
 }  // namespace
 
 GgufPlacement gguf_placement(const GptConfig& config, const std::string& hf_name) {
@@ -105,6 +142,7 @@ void read_gguf_parameters(const GgufFile& file, const GptConfig& config, Paramet
       read.insert(placement.name);
     }
   });
+  keep_file_blocks(file, config, device_parameters);
   for (const GgufTensorInfo& info : file.tensors()) {
     check(read.count(info.name) > 0, "{}: unexpected tensor '{}' (not part of a {} of this config)", where, info.name,
           gguf_architecture(config));

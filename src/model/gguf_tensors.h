@@ -34,9 +34,11 @@ struct GgufPlacement {
 // Where the Hugging Face tensor `hf_name` of `config`'s model lies in a GGUF file.
 GgufPlacement gguf_placement(const GptConfig& config, const std::string& hf_name);
 
-// Every parameter read from `file`'s tensors (F32, F16, BF16 or Q8_0, as float32), shapes checked;
-// a tensor the model does not hold is an error naming it, but for `allowed_extra` (a tied head's
-// copy, the llama3 rope_freqs). Errors name the file and the tensor.
+// Every parameter read from `file`'s tensors (F32, F16, BF16, Q8_0 or Q4_K, as float32), shapes
+// checked, with the file's blocks of each Q8_0 or Q4_K matrix kept (ParameterSet::keep_file_blocks:
+// decoding in that type reads them as they are); a tensor the model does not hold is an error naming
+// it, but for `allowed_extra` (a tied head's copy, the llama3 rope_freqs). Errors name the file and
+// the tensor.
 void read_gguf_parameters(const GgufFile& file, const GptConfig& config, ParameterSet& parameters,
                           const std::vector<std::string>& allowed_extra);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
@@ -375,6 +376,7 @@ const Tensor& ParameterSet::get(const std::string& name) const {
 }
 
 void ParameterSet::assign_converted(const ParameterSet& source) {
+  file_blocks_.clear();
   backend_->launch(Cast{.src = source.flat_, .dst = flat_});
 }
 
@@ -439,25 +441,44 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         case DType::f16:
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
-        default:  // block-quantized: the stored rows in f32, then quantized block by block
+        default: {  // block-quantized: the file's blocks, else the stored rows in f32 quantized block by block
+          const auto kept = file_blocks_.find(name);
+          if (kept != file_blocks_.end() && kept->second.blocks.dtype() == types[i] && kept->second.transposed == transpose) {
+            check(kept->second.blocks.shape() == host.at(i).shape(), "converted_copy: {}'s file blocks are {}, stored {}",
+                  name, kept->second.blocks.shape().to_string(), host.at(i).shape().to_string());
+            std::memcpy(host.at(i).raw(), kept->second.blocks.raw(), host.at(i).nbytes());
+            break;
+          }
           stored.resize(static_cast<size_t>(shape.numel()));
           write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
           quantize_blocks(types[i], stored.data(), host.at(i).raw(), shape.numel());
           break;
+        }
       }
     }
   });
   return copy;
 }
 
+void ParameterSet::keep_file_blocks(const std::string& name, Tensor blocks, bool transposed) {
+  const Shape& shape = get(name).shape();
+  check(is_block_quantized(blocks.dtype()) && blocks.host_accessible() && shape.rank() == 2 &&
+            blocks.shape() == (transposed ? Shape{shape[1], shape[0]} : shape),
+        "keep_file_blocks: {} {} cannot take {} blocks {}{}", name, shape.to_string(), dtype_name(blocks.dtype()),
+        blocks.shape().to_string(), transposed ? " (transposed)" : "");
+  file_blocks_[name] = {std::move(blocks), transposed};
+}
+
 ParameterSet ParameterSet::on_host() const {
   if (flat_.host_accessible()) return *this;
   ParameterSet copy(specs_, cpu_backend(), flat_.dtype());
   backend_->download(flat_, copy.flat_.raw());
+  copy.file_blocks_ = file_blocks_;
   return copy;
 }
 
 void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write) {
+  file_blocks_.clear();
   if (flat_.host_accessible()) {
     write(*this);
     return;

@@ -151,21 +151,37 @@ class ParameterSet {
   // layout); of the tensors named in `only` when given (those a decoding graph reads in `dtype`).
   // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take neither
   // interleaving nor tiles; q4_k falls back to q5_0 for a tensor whose rows are not whole
-  // super-blocks, as llama.cpp does (quantized_type_for_rows), and says which, once, on stderr.
+  // super-blocks, as llama.cpp does (quantized_type_for_rows), and says which, once, on stderr; a
+  // tensor with file blocks of its type in that orientation (keep_file_blocks) takes those blocks
+  // as they are.
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
-  // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards).
+  // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards);
+  // the values change, so the file blocks kept so far are dropped.
   void write_on_host(const std::function<void(ParameterSet&)>& write);
 
+  // Keeps the block-quantized `blocks` a file holds for 2-D tensor `name` (whose float values are
+  // their dequantized values), its rows those of the tensor, or of its transpose when
+  // `transposed`: a quantized copy of that type takes them as they are, the file's own bytes
+  // (requantizing their values would not give back the same Q4_K blocks: its scales and minimums
+  // come from a search over the original values).
+  void keep_file_blocks(const std::string& name, Tensor blocks, bool transposed);
+
  private:
+  struct FileBlocks {
+    Tensor blocks;  // host memory
+    bool transposed;
+  };
+
   Backend* backend_ = nullptr;
   std::vector<TensorSpec> specs_;
   Tensor flat_;
   std::vector<Tensor> views_;
   std::vector<int64_t> offsets_;
   std::map<std::string, size_t> index_;
+  std::map<std::string, FileBlocks> file_blocks_;
 };
 
 // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, N(0, 0.02/sqrt(2·n_layer)) for

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <regex>
 
 #include "cli/cli_process.h"
@@ -86,6 +87,27 @@ TEST_F(BadInput, TheConfigMayBeGivenWithoutItsFlag) {
   testing::Ended evaluated = paraflow(fmt::format("eval {} --checkpoint {}", config(), (dir.path() / "run/export").string()));
   EXPECT_EQ(evaluated.exit_code, 0) << evaluated.output;
   EXPECT_NE(evaluated.output.find("val loss"), std::string::npos) << evaluated.output;
+}
+
+// eval --score-second-half: in each whole window of --context 8, the predictions from position 4
+// on, 3 tokens; a text shorter than one window is refused naming --text.
+TEST_F(BadInput, SecondHalfScoringCountsLlamaPerplexitysTokens) {
+  const fs::path model = exported_model(), text = dir.path() / "text.txt", short_text = dir.path() / "short.txt";
+  std::string words;
+  for (int i = 0; i < 50; ++i) words += "the quick brown fox ";
+  std::ofstream(text) << words;
+  std::ofstream(short_text) << "fox";
+  const std::string eval = fmt::format("eval --model {} --context 8 --score-second-half --text ", model.string());
+  testing::Ended scored = paraflow(eval + text.string());
+  ASSERT_EQ(scored.exit_code, 0) << scored.output;
+  std::smatch counts;
+  ASSERT_TRUE(std::regex_search(scored.output, counts, std::regex(R"((\d+) tokens scored in (\d+) windows of 8)")))
+      << scored.output;
+  EXPECT_GT(std::stoi(counts[2]), 1);
+  EXPECT_EQ(std::stoi(counts[1]), 3 * std::stoi(counts[2])) << scored.output;
+  testing::Ended refused = paraflow(eval + short_text.string());
+  testing::expect_refused(refused, "eval --score-second-half of a short text", "whole window of --context 8");
+  EXPECT_NE(refused.output.find("--text"), std::string::npos) << refused.output;
 }
 
 TEST_F(BadInput, SeedsOutsideUnsigned64BitsAreRefused) {

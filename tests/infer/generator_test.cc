@@ -179,40 +179,69 @@ TEST(GeneratorWideModel, Q8_0LogitsWithinTheirBoundOfFloat32) {
   }
 }
 
-// A text's perplexity (paraflow eval --model --text) from transformers' float64 logits of the same
-// saved model: each window's log-likelihoods are its log-softmax at the next token, and the
-// perplexity exp of their negated mean over two windows and a shorter last one.
-TEST(Perplexity, EqualsTransformersLogSoftmaxOverItsWindows) {
-  testing::TempDir dir;
-  const std::vector<int32_t> tokens{5, 17, 0, 42, 42, 8, 60, 3, 11, 9, 33, 1, 59, 20, 7, 7, 45, 12, 30};
-  const int64_t context = 8;
+// transformers' float64 negative log-likelihoods of each window's next tokens (its log-softmax)
+// for a random GPT-2 it saves in `dir`/hf: one list per window of `context` tokens, the last shorter.
+std::vector<std::vector<double>> transformers_window_nlls(const testing::TempDir& dir, const std::vector<int32_t>& tokens,
+                                                          size_t context) {
   const std::string config =
       R"({"vocab_size": 61, "n_positions": 32, "n_embd": 64, "n_layer": 2, "n_head": 2, "initializer_range": 0.2})";
-  std::vector<double> expected_nll;
+  std::vector<std::vector<double>> windows;
   for (size_t begin = 0; begin < tokens.size(); begin += context) {
     const std::vector<int32_t> window(tokens.begin() + begin, tokens.begin() + std::min(tokens.size(), begin + context));
     const std::string out = (dir.path() / fmt::format("logits{}.safetensors", begin)).string();
-    ASSERT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("save --kind lmhead --config '{}' --seed 3 --dir {} --tokens {} --out {}",
+    EXPECT_TRUE(testing::run_oracle("gpt2_hf.py", fmt::format("save --kind lmhead --config '{}' --seed 3 --dir {} --tokens {} --out {}",
                                                               config, (dir.path() / "hf").string(), comma_separated(window), out)));
     const std::vector<double> logits = read_f64(out, "logits");
+    windows.emplace_back();
     for (size_t t = 0; t + 1 < window.size(); ++t) {
       const double* row = logits.data() + t * 61;
       const double largest = *std::max_element(row, row + 61);
       double sum = 0;
       for (int v = 0; v < 61; ++v) sum += std::exp(row[v] - largest);
-      expected_nll.push_back(-(row[window[t + 1]] - largest - std::log(sum)));
+      windows.back().push_back(-(row[window[t + 1]] - largest - std::log(sum)));
     }
   }
-  model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
-  infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
-  const infer::Perplexity ours = infer::perplexity(generator, tokens, context);
+  return windows;
+}
+
+void expect_perplexity(const infer::Perplexity& ours, const std::vector<double>& expected_nll, int64_t windows) {
   double mean = 0;
   for (double nll : expected_nll) mean += nll / static_cast<double>(expected_nll.size());
-  EXPECT_EQ(ours.windows, 3);
+  EXPECT_EQ(ours.windows, windows);
   EXPECT_EQ(ours.scored, static_cast<int64_t>(expected_nll.size()));
   EXPECT_NEAR(ours.mean_nll, mean, 1e-5 * mean);
   EXPECT_NEAR(ours.perplexity, std::exp(mean), 1e-5 * std::exp(mean));
   std::printf("  perplexity %.5f, transformers %.5f\n", ours.perplexity, std::exp(mean));
+}
+
+const std::vector<int32_t> kText{5, 17, 0, 42, 42, 8, 60, 3, 11, 9, 33, 1, 59, 20, 7, 7, 45, 12, 30};
+
+// A text's perplexity (paraflow eval --model --text) from transformers' float64 logits of the same
+// saved model: each window's log-likelihoods are its log-softmax at the next token, and the
+// perplexity exp of their negated mean over two windows and a shorter last one.
+TEST(Perplexity, EqualsTransformersLogSoftmaxOverItsWindows) {
+  testing::TempDir dir;
+  std::vector<double> expected_nll;
+  for (const std::vector<double>& window : transformers_window_nlls(dir, kText, 8)) {
+    expected_nll.insert(expected_nll.end(), window.begin(), window.end());
+  }
+  model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
+  expect_perplexity(infer::perplexity(generator, kText, 8), expected_nll, 3);
+}
+
+// --score-second-half, as llama-perplexity scores: whole windows only (19 tokens make two of 9,
+// the last token unread), in each the predictions from position 9/2 = 4 on: tokens 5..8 of each.
+TEST(Perplexity, SecondHalvesAreTheTokensLlamaPerplexityScores) {
+  testing::TempDir dir;
+  std::vector<double> expected_nll;
+  const std::vector<std::vector<double>> windows = transformers_window_nlls(dir, {kText.begin(), kText.begin() + 18}, 9);
+  for (size_t w = 0; w < 2; ++w) expected_nll.insert(expected_nll.end(), windows[w].begin() + 4, windows[w].end());
+  ASSERT_EQ(expected_nll.size(), 8u);  // 9 - 1 - 9/2 = 4 a window
+  model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  infer::Generator generator(loaded.config, loaded.parameters, cpu_backend());
+  expect_perplexity(infer::perplexity(generator, kText, 9, /*second_half=*/true), expected_nll, 2);
+  EXPECT_THROW(infer::perplexity(generator, {kText.begin(), kText.begin() + 8}, 9, true), Error);  // no whole window
 }
 
 TEST_F(GeneratorTest, GreedyTokensAgreeWithRecomputationAndTransformers) {

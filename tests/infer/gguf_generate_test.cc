@@ -4,18 +4,19 @@
 // read back, the file's model decodes with --dtype q8_0 exactly as that dir does (the same
 // logits, bit for bit: the file's blocks are the blocks we quantize its values to), and its
 // float32 parameters are the dequantized blocks. A Q4_K file paraflow quantize writes is read by
-// gguf-py as the values we read, and decodes as the dir of gguf-py's values quantized at load;
-// where rows are not whole Q4_K super-blocks, the file's matrices are Q5_0 as llama.cpp's are.
+// gguf-py as the values we read, and decodes (its blocks as they are) as the float model it came
+// from quantized at load; where rows are not whole Q4_K super-blocks, the file's matrices are Q5_0
+// as llama.cpp's are.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <tuple>
 
 #include "base/file_io.h"
 #include "data/tokenizer.h"
@@ -35,8 +36,9 @@ namespace fs = std::filesystem;
 
 // A random small GPT-2 in `dir` with a byte-level BPE of its own (bytes, a few merges,
 // <|endoftext|>) as vocab.json + merges.txt, which the converter carries into tokenizer.ggml.*.
-void write_small_model(const fs::path& dir, int64_t n_embd = 64) {
-  const model::GptConfig config = testing::gpt_config(97, 64, n_embd, 2, 2);
+void write_small_model(const fs::path& dir, int64_t n_embd = 64, bool tied_head = true) {
+  model::GptConfig config = testing::gpt_config(97, 64, n_embd, 2, 2);
+  config.tie_word_embeddings = tied_head;
   model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
   Rng rng(testing::test_seed());
   model::initialize_gpt(parameters, config, rng.next_u64());
@@ -113,12 +115,14 @@ TEST(GgufGenerate, QuantizeWritesTheConvertersFile) {
 // paraflow quantize --type q4_k of a GPT-2 `n_embd` wide: gguf-py's GGUFReader finds every matrix
 // in Q4_K (the head's and the embeddings' too) where its rows are whole 256-value super-blocks,
 // else in Q5_0 as llama-quantize falls back (said once on stderr), and every vector in F32, and
-// dequantizes each to the values we read; the file decodes with --dtype q4_k as the dir whose
-// parameters are gguf-py's values (Conv1D weights transposed back) does: the same logits, bit for
-// bit, so each tensor went to its parameter, in its type.
+// dequantizes each to the values we read. The file decodes with --dtype q4_k (its Q4_K blocks as
+// they are) as the float model it was written from does quantized at load, its embedding tables
+// (read in float32) and its Q5_0 matrices (dequantized and quantized again at load) the file's
+// values: the same logits, bit for bit, so each tensor went to its parameter, in its type. (The
+// head is untied: a tied one would be both.)
 void check_quantized_q4_k_file(int64_t n_embd) {
   testing::TempDir dir;
-  write_small_model(dir.path() / "hf", n_embd);
+  write_small_model(dir.path() / "hf", n_embd, /*tied_head=*/false);
   const fs::path root = testing::source_dir(), python = root / ".venv-data/bin/python";
   const fs::path file_path = dir.path() / "q4_k.gguf", theirs = dir.path() / "theirs";
   const std::string quantize = fmt::format("{} quantize --model {} --type q4_k --out {} 2>{}", std::getenv("PARAFLOW_BINARY"),
@@ -154,25 +158,26 @@ void check_quantized_q4_k_file(int64_t n_embd) {
     EXPECT_EQ(model::gguf_values(file.tensor(info.name)), their_values(info.name));
   }
 
+  // The file's Q4_K blocks, read as they are, are the blocks we quantize the float model to (our
+  // quantizer is ggml's, byte for byte).
   const model::LoadedModel from_file = model::load_model_dir(file_path, cpu_backend());
+  ASSERT_FALSE(from_file.config.tie_word_embeddings);
   model::LoadedModel from_dir = model::load_model_dir(dir.path() / "hf", cpu_backend());
   // llama.cpp's names for GPT-2's tensors; the linear layers' weights it holds [out, in].
-  std::vector<std::tuple<std::string, std::string, bool>> names{
-      {"wte.weight", "token_embd.weight", false}, {"wpe.weight", "position_embd.weight", false},
-      {"ln_f.weight", "output_norm.weight", false}, {"ln_f.bias", "output_norm.bias", false}};
+  std::vector<std::tuple<std::string, std::string, bool>> names{{"wte.weight", "token_embd.weight", false},
+                                                                {"wpe.weight", "position_embd.weight", false},
+                                                                {"lm_head.weight", "output.weight", false}};
   for (int layer = 0; layer < 2; ++layer) {
-    const std::pair<const char*, const char*> parts[] = {{"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"},
-                                                         {"attn.c_proj", "attn_output"}, {"ln_2", "ffn_norm"},
-                                                         {"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}};
-    for (const auto& [ours, theirs] : parts) {
-      for (const char* kind : {"weight", "bias"}) {
-        const bool linear = std::string(kind) == "weight" && std::string(ours).find('.') != std::string::npos;
-        names.emplace_back(fmt::format("h.{}.{}.{}", layer, ours, kind), fmt::format("blk.{}.{}.{}", layer, theirs, kind), linear);
-      }
+    for (const auto& [ours, theirs] : {std::pair{"attn.c_attn", "attn_qkv"}, {"attn.c_proj", "attn_output"},
+                                       {"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}}) {
+      names.emplace_back(fmt::format("h.{}.{}.weight", layer, ours), fmt::format("blk.{}.{}.weight", layer, theirs), true);
     }
   }
   from_dir.parameters.write_on_host([&](model::ParameterSet& host) {
     for (const auto& [ours, theirs, transposed] : names) {
+      // Embeddings are read in float32; a Q4_K matrix stays the float model's, as the file's blocks.
+      const bool embedding = ours == "wte.weight" || ours == "wpe.weight";
+      if (!embedding && types[theirs].get<std::string>() == "Q4_K") continue;
       const std::vector<float> values = their_values(theirs);
       const Tensor& tensor = host.get(ours);
       ASSERT_EQ(values.size(), static_cast<size_t>(tensor.numel())) << ours;
