@@ -5,6 +5,7 @@
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
+#include "base/system_memory.h"
 #include "model/part_slices.h"
 #include "tensor/quantized.h"
 
@@ -309,16 +310,54 @@ std::vector<std::pair<int64_t, int64_t>> counted_runs(const TensorSpec& spec, co
 
 ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)
     : backend_(&backend), specs_(std::move(specs)) {
-  int64_t total = 0;
-  for (const TensorSpec& spec : specs_) {
-    offsets_.push_back(total);
-    total += spec.shape.numel();
+  place();
+  view(backend.empty(Shape{numel_}, dtype));
+}
+
+ParameterSet ParameterSet::over_mapping(std::vector<TensorSpec> specs, Backend& backend, std::vector<Tensor> views) {
+  ParameterSet set;
+  set.backend_ = &backend;
+  set.specs_ = std::move(specs);
+  set.place();
+  check(views.size() == set.specs_.size(), "over_mapping: {} views for {} tensors", views.size(), set.specs_.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    check(views[i].dtype() == DType::f32 && views[i].shape() == set.specs_[i].shape, "over_mapping: {} is {} {}, expected f32 {}",
+          set.specs_[i].name, dtype_name(views[i].dtype()), views[i].shape().to_string(), set.specs_[i].shape.to_string());
   }
-  flat_ = backend.empty(Shape{total}, dtype);
+  set.views_ = std::move(views);
+  set.mapped_ = true;
+  return set;
+}
+
+void ParameterSet::place() {
   for (size_t i = 0; i < specs_.size(); ++i) {
-    views_.push_back(flat_.slice_flat(offsets_[i], specs_[i].shape.numel()).reshape(specs_[i].shape));
+    offsets_.push_back(numel_);
+    numel_ += specs_[i].shape.numel();
     index_[specs_[i].name] = i;
   }
+}
+
+void ParameterSet::view(Tensor flat) {
+  flat_ = std::move(flat);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    views_.push_back(flat_.slice_flat(offsets_[i], specs_[i].shape.numel()).reshape(specs_[i].shape));
+  }
+}
+
+const Tensor& ParameterSet::flat() const {
+  check(!mapped_, "parameters mapped from a file have no flat buffer (their tensors lie where the file holds them)");
+  return flat_;
+}
+
+void ParameterSet::release(size_t index) const {
+  if (mapped_) release_mapped_pages(views_[index].raw(), views_[index].nbytes());
+}
+
+std::set<std::string> StoredLayouts::names() const {
+  std::set<std::string> all = transposed;
+  all.insert(interleaved.begin(), interleaved.end());
+  all.insert(tiled.begin(), tiled.end());
+  return all;
 }
 
 const Tensor& ParameterSet::get(const std::string& name) const {
@@ -328,7 +367,16 @@ const Tensor& ParameterSet::get(const std::string& name) const {
 }
 
 void ParameterSet::assign_converted(const ParameterSet& source) {
-  backend_->launch(Cast{.src = source.flat_, .dst = flat_});
+  check_writable();
+  if (!source.mapped_) {
+    backend_->launch(Cast{.src = source.flat_, .dst = flat_});
+    return;
+  }
+  for (size_t i = 0; i < views_.size(); ++i) backend_->launch(Cast{.src = source.views_[i], .dst = views_[i]});
+}
+
+void ParameterSet::check_writable() const {
+  check(!mapped_, "parameters mapped from a file are read-only: write a copy (assign_converted)");
 }
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
@@ -392,19 +440,21 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
           quantize_blocks(dtype, stored.data(), host.at(i).raw(), shape.numel());
           break;
       }
+      release(sources[i]);
     }
   });
   return copy;
 }
 
 ParameterSet ParameterSet::on_host() const {
-  if (flat_.host_accessible()) return *this;
+  if (mapped_ || flat_.host_accessible()) return *this;
   ParameterSet copy(specs_, cpu_backend(), flat_.dtype());
   backend_->download(flat_, copy.flat_.raw());
   return copy;
 }
 
 void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write) {
+  check_writable();
   if (flat_.host_accessible()) {
     write(*this);
     return;

@@ -1,6 +1,7 @@
 // The model's tensors, listed once (gemma.cpp's ForEachTensor idea): loading, saving,
 // initialisation, the optimizer and gradient all-reduce all walk this one list. Every tensor
-// is a view into one flat buffer, in list order, so whole-model operations are flat loops.
+// is a view into one flat buffer, in list order, so whole-model operations are flat loops; or,
+// for serving a file in place, a view of that file's mapping (ParameterSet::over_mapping).
 #pragma once
 
 #include <functional>
@@ -121,41 +122,59 @@ bool splits_vocabulary(const TensorSpec& spec);
 // (interleaved_offset in backend/kernel_args.h), or, if tiled, out_in_tiles (tiles_offset).
 struct StoredLayouts {
   std::set<std::string> transposed, interleaved, tiled;
+  std::set<std::string> names() const;  // those stored in any of them
 };
 
 class ParameterSet {
  public:
   ParameterSet() = default;
   ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype = DType::f32);
+  // The tensors of `specs` as `views` (one each, in order) of a read-only file mapping
+  // (SafetensorsFile::mapped_f32): nothing copied, never written, and no flat buffer.
+  static ParameterSet over_mapping(std::vector<TensorSpec> specs, Backend& backend, std::vector<Tensor> views);
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
-  const Tensor& flat() const { return flat_; }
+  const Tensor& flat() const;  // refused for a mapped set
   const Tensor& get(const std::string& name) const;
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const Tensor& at(size_t index) const { return views_[index]; }
   int64_t offset_of(size_t index) const { return offsets_[index]; }
-  int64_t numel() const { return flat_.numel(); }
+  int64_t numel() const { return numel_; }
+  bool mapped() const { return mapped_; }  // made by over_mapping
 
-  // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
+  // Overwrites these values with `source`'s (same specs), converted to this set's dtype; refused
+  // for a mapped set.
   void assign_converted(const ParameterSet& source);
   // A copy in `dtype` (f32, bf16, f16, q8_0 or q4_k) on `backend`, with the named 2-D tensors stored in
   // the given layouts (converted on the host once: for weights that decoding reads in another
   // layout); of the tensors named in `only` when given (those a decoding graph reads in `dtype`).
   // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take neither
-  // interleaving nor tiles.
+  // interleaving nor tiles. From a mapped set (over_mapping), each tensor's pages are let go once
+  // converted: the copy's peak is the copy plus one tensor, not two models.
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
-  // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards).
+  // A mapped set's tensor `index`: lets the kernel drop its pages from this process (they are read
+  // again from the page cache if it is read again). Nothing for a set in memory.
+  void release(size_t index) const;
+  // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards);
+  // refused for a mapped set.
   void write_on_host(const std::function<void(ParameterSet&)>& write);
 
  private:
+  void place();            // offsets_, numel_ and index_ from specs_
+  void view(Tensor flat);  // flat_ and the tensors' views of it
+  void check_writable() const;
+
   Backend* backend_ = nullptr;
   std::vector<TensorSpec> specs_;
   Tensor flat_;
   std::vector<Tensor> views_;
   std::vector<int64_t> offsets_;
   std::map<std::string, size_t> index_;
+  int64_t numel_ = 0;
+  bool mapped_ = false;  // views_ are of a read-only file mapping; no flat_
 };
 
 // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, N(0, 0.02/sqrt(2·n_layer)) for
