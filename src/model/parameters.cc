@@ -349,10 +349,6 @@ const Tensor& ParameterSet::flat() const {
   return flat_;
 }
 
-void ParameterSet::release(size_t index) const {
-  if (mapped_) release_mapped_pages(views_[index].raw(), views_[index].nbytes());
-}
-
 std::set<std::string> StoredLayouts::names() const {
   std::set<std::string> all = transposed;
   all.insert(interleaved.begin(), interleaved.end());
@@ -415,7 +411,14 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const bool tile = layouts.tiled.count(name) > 0;
       const int64_t rows = shape[0], columns = shape.numel() / rows;
       const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
+      // A mapped source's rows are let go a MiB at a time, as they are read: a big tensor (the
+      // embedding table) is never resident whole beside its copy.
+      const int64_t rows_per_mib = std::max<int64_t>(1, (int64_t{1} << 20) / (columns * 4));
+      auto let_go = [&](int64_t first, int64_t count) {
+        if (mapped_) release_mapped_pages(from + first * columns, static_cast<size_t>(count * columns) * sizeof(float));
+      };
       auto write = [&](auto store) {
+        int64_t kept = 0;  // the first source row whose pages this process may still hold
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < columns; ++c) {
             const int64_t row = transpose ? c : r, column = transpose ? r : c;
@@ -423,6 +426,10 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
                   : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
                              : row * stored_columns + column,
                   from[r * columns + c]);
+          }
+          if (r + 1 - kept == rows_per_mib || r + 1 == rows) {
+            let_go(kept, r + 1 - kept);
+            kept = r + 1;
           }
         }
       };
@@ -434,13 +441,21 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         case DType::f16:
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
-        default:  // q8_0 or q4_k: the stored rows in f32, then quantized block by block
+        default:  // q8_0 or q4_k: quantized block by block from the stored rows in f32
+          if (!transpose) {  // stored as the source holds them: quantized from it a MiB of rows at a time
+            for (int64_t r = 0; r < rows; r += rows_per_mib) {
+              const int64_t count = std::min(rows_per_mib, rows - r);
+              quantize_blocks(dtype, from + r * columns,
+                              static_cast<char*>(host.at(i).raw()) + dtype_bytes(dtype, r * columns), count * columns);
+              let_go(r, count);
+            }
+            break;
+          }
           stored.resize(static_cast<size_t>(shape.numel()));
           write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
           quantize_blocks(dtype, stored.data(), host.at(i).raw(), shape.numel());
           break;
       }
-      release(sources[i]);
     }
   });
   return copy;
