@@ -149,15 +149,12 @@ class ParameterSet {
   // the given layouts (converted on the host once: for weights that decoding reads in another
   // layout); of the tensors named in `only` when given (those a decoding graph reads in `dtype`).
   // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take neither
-  // interleaving nor tiles. From a mapped set (over_mapping), each tensor's pages are let go once
-  // converted: the copy's peak is the copy plus one tensor, not two models.
+  // interleaving nor tiles. From a mapped set (over_mapping), the file's pages are let go as they
+  // are read: the copy's peak is the copy plus a MiB (and q8_0/q4_k's f32 staging of one tensor).
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
-  // A mapped set's tensor `index`: lets the kernel drop its pages from this process (they are read
-  // again from the page cache if it is read again). Nothing for a set in memory.
-  void release(size_t index) const;
   // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards);
   // refused for a mapped set.
   void write_on_host(const std::function<void(ParameterSet&)>& write);
