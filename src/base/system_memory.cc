@@ -1,5 +1,6 @@
 #include "base/system_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,14 @@ int64_t available_memory_bytes() {
   const int64_t used = read_number("/sys/fs/cgroup/memory.current", "");
   if (limit >= 0 && used >= 0) available = std::min(available, std::max<int64_t>(limit - used, 0));
   return available;
+}
+
+void release_mapped_pages(const void* at, size_t bytes) {
+  if (bytes == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(at) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(at) + bytes;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure leaves the pages
 }
 
 }  // namespace paraflow

@@ -118,9 +118,9 @@ struct Engine::Impl {
   EngineOptions options;
   int64_t max_blocks_per_sequence;
   KvBlockPool pool;
-  // What decoding reads: the 16-bit weights (with `parameters` for the rest), or every parameter
-  // in f32; either way the linear layers' weights [out, in], interleaved or tiled where the
-  // backend prefers it (model::StoredLayouts).
+  // What decoding reads beside `parameters` (model::decoding_copy): the 16-bit or quantized
+  // weights, or in f32 those stored in another layout; either way the linear layers' weights
+  // [out, in], interleaved or tiled where the backend prefers it (model::StoredLayouts).
   model::ParameterSet decoding_parameters;
   model::GptGraph decoder_graph, head_graph;
   std::unique_ptr<graph::Executor> decoder, head;
@@ -251,12 +251,11 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
   // With 16-bit or quantized weights, a copy of those the two graphs read in that type only.
   std::set<std::string> copied = model::half_parameter_names(decoder_graph);
   copied.merge(model::half_parameter_names(head_graph));
-  decoding_parameters = parameters.converted_copy(backend, options.weights, layouts, half ? &copied : nullptr);
+  decoding_parameters = model::decoding_copy(parameters, backend, options.weights, layouts, copied);
   decoder = std::make_unique<graph::Executor>(decoder_graph.graph, backend);
   head = std::make_unique<graph::Executor>(head_graph.graph, backend);
-  const model::ParameterSet& bound = half ? parameters : decoding_parameters;
-  model::bind_parameters(*decoder, decoder_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
-  model::bind_parameters(*head, head_graph, bound, nullptr, half ? &decoding_parameters : nullptr);
+  model::bind_decoding_parameters(*decoder, decoder_graph, parameters, decoding_parameters);
+  model::bind_decoding_parameters(*head, head_graph, parameters, decoding_parameters);
   const Shape pool_shape{pool.total(), config.kv_heads(), options.block_size, config.head_size()};
   for (const auto& [keys, values] : decoder_graph.caches) {
     pools.emplace_back(backend.empty(pool_shape, options.kv_cache_dtype), backend.empty(pool_shape, options.kv_cache_dtype));

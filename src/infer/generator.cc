@@ -33,17 +33,12 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
     g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
     // Every step's graph reads its weights in the same layouts (none depends on the token count).
     const model::StoredLayouts layouts = model::use_weights_for_decoding(g, backend_, weights_);
-    if (decoding_parameters_.specs().empty()) {
-      const std::set<std::string> copied = model::half_parameter_names(g);
-      decoding_parameters_ = parameters_.converted_copy(backend_, weights_, layouts, weights_ != DType::f32 ? &copied : nullptr);
+    if (!decoding_parameters_) {
+      decoding_parameters_ = model::decoding_copy(parameters_, backend_, weights_, layouts, model::half_parameter_names(g));
     }
     slot->second.executor = std::make_unique<graph::Executor>(g.graph, backend_);
     slot->second.executor->set_profiling(profiling_);
-    if (weights_ != DType::f32) {
-      model::bind_parameters(*slot->second.executor, g, parameters_, nullptr, &decoding_parameters_);
-    } else {
-      model::bind_parameters(*slot->second.executor, g, decoding_parameters_, nullptr);
-    }
+    model::bind_decoding_parameters(*slot->second.executor, g, parameters_, *decoding_parameters_);
     for (size_t layer = 0; layer < caches_.size(); ++layer) {
       slot->second.executor->bind(slot->second.graph.caches[layer].first, caches_[layer].first);
       slot->second.executor->bind(slot->second.graph.caches[layer].second, caches_[layer].second);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,9 @@ struct Generation {
 class Generator {
  public:
   // `weights` f32, bf16 where the backend multiplies bf16, f16, q8_0 or q4_k (model::use_weights_for_decoding).
-  // Either way a copy of `parameters` is made once, with the linear layers' weights [out, in] for
-  // decoding: in bf16 (activations are then stored in bf16 too; the logits and KV cache stay f32),
-  // in f16 (the matmuls' weights only), or in f32.
+  // Either way a copy of the weights decoding reads in another type or layout is made once, with
+  // the linear layers' weights [out, in]: in bf16 (activations are then stored in bf16 too; the
+  // logits and KV cache stay f32), in f16 (the matmuls' weights only), or in f32 (model::decoding_copy).
   Generator(const model::GptConfig& config, const model::ParameterSet& parameters, Backend& backend,
             DType weights = DType::f32);
 
@@ -65,9 +66,8 @@ class Generator {
   const model::ParameterSet& parameters_;
   Backend& backend_;
   DType weights_;
-  // The copy decoding reads: the 16-bit weights when weights_ is bf16 or f16 (with parameters_
-  // for the rest), else every parameter in f32.
-  model::ParameterSet decoding_parameters_;
+  // What decoding reads beside parameters_ (model::decoding_copy), made with the first graph.
+  std::optional<model::ParameterSet> decoding_parameters_;
   std::vector<float> logits_;
   bool profiling_ = false;
   std::vector<std::pair<Tensor, Tensor>> caches_;

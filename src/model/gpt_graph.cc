@@ -349,4 +349,19 @@ void bind_parameters(graph::Executor& executor, const GptGraph& graph, const Par
   bind(graph.half_parameters, *half_parameters);
 }
 
+ParameterSet decoding_copy(const ParameterSet& parameters, Backend& backend, DType weights,
+                           const StoredLayouts& layouts, const std::set<std::string>& half_names) {
+  const std::set<std::string> copied = weights == DType::f32 ? layouts.names() : half_names;
+  return parameters.converted_copy(backend, weights, layouts, &copied);
+}
+
+void bind_decoding_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
+                              const ParameterSet& copy) {
+  if (!graph.half_parameters.empty()) {  // the copy holds the 16-bit weights, read beside the f32 ones
+    bind_parameters(executor, graph, parameters, nullptr, &copy);
+    return;
+  }
+  for (const auto& [name, id] : graph.parameters) executor.bind(id, (copy.contains(name) ? copy : parameters).get(name));
+}
+
 }  // namespace paraflow::model

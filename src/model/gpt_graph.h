@@ -91,4 +91,14 @@ GptGraph build_gpt_decode_graph(const GptConfig& config, int64_t batch, int64_t 
 void bind_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
                      const ParameterSet* gradients, const ParameterSet* half_parameters = nullptr);
 
+// What decoding with `weights` copies of `parameters` (use_weights_for_decoding's `layouts`): the
+// weights the graphs read in a 16-bit or quantized type (`half_names`), or in f32 only those stored
+// in another layout; every other is read where it is (in place in a mapped file: loaded once).
+ParameterSet decoding_copy(const ParameterSet& parameters, Backend& backend, DType weights,
+                           const StoredLayouts& layouts, const std::set<std::string>& half_names);
+// Binds a decoding graph's weights: each from `copy` (decoding_copy's) where it holds it, every
+// other from `parameters`.
+void bind_decoding_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
+                              const ParameterSet& copy);
+
 }  // namespace paraflow::model

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <set>
 
 #include "base/error.h"
@@ -108,21 +109,23 @@ void save_model_dir(const std::filesystem::path& dir, const GptConfig& config, c
 
 namespace {
 
-void read_parameters(const SafetensorsFile& weights, const std::filesystem::path& file, ParameterSet& parameters,
-                     const std::string& name_prefix) {
-  // GPT2LMHeadModel saves `transformer.`-prefixed names; GPT2Model saves bare ones.
-  std::string prefix = name_prefix;
-  if (prefix.empty() && !weights.contains("wte.weight") && weights.contains("transformer.wte.weight")) {
-    prefix = kGpt2BodyPrefix;
+// The prefix of the file's names for the body's tensors: GPT2LMHeadModel saves
+// `transformer.`-prefixed names, GPT2Model bare ones.
+std::string file_prefix(const SafetensorsFile& weights, const std::string& name_prefix) {
+  if (name_prefix.empty() && !weights.contains("wte.weight") && weights.contains("transformer.wte.weight")) {
+    return kGpt2BodyPrefix;
   }
-  std::set<std::string> expected;
-  for (const auto& [bare_name, tensor] : hf_tensors(parameters)) {
-    const std::string name = bare_name == "lm_head.weight" ? bare_name : prefix + bare_name;
-    check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
-    weights.read_into(name, tensor);
-    weights.release(name);
-    expected.insert(name);
-  }
+  return name_prefix;
+}
+
+std::string file_name(const std::string& prefix, const std::string& bare_name) {
+  return bare_name == "lm_head.weight" ? bare_name : prefix + bare_name;
+}
+
+// Refuses a tensor of the file that is not one of `expected`, but for HF's attention-mask buffers
+// and a tied lm_head equal to the embedding table.
+void check_no_other_tensors(const SafetensorsFile& weights, const std::filesystem::path& file,
+                            const std::set<std::string>& expected, const ParameterSet& parameters) {
   const bool llama = !parameters.specs().empty() && parameters.specs()[0].name == "model.embed_tokens.weight";
   const std::string table = llama ? "model.embed_tokens.weight" : "wte.weight";
   for (const auto& [name, entry] : weights.entries()) {
@@ -146,6 +149,55 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
   }
 }
 
+void read_parameters(const SafetensorsFile& weights, const std::filesystem::path& file, ParameterSet& parameters,
+                     const std::string& name_prefix) {
+  const std::string prefix = file_prefix(weights, name_prefix);
+  std::set<std::string> expected;
+  for (const auto& [bare_name, tensor] : hf_tensors(parameters)) {
+    const std::string name = file_name(prefix, bare_name);
+    check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
+    weights.read_into(name, tensor);
+    weights.release(name);
+    expected.insert(name);
+  }
+  check_no_other_tensors(weights, file, expected, parameters);
+}
+
+// The tensors of `specs` as views of the mapped file, where it holds each as f32 values (a fused
+// tensor's parts back to back, in order; transformers' own files sort their names, which keeps
+// GPT-2's tensors whole but puts the Llama family's k_proj before q_proj). None otherwise: a
+// bf16 file, say, is read as a copy.
+std::optional<ParameterSet> map_parameters(const SafetensorsFile& weights, const std::filesystem::path& file,
+                                           std::vector<TensorSpec> specs, Backend& backend) {
+  const std::string prefix = file_prefix(weights, "");
+  std::vector<Tensor> views;
+  for (const TensorSpec& spec : specs) {
+    const std::string first = file_name(prefix, spec.stored_as.empty() ? spec.name : spec.stored_as.front().name);
+    if (!weights.contains(first)) return std::nullopt;  // the copying load names it
+    std::optional<Tensor> view = weights.mapped_f32(weights.entry(first).begin, spec.shape.numel());
+    if (!view) return std::nullopt;
+    views.push_back(view->reshape(spec.shape));
+  }
+  ParameterSet mapped = ParameterSet::over_mapping(std::move(specs), backend, std::move(views));
+  // Each stored tensor (a fused tensor's parts, each) is the f32 run of the file its view covers.
+  std::set<std::string> expected;
+  for (const auto& [bare_name, view] : hf_tensors(mapped)) {
+    const std::string name = file_name(prefix, bare_name);
+    if (!weights.contains(name)) return std::nullopt;
+    const SafetensorsEntry& entry = weights.entry(name);
+    const std::optional<Tensor> stored = weights.mapped_f32(entry.begin, view.numel());
+    if (entry.dtype != DType::f32 || !(entry.shape == view.shape()) || !stored || stored->raw() != view.raw()) {
+      return std::nullopt;
+    }
+    expected.insert(name);
+  }
+  check_no_other_tensors(weights, file, expected, mapped);
+  return mapped;
+}
+
+// Whether the host reads `backend`'s tensors, so that it can compute on a file mapping's.
+bool reads_host_memory(Backend& backend) { return backend.empty(Shape{1}, DType::f32).host_accessible(); }
+
 }  // namespace
 
 void load_parameters(const std::filesystem::path& file, ParameterSet& device_parameters,
@@ -162,8 +214,17 @@ LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {
         dir.string());
   const nlohmann::json json = parse_json(read_file(config_path), config_path.string());
   LoadedModel loaded{GptConfig::from_hf_json(json, config_path.string()), {}};
+  const std::filesystem::path file = dir / "model.safetensors";
+  if (reads_host_memory(backend)) {
+    std::optional<ParameterSet> mapped =
+        map_parameters(SafetensorsFile::map(file.string()), file, gpt_tensor_specs(loaded.config), backend);
+    if (mapped) {
+      loaded.parameters = std::move(*mapped);
+      return loaded;
+    }
+  }
   loaded.parameters = ParameterSet(gpt_tensor_specs(loaded.config), backend);
-  load_parameters(dir / "model.safetensors", loaded.parameters);
+  load_parameters(file, loaded.parameters);
   return loaded;
 }
 

@@ -46,7 +46,10 @@ void export_model_dir(const std::filesystem::path& dir, const GptConfig& config,
                       int64_t end_of_text = -1);
 
 // Reads a model dir, or a GGUF file (model/gguf_model.h); every error names the file and the
-// tensor or field at fault.
+// tensor or field at fault. Where model.safetensors holds the tensors as f32 in their order (as
+// save_model_dir and export_model_dir write them) and `backend` computes on host memory, the
+// parameters are views of a read-only mapping of the file: nothing is copied, only the pages read
+// are resident, and they must never be written. Otherwise they are read into memory.
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend);
 
 // Loads tensors named like `specs` from a safetensors file into `parameters` (a missing or

@@ -10,6 +10,7 @@
 
 #include "backend/kernel_args.h"
 #include "base/error.h"
+#include "base/system_memory.h"
 #include "model/part_slices.h"
 #include "tensor/quantized.h"
 
@@ -314,14 +315,29 @@ std::vector<std::pair<int64_t, int64_t>> counted_runs(const TensorSpec& spec, co
 
 ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DType dtype)
     : backend_(&backend), specs_(std::move(specs)) {
-  int64_t total = 0;
-  for (const TensorSpec& spec : specs_) {
-    offsets_.push_back(total);
-    total += spec.shape.numel();
+  place();
+  view(backend.empty(Shape{numel_}, dtype));
+}
+
+ParameterSet ParameterSet::over_mapping(std::vector<TensorSpec> specs, Backend& backend, std::vector<Tensor> views) {
+  ParameterSet set;
+  set.backend_ = &backend;
+  set.specs_ = std::move(specs);
+  set.place();
+  check(views.size() == set.specs_.size(), "over_mapping: {} views for {} tensors", views.size(), set.specs_.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    check(views[i].dtype() == DType::f32 && views[i].shape() == set.specs_[i].shape, "over_mapping: {} is {} {}, expected f32 {}",
+          set.specs_[i].name, dtype_name(views[i].dtype()), views[i].shape().to_string(), set.specs_[i].shape.to_string());
   }
-  flat_ = backend.empty(Shape{total}, dtype);
+  set.views_ = std::move(views);
+  set.mapped_ = true;
+  return set;
+}
+
+void ParameterSet::place() {
   for (size_t i = 0; i < specs_.size(); ++i) {
-    views_.push_back(flat_.slice_flat(offsets_[i], specs_[i].shape.numel()).reshape(specs_[i].shape));
+    offsets_.push_back(numel_);
+    numel_ += specs_[i].shape.numel();
     index_[specs_[i].name] = i;
   }
 }
@@ -363,10 +379,30 @@ ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, cons
   }
   flat_ = backend.empty(Shape{static_cast<int64_t>(bytes / kWord)}, DType::u16);
   for (size_t i = 0; i < specs_.size(); ++i) {
+    numel_ += specs_[i].shape.numel();
     offsets_.push_back(static_cast<int64_t>(byte_offsets[i] / kWord));
     views_.push_back(flat_.view(byte_offsets[i], specs_[i].shape, dtypes[i]));
     index_[specs_[i].name] = i;
   }
+}
+
+void ParameterSet::view(Tensor flat) {
+  flat_ = std::move(flat);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    views_.push_back(flat_.slice_flat(offsets_[i], specs_[i].shape.numel()).reshape(specs_[i].shape));
+  }
+}
+
+const Tensor& ParameterSet::flat() const {
+  check(!mapped_, "parameters mapped from a file have no flat buffer (their tensors lie where the file holds them)");
+  return flat_;
+}
+
+std::set<std::string> StoredLayouts::names() const {
+  std::set<std::string> all = transposed;
+  all.insert(interleaved.begin(), interleaved.end());
+  all.insert(tiled.begin(), tiled.end());
+  return all;
 }
 
 const Tensor& ParameterSet::get(const std::string& name) const {
@@ -376,8 +412,17 @@ const Tensor& ParameterSet::get(const std::string& name) const {
 }
 
 void ParameterSet::assign_converted(const ParameterSet& source) {
+  check_writable();
   file_blocks_.clear();
-  backend_->launch(Cast{.src = source.flat_, .dst = flat_});
+  if (!source.mapped_) {
+    backend_->launch(Cast{.src = source.flat_, .dst = flat_});
+    return;
+  }
+  for (size_t i = 0; i < views_.size(); ++i) backend_->launch(Cast{.src = source.views_[i], .dst = views_[i]});
+}
+
+void ParameterSet::check_writable() const {
+  check(!mapped_, "parameters mapped from a file are read-only: write a copy (assign_converted)");
 }
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
@@ -422,7 +467,14 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const bool tile = layouts.tiled.count(name) > 0;
       const int64_t rows = shape[0], columns = shape.numel() / rows;
       const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
+      // A mapped source's rows are let go a MiB at a time, as they are read: a big tensor (the
+      // embedding table) is never resident whole beside its copy.
+      const int64_t rows_per_mib = std::max<int64_t>(1, (int64_t{1} << 20) / (columns * 4));
+      auto let_go = [&](int64_t first, int64_t count) {
+        if (mapped_) release_mapped_pages(from + first * columns, static_cast<size_t>(count * columns) * sizeof(float));
+      };
       auto write = [&](auto store) {
+        int64_t kept = 0;  // the first source row whose pages this process may still hold
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < columns; ++c) {
             const int64_t row = transpose ? c : r, column = transpose ? r : c;
@@ -430,6 +482,10 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
                   : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
                              : row * stored_columns + column,
                   from[r * columns + c]);
+          }
+          if (r + 1 - kept == rows_per_mib || r + 1 == rows) {
+            let_go(kept, r + 1 - kept);
+            kept = r + 1;
           }
         }
       };
@@ -447,6 +503,15 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
             check(kept->second.blocks.shape() == host.at(i).shape(), "converted_copy: {}'s file blocks are {}, stored {}",
                   name, kept->second.blocks.shape().to_string(), host.at(i).shape().to_string());
             std::memcpy(host.at(i).raw(), kept->second.blocks.raw(), host.at(i).nbytes());
+            break;
+          }
+          if (!transpose) {  // stored as the source holds them: quantized from it a MiB of rows at a time
+            for (int64_t r = 0; r < rows; r += rows_per_mib) {
+              const int64_t count = std::min(rows_per_mib, rows - r);
+              quantize_blocks(types[i], from + r * columns,
+                              static_cast<char*>(host.at(i).raw()) + dtype_bytes(types[i], r * columns), count * columns);
+              let_go(r, count);
+            }
             break;
           }
           stored.resize(static_cast<size_t>(shape.numel()));
@@ -470,7 +535,7 @@ void ParameterSet::keep_file_blocks(const std::string& name, Tensor blocks, bool
 }
 
 ParameterSet ParameterSet::on_host() const {
-  if (flat_.host_accessible()) return *this;
+  if (mapped_ || flat_.host_accessible()) return *this;
   ParameterSet copy(specs_, cpu_backend(), flat_.dtype());
   backend_->download(flat_, copy.flat_.raw());
   copy.file_blocks_ = file_blocks_;
@@ -478,6 +543,7 @@ ParameterSet ParameterSet::on_host() const {
 }
 
 void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write) {
+  check_writable();
   file_blocks_.clear();
   if (flat_.host_accessible()) {
     write(*this);

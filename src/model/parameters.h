@@ -1,6 +1,7 @@
 // The model's tensors, listed once (gemma.cpp's ForEachTensor idea): loading, saving,
 // initialisation, the optimizer and gradient all-reduce all walk this one list. Every tensor
-// is a view into one flat buffer, in list order, so whole-model operations are flat loops.
+// is a view into one flat buffer, in list order, so whole-model operations are flat loops; or,
+// for serving a file in place, a view of that file's mapping (ParameterSet::over_mapping).
 #pragma once
 
 #include <functional>
@@ -121,6 +122,7 @@ bool splits_vocabulary(const TensorSpec& spec);
 // (interleaved_offset in backend/kernel_args.h), or, if tiled, out_in_tiles (tiles_offset).
 struct StoredLayouts {
   std::set<std::string> transposed, interleaved, tiled;
+  std::set<std::string> names() const;  // those stored in any of them
 };
 
 // Says on stderr, once, which of the tensors `names` (types[i] the i-th's) are quantized not to
@@ -136,15 +138,21 @@ class ParameterSet {
   // quantized_type_for_rows). flat() is then their bytes, as u16 words (every type's blocks are
   // whole words), each tensor starting 64-byte aligned, at word offset_of(i).
   ParameterSet(std::vector<TensorSpec> specs, Backend& backend, const std::vector<DType>& dtypes);
+  // The tensors of `specs` as `views` (one each, in order) of a read-only file mapping
+  // (SafetensorsFile::mapped_f32): nothing copied, never written, and no flat buffer.
+  static ParameterSet over_mapping(std::vector<TensorSpec> specs, Backend& backend, std::vector<Tensor> views);
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
-  const Tensor& flat() const { return flat_; }
+  const Tensor& flat() const;  // refused for a mapped set
   const Tensor& get(const std::string& name) const;
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const Tensor& at(size_t index) const { return views_[index]; }
   int64_t offset_of(size_t index) const { return offsets_[index]; }
-  int64_t numel() const { return flat_.numel(); }
+  int64_t numel() const { return numel_; }
+  bool mapped() const { return mapped_; }  // made by over_mapping
 
-  // Overwrites these values with `source`'s (same specs), converted to this set's dtype.
+  // Overwrites these values with `source`'s (same specs), converted to this set's dtype; refused
+  // for a mapped set.
   void assign_converted(const ParameterSet& source);
   // A copy in `dtype` (f32, bf16, f16, q8_0 or q4_k) on `backend`, with the named 2-D tensors stored in
   // the given layouts (converted on the host once: for weights that decoding reads in another
@@ -154,12 +162,14 @@ class ParameterSet {
   // super-blocks, as llama.cpp does (quantized_type_for_rows), and says which, once, on stderr; a
   // tensor with file blocks of its type in that orientation (keep_file_blocks) takes those blocks
   // as they are.
+  // From a mapped set (over_mapping), the file's pages are let go as they are read: the copy's
+  // peak is the copy plus a MiB (and q8_0/q4_k's f32 staging of one tensor).
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
   // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards);
-  // the values change, so the file blocks kept so far are dropped.
+  // the values change, so the file blocks kept so far are dropped; refused for a mapped set.
   void write_on_host(const std::function<void(ParameterSet&)>& write);
 
   // Keeps the block-quantized `blocks` a file holds for 2-D tensor `name` (whose float values are
@@ -174,6 +184,9 @@ class ParameterSet {
     Tensor blocks;  // host memory
     bool transposed;
   };
+  void place();            // offsets_, numel_ and index_ from specs_
+  void view(Tensor flat);  // flat_ and the tensors' views of it
+  void check_writable() const;
 
   Backend* backend_ = nullptr;
   std::vector<TensorSpec> specs_;
@@ -182,6 +195,8 @@ class ParameterSet {
   std::vector<int64_t> offsets_;
   std::map<std::string, size_t> index_;
   std::map<std::string, FileBlocks> file_blocks_;
+  int64_t numel_ = 0;
+  bool mapped_ = false;  // views_ are of a read-only file mapping; no flat_
 };
 
 // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, N(0, 0.02/sqrt(2·n_layer)) for

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/json.h"
+#include "base/system_memory.h"
 #include "base/file_io.h"
 
 namespace paraflow::model {
@@ -47,10 +48,17 @@ SafetensorsFile SafetensorsFile::map(const std::string& path) {
 void SafetensorsFile::release(const std::string& name) const {
   if (!mapped_) return;
   const SafetensorsEntry& e = entry(name);
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(bytes_.data() + data_start_ + e.begin) / page * page;
-  const auto end = reinterpret_cast<uintptr_t>(bytes_.data() + data_start_ + e.end);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  release_mapped_pages(bytes_.data() + data_start_ + e.begin, e.end - e.begin);
+}
+
+std::optional<Tensor> SafetensorsFile::mapped_f32(size_t begin, int64_t count) const {
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  if (!mapped_ || begin > bytes_.size() - data_start_ || bytes > bytes_.size() - data_start_ - begin) return std::nullopt;
+  void* at = const_cast<char*>(bytes_.data() + data_start_ + begin);
+  if (reinterpret_cast<uintptr_t>(at) % alignof(float) != 0) return std::nullopt;  // another writer's padding
+  // A storage over those bytes that holds the mapping alive, as GgufFile::tensor's does.
+  auto storage = std::make_shared<Storage>(at, bytes, Device{}, true, [mapping = owner_](void*) {});
+  return Tensor(std::move(storage), 0, Shape{count}, DType::f32);
 }
 
 SafetensorsFile SafetensorsFile::parse_bytes(std::shared_ptr<const void> owner, std::string_view bytes,

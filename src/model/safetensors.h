@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,10 @@ class SafetensorsFile {
   // the page cache, and are read again if touched again), so reading a file tensor by tensor
   // keeps about one tensor resident. Nothing for a file read into memory.
   void release(const std::string& name) const;
+  // A mapped file: `count` f32 values from byte `begin` of the data section, as a tensor viewing
+  // the mapping (and keeping it alive): nothing copied, and never to be written (its pages are
+  // read-only). None for a file read into memory, a run past the data's end, or one not 4-byte aligned.
+  std::optional<Tensor> mapped_f32(size_t begin, int64_t count) const;
   const std::string& origin() const { return origin_; }
 
  private:

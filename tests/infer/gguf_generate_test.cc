@@ -163,6 +163,8 @@ void check_quantized_q4_k_file(int64_t n_embd) {
   const model::LoadedModel from_file = model::load_model_dir(file_path, cpu_backend());
   ASSERT_FALSE(from_file.config.tie_word_embeddings);
   model::LoadedModel from_dir = model::load_model_dir(dir.path() / "hf", cpu_backend());
+  model::ParameterSet written(from_dir.parameters.specs(), cpu_backend());  // the loaded set maps the file: read-only
+  written.assign_converted(from_dir.parameters);
   // llama.cpp's names for GPT-2's tensors; the linear layers' weights it holds [out, in].
   std::vector<std::tuple<std::string, std::string, bool>> names{{"wte.weight", "token_embd.weight", false},
                                                                 {"wpe.weight", "position_embd.weight", false},
@@ -173,7 +175,7 @@ void check_quantized_q4_k_file(int64_t n_embd) {
       names.emplace_back(fmt::format("h.{}.{}.weight", layer, ours), fmt::format("blk.{}.{}.weight", layer, theirs), true);
     }
   }
-  from_dir.parameters.write_on_host([&](model::ParameterSet& host) {
+  written.write_on_host([&](model::ParameterSet& host) {
     for (const auto& [ours, theirs, transposed] : names) {
       // Embeddings are read in float32; a Q4_K matrix stays the float model's, as the file's blocks.
       const bool embedding = ours == "wte.weight" || ours == "wpe.weight";
@@ -190,13 +192,13 @@ void check_quantized_q4_k_file(int64_t n_embd) {
     }
   });
   infer::Generator a(from_file.config, from_file.parameters, cpu_backend(), DType::q4_k);
-  infer::Generator b(from_dir.config, from_dir.parameters, cpu_backend(), DType::q4_k);
+  infer::Generator b(from_dir.config, written, cpu_backend(), DType::q4_k);
   const std::vector<int32_t> prompt{5, 17, 0, 42, 42, 8, 60};
   EXPECT_EQ(a.prefill(prompt), b.prefill(prompt));
   infer::Sampler greedy_a({.temperature = 0}), greedy_b({.temperature = 0});
   EXPECT_EQ(a.generate(prompt, 16, greedy_a).tokens, b.generate(prompt, 16, greedy_b).tokens);
   // Not the float32 model's logits: the weights are quantized.
-  infer::Generator f32(from_dir.config, from_dir.parameters, cpu_backend());
+  infer::Generator f32(from_dir.config, written, cpu_backend());
   EXPECT_NE(a.prefill(prompt), f32.prefill(prompt));
 }
 

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "base/error.h"
+#include "expect_error.h"
 #include "base/file_io.h"
 #include "graph/executor.h"
 #include "model/gpt_graph.h"
@@ -29,6 +33,7 @@ TEST_P(HfSavedModel, LoadsAndGivesTransformersLogits) {
                   (dir.path() / "hf").string(), token_text, (dir.path() / "logits.safetensors").string())));
   model::LoadedModel loaded = model::load_model_dir(dir.path() / "hf", cpu_backend());
   EXPECT_EQ(loaded.config.n_embd, 24);
+  EXPECT_TRUE(loaded.parameters.mapped()) << "transformers' f32 GPT-2 file is read in place";
   model::GptGraph g = model::build_gpt_training_graph(loaded.config, 1, static_cast<int64_t>(tokens.size()));
   graph::Executor executor(g.graph, cpu_backend());
   model::bind_parameters(executor, g, loaded.parameters, nullptr);
@@ -130,6 +135,38 @@ TEST(ModelFiles, WrongShapeOrBadConfigNamesTheFile) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
   }
+}
+
+// Where the file holds every tensor as f32 (a fused tensor's parts in order), the loaded
+// parameters are views of its mapping, read-only; elsewhere a copy. Either way the file's values.
+TEST(ModelFiles, F32FilesAreReadInPlaceOthersCopied) {
+  testing::TempDir dir;
+  const model::GptConfig config = testing::llama_config("llama", 40, 32, 12, 20, 2, 4, 2, 4);
+  model::ParameterSet parameters(model::gpt_tensor_specs(config), cpu_backend());
+  model::initialize_gpt(parameters, config, testing::test_seed());
+  auto expect_loads = [&](const std::filesystem::path& at, bool mapped) {
+    model::LoadedModel loaded = model::load_model_dir(at, cpu_backend());
+    EXPECT_EQ(loaded.parameters.mapped(), mapped) << at;
+    for (size_t i = 0; i < parameters.specs().size(); ++i) {
+      EXPECT_EQ(testing::to_vector(loaded.parameters.at(i)), testing::to_vector(parameters.at(i)))
+          << at << ": " << parameters.specs()[i].name;
+    }
+    return loaded;
+  };
+  // As paraflow writes it: in place, and a write is refused rather than faulting on a read-only page.
+  model::save_model_dir(dir.path() / "ours", config, parameters);
+  model::LoadedModel mapped = expect_loads(dir.path() / "ours", true);
+  testing::expect_error<Error>([&] { mapped.parameters.write_on_host([](model::ParameterSet&) {}); },
+                               {"mapped from a file", "read-only"});
+
+  // transformers' order (names sorted): k_proj before q_proj, so the fused q/k/v projection is no
+  // run of the file: a copy, of the same values.
+  std::vector<std::pair<std::string, Tensor>> sorted = model::hf_tensors(parameters);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::filesystem::create_directories(dir.path() / "sorted");
+  std::filesystem::copy_file(dir.path() / "ours/config.json", dir.path() / "sorted/config.json");
+  write_file_atomic(dir.path() / "sorted/model.safetensors", model::serialize_safetensors(sorted, {{"format", "pt"}}));
+  expect_loads(dir.path() / "sorted", false);
 }
 
 }  // namespace

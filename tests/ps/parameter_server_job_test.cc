@@ -482,8 +482,10 @@ TEST_F(ParameterServerJob, AsynchronousModeLogsEveryStepItIsAskedTo) {
     EXPECT_EQ(logged, expected) << output;
     const std::map<int64_t, double> losses = scalars(out, "train/loss");
     EXPECT_EQ(losses.size(), 40u);
-    if (!losses.empty()) EXPECT_EQ(losses.begin()->first, 1);
-    if (!losses.empty()) EXPECT_EQ(losses.rbegin()->first, 40);
+    if (!losses.empty()) {
+      EXPECT_EQ(losses.begin()->first, 1);
+      EXPECT_EQ(losses.rbegin()->first, 40);
+    }
   }
 }
 
