@@ -1,8 +1,10 @@
 #include "base/system_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -36,6 +38,29 @@ int64_t available_memory_bytes() {
   const int64_t used = read_number("/sys/fs/cgroup/memory.current", "");
   if (limit >= 0 && used >= 0) available = std::min(available, std::max<int64_t>(limit - used, 0));
   return available;
+}
+
+namespace {
+
+uintptr_t page_size() { return static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)); }
+uintptr_t page_up(const void* at) { return (reinterpret_cast<uintptr_t>(at) + page_size() - 1) / page_size() * page_size(); }
+uintptr_t page_down(const void* at) { return reinterpret_cast<uintptr_t>(at) / page_size() * page_size(); }
+
+}  // namespace
+
+void release_pages(void* begin, void* end) {
+  const uintptr_t first = page_up(begin), last = page_down(end);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+void zero_releasing_pages(float* data, int64_t count) {
+  float* const end = data + count;
+  // The partial pages at either end are written; the whole ones between are released.
+  float* const first = std::min(end, reinterpret_cast<float*>(page_up(data)));
+  float* const last = std::max(first, reinterpret_cast<float*>(page_down(end)));
+  std::memset(data, 0, static_cast<size_t>(first - data) * sizeof(float));
+  std::memset(last, 0, static_cast<size_t>(end - last) * sizeof(float));
+  release_pages(first, last);
 }
 
 }  // namespace paraflow
