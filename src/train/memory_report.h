@@ -56,8 +56,11 @@ struct MemoryReport {
     return parameters + gradients + optimizer_state + activations + inputs + workspace + sync_buffers +
            gathered_layers;
   }
-  // What a training step allocates beyond what the trainer holds before its first step.
-  int64_t step_allocations() const { return activations + inputs + workspace + sync_buffers + gathered_layers; }
+  // What a training step allocates beyond what the trainer holds before its first step (ZeRO-2's
+  // gradients too: their pages are written by backward only).
+  int64_t step_allocations() const {
+    return activations + inputs + workspace + sync_buffers + gathered_layers + (zero_stage >= 2 ? gradients : 0);
+  }
   std::string to_text() const;
 };
 
