@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -39,12 +40,33 @@ int64_t available_memory_bytes() {
   return available;
 }
 
+namespace {
+
+uintptr_t page_size() { return static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)); }
+uintptr_t page_up(const void* at) { return (reinterpret_cast<uintptr_t>(at) + page_size() - 1) / page_size() * page_size(); }
+uintptr_t page_down(const void* at) { return reinterpret_cast<uintptr_t>(at) / page_size() * page_size(); }
+
+}  // namespace
+
 void release_mapped_pages(const void* at, size_t bytes) {
   if (bytes == 0) return;
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(at) / page * page;
-  const auto end = reinterpret_cast<uintptr_t>(at) + bytes;
+  const uintptr_t begin = page_down(at), end = reinterpret_cast<uintptr_t>(at) + bytes;
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure leaves the pages
+}
+
+void release_pages(void* begin, void* end) {
+  const uintptr_t first = page_up(begin), last = page_down(end);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+void zero_releasing_pages(float* data, int64_t count) {
+  float* const end = data + count;
+  // The partial pages at either end are written; the whole ones between are released.
+  float* const first = std::min(end, reinterpret_cast<float*>(page_up(data)));
+  float* const last = std::max(first, reinterpret_cast<float*>(page_down(end)));
+  std::memset(data, 0, static_cast<size_t>(first - data) * sizeof(float));
+  std::memset(last, 0, static_cast<size_t>(end - last) * sizeof(float));
+  release_pages(first, last);
 }
 
 }  // namespace paraflow

@@ -1,5 +1,5 @@
-// How much memory this process can still get: the kernel's MemAvailable, or less when a cgroup
-// (a container's memory limit) leaves less; and letting go of a file mapping's pages.
+// How much memory this process can still get, handing pages of a buffer back to the kernel, and
+// letting go of a file mapping's pages.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +7,7 @@
 
 namespace paraflow {
 
+// The kernel's MemAvailable, or less when a cgroup (a container's memory limit) leaves less.
 int64_t available_memory_bytes();
 
 // Lets the kernel drop the pages of [at, at + bytes) from this process's resident memory, for a
@@ -14,5 +15,12 @@ int64_t available_memory_bytes();
 // touched again; anonymous memory would read back as zeros). The pages at either end are dropped
 // whole, their neighbours' bytes too, which costs those a page fault at most.
 void release_mapped_pages(const void* at, size_t bytes);
+
+// Hands the whole pages inside [begin, end) back to the kernel (a page shared with the bytes
+// around stays): they cost nothing until written again, and read as zeros. Host memory only.
+void release_pages(void* begin, void* end);
+
+// data[0, count) = 0, its whole pages released rather than written (see release_pages).
+void zero_releasing_pages(float* data, int64_t count);
 
 }  // namespace paraflow

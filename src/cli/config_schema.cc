@@ -113,7 +113,7 @@ const ConfigSchema& run_config_schema() {
       {.key = "dist.overlap", .type = boolean, .default_value = "true",
        .help = "all-reduce buckets while backward runs"},
       {.key = "dist.zero", .type = integer, .default_value = "0", .range = between(0, 3),
-       .help = "1: ZeRO-1, AdamW state sharded over the replicas; 2: ZeRO-2, gradient accumulation too; 3: ZeRO-3, parameters too"},
+       .help = "1: ZeRO-1, AdamW state sharded over the replicas; 2: ZeRO-2, gradients too; 3: ZeRO-3, parameters too"},
       {.key = "dist.exact_reduction", .type = boolean, .default_value = "false",
        .help = "sum gradients in fixed point, so results do not depend on ranks x grad_accumulation (not with dist.zero)"},
       {.key = "dist.tensor_parallel", .type = integer, .default_value = "1", .range = at_least(1),

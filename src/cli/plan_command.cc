@@ -64,8 +64,8 @@ void print_layout(const RunSetup& setup, const PlanOptions& options, int threads
   if (stages == 1 && mesh.tensor == 1) {
     train::MemoryReport report = train::estimate_training_memory(setup.model, config, options.ranks, threads);
     fmt::print("{}", report.to_text());
-    fmt::print("allocated by a training step (activations, inputs, workspace): {:.1f} MiB\n",
-               static_cast<double>(report.step_allocations()) / (1 << 20));
+    fmt::print("allocated by a training step (activations, inputs, workspace{}): {:.1f} MiB\n",
+               report.zero_stage >= 2 ? ", gradients" : "", static_cast<double>(report.step_allocations()) / (1 << 20));
   } else {
     fmt::print("schedule {}: memory per rank (MiB)\n", train::pipeline_schedule_name(config.pipeline_schedule));
     fmt::print("{:>5} {:>9} {:>10} {:>10} {:>10} {:>9} {:>12} {:>10}\n", "stage", "blocks", "parameters", "gradients",

@@ -41,9 +41,12 @@ struct GradientSyncConfig {
   bool overlap = true;  // false: all-reduce every bucket after backward, for comparison
   // The ZeRO stage. 1: gradients are reduce-scattered after backward (each rank receives the sum
   // of its shard) instead of all-reduced; parameters are all-gathered after the optimizer step.
-  // 2: as 1, and accumulation is sharded too: every micro-batch is reduce-scattered and summed
-  // into this rank's shard, so no rank holds a whole accumulator. 3: as 2, and the parameters
-  // are sharded as well (train/sharded_parameters.h): the caller skips the step's all-gather.
+  // 2: as 1, and the gradients are sharded too: every micro-batch's buckets are reduce-scattered
+  // as backward finishes them and summed into this rank's shard, and a bucket's pages outside the
+  // shard are handed back to the kernel then, so a rank holds its shard and the buckets in flight,
+  // never a whole gradient buffer or accumulator (the caller zeroes `micro` with
+  // zero_releasing_pages). 3: as 2, and the parameters are sharded as well
+  // (train/sharded_parameters.h): the caller skips the step's all-gather.
   int zero = 0;
   bool exact = false;  // order-independent fixed-point sums (see above); not with zero
 };
@@ -76,6 +79,12 @@ class GradientSync {
   // staging of (ranks + 1) chunks, about one bucket, never a whole padded copy of the buffer.
   static int64_t chunk_elements(int64_t bucket_bytes, int ranks);
 
+  // ZeRO-2: the most gradient elements outside [shard_begin, shard_end) resident at once during a
+  // backward, what `paraflow plan` counts: the buckets backward has written into and not yet
+  // launched, and the last kBucketsInFlight launched (being reduced while backward goes on).
+  static int64_t peak_in_flight_elements(const graph::Graph& graph, const std::vector<GradientSlice>& slices,
+                                         const GradientSyncConfig& config, int64_t shard_begin, int64_t shard_end);
+
   // Small collectives, run on the communication thread in order with the buckets.
   float all_reduce_sum(float value);
   float all_reduce_max(float value);
@@ -83,7 +92,8 @@ class GradientSync {
   std::string broadcast(const std::string& text, int root);
 
   Communicator& communicator() { return communicator_; }
-  // Seconds the main thread waited for communication at the end of the last backward.
+  // Seconds the main thread waited for communication in the last backward: at its end, and (ZeRO-2)
+  // while kBucketsInFlight buckets were being reduced.
   double last_wait_seconds() const { return last_wait_seconds_; }
 
  private:
@@ -92,15 +102,32 @@ class GradientSync {
     std::vector<size_t> slices;
     int64_t exact_offset = 0;  // its words in exact_: hi, lo per element, then an overflow count
   };
+  // The buckets over the slices and which slices each backward node writes: the bookkeeping of a
+  // backward, shared with peak_in_flight_elements.
+  struct Schedule {
+    std::vector<Bucket> buckets;
+    std::vector<std::vector<size_t>> slices_written_by_node;
+    std::vector<int> writers_per_slice;
+    std::vector<size_t> bucket_of_slice;
+  };
+  static Schedule schedule(const graph::Graph& graph, const std::vector<GradientSlice>& slices, int64_t bucket_bytes);
   std::future<void> submit(std::function<void()> work);
   void launch_ready_buckets();
+  void launch_all_buckets();  // backward is over: every bucket is ready
+  // Waits for the oldest submitted work until at most `unfinished` of it is left.
+  void wait_for_pending(size_t unfinished);
+  // ZeRO-2: the most buckets being reduced (and held) at once while backward goes on.
+  static constexpr size_t kBucketsInFlight = 2;
   // accumulated[begin, begin+count) = accumulated + micro: one more micro-batch's gradients.
   void fold_micro_batch(int64_t begin, int64_t count);
   void reduce_bucket(const Bucket& bucket);
-  // Reduce-scatters `data` (total elements, every rank's) chunk by chunk: `shard` (this rank's
-  // shard_size() elements) receives the sum over ranks of its range, or has it added when `add`.
-  // `shard` may be data + shard_begin(): each chunk is staged before its part is written.
-  void reduce_scatter_shards(const float* data, float* shard, bool add);
+  // ZeRO-2: the bucket reduce-scattered into this rank's part of it (summed into shard_sum_ unless
+  // the step has one micro-batch; the last one's sum into micro_), the rest of it released.
+  void scatter_bucket(const Bucket& bucket, bool first_micro, bool last_micro);
+  // Reduce-scatters [begin, end) of `data` (every rank's) chunk by chunk: `mine` receives the sum
+  // over ranks of this rank's part of it (the range within its shard), or has it added when `add`.
+  // `mine` may be that part of `data` itself: each chunk is staged before its part is written.
+  void reduce_scatter_range(const float* data, int64_t begin, int64_t end, float* mine, bool add);
   // How many of `count` elements from `start` on lie inside the buffer (the rest is padding).
   int64_t elements_within(int64_t start, int64_t count) const;
   // Sizes the staging (wide_, narrow_) for ZeRO's chunked collectives; returns a chunk's elements.
@@ -132,6 +159,7 @@ class GradientSync {
   bool last_micro_ = true;
   bool first_micro_ = true;
   std::vector<std::future<void>> pending_;
+  size_t waited_ = 0;  // pending_[0, waited_) are done
   double last_wait_seconds_ = 0;
 
   std::mutex mutex_;

@@ -24,7 +24,8 @@ std::string mib(int64_t bytes) { return fmt::format("{:9.1f} MiB", static_cast<d
 std::string MemoryReport::to_text() const {
   std::string text;
   text += fmt::format("parameters       {}{}\n", mib(parameters), zero_stage >= 3 ? "  (ZeRO-3: this rank's shard)" : "");
-  text += fmt::format("gradients        {}\n", mib(gradients));
+  text += fmt::format("gradients        {}{}\n", mib(gradients),
+                      zero_stage >= 2 ? fmt::format("  (ZeRO-{}: this rank's shard and the buckets in flight)", zero_stage) : "");
   text += fmt::format("optimizer state  {}  (AdamW moments{})\n", mib(optimizer_state),
                       zero_shards > 1 ? fmt::format(", ZeRO-{}: 1/{} each", zero_stage, zero_shards) : "");
   text += fmt::format("activations      {}  (planned arena{}; {} with a buffer per value)\n", mib(activations),
@@ -96,6 +97,16 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   const int64_t zero_end = std::min(zero_begin + zero_shard, parameter_count);
   const bool whole_accumulator = config.grad_accumulation > 1 && report.zero_stage < 2;
   report.gradients = parameter_bytes * (whole_accumulator ? 2 : 1);
+  const bool partitioned = stages > 1 || shards > 1;
+  if (report.zero_stage >= 2) {
+    // This rank's shard, and the buckets backward has written and not yet reduce-scattered (the
+    // trainer's GradientSync overlaps them only where nothing is partitioned).
+    dist::GradientSyncConfig sync = config.sync;
+    sync.overlap = config.sync.overlap && !partitioned;
+    report.gradients = (zero_end - zero_begin + dist::GradientSync::peak_in_flight_elements(
+                                                     g.graph, gradient_slices(g, part), sync, zero_begin, zero_end)) *
+                       4;
+  }
   report.optimizer_state = 2 * (report.zero_stage > 0 ? (zero_end - zero_begin) * 4 : parameter_bytes);
   if (report.zero_stage > 0) {
     // GradientSync's staging, a chunk of every rank's shard and one of this rank's, and the copy
@@ -118,7 +129,6 @@ MemoryReport estimate_training_memory(const model::GptConfig& model, const Train
   // slices: the tensor assembled, and the mapped pages of the slice being copied into it (let go
   // after each; measured on GPT-2 Large: the chief grew by wte plus its slice, 308 MiB on TP4, 505
   // on PP2). A ZeRO-3 slice is at most a replica's shard.
-  const bool partitioned = stages > 1 || shards > 1;
   if (partitioned || report.zero_stage >= 3) {
     std::map<std::string, int64_t> largest_chunk;  // of each tensor, over the stages' first shards
     for (const model::LayerRange& held : partition_layers(model, stages, T, config.stage_layers)) {

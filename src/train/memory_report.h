@@ -29,7 +29,7 @@ struct RunPeaks {
 
 struct MemoryReport {
   int64_t parameters = 0;       // held between steps: ZeRO-3 holds its shard only
-  int64_t gradients = 0;        // parameter gradients (+ the accumulator with grad_accumulation > 1, not with ZeRO-2)
+  int64_t gradients = 0;        // parameter gradients (+ the accumulator with grad_accumulation > 1); ZeRO-2: its shard + the buckets in flight
   int64_t optimizer_state = 0;  // AdamW's two moments
   int64_t activations = 0;      // the planned arena
   int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)
@@ -56,8 +56,11 @@ struct MemoryReport {
     return parameters + gradients + optimizer_state + activations + inputs + workspace + sync_buffers +
            gathered_layers;
   }
-  // What a training step allocates beyond what the trainer holds before its first step.
-  int64_t step_allocations() const { return activations + inputs + workspace + sync_buffers + gathered_layers; }
+  // What a training step allocates beyond what the trainer holds before its first step (ZeRO-2's
+  // gradients too: their pages are written by backward only).
+  int64_t step_allocations() const {
+    return activations + inputs + workspace + sync_buffers + gathered_layers + (zero_stage >= 2 ? gradients : 0);
+  }
   std::string to_text() const;
 };
 

@@ -1,11 +1,10 @@
 #include "train/sharded_parameters.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <map>
+
+#include "base/system_memory.h"
 
 namespace paraflow::train {
 
@@ -152,17 +151,10 @@ void ShardedParameters::after_node(size_t node) {
 void ShardedParameters::release(size_t layer) {
   if (!resident_[layer]) return;
   resident_[layer] = false;
-  // Whole pages only, outside this rank's shard: a page shared with a neighbour stays.
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  auto free_pages = [&](int64_t begin, int64_t end) {
-    if (begin >= end) return;
-    const auto first = (reinterpret_cast<uintptr_t>(data_ + begin) + page - 1) / page * page;
-    const auto last = reinterpret_cast<uintptr_t>(data_ + end) / page * page;
-    if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-  };
+  // Outside this rank's shard only (a page shared with a neighbour stays; an empty range is none).
   for (const auto& [offset, count] : schedule_.layers()[layer].runs) {
-    free_pages(offset, std::min(offset + count, sync_.shard_begin()));
-    free_pages(std::max(offset, sync_.shard_end()), offset + count);
+    release_pages(data_ + offset, data_ + std::min(offset + count, sync_.shard_begin()));
+    release_pages(data_ + std::max(offset, sync_.shard_end()), data_ + offset + count);
   }
 }
 

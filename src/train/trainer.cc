@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/json.h"
 #include "base/progress.h"
+#include "base/system_memory.h"
 #include "data/events.h"
 #include "data/tokenizer.h"
 #include "dist/collective_group.h"
@@ -121,6 +122,9 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
                                 config_.precision, backend_, range_, shard_);
   parameters_ = model::ParameterSet(model::part_tensor_specs(whole_specs_, range_, shard_), backend_);
   gradients_ = model::ParameterSet(parameters_.specs(), backend_);
+  // ZeRO-2 holds its shard and the buckets in flight only (GradientSync): the buffer, allocated
+  // zeroed, gives its pages back until backward writes them.
+  if (shards_gradients()) zero_releasing_pages(gradients_.flat().device_data<float>(), gradients_.numel());
   half_parameters_ =
       model::make_half_parameters(graph_, parameters_, backend_, graph::storage_dtype(config_.precision));
   if (stages > 1) {
@@ -143,13 +147,6 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
                range_.last ? ", head" : "");
   }
 
-  std::vector<dist::GradientSlice> slices_of_grads;
-  for (size_t i = 0; i < parameters_.specs().size(); ++i) {
-    const std::string& name = parameters_.specs()[i].name;
-    std::vector<graph::ValueId> grads{graph_.graph.value(graph_.parameters.at(name)).grad};
-    if (graph_.half_parameters.count(name)) grads.push_back(graph_.graph.value(graph_.half_parameters.at(name)).grad);
-    slices_of_grads.push_back({grads, parameters_.offset_of(i), parameters_.specs()[i].shape.numel()});
-  }
   dist::GradientSyncConfig sync_config = config_.sync;
   sync_config.zero = shards_optimizer_state() ? config_.sync.zero : 0;
   // A pipeline stage's gradients are complete only after its last micro-batch's backward, and
@@ -157,7 +154,7 @@ Trainer::Trainer(model::GptConfig model_config, TrainConfig config, BatchSource&
   // all-reduces of the main thread.
   sync_config.overlap = config_.sync.overlap && !partitioned();
   sync_ = std::make_unique<dist::GradientSync>(
-      replicas(), graph_.graph, std::move(slices_of_grads), gradients_.flat().device_data<float>(),
+      replicas(), graph_.graph, gradient_slices(graph_, parameters_.specs()), gradients_.flat().device_data<float>(),
       accumulated_.specs().empty() ? nullptr : accumulated_.flat().device_data<float>(), sync_config);
   if (executor_) executor_->set_backward_hook([this](size_t node) { sync_->on_backward_node(node); });
   if (shards_parameters()) {
@@ -346,7 +343,12 @@ double Trainer::forward_backward(int64_t index, int64_t micro) {
   const int64_t slices = replicas().size() * config_.grad_accumulation;
   const double loss = forward_batch(*executor_, graph_, data_, {index, config_.seed, false, slice, slices});
   backend_.upload(std::vector<float>(static_cast<size_t>(loss_grad_.numel()), loss_weight()).data(), loss_grad_);
-  backend_.fill_zero(gradients_.flat());
+  if (shards_gradients()) {
+    // Without touching a page: a rank holds only its shard and the buckets in flight (GradientSync).
+    zero_releasing_pages(gradients_.flat().device_data<float>(), gradients_.numel());
+  } else {
+    backend_.fill_zero(gradients_.flat());
+  }
   sync_->begin_backward(micro + 1 == config_.grad_accumulation);
   executor_->backward();
   sum_partial_gradients();

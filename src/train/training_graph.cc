@@ -48,4 +48,18 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
   return g;
 }
 
+std::vector<dist::GradientSlice> gradient_slices(const model::GptGraph& graph,
+                                                 const std::vector<model::TensorSpec>& specs) {
+  std::vector<dist::GradientSlice> slices;
+  int64_t offset = 0;
+  for (const model::TensorSpec& spec : specs) {
+    // A mixed-precision policy's 16-bit copy has its gradient bound to the same memory.
+    std::vector<graph::ValueId> grads{graph.graph.value(graph.parameters.at(spec.name)).grad};
+    if (graph.half_parameters.count(spec.name)) grads.push_back(graph.graph.value(graph.half_parameters.at(spec.name)).grad);
+    slices.push_back({grads, offset, spec.shape.numel()});
+    offset += spec.shape.numel();
+  }
+  return slices;
+}
+
 }  // namespace paraflow::train

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "dist/gradient_sync.h"
 #include "graph/precision.h"
 #include "model/gpt_graph.h"
 
@@ -14,5 +16,10 @@ model::GptGraph build_training_graph(const model::GptConfig& config, int64_t mic
                                      const std::string& recompute, graph::PrecisionPolicy precision,
                                      const Backend& backend, const model::LayerRange& range = {},
                                      const model::TensorShard& shard = {});
+
+// GradientSync's slices: the gradients of `graph`'s parameters, laid out as `specs` in one flat
+// buffer (ParameterSet's layout).
+std::vector<dist::GradientSlice> gradient_slices(const model::GptGraph& graph,
+                                                 const std::vector<model::TensorSpec>& specs);
 
 }  // namespace paraflow::train
