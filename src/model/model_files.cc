@@ -215,16 +215,17 @@ LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {
   const nlohmann::json json = parse_json(read_file(config_path), config_path.string());
   LoadedModel loaded{GptConfig::from_hf_json(json, config_path.string()), {}};
   const std::filesystem::path file = dir / "model.safetensors";
+  // Mapped once: computed on in place where it allows, else copied with each tensor's pages let go.
+  const SafetensorsFile weights = SafetensorsFile::map(file.string());
   if (reads_host_memory(backend)) {
-    std::optional<ParameterSet> mapped =
-        map_parameters(SafetensorsFile::map(file.string()), file, gpt_tensor_specs(loaded.config), backend);
+    std::optional<ParameterSet> mapped = map_parameters(weights, file, gpt_tensor_specs(loaded.config), backend);
     if (mapped) {
       loaded.parameters = std::move(*mapped);
       return loaded;
     }
   }
   loaded.parameters = ParameterSet(gpt_tensor_specs(loaded.config), backend);
-  load_parameters(file, loaded.parameters);
+  loaded.parameters.write_on_host([&](ParameterSet& parameters) { read_parameters(weights, file, parameters, ""); });
   return loaded;
 }
 
