@@ -7,7 +7,7 @@
 // op kind and per timed part of the engine's host work, in ms per step; the engine publishes its
 // profile after each step, so the last step may not be in it yet).
 //
-//     build/bench/infer/engine_bench --model DIR [--dtype float32|bfloat16|float16] [--requests 32]
+//     build/bench/infer/engine_bench --model DIR|FILE.gguf [--dtype float32|bfloat16|float16|q8_0|q4_k] [--requests 32]
 //         [--in-flight N] [--prompt-tokens 32:128] [--tokens 64] [--max-num-seqs 32] [--kv-cache-dtype auto]
 //         [--max-batched-tokens N] [--max-decoding-step-tokens N]
 //         [--profile]
@@ -85,7 +85,7 @@ int main(int argc, char** argv) try {
           max_decoding_step_tokens = 0, seed = 1;
   bool profile = false;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
-  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16", "q8_0", "q4_k"}));
   app.add_option("--kv-cache-dtype", kv_cache_dtype)->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   app.add_option("--requests", requests, "Requests");
   app.add_option("--in-flight", in_flight, "Requests in flight at once (closed loop); 0: all submitted at once");

@@ -34,8 +34,9 @@ const char* weight_layout_name(WeightLayout layout) {
 
 WeightLayout Backend::decoding_layout(DType dtype, int64_t columns) const {
   if (prefers_interleaved_weights(dtype)) return WeightLayout::out_in_interleaved;
-  // AMX multiplies whole 16 x 32 tiles; the half products read a group's columns in pairs.
-  const int64_t whole_tile_columns = dtype == DType::f16 ? 2 : 32;
+  // AMX multiplies whole 16 x 32 tiles; the half products read a group's columns in pairs, the
+  // quantized tile products whole blocks.
+  const int64_t whole_tile_columns = dtype == DType::f16 ? 2 : is_block_quantized(dtype) ? dtype_block_elements(dtype) : 32;
   if (prefers_tiled_weights(dtype) && columns % whole_tile_columns == 0) return WeightLayout::out_in_tiles;
   return WeightLayout::out_in;
 }

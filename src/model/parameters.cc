@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/kernel_args.h"
+#include "backend/quantized_tiles.h"
 #include "base/error.h"
 #include "base/system_memory.h"
 #include "model/part_slices.h"
@@ -442,8 +443,9 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
     const DType type = is_block_quantized(dtype) ? quantized_type_for_rows(dtype, spec.shape[spec.shape.rank() - 1]) : dtype;
     if (is_block_quantized(type)) {
       const int64_t block = dtype_block_elements(type), columns = spec.shape[spec.shape.rank() - 1];
-      check(!interleaved && !tiled, "converted_copy: {} weights are read as blocks of rows, not interleaved or tiled ({})",
-            dtype_name(type), spec.name);
+      check(!interleaved && (!tiled || has_quantized_tiles(type)),
+            "converted_copy: {} weights are read as blocks of rows, not interleaved{} ({})", dtype_name(type),
+            has_quantized_tiles(type) ? "" : " or tiled", spec.name);
       check(columns % block == 0, "{} {} cannot be quantized to {}: its rows of {} are not a whole number of {}-value blocks",
             spec.name, spec.shape.to_string(), dtype_name(type), columns, block);
     }
@@ -464,7 +466,8 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const Shape& shape = specs_[sources[i]].shape;  // the source's
       const bool transpose = layouts.transposed.count(name) > 0;
       const bool interleave = layouts.interleaved.count(name) > 0;
-      const bool tile = layouts.tiled.count(name) > 0;
+      // Block-quantized weights are written as rows of blocks, then their groups tiled.
+      const bool tile = layouts.tiled.count(name) > 0 && !is_block_quantized(types[i]);
       const int64_t rows = shape[0], columns = shape.numel() / rows;
       const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
       // A mapped source's rows are let go a MiB at a time, as they are read: a big tensor (the
@@ -519,6 +522,9 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
           quantize_blocks(types[i], stored.data(), host.at(i).raw(), shape.numel());
           break;
         }
+      }
+      if (is_block_quantized(types[i]) && layouts.tiled.count(name)) {
+        tile_quantized_rows(types[i], host.at(i).raw(), stored_rows, stored_columns);
       }
     }
   });

@@ -2,15 +2,19 @@
 // double-precision references: the exact product of the quantized rows and the quantized weights
 // (what the kernel computes, up to f32 rounding), and the f32 rows times the dequantized weights
 // (what it approximates: the rows' own quantization error bounded value by value). Each row's
-// result is the same alone or batched.
+// result is the same alone or batched. Weights stored [out, in] and, where the type has them and
+// the CPU multiplies them (AVX512_VNNI), out_in_tiles (backend/quantized_tiles.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/quantize_rows.h"
+#include "backend/quantized_tiles.h"
 #include "tensor/quantized.h"
 #include "test_util.h"
 
@@ -85,10 +89,16 @@ TYPED_TEST(QuantizedMatmul, MatchesTheExactProductOfItsBlocksAndIsRowInvariant) 
   Backend& backend = cpu_backend();
   ASSERT_TRUE(backend.supports(KernelOp::matmul_forward, Case::kType));
   Rng rng(testing::test_seed());
-  const int64_t N = 7;
+  const int64_t N = 13;  // two blocks of rows in the tile products (6 and 7)
+  std::vector<WeightLayout> layouts = {WeightLayout::out_in};
+  if (has_quantized_tiles(Case::kType) && backend.prefers_tiled_weights(Case::kType)) {
+    layouts.push_back(WeightLayout::out_in_tiles);
+  }
   for (auto [C, OC] : Case::kShapes) {
-    for (bool with_gelu : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "C=" << C << " OC=" << OC << (with_gelu ? " gelu" : ""));
+    for (auto [with_gelu, layout] : {std::pair{false, layouts.front()}, std::pair{true, layouts.front()},
+                                     std::pair{false, layouts.back()}, std::pair{true, layouts.back()}}) {
+      SCOPED_TRACE(::testing::Message() << "C=" << C << " OC=" << OC << (with_gelu ? " gelu " : " ")
+                                        << weight_layout_name(layout));
       const std::vector<float> x = to_floats(random_vector(rng, N * C, 2.0)), w = to_floats(random_vector(rng, OC * C, 0.2));
       const std::vector<float> b = to_floats(random_vector(rng, OC));
       Tensor weight = backend.empty({OC, C}, Case::kType);
@@ -100,12 +110,13 @@ TYPED_TEST(QuantizedMatmul, MatchesTheExactProductOfItsBlocksAndIsRowInvariant) 
       Case::dequantize_rows(x_blocks.data(), x_back.data(), N * C);
       const std::vector<Weight> w_blocks(weight.data<Weight>(), weight.data<Weight>() + OC * C / Weight::kElements);
       const std::vector<float> w_magnitude = summed_magnitudes(w_blocks, OC * C);
+      if (layout == WeightLayout::out_in_tiles) tile_quantized_rows(Case::kType, weight.raw(), OC, C);
 
       auto run = [&](int64_t first, int64_t rows) {
         Tensor out = backend.empty({rows, OC}, DType::f32);
         Tensor inp = backend.upload(std::vector<float>(x.begin() + first * C, x.begin() + (first + rows) * C), {rows, C}, DType::f32);
         backend.launch(MatmulForward{.out = out, .inp = inp, .weight = weight, .bias = backend.upload(b, {OC}, DType::f32),
-                                     .layout = WeightLayout::out_in, .gelu = with_gelu, .row_invariant = true});
+                                     .layout = layout, .gelu = with_gelu, .row_invariant = true});
         return backend.download<float>(out);
       };
       const std::vector<float> batched = run(0, N);
@@ -141,6 +152,28 @@ TYPED_TEST(QuantizedMatmul, MatchesTheExactProductOfItsBlocksAndIsRowInvariant) 
       }
     }
   }
+}
+
+// The products' own input quantizers (AVX-512 where built so) against the reference ones, bit for
+// bit: random rows, and a block whose values are exact halves (its largest 127, so that the
+// quantizers multiply by exactly 1), where Q8_0 rounds away from zero and Q8_K to even.
+TEST(QuantizedRows, QuantizeAsTheReferenceQuantizersDo) {
+  Rng rng(testing::test_seed());
+  std::vector<float> x = to_floats(random_vector(rng, 4 * 256, 3.0));
+  std::vector<float> halves = {127.0f, -126.5f, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, -3.5f, 0.0f, 125.5f};
+  halves.resize(256, 64.5f);
+  x.insert(x.end(), halves.begin(), halves.end());
+  const auto count = static_cast<int64_t>(x.size());
+  std::vector<BlockQ8_0> q8_0(static_cast<size_t>(count / 32)), q8_0_reference(q8_0.size());
+  cpu::quantize_rows_q8_0(x.data(), q8_0.data(), count);
+  quantize_q8_0(x.data(), q8_0_reference.data(), count);
+  EXPECT_EQ(0, std::memcmp(q8_0.data(), q8_0_reference.data(), q8_0.size() * sizeof(BlockQ8_0)));
+  EXPECT_EQ(q8_0[4 * 256 / 32].q[1], -127);  // -126.5 away from zero
+  std::vector<BlockQ8_K> q8_k(static_cast<size_t>(count / 256)), q8_k_reference(q8_k.size());
+  cpu::quantize_rows_q8_k(x.data(), q8_k.data(), count);
+  quantize_q8_k(x.data(), q8_k_reference.data(), count);
+  EXPECT_EQ(0, std::memcmp(q8_k.data(), q8_k_reference.data(), q8_k.size() * sizeof(BlockQ8_K)));
+  EXPECT_EQ(q8_k[4].q[1], -126);  // -126.5 to even
 }
 
 TYPED_TEST(QuantizedMatmul, RefusesWeightsThatAreNotWholeBlocksOfOutInRows) {

@@ -21,8 +21,10 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/q4_k_products.h"
 #include "backend/cpu/q8_0_products.h"
+#include "backend/cpu/quantize_rows.h"
 #include "backend/cpu/storage.h"
 #include "backend/cpu/widened_bf16_rows.h"
+#include "backend/quantized_tiles.h"
 #include "base/error.h"
 
 namespace paraflow::cpu {
@@ -537,33 +539,42 @@ struct HalfInputRows;    // small_rows_matmul's input rows in half, for float16 
 struct RowUnscales;      // and the factors that undo their scaling
 struct QuantizedRows;    // small_rows_matmul's input rows in blocks, for block-quantized weights
 
-// A block-quantized weight type's products: the blocks its input rows are quantized to, and the
-// kernel that multiplies the two. Other weight types have none.
+// A block-quantized weight type's products: the blocks its input rows are quantized to, the
+// kernel that multiplies the two, and the one for weights stored out_in_tiles (Q8_0 and Q4_K, where
+// the build has it). Other weight types have none.
 template <typename W>
 struct PackedProducts {
-  static constexpr bool kPacked = false;
+  static constexpr bool kPacked = false, kTiles = false;
   using Rows = void;
+  using TileTerms = int;  // none
 };
 template <>
 struct PackedProducts<BlockQ8_0> {
-  static constexpr bool kPacked = true;
+  static constexpr bool kPacked = true, kTiles = has_quantized_tile_products();
   using Rows = BlockQ8_0;
-  static constexpr auto quantize_rows = quantize_q8_0;
+  using TileTerms = Q8_0TileTerms;
+  static constexpr auto quantize_rows = quantize_rows_q8_0;
   static constexpr auto dot_rows = q8_0_dot_rows;
+  static constexpr auto tile_terms = q8_0_tile_terms;
+  static constexpr auto tile_dot_rows = q8_0_tile_dot_rows;
 };
 template <>
 struct PackedProducts<BlockQ5_0> {
-  static constexpr bool kPacked = true;
+  static constexpr bool kPacked = true, kTiles = false;
   using Rows = BlockQ8_0;
-  static constexpr auto quantize_rows = quantize_q8_0;
+  using TileTerms = int;  // none
+  static constexpr auto quantize_rows = quantize_rows_q8_0;
   static constexpr auto dot_rows = q5_0_dot_rows;
 };
 template <>
 struct PackedProducts<BlockQ4_K> {
-  static constexpr bool kPacked = true;
+  static constexpr bool kPacked = true, kTiles = has_quantized_tile_products();
   using Rows = BlockQ8_K;
-  static constexpr auto quantize_rows = quantize_q8_k;
+  using TileTerms = Q4_KTileTerms;
+  static constexpr auto quantize_rows = quantize_rows_q8_k;
   static constexpr auto dot_rows = q4_k_dot_rows;
+  static constexpr auto tile_terms = q4_k_tile_terms;
+  static constexpr auto tile_dot_rows = q4_k_tile_dot_rows;
 };
 
 template <typename X, typename W, typename Out, typename Slope>
@@ -575,21 +586,21 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
   // CPU has it.
   constexpr bool half_weights = std::is_same_v<W, Float16>;
   const bool half_arithmetic = half_weights && d.tiled;
-  check(!d.tiled || has_bf16_dot_rows<X, W>() || (half_weights && has_half_products()),
-        "matmul: out_in_tiles weights are read only from bf16 inputs (AMX tiles or AVX512_BF16 pair products) and, "
-        "in float16, by the half products on a CPU with AVX512_FP16");
-  check(!d.tiled || half_weights || d.C % 32 == 0,
+  using Packed = PackedProducts<W>;
+  constexpr bool packed_weights = Packed::kPacked;
+  check(!d.tiled || has_bf16_dot_rows<X, W>() || (half_weights && has_half_products()) || Packed::kTiles,
+        "matmul: out_in_tiles weights are read only from bf16 inputs (AMX tiles or AVX512_BF16 pair products), "
+        "in float16 by the half products on a CPU with AVX512_FP16, and in Q8_0 and Q4_K by AVX512_VNNI's products");
+  check(!d.tiled || half_weights || packed_weights || d.C % 32 == 0,
         "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32", d.C);
   check(!half_arithmetic || d.C % 2 == 0,
         "matmul: an out_in_tiles float16 weight needs whole column pairs: {} input features are odd", d.C);
-  // Block-quantized weights [out, in], read as blocks of the rows; the input rows quantized to
-  // blocks too.
-  using Packed = PackedProducts<W>;
-  constexpr bool packed_weights = Packed::kPacked;
+  // Block-quantized weights [out, in] (or out_in_tiles), read as blocks of the rows; the input rows
+  // quantized to blocks too.
   if constexpr (packed_weights) {
-    check(d.transposed && !d.stored_for_decoding() && d.C % W::kElements == 0,
-          "matmul: {}-value block weights are read stored [out, in] with whole blocks (got {} input features)",
-          W::kElements, d.C);
+    check(d.transposed && !d.interleaved && d.C % W::kElements == 0,
+          "matmul: {}-value block weights are read stored [out, in] or out_in_tiles with whole blocks (got {} input "
+          "features)", W::kElements, d.C);
   }
   // The few input rows in f32 (f32 rows as they are; bf16 ones converted once rather than once
   // per weight row); the bf16 dot products (and AMX tiles) read the bf16 rows themselves, and
@@ -609,10 +620,14 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     x = rows;
   }
   typename Packed::Rows* x_blocks = nullptr;
+  typename Packed::TileTerms x_tile_terms{};
   if constexpr (packed_weights) {
     using Rows = typename Packed::Rows;
     x_blocks = thread_scratch<QuantizedRows, Rows>(d.N * d.C / Rows::kElements);
     Packed::quantize_rows(x, x_blocks, d.N * d.C);
+    if constexpr (Packed::kTiles) {
+      if (d.tiled) x_tile_terms = Packed::tile_terms(x_blocks, d.N * d.C / Rows::kElements);
+    }
   }
   uint16_t* half_x = nullptr;
   float* unscale = nullptr;
@@ -646,7 +661,16 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
     if (!in_place) sums = thread_scratch<OutputSums, float>(d.N * share);
     const int64_t sums_ld = in_place ? d.OC : width;
     if constexpr (packed_weights) {
-      Packed::dot_rows(sums, sums_ld, x_blocks, d.N, d.C, weight, begin, end);
+      // A tiled weight's whole groups by the tile products, the rows after them as [out, in] rows.
+      int64_t rows_begin = begin;
+      if constexpr (Packed::kTiles) {
+        if (d.tiled) {
+          rows_begin = std::clamp(d.OC / kQuantizedTileRows * kQuantizedTileRows, begin, end);
+          Packed::tile_dot_rows(sums, sums_ld, x_blocks, x_tile_terms, d.N, d.C, reinterpret_cast<const uint8_t*>(weight),
+                                begin, rows_begin);
+        }
+      }
+      Packed::dot_rows(sums + (rows_begin - begin), sums_ld, x_blocks, d.N, d.C, weight, rows_begin, end);
     } else if (!d.transposed) {
       std::fill(sums, sums + d.N * width, 0.0f);
       // Four weight rows per pass over the sums: one load and store of each sum per four FMAs.

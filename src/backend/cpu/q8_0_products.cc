@@ -3,7 +3,11 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/row_blocks.h"
+#include "backend/quantized_tiles.h"
+#include "base/error.h"
 #include "tensor/dtype.h"
 
 namespace paraflow::cpu {
@@ -138,7 +142,92 @@ void dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64
   for (; o < end; ++o) rows.template operator()<1>(o);
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// GCC 12 takes the 512-bit conversions' undefined pass-through operand for an uninitialized read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+inline __m512i broadcast_four(const int8_t* values) {
+  int32_t word;
+  std::memcpy(&word, values, sizeof word);
+  return _mm512_set1_epi32(word);
+}
+
+// R input rows times one group of 16 weight rows stored out_in_tiles: per block, each row's 16
+// int32 sums start at -128 times the sum of its values and take eight vpdpbusd of four values
+// broadcast against four of every weight row's (stored + 128), the weights loaded once for all R
+// rows; then one FMA per row of the sums by the scales' products. Brings `next`'s lines into L2
+// on the way (row_blocks.h).
+template <int R>
+void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x_scales, const int32_t* x_offsets,
+                int64_t blocks, const uint8_t* group, const NextWeightsShare& next) {
+  const uint8_t* values = group;
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(group + kQuantizedTileRows * blocks * BlockQ8_0::kElements);
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t l = 0; l < next.lines_per_step; ++l) {
+      _mm_prefetch(next.first_line + (b * next.lines_per_step + l) * 64, _MM_HINT_T1);
+    }
+    __m512i dots[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) dots[r] = _mm512_set1_epi32(x_offsets[r * blocks + b]);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i w = _mm512_loadu_si512(values + (b * 8 + s) * 64);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four(x[r * blocks + b].q + 4 * s));
+    }
+    const __m512 w_scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 16)));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(x_scales[r * blocks + b]), w_scales);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[r]), scale, acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * sums_ld, acc[r]);
+}
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace
+
+Q8_0TileTerms q8_0_tile_terms(const BlockQ8_0* x, int64_t blocks) {
+  thread_local std::vector<float> scales;
+  thread_local std::vector<int32_t> offsets;
+  scales.resize(static_cast<size_t>(blocks));
+  offsets.resize(scales.size());
+  for (int64_t i = 0; i < blocks; ++i) {
+    int32_t sum = 0;
+    for (int8_t value : x[i].q) sum += value;
+    scales[static_cast<size_t>(i)] = f16_to_f32(x[i].d);
+    offsets[static_cast<size_t>(i)] = -128 * sum;
+  }
+  return {scales.data(), offsets.data()};
+}
+
+void q8_0_tile_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, const Q8_0TileTerms& terms, int64_t N,
+                        int64_t C, const uint8_t* tiles, int64_t begin, int64_t end) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const int64_t blocks = C / BlockQ8_0::kElements;
+  const size_t group_bytes = dtype_bytes(DType::q8_0, kQuantizedTileRows * C);
+  for (int64_t o = begin; o < end; o += kQuantizedTileRows) {
+    const uint8_t* group = tiles + static_cast<size_t>(o / kQuantizedTileRows) * group_bytes;
+    const uint8_t* next = o + kQuantizedTileRows < end ? group + group_bytes : nullptr;
+    int64_t row_block = 0;
+    for_each_row_block(N, [&]<int R>(int64_t n) {
+      tile_block<R>(sums + n * sums_ld + (o - begin), sums_ld, x + n * blocks, terms.scales + n * blocks,
+                    terms.offsets + n * blocks, blocks, group,
+                    next_weights_share(next, static_cast<int64_t>(group_bytes), N, row_block++, blocks));
+    });
+  }
+#else
+  (void)sums, (void)sums_ld, (void)x, (void)terms, (void)N, (void)C, (void)tiles, (void)begin, (void)end;
+  throw Error("q8_0_tile_dot_rows: this build has no AVX512_VNNI");
+#endif
+}
 
 void q8_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ8_0* weight,
                    int64_t begin, int64_t end) {
