@@ -101,9 +101,10 @@ class Backend {
     return false;
   }
   // Whether decoding should store `dtype` matmul weights out_in_tiles (those that only matmuls
-  // read, with whole tiles: columns a multiple of 32 in bf16, of 2 in float16, whole blocks in Q8_0
-  // and Q4_K): true where matmul_forward runs that layout (AMX tiles or AVX512_BF16 pair products
-  // for bf16, half products for float16, AVX512_VNNI's tile products for Q8_0 and Q4_K).
+  // read, with whole tiles: columns a multiple of 32 in bf16, of 2 in float16, whole blocks in the
+  // block-quantized types): true where matmul_forward runs that layout (AMX tiles or AVX512_BF16
+  // pair products for bf16, half products for float16, AVX512_VNNI's tile products for Q8_0, Q5_0
+  // and Q4_K).
   virtual bool prefers_tiled_weights(DType dtype) const {
     (void)dtype;
     return false;

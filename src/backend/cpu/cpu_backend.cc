@@ -110,7 +110,7 @@ class CpuBackend final : public Backend {
   // Where matmul_forward runs that layout: AMX for bf16 tiles, or vdpbf16ps pair products where
   // those issue at the f32 FMA rate (AVX512_BF16 dot products for the rows after the groups);
   // half products for float16 ones (f32 for the rows after them); AVX512_VNNI's tile products for
-  // Q8_0 and Q4_K (their [out, in] rows' products for the rows after them).
+  // Q8_0, Q5_0 and Q4_K (their [out, in] rows' products for the rows after them).
   bool prefers_tiled_weights(DType dtype) const override {
     if (dtype == DType::f16) return cpu::has_half_products();
     if (is_block_quantized(dtype)) return has_quantized_tiles(dtype) && cpu::has_quantized_tile_products();

@@ -540,13 +540,14 @@ struct RowUnscales;      // and the factors that undo their scaling
 struct QuantizedRows;    // small_rows_matmul's input rows in blocks, for block-quantized weights
 
 // A block-quantized weight type's products: the blocks its input rows are quantized to, the
-// kernel that multiplies the two, and the one for weights stored out_in_tiles (Q8_0 and Q4_K, where
-// the build has it). Other weight types have none.
+// kernel that multiplies the two, and the one for weights stored out_in_tiles (where the build has
+// it). Other weight types have none.
+struct NoTileTerms {};
 template <typename W>
 struct PackedProducts {
   static constexpr bool kPacked = false, kTiles = false;
   using Rows = void;
-  using TileTerms = int;  // none
+  using TileTerms = NoTileTerms;
 };
 template <>
 struct PackedProducts<BlockQ8_0> {
@@ -560,11 +561,13 @@ struct PackedProducts<BlockQ8_0> {
 };
 template <>
 struct PackedProducts<BlockQ5_0> {
-  static constexpr bool kPacked = true, kTiles = false;
+  static constexpr bool kPacked = true, kTiles = has_quantized_tile_products();
   using Rows = BlockQ8_0;
-  using TileTerms = int;  // none
+  using TileTerms = Q8_0TileTerms;
   static constexpr auto quantize_rows = quantize_rows_q8_0;
   static constexpr auto dot_rows = q5_0_dot_rows;
+  static constexpr auto tile_terms = q8_0_tile_terms;
+  static constexpr auto tile_dot_rows = q5_0_tile_dot_rows;
 };
 template <>
 struct PackedProducts<BlockQ4_K> {
@@ -590,7 +593,7 @@ void small_rows_matmul(Out* out, Slope* slope, const X* inp, const W* weight, co
   constexpr bool packed_weights = Packed::kPacked;
   check(!d.tiled || has_bf16_dot_rows<X, W>() || (half_weights && has_half_products()) || Packed::kTiles,
         "matmul: out_in_tiles weights are read only from bf16 inputs (AMX tiles or AVX512_BF16 pair products), "
-        "in float16 by the half products on a CPU with AVX512_FP16, and in Q8_0 and Q4_K by AVX512_VNNI's products");
+        "in float16 by the half products on a CPU with AVX512_FP16, and block-quantized by AVX512_VNNI's products");
   check(!d.tiled || half_weights || packed_weights || d.C % 32 == 0,
         "matmul: an out_in_tiles weight needs whole tiles: {} input features are not a multiple of 32", d.C);
   check(!half_arithmetic || d.C % 2 == 0,

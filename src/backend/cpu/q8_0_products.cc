@@ -153,16 +153,44 @@ inline __m512i broadcast_four(const int8_t* values) {
   return _mm512_set1_epi32(word);
 }
 
+// A tiled group's eight 64-byte operands of block b, operand k holding weights 4k..4k+3 of the
+// 16 rows as unsigned bytes (the stored level, of which kOffset is taken back), and its scales.
+template <typename W>
+struct TileOperands;
+template <>
+struct TileOperands<BlockQ8_0> {  // the values + 128
+  static constexpr int32_t kOffset = -128;
+  static __m512i operand(const uint8_t* group, int64_t, int64_t b, int k) {
+    return _mm512_loadu_si512(group + (b * 8 + k) * 64);
+  }
+  static const uint16_t* scales(const uint8_t* group, int64_t blocks) {
+    return reinterpret_cast<const uint16_t*>(group + kQuantizedTileRows * blocks * 32);
+  }
+};
+template <>
+struct TileOperands<BlockQ5_0> {  // the 5-bit levels q (weight q - 16): a nibble and the mask's top bit
+  static constexpr int32_t kOffset = -16;
+  static __m512i operand(const uint8_t* group, int64_t blocks, int64_t b, int k) {
+    const __m512i packed = _mm512_loadu_si512(group + (b * 4 + k % 4) * 64);
+    const __m512i nibbles = _mm512_and_si512(_mm512_srli_epi16(packed, 4 * (k / 4)), _mm512_set1_epi8(0x0F));
+    __mmask64 top;
+    std::memcpy(&top, group + kQuantizedTileRows * blocks * 16 + (b * 8 + k) * 8, sizeof top);
+    return _mm512_mask_add_epi8(nibbles, top, nibbles, _mm512_set1_epi8(0x10));
+  }
+  static const uint16_t* scales(const uint8_t* group, int64_t blocks) {
+    return reinterpret_cast<const uint16_t*>(group + kQuantizedTileRows * blocks * 20);
+  }
+};
+
 // R input rows times one group of 16 weight rows stored out_in_tiles: per block, each row's 16
-// int32 sums start at -128 times the sum of its values and take eight vpdpbusd of four values
-// broadcast against four of every weight row's (stored + 128), the weights loaded once for all R
-// rows; then one FMA per row of the sums by the scales' products. Brings `next`'s lines into L2
-// on the way (row_blocks.h).
-template <int R>
-void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x_scales, const int32_t* x_offsets,
+// int32 sums start at the offset times the sum of its values and take eight vpdpbusd of four
+// values broadcast against the operands, which are made once for all R rows; then one FMA per row
+// of the sums by the scales' products. Brings `next`'s lines into L2 on the way (row_blocks.h).
+template <typename W, int R>
+void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x_scales, const int32_t* x_sums,
                 int64_t blocks, const uint8_t* group, const NextWeightsShare& next) {
-  const uint8_t* values = group;
-  const uint16_t* scales = reinterpret_cast<const uint16_t*>(group + kQuantizedTileRows * blocks * BlockQ8_0::kElements);
+  using Operands = TileOperands<W>;
+  const uint16_t* scales = Operands::scales(group, blocks);
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -172,12 +200,12 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x
     }
     __m512i dots[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) dots[r] = _mm512_set1_epi32(x_offsets[r * blocks + b]);
+    for (int r = 0; r < R; ++r) dots[r] = _mm512_set1_epi32(Operands::kOffset * x_sums[r * blocks + b]);
 #pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const __m512i w = _mm512_loadu_si512(values + (b * 8 + s) * 64);
+    for (int k = 0; k < 8; ++k) {
+      const __m512i w = Operands::operand(group, blocks, b, k);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four(x[r * blocks + b].q + 4 * s));
+      for (int r = 0; r < R; ++r) dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four(x[r * blocks + b].q + 4 * k));
     }
     const __m512 w_scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 16)));
 #pragma GCC unroll 8
@@ -189,6 +217,23 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + r * sums_ld, acc[r]);
 }
+
+template <typename W>
+void tile_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, const Q8_0TileTerms& terms, int64_t N, int64_t C,
+                   const uint8_t* tiles, int64_t begin, int64_t end) {
+  const int64_t blocks = C / BlockQ8_0::kElements;
+  const size_t group_bytes = kQuantizedTileRows * blocks * sizeof(W);
+  for (int64_t o = begin; o < end; o += kQuantizedTileRows) {
+    const uint8_t* group = tiles + static_cast<size_t>(o / kQuantizedTileRows) * group_bytes;
+    const uint8_t* next = o + kQuantizedTileRows < end ? group + group_bytes : nullptr;
+    int64_t row_block = 0;
+    for_each_row_block(N, [&]<int R>(int64_t n) {
+      tile_block<W, R>(sums + n * sums_ld + (o - begin), sums_ld, x + n * blocks, terms.scales + n * blocks,
+                       terms.sums + n * blocks, blocks, group,
+                       next_weights_share(next, static_cast<int64_t>(group_bytes), N, row_block++, blocks));
+    });
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -196,38 +241,39 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x
 
 Q8_0TileTerms q8_0_tile_terms(const BlockQ8_0* x, int64_t blocks) {
   thread_local std::vector<float> scales;
-  thread_local std::vector<int32_t> offsets;
+  thread_local std::vector<int32_t> sums;
   scales.resize(static_cast<size_t>(blocks));
-  offsets.resize(scales.size());
+  sums.resize(scales.size());
   for (int64_t i = 0; i < blocks; ++i) {
     int32_t sum = 0;
     for (int8_t value : x[i].q) sum += value;
     scales[static_cast<size_t>(i)] = f16_to_f32(x[i].d);
-    offsets[static_cast<size_t>(i)] = -128 * sum;
+    sums[static_cast<size_t>(i)] = sum;
   }
-  return {scales.data(), offsets.data()};
+  return {scales.data(), sums.data()};
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 void q8_0_tile_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, const Q8_0TileTerms& terms, int64_t N,
                         int64_t C, const uint8_t* tiles, int64_t begin, int64_t end) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  const int64_t blocks = C / BlockQ8_0::kElements;
-  const size_t group_bytes = dtype_bytes(DType::q8_0, kQuantizedTileRows * C);
-  for (int64_t o = begin; o < end; o += kQuantizedTileRows) {
-    const uint8_t* group = tiles + static_cast<size_t>(o / kQuantizedTileRows) * group_bytes;
-    const uint8_t* next = o + kQuantizedTileRows < end ? group + group_bytes : nullptr;
-    int64_t row_block = 0;
-    for_each_row_block(N, [&]<int R>(int64_t n) {
-      tile_block<R>(sums + n * sums_ld + (o - begin), sums_ld, x + n * blocks, terms.scales + n * blocks,
-                    terms.offsets + n * blocks, blocks, group,
-                    next_weights_share(next, static_cast<int64_t>(group_bytes), N, row_block++, blocks));
-    });
-  }
-#else
-  (void)sums, (void)sums_ld, (void)x, (void)terms, (void)N, (void)C, (void)tiles, (void)begin, (void)end;
-  throw Error("q8_0_tile_dot_rows: this build has no AVX512_VNNI");
-#endif
+  tile_dot_rows<BlockQ8_0>(sums, sums_ld, x, terms, N, C, tiles, begin, end);
 }
+
+void q5_0_tile_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, const Q8_0TileTerms& terms, int64_t N,
+                        int64_t C, const uint8_t* tiles, int64_t begin, int64_t end) {
+  tile_dot_rows<BlockQ5_0>(sums, sums_ld, x, terms, N, C, tiles, begin, end);
+}
+#else
+void q8_0_tile_dot_rows(float*, int64_t, const BlockQ8_0*, const Q8_0TileTerms&, int64_t, int64_t, const uint8_t*, int64_t,
+                        int64_t) {
+  throw Error("q8_0_tile_dot_rows: this build has no AVX512_VNNI");
+}
+
+void q5_0_tile_dot_rows(float*, int64_t, const BlockQ8_0*, const Q8_0TileTerms&, int64_t, int64_t, const uint8_t*, int64_t,
+                        int64_t) {
+  throw Error("q5_0_tile_dot_rows: this build has no AVX512_VNNI");
+}
+#endif
 
 void q8_0_dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64_t C, const BlockQ8_0* weight,
                    int64_t begin, int64_t end) {
