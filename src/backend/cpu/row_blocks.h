@@ -46,7 +46,9 @@ void for_each_group_block(int64_t groups, Block&& block) {
 // row block `row_block` of for_each_row_block(rows) brings into L2, `lines_per_step` at each of
 // its `steps` steps: the first row block waits on the current weights' stream from memory, the
 // others read them from the caches at the arithmetic's pace, so they share the next weights'
-// lines between them (none where one block takes all the rows). Null where this block brings none.
+// lines between them; where one block takes all the rows (batch-1 decoding), it brings them all,
+// a group ahead of its own stream, which the hardware prefetcher does not follow across a tiled
+// group's parts. Null where this block brings none.
 struct NextWeightsShare {
   const char* first_line = nullptr;
   int64_t lines_per_step = 0;
@@ -55,10 +57,11 @@ inline NextWeightsShare next_weights_share(const void* next, int64_t bytes, int6
                                            int64_t steps) {
   constexpr int64_t kLine = 64;
   const int64_t row_blocks = (rows + kMaxBlockRows - 1) / kMaxBlockRows;
-  if (next == nullptr || row_block == 0 || row_blocks == 1) return {};
+  if (next == nullptr || (row_block == 0 && row_blocks > 1)) return {};
   const int64_t lines = (bytes + kLine - 1) / kLine;
-  const int64_t share = (lines + row_blocks - 2) / (row_blocks - 1);
-  const int64_t first = (row_block - 1) * share;
+  const int64_t sharing = std::max<int64_t>(1, row_blocks - 1);
+  const int64_t share = (lines + sharing - 1) / sharing;
+  const int64_t first = std::max<int64_t>(0, row_block - 1) * share;
   if (first >= lines) return {};
   return {static_cast<const char*>(next) + first * kLine, (std::min(share, lines - first) + steps - 1) / steps};
 }
