@@ -177,7 +177,7 @@ inline __m512i broadcast_four(const void* bytes) {
 // 16 int32 dot products from eight vpdpbusd of four input values broadcast against four nibbles
 // of every weight row (the nibbles unpacked once for all R rows), times the sub-block's scales;
 // the minimums' sums from four vpdpwssd of the row's sub-block sums in pairs; then two FMAs.
-// Brings `next`'s lines into L2 on the way (row_blocks.h), a share at each sub-block.
+// Brings `next`'s lines into the caches on the way (row_blocks.h), a share at each sub-block.
 template <int R>
 void tile_block(float* sums, int64_t sums_ld, const BlockQ8_K* x, const int32_t* x_sum_pairs, int64_t blocks,
                 const uint8_t* nibbles, const TileHeads* heads, const NextWeightsShare& next) {
@@ -193,7 +193,7 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_K* x, const int32_t*
     for (int j = 0; j < BlockQ4_K::kSubBlocks; ++j) {  // sub-block j: part j / 2's low or high nibbles
       const int part = j / 2, shift = 4 * (j % 2);
       for (int64_t l = 0; l < next.lines_per_step; ++l) {
-        _mm_prefetch(next.first_line + ((b * BlockQ4_K::kSubBlocks + j) * next.lines_per_step + l) * 64, _MM_HINT_T1);
+        _mm_prefetch(next.first_line + ((b * BlockQ4_K::kSubBlocks + j) * next.lines_per_step + l) * 64, _MM_HINT_T0);
       }
       __m512i dots[R];
 #pragma GCC unroll 8

@@ -185,7 +185,7 @@ struct TileOperands<BlockQ5_0> {  // the 5-bit levels q (weight q - 16): a nibbl
 // R input rows times one group of 16 weight rows stored out_in_tiles: per block, each row's 16
 // int32 sums start at the offset times the sum of its values and take eight vpdpbusd of four
 // values broadcast against the operands, which are made once for all R rows; then one FMA per row
-// of the sums by the scales' products. Brings `next`'s lines into L2 on the way (row_blocks.h).
+// of the sums by the scales' products. Brings `next`'s lines into the caches on the way (row_blocks.h).
 template <typename W, int R>
 void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x_scales, const int32_t* x_sums,
                 int64_t blocks, const uint8_t* group, const NextWeightsShare& next) {
@@ -196,7 +196,7 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t l = 0; l < next.lines_per_step; ++l) {
-      _mm_prefetch(next.first_line + (b * next.lines_per_step + l) * 64, _MM_HINT_T1);
+      _mm_prefetch(next.first_line + (b * next.lines_per_step + l) * 64, _MM_HINT_T0);
     }
     __m512i dots[R];
 #pragma GCC unroll 8
