@@ -2,7 +2,7 @@
 // the decode rate after the prompt's pass (what llama-bench's tg figure measures), and with
 // --profile the time of each op kind over the decoded tokens.
 //
-//     build/bench/infer/decode_bench --model DIR [--tokens 128] [--dtype float32|bfloat16|float16|q8_0] [--profile]
+//     build/bench/infer/decode_bench --model DIR|FILE.gguf [--tokens 128] [--dtype float32|bfloat16|float16|q8_0|q4_k] [--profile]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -23,7 +23,7 @@ int main(int argc, char** argv) try {
   bool profile = false;
   app.add_option("--model", model_dir, "Model dir (Hugging Face GPT-2 layout)")->required();
   app.add_option("--tokens", tokens, "Tokens to decode after a one-token prompt");
-  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16", "q8_0"}));
+  app.add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16", "q8_0", "q4_k"}));
   app.add_flag("--profile", profile, "Print the time of each op kind");
   CLI11_PARSE(app, argc, argv);
 
