@@ -18,21 +18,26 @@ bool is_gguf_file(const std::filesystem::path& path) {
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-std::vector<float> gguf_values(const Tensor& tensor) {
-  std::vector<float> values(static_cast<size_t>(tensor.numel()));
+void gguf_values(const Tensor& tensor, int64_t first, int64_t count, float* out) {
+  const char* bytes = static_cast<const char*>(tensor.raw()) + dtype_bytes(tensor.dtype(), first);
   switch (tensor.dtype()) {
-    case DType::f32: std::memcpy(values.data(), tensor.raw(), tensor.nbytes()); break;
+    case DType::f32: std::memcpy(out, bytes, static_cast<size_t>(count) * sizeof(float)); break;
     case DType::f16:
     case DType::bf16: {
-      const auto* bits = static_cast<const uint16_t*>(tensor.raw());
-      for (size_t i = 0; i < values.size(); ++i) values[i] = tensor.dtype() == DType::f16 ? f16_to_f32(bits[i]) : bf16_to_f32(bits[i]);
+      const auto* bits = reinterpret_cast<const uint16_t*>(bytes);
+      for (int64_t i = 0; i < count; ++i) out[i] = tensor.dtype() == DType::f16 ? f16_to_f32(bits[i]) : bf16_to_f32(bits[i]);
       break;
     }
     case DType::q8_0:
     case DType::q4_k:
-    case DType::q5_0: dequantize_blocks(tensor.dtype(), tensor.raw(), values.data(), tensor.numel()); break;
+    case DType::q5_0: dequantize_blocks(tensor.dtype(), bytes, out, count); break;
     default: fail("gguf_values: {} is not a GGUF tensor type we read", dtype_name(tensor.dtype()));
   }
+}
+
+std::vector<float> gguf_values(const Tensor& tensor) {
+  std::vector<float> values(static_cast<size_t>(tensor.numel()));
+  gguf_values(tensor, 0, tensor.numel(), values.data());
   return values;
 }
 

@@ -35,5 +35,7 @@ int64_t gguf_positive(const GgufFile& file, const std::string& key);
 
 // A tensor's values as float32 (F32, F16, BF16, Q8_0, Q4_K or Q5_0), row-major in its shape.
 std::vector<float> gguf_values(const Tensor& tensor);
+// The same for `count` values from element `first` (a whole number of the type's blocks) into `out`.
+void gguf_values(const Tensor& tensor, int64_t first, int64_t count, float* out);
 
 }  // namespace paraflow::model

@@ -133,11 +133,21 @@ void read_gguf_parameters(const GgufFile& file, const GptConfig& config, Paramet
       const Shape expected = placement.layout == GgufLayout::transposed ? Shape{ours[1], ours[0]} : ours;
       check(tensor.shape() == expected, "{}: tensor '{}' is {}, expected {} for this config", where, placement.name,
             tensor.shape().to_string(), expected.to_string());
-      const std::vector<float> values = gguf_values(tensor);
+      // Row by row, with no copy of the whole tensor's values (the embedding table's are 0.5 GB
+      // in f32 at Qwen2.5-0.5B's size): a row moves whole (to its place among ours), or a
+      // transposed one column by column.
       float* to = destination.data<float>();
-      const size_t rows = static_cast<size_t>(expected[0]), columns = values.size() / rows;
+      const size_t rows = static_cast<size_t>(expected[0]), columns = static_cast<size_t>(expected.numel()) / rows;
+      const bool transposed = placement.layout == GgufLayout::transposed;
+      std::vector<float> row(transposed ? columns : 0);
       for (size_t r = 0; r < rows; ++r) {
-        for (size_t c = 0; c < columns; ++c) to[our_index(placement, r, c, rows, columns)] = values[r * columns + c];
+        const auto first = static_cast<int64_t>(r * columns), count = static_cast<int64_t>(columns);
+        if (!transposed) {
+          gguf_values(tensor, first, count, to + our_index(placement, r, 0, rows, columns));
+          continue;
+        }
+        gguf_values(tensor, first, count, row.data());
+        for (size_t c = 0; c < columns; ++c) to[our_index(placement, r, c, rows, columns)] = row[c];
       }
       read.insert(placement.name);
     }
