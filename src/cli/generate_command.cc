@@ -84,10 +84,10 @@ infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights,
 
 void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
-  infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
+  const DType weights = weights_dtype(options.dtype, backend);
+  infer::ModelSource source = infer::load_model_source(options.model_dir, backend, false, weights);
   const model::LoadedModel& model = source.model;
   const infer::TextCodec& codec = source.codec;
-  const DType weights = weights_dtype(options.dtype, backend);
   const DType kv_cache = kv_cache_dtype(options.kv_cache_dtype, weights);
   infer::Engine engine(model.config, model.parameters, backend, one_sequence(model.config, weights, kv_cache));
 

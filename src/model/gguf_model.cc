@@ -96,7 +96,7 @@ std::vector<std::pair<std::string, GgufValue>> gpt2_gguf_metadata(const GptConfi
 
 }  // namespace
 
-LoadedModel load_gguf_model(const GgufFile& file, Backend& backend) {
+LoadedModel load_gguf_model(const GgufFile& file, Backend& backend, std::optional<DType> decoding_weights) {
   const std::string& where = file.path();
   const std::string architecture = file.value("general.architecture").as_string(where + ": general.architecture");
   check(architecture == "gpt2" || architecture == "llama" || architecture == "qwen2",
@@ -108,7 +108,7 @@ LoadedModel load_gguf_model(const GgufFile& file, Backend& backend) {
   std::vector<std::string> extra;
   if (config.is_llama()) extra.push_back("rope_freqs.weight");
   if (config.tie_word_embeddings) extra.push_back("output.weight");
-  read_gguf_parameters(file, config, loaded.parameters, extra);
+  read_gguf_parameters(file, config, loaded.parameters, extra, decoding_weights);
   return loaded;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 
 #include "model/gguf.h"
 #include "model/model_files.h"
@@ -20,8 +21,10 @@ namespace paraflow::model {
 bool is_gguf_file(const std::filesystem::path& path);
 
 // Reads a model: its config from the {architecture}.* metadata, its parameters from the tensors.
-// Errors name the file and the key or tensor at fault.
-LoadedModel load_gguf_model(const GgufFile& file, Backend& backend);
+// Errors name the file and the key or tensor at fault. With `decoding_weights` (a block-quantized
+// type), loaded to decode in that type only: the matrices whose blocks its decoding copy takes as
+// they are hold no float values (read_gguf_parameters).
+LoadedModel load_gguf_model(const GgufFile& file, Backend& backend, std::optional<DType> decoding_weights = std::nullopt);
 
 // Writes a model as llama.cpp's converter does (its metadata, tensor names and layouts; GPT-2's
 // tied head written out as output.weight, Llama 3's rope_freqs), every matrix in `type` (f32,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "base/error.h"
@@ -59,12 +61,14 @@ size_t our_index(const GgufPlacement& placement, size_t r, size_t c, size_t rows
   return r * columns + c;
 }
 
-// Keeps the file's blocks of every matrix the file holds block-quantized (Q8_0, Q4_K) with the
-// parameters, in the rows decoding stores ([out, in]: a transposed matrix's rows are the file's;
-// rope_pairs rows moved back to Hugging Face's order, whole rows, so whole blocks), a fused
-// parameter's parts one after another.
-void keep_file_blocks(const GgufFile& file, const GptConfig& config, ParameterSet& parameters) {
-  for (const TensorSpec& spec : parameters.specs()) {
+// The file's blocks of every matrix the file holds block-quantized (Q8_0, Q4_K, Q5_0), by
+// parameter name, in the rows decoding stores ([out, in]: a transposed matrix's rows are the
+// file's; rope_pairs rows moved back to Hugging Face's order, whole rows, so whole blocks), a fused
+// parameter's parts one after another, and whether they are its transpose's rows.
+std::map<std::string, std::pair<Tensor, bool>> file_matrix_blocks(const GgufFile& file, const GptConfig& config,
+                                                                    const std::vector<TensorSpec>& specs) {
+  std::map<std::string, std::pair<Tensor, bool>> kept_blocks;
+  for (const TensorSpec& spec : specs) {
     if (spec.shape.rank() != 2) continue;
     std::vector<StoredPart> parts = spec.stored_as;
     if (parts.empty()) parts.push_back({spec.name, spec.shape[0]});
@@ -91,8 +95,9 @@ void keep_file_blocks(const GgufFile& file, const GptConfig& config, ParameterSe
       }
       first += rows;
     }
-    parameters.keep_file_blocks(spec.name, std::move(blocks), transposed);
+    kept_blocks.emplace(spec.name, std::pair{std::move(blocks), transposed});
   }
+  return kept_blocks;
 }
 
 }  // namespace
@@ -120,9 +125,22 @@ GgufPlacement gguf_placement(const GptConfig& config, const std::string& hf_name
 }
 
 void read_gguf_parameters(const GgufFile& file, const GptConfig& config, ParameterSet& device_parameters,
-                          const std::vector<std::string>& allowed_extra) {
+                          const std::vector<std::string>& allowed_extra, std::optional<DType> decoding_weights) {
   const std::string& where = file.path();
   std::set<std::string> read(allowed_extra.begin(), allowed_extra.end());
+  std::map<std::string, std::pair<Tensor, bool>> blocks = file_matrix_blocks(file, config, device_parameters.specs());
+  // For quantized decoding, the matrices whose blocks its copy takes as they are (not the
+  // embedding tables: the embedding reads their float values), as their Hugging Face parts.
+  std::set<std::string> blocks_only, blocks_only_parts;
+  for (const TensorSpec& spec : device_parameters.specs()) {
+    const auto kept = blocks.find(spec.name);
+    if (!decoding_weights || kept == blocks.end() || config.is_embedding_table(spec.name)) continue;
+    const Tensor& file_blocks = kept->second.first;
+    if (file_blocks.dtype() != quantized_type_for_rows(*decoding_weights, file_blocks.shape()[1])) continue;
+    blocks_only.insert(spec.name);
+    if (spec.stored_as.empty()) blocks_only_parts.insert(spec.name);
+    for (const StoredPart& part : spec.stored_as) blocks_only_parts.insert(part.name);
+  }
   device_parameters.write_on_host([&](ParameterSet& parameters) {
     for (auto& [hf_name, destination] : hf_tensors(parameters)) {
       const GgufPlacement placement = gguf_placement(config, hf_name);
@@ -133,6 +151,8 @@ void read_gguf_parameters(const GgufFile& file, const GptConfig& config, Paramet
       const Shape expected = placement.layout == GgufLayout::transposed ? Shape{ours[1], ours[0]} : ours;
       check(tensor.shape() == expected, "{}: tensor '{}' is {}, expected {} for this config", where, placement.name,
             tensor.shape().to_string(), expected.to_string());
+      read.insert(placement.name);
+      if (blocks_only_parts.count(hf_name)) continue;  // its pages never written, never resident
       // Row by row, with no copy of the whole tensor's values (the embedding table's are 0.5 GB
       // in f32 at Qwen2.5-0.5B's size): a row moves whole (to its place among ours), or a
       // transposed one column by column.
@@ -149,10 +169,12 @@ void read_gguf_parameters(const GgufFile& file, const GptConfig& config, Paramet
         gguf_values(tensor, first, count, row.data());
         for (size_t c = 0; c < columns; ++c) to[our_index(placement, r, c, rows, columns)] = row[c];
       }
-      read.insert(placement.name);
     }
   });
-  keep_file_blocks(file, config, device_parameters);
+  for (auto& [name, kept] : blocks) {
+    if (blocks_only.count(name)) device_parameters.keep_file_blocks_only(name, std::move(kept.first), kept.second);
+    else device_parameters.keep_file_blocks(name, std::move(kept.first), kept.second);
+  }
   for (const GgufTensorInfo& info : file.tensors()) {
     check(read.count(info.name) > 0, "{}: unexpected tensor '{}' (not part of a {} of this config)", where, info.name,
           gguf_architecture(config));

@@ -357,8 +357,16 @@ ParameterSet decoding_copy(const ParameterSet& parameters, Backend& backend, DTy
 
 void bind_decoding_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
                               const ParameterSet& copy) {
-  if (!graph.half_parameters.empty()) {  // the copy holds the 16-bit weights, read beside the f32 ones
-    bind_parameters(executor, graph, parameters, nullptr, &copy);
+  if (!graph.half_parameters.empty()) {
+    // The copy holds the 16-bit or quantized weights, read beside the f32 values; an f32 value no
+    // node reads any more (a weight read only through its copy) is not bound: a quantized model
+    // loaded for decoding holds none (load_gguf_model's decoding_weights).
+    std::set<graph::ValueId> read;
+    for (const graph::Node& node : graph.graph.nodes()) read.insert(node.inputs.begin(), node.inputs.end());
+    for (const auto& [name, id] : graph.parameters) {
+      if (read.count(id)) executor.bind(id, parameters.get(name));
+    }
+    for (const auto& [name, id] : graph.half_parameters) executor.bind(id, copy.get(name));
     return;
   }
   for (const auto& [name, id] : graph.parameters) executor.bind(id, (copy.contains(name) ? copy : parameters).get(name));

@@ -409,6 +409,10 @@ std::set<std::string> StoredLayouts::names() const {
 const Tensor& ParameterSet::get(const std::string& name) const {
   auto found = index_.find(name);
   if (found == index_.end()) throw Error("model has no tensor named '" + name + "'");
+  const auto kept = file_blocks_.find(name);
+  check(kept == file_blocks_.end() || !kept->second.only,
+        "{}: the model holds it only as its file's {} blocks (loaded for quantized decoding); load it without a "
+        "quantized --dtype to read its values", name, dtype_name(kept->second.blocks.dtype()));
   return views_[found->second];
 }
 
@@ -466,6 +470,12 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const Shape& shape = specs_[sources[i]].shape;  // the source's
       const bool transpose = layouts.transposed.count(name) > 0;
       const bool interleave = layouts.interleaved.count(name) > 0;
+      const auto blocks_only = file_blocks_.find(name);
+      check(blocks_only == file_blocks_.end() || !blocks_only->second.only ||
+                (blocks_only->second.blocks.dtype() == types[i] && blocks_only->second.transposed == transpose),
+            "converted_copy: {} is held only as its file's {} blocks{}: it cannot be copied as {}", name,
+            dtype_name(blocks_only->second.blocks.dtype()), blocks_only->second.transposed ? " (transposed)" : "",
+            dtype_name(types[i]));
       // Block-quantized weights are written as rows of blocks, then their groups tiled.
       const bool tile = layouts.tiled.count(name) > 0 && !is_block_quantized(types[i]);
       const int64_t rows = shape[0], columns = shape.numel() / rows;
@@ -538,6 +548,11 @@ void ParameterSet::keep_file_blocks(const std::string& name, Tensor blocks, bool
         "keep_file_blocks: {} {} cannot take {} blocks {}{}", name, shape.to_string(), dtype_name(blocks.dtype()),
         blocks.shape().to_string(), transposed ? " (transposed)" : "");
   file_blocks_[name] = {std::move(blocks), transposed};
+}
+
+void ParameterSet::keep_file_blocks_only(const std::string& name, Tensor blocks, bool transposed) {
+  keep_file_blocks(name, std::move(blocks), transposed);
+  file_blocks_[name].only = true;
 }
 
 ParameterSet ParameterSet::on_host() const {

@@ -178,11 +178,16 @@ class ParameterSet {
   // (requantizing their values would not give back the same Q4_K blocks: its scales and minimums
   // come from a search over the original values).
   void keep_file_blocks(const std::string& name, Tensor blocks, bool transposed);
+  // The same for a tensor whose float values were never written (a model loaded for quantized
+  // decoding only: load_gguf_model's decoding_weights): its pages take no memory, get() refuses
+  // it naming the tensor, and a copy takes its blocks or fails.
+  void keep_file_blocks_only(const std::string& name, Tensor blocks, bool transposed);
 
  private:
   struct FileBlocks {
     Tensor blocks;  // host memory
     bool transposed;
+    bool only = false;  // the tensor's float values were never written (keep_file_blocks_only)
   };
   void place();            // offsets_, numel_ and index_ from specs_
   void view(Tensor flat);  // flat_ and the tensors' views of it
