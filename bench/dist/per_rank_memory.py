@@ -8,7 +8,9 @@ Each rank runs under /usr/bin/time (peak RSS); its growth is that peak less the 
 a near-empty model (what the binary, MPI and the runtime cost), as plan's figure is plan's for the
 model less plan's for the near-empty one. Every run: 2 steps, the final checkpoint and the export.
 A parameter-server layout ("ps4x1": 4 ps tasks, 1 worker and a chief, TF_CONFIG tasks on loopback
-through tests/ps/launch_ps_job.sh) is measured task by task against `plan --ps-tasks --workers`.
+through tests/ps/launch_ps_job.sh) is measured task by task against `plan --ps-tasks --workers`,
+its ps tasks against 1/P of one process (--one-growth-mib: one process's growth measured before,
+when the "one" layout is not run again).
 
     bench/dist/per_rank_memory.py [--layouts one,tp2,...] [--cap-gib 6] [--n-layer 36 ...]
 """
@@ -171,7 +173,7 @@ dist: {{timeout_seconds: 600}}
 
     def layouts(self):
         rows = []
-        one_growth = None
+        one_growth = self.args.one_growth_mib
         for name in self.args.layouts.split(","):
             ranks, settings = LAYOUTS[name]
             planned, planned_empty = self.plan(ranks, settings), self.plan(ranks, settings + " " + NEAR_EMPTY)
@@ -187,11 +189,14 @@ dist: {{timeout_seconds: 600}}
                 predicted = planned[r][0] - planned_empty[r][0]
                 if name == "one":
                     one_growth = growth
-                # (A ps job's tasks are not shares of one process: a worker computes every layer.)
-                share = one_growth / ranks if one_growth and not isinstance(ranks, tuple) else float("nan")
+                # A ps job's share is a ps task's: 1/P of the model's state (its chief and workers
+                # are no shares of one process: a worker computes every layer).
+                parts = ranks[0] if isinstance(ranks, tuple) else ranks
+                is_share = not isinstance(ranks, tuple) or task.startswith("ps")
+                share = one_growth / parts if one_growth and is_share else float("nan")
                 rows.append((name, task, predicted, planned[r][1], growth, share))
                 print(f"  rank {task}: measured {growth:9.1f} MiB  plan {predicted:9.1f} MiB ({planned[r][1]}, "
-                      f"{100 * (growth - predicted) / predicted:+.1f}%)  1/{task_count(ranks)} of one process {share:9.1f} MiB "
+                      f"{100 * (growth - predicted) / predicted:+.1f}%)  1/{parts} of one process {share:9.1f} MiB "
                       f"(over it: {growth - share:+.1f} MiB)", flush=True)
         return rows
 
@@ -218,6 +223,8 @@ def main():
     parser.add_argument("--sequence", type=int, default=32)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--one-growth-mib", type=float, default=None,
+                        help="one process's measured growth, for the shares when the 'one' layout is not run")
     args = parser.parse_args()
     print(f"CPU: {cpu_description()}; load before {' '.join(load())}; {mem_available_gib():.1f} GiB available", flush=True)
     print(f"model: vocab {args.vocab}, n_embd {args.n_embd}, {args.n_layer} layers, {args.n_head} heads; batch "

@@ -2,7 +2,6 @@
 #include <omp.h>
 
 #include <atomic>
-#include <climits>
 #include <memory>
 #include <optional>
 
@@ -16,6 +15,7 @@
 #include "cli/run_setup.h"
 #include "ps/coordinator.h"
 #include "ps/parameter_server.h"
+#include "ps/wire.h"
 #include "ps/worker.h"
 #include "train/evaluator.h"
 #include "train/trainer.h"
@@ -96,13 +96,8 @@ void train_with_parameter_servers(const RunSetup& setup, const dist::ClusterSpec
   ps::Placement placement = ps::place_variables(specs, static_cast<int>(ps_addresses.size()));
   ps::ChannelSecurity security =
       ps::ChannelSecurity::from_files(setup.tls_cert, setup.tls_key, setup.tls_ca, setup.auth_token_file);
-  // The largest message: a shard's parameters and both moments (Load, Snapshot), in one protobuf
-  // message, which cannot exceed 2 GiB.
-  const int64_t largest_shard = placement.largest_shard_elements();
-  const int64_t max_message_bytes = 3 * largest_shard * static_cast<int64_t>(sizeof(float)) + (1 << 20);
-  check(max_message_bytes <= INT32_MAX, "a ps shard of {:.0f}M parameters does not fit gRPC's 2 GiB messages with its "
-        "two moments: use more ps tasks (about {} for this model)", static_cast<double>(largest_shard) / 1e6,
-        ps_addresses.size() * static_cast<size_t>(max_message_bytes / INT32_MAX + 1));
+  // Every message carries at most a chunk of a shard, whatever the model's size (ps/wire.h).
+  const int64_t max_message_bytes = ps::max_message_bytes();
   const std::string task = fmt::format("{} {} ({})", cluster.task_type, cluster.task_index, cluster.address());
   // Each task its own (the chief also gathers them all through Status).
   auto report_peak = [&] {

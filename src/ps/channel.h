@@ -66,7 +66,7 @@ class ShutdownLatch {
   bool shutdown_ = false;
 };
 
-// Messages up to `max_message_bytes` each way (a shard's parameters and both moments fit).
+// Messages up to `max_message_bytes` each way (ps/wire.h: a chunk of a shard and its fields).
 std::shared_ptr<grpc::Channel> open_channel(const std::string& address, const ChannelSecurity& security,
                                             int64_t max_message_bytes);
 // Listens on `address` (host:port from TF_CONFIG; port 0 picks a free one, returned in *port);

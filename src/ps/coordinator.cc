@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -24,9 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string bytes_of(const std::vector<float>& values) {
-  return to_bytes(values.data(), static_cast<int64_t>(values.size()));
-}
+// A piece's arrays as a checkpoint names them: "wte.weight", "m.wte.weight", "v.wte.weight".
+constexpr std::array<std::pair<const char*, Field>, 3> kFields{
+    {{"", PARAMETERS}, {"m.", FIRST_MOMENT}, {"v.", SECOND_MOMENT}}};
 
 // What a step (or an asynchronous window of steps) reports for the progress line and summaries.
 struct StepMetrics {
@@ -69,6 +70,7 @@ struct Coordinator::Impl {
   // at a time, read from a checkpoint (or initialised) into a ps task, or snapshotted from one
   // into a checkpoint.
   std::vector<model::TensorSpec> specs;
+  int64_t chunk = 0;  // the most elements a message carries
   uint64_t generation = 0;
   int64_t step = 0;
   int64_t optimizer_steps = 0;
@@ -82,6 +84,7 @@ struct Coordinator::Impl {
         settings(std::move(settings_)),
         checkpoints(config.out_dir, config.keep_checkpoints) {
     specs = model::gpt_tensor_specs(model_config, config.decay_embeddings);
+    chunk = chunk_elements(settings.max_message_bytes);
     for (size_t task = 0; task < settings.ps_addresses.size(); ++task) {
       ps_names.push_back(peer_name("ps", task, settings.ps_addresses[task]));
       shards.push_back(ParameterServer::NewStub(
@@ -145,7 +148,7 @@ struct Coordinator::Impl {
 
   // The latest valid checkpoint (or GPT-2's initialisation) into every ps task, under a new
   // generation: whatever was in flight before is refused from now on. Each task is loaded
-  // without values, then filled piece by piece: the chief holds one piece at a time.
+  // without values, then filled a chunk at a time: the chief holds one array of a piece at a time.
   void load_shards() {
     stale_pushes = 0;
     std::optional<model::SliceReader> reader;
@@ -183,25 +186,30 @@ struct Coordinator::Impl {
       request.set_max_staleness(settings.max_staleness);
       request.set_version(settings.synchronous ? step : optimizer_steps);
       request.set_optimizer_steps(optimizer_steps);
+      // (Its list of pieces is the one part of a message that grows with the model: ~50 bytes a piece.)
+      check(static_cast<int64_t>(request.ByteSizeLong()) <= settings.max_message_bytes, "{}: Load's {} pieces take {} "
+            "bytes, more than a message may carry ({})", ps_names[task], request.pieces_size(), request.ByteSizeLong(),
+            settings.max_message_bytes);
       return call(task, "Load", &ParameterServer::Stub::Load, request);
     });
     for (size_t task = 0; task < shards.size(); ++task) {
       for (size_t index = 0; index < placement.shards[task].size(); ++index) {
         const auto [spec, box] = piece_box(placement.shards[task][index]);
-        FillRequest request;
-        request.set_generation(generation);
-        request.set_piece(static_cast<int>(index));
-        if (reader) {
-          request.set_parameters(bytes_of(reader->read(spec->name, box)));
-          request.set_first_moment(bytes_of(reader->read("m." + spec->name, box)));
-          request.set_second_moment(bytes_of(reader->read("v." + spec->name, box)));
-        } else {
-          request.set_parameters(bytes_of(initial_values(*spec, box)));
-          const std::vector<float> zeros(static_cast<size_t>(box.numel()), 0.0f);
-          request.set_first_moment(bytes_of(zeros));
-          request.set_second_moment(bytes_of(zeros));
+        for (const auto& [prefix, field] : kFields) {
+          const std::vector<float> values = reader              ? reader->read(prefix + spec->name, box)
+                                            : field == PARAMETERS ? initial_values(*spec, box)
+                                                                  : std::vector<float>(static_cast<size_t>(box.numel()));
+          const auto count = static_cast<int64_t>(values.size());
+          for (int64_t first = 0; first < count; first += chunk) {
+            FillRequest request;
+            request.set_generation(generation);
+            request.set_piece(static_cast<int>(index));
+            request.set_field(field);
+            request.set_offset(first);
+            request.set_values(to_bytes(values.data() + first, std::min(chunk, count - first)));
+            call(task, "Fill", &ParameterServer::Stub::Fill, request);
+          }
         }
-        call(task, "Fill", &ParameterServer::Stub::Fill, request);
       }
     }
   }
@@ -322,43 +330,43 @@ struct Coordinator::Impl {
     return request;
   }
 
-  // Every ps task's pieces, snapshotted one at a time into the checkpoint's file of that task
-  // (slices-<task>.safetensors), then committed as a sharded checkpoint: the chief holds one piece.
+  // Every ps task's pieces, snapshotted an array at a time, a chunk a call, into the checkpoint's
+  // file of that task (slices-<task>.safetensors), then committed as a sharded checkpoint: the
+  // chief holds one array of a piece.
   std::filesystem::path save_checkpoint() {
     const std::filesystem::path temporary = checkpoints.begin_save(step);
     int64_t updates = 0;
     try {
       for (size_t task = 0; task < shards.size(); ++task) {
-        // The piece last snapshotted: its weights and moments are written one after the other.
-        auto held = std::make_shared<std::pair<int, SnapshotReply>>(-1, SnapshotReply());
-        auto snapshot = [this, task, held](int piece, int which) {
-          if (held->first != piece) {
+        // Asynchronous shards may have applied different numbers of updates; AdamW's bias
+        // correction resumes from the most. (A snapshot is taken between steps: a task's count
+        // is the same in each of its replies.)
+        auto snapshot = [this, task, &updates](int piece, Field field, int64_t count) {
+          std::vector<float> values(static_cast<size_t>(count));
+          for (int64_t first = 0; first < count; first += chunk) {
             SnapshotRequest request;
             request.set_generation(generation);
-            request.add_pieces(piece);
-            held->second = call(task, "Snapshot", &ParameterServer::Stub::Snapshot, request);
-            held->first = piece;
+            request.set_piece(piece);
+            request.set_field(field);
+            request.set_offset(first);
+            request.set_count(std::min(chunk, count - first));
+            const SnapshotReply reply = call(task, "Snapshot", &ParameterServer::Stub::Snapshot, request);
+            from_bytes(reply.values(), values.data() + first, request.count(), ps_names[task] + ": Snapshot");
+            updates = std::max(updates, reply.optimizer_steps());
           }
-          const SnapshotReply& reply = held->second;
-          const std::string& bytes = which == 0 ? reply.parameters() : which == 1 ? reply.first_moment() : reply.second_moment();
-          std::vector<float> values(bytes.size() / sizeof(float));
-          from_bytes(bytes, values.data(), static_cast<int64_t>(values.size()), ps_names[task] + ": Snapshot");
           return values;
         };
         std::vector<model::SliceValues> slices;
         for (size_t index = 0; index < placement.shards[task].size(); ++index) {
           const auto [spec, box] = piece_box(placement.shards[task][index]);
           const int piece = static_cast<int>(index);
-          for (const auto& [prefix, which] : {std::pair{"", 0}, {"m.", 1}, {"v.", 2}}) {
-            slices.push_back({prefix + spec->name, spec->shape, box, [snapshot, piece, which = which] {
-                                return snapshot(piece, which);
+          for (const auto& [prefix, field] : kFields) {
+            slices.push_back({prefix + spec->name, spec->shape, box, [snapshot, piece, field = field, count = box.numel()] {
+                                return snapshot(piece, field, count);
                               }});
           }
         }
         train::CheckpointManager::write_rank_slices(temporary, static_cast<int>(task), slices);
-        // Asynchronous shards may have applied different numbers of updates; AdamW's bias
-        // correction resumes from the most.
-        updates = std::max(updates, held->second.optimizer_steps());
       }
     } catch (...) {
       train::CheckpointManager::abandon(temporary);

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -22,11 +24,20 @@ grpc::Status refuse(grpc::StatusCode code, const std::string& message) { return 
 // What a loaded element costs a ps task: its value, gradient and two moments.
 constexpr int64_t kBytesPerElement = 4 * sizeof(float);
 
+// An asynchronous push whose chunks are still coming: its gradients so far.
+struct PartialPush {
+  std::vector<float> gradients;  // the whole shard's
+  int64_t progress = 0;          // elements received
+  int64_t version = 0;           // the oldest its chunks were computed on
+  int64_t started = 0;           // the order pushes started in: the oldest is dropped first
+};
+
 // The shard as the chief last loaded it, and the step in progress.
 struct Shard {
   uint64_t generation = 0;  // 0: nothing loaded yet
   bool synchronous = true;
   int slices = 1;
+  int workers = 1;
   int64_t max_staleness = 0;
   model::ParameterSet parameters, gradients;  // one spec per piece, in piece order
   std::unique_ptr<train::AdamW> optimizer;
@@ -41,51 +52,56 @@ struct Shard {
   bool reduced = false;
   double squares = 0;  // of the last reduced sum
   std::set<int64_t> applied_closures;  // asynchronous
+  // Asynchronous pushes in chunks, by closure: at most one per worker (a push of a worker that
+  // failed halfway is dropped when a new one would exceed that).
+  std::map<int64_t, PartialPush> partial_pushes;
+  int64_t pushes_started = 0;
   int64_t stale_pushes = 0;
   int64_t bytes_received = 0, bytes_sent = 0;
-  // Loaded without values: the pieces the chief has not filled yet (nothing else is answered
-  // until every piece is).
-  std::vector<bool> filled;
+  // Each piece's elements filled so far, by field; the pieces not filled yet (nothing but Fill is
+  // answered until every piece is).
+  std::vector<std::array<int64_t, 3>> filled;
   int64_t unfilled = 0;
 
   int64_t elements() const { return parameters.numel(); }
+  size_t pieces() const { return filled.size(); }
+  bool piece_filled(size_t piece) const {
+    const int64_t count = parameters.at(piece).numel();
+    return filled[piece][0] == count && filled[piece][1] == count && filled[piece][2] == count;
+  }
+  float* values(Field field) {
+    switch (field) {
+      case FIRST_MOMENT: return optimizer->first_moment().data<float>();
+      case SECOND_MOMENT: return optimizer->second_moment().data<float>();
+      default: return parameters.flat().data<float>();
+    }
+  }
 };
 
 class ParameterServerService final : public ParameterServer::Service {
  public:
-  ParameterServerService(const ChannelSecurity& security, Backend& backend, std::string cluster, int64_t rss_before)
-      : security_(security), backend_(backend), cluster_(std::move(cluster)), rss_before_(rss_before) {}
+  ParameterServerService(const ChannelSecurity& security, int64_t max_message_bytes, Backend& backend,
+                         std::string cluster, int64_t rss_before)
+      : security_(security), chunk_(chunk_elements(max_message_bytes)), backend_(backend), cluster_(std::move(cluster)),
+        rss_before_(rss_before) {}
 
   grpc::Status Load(grpc::ServerContext* context, const LoadRequest* request, LoadReply*) override {
     if (auto status = security_.authenticate(*context); !status.ok()) return status;
-    // Without values (all three empty) the pieces come one at a time by Fill: the chief never
-    // holds a whole shard.
-    const bool streamed =
-        request->parameters().empty() && request->first_moment().empty() && request->second_moment().empty();
     if (request->generation() == 0 || request->pieces().empty() || request->version() < 0 ||
-        request->optimizer_steps() < 0 || (request->synchronous() && (request->slices() < 1 || request->slices() > 65536)) ||
+        request->optimizer_steps() < 0 || request->slices() < 1 || request->slices() > 65536 ||
         request->max_staleness() < 0) {
       return refuse(grpc::StatusCode::INVALID_ARGUMENT, "Load: generation, pieces, version, slices or "
                     "max_staleness out of range");
     }
-    // Sizes first, against the bytes that came: a forged count must not allocate anything.
+    // Sizes first, against the memory there is: a forged count must not allocate anything.
     int64_t total = 0;
+    const int64_t limit = available_memory_bytes() / kBytesPerElement;
     for (const auto& piece : request->pieces()) {
-      const int64_t limit = streamed ? available_memory_bytes() / kBytesPerElement
-                                     : static_cast<int64_t>(request->parameters().size() / sizeof(float));
       if (piece.count() <= 0 || piece.offset() < 0 || piece.count() > limit - total) {
         return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Load: piece '{}' has offset {} and count {}",
                                                                       piece.tensor(), piece.offset(), piece.count()));
       }
       total += piece.count();
-    }
-    const size_t bytes = static_cast<size_t>(total) * sizeof(float);
-    if (!streamed && (request->parameters().size() != bytes || request->first_moment().size() != bytes ||
-        request->second_moment().size() != bytes)) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                    fmt::format("Load: the pieces hold {} values ({} bytes) but parameters, first_moment and "
-                                "second_moment have {}, {} and {} bytes", total, bytes, request->parameters().size(),
-                                request->first_moment().size(), request->second_moment().size()));
     }
     auto shard = std::make_unique<Shard>();
     std::vector<model::TensorSpec> specs;
@@ -97,20 +113,13 @@ class ParameterServerService final : public ParameterServer::Service {
     const OptimizerSettings& settings = request->optimizer();
     train::AdamWConfig adamw{settings.beta1(), settings.beta2(), settings.eps(), settings.weight_decay(), 0.0};
     shard->optimizer = std::make_unique<train::AdamW>(adamw, shard->parameters, backend_);
-    const int64_t n = shard->elements();
-    if (streamed) {
-      shard->filled.assign(specs.size(), false);
-      shard->unfilled = static_cast<int64_t>(specs.size());
-    } else {
-      from_bytes(request->parameters(), shard->parameters.flat().data<float>(), n, "Load: parameters");
-      from_bytes(request->first_moment(), shard->optimizer->first_moment().data<float>(), n, "Load: first_moment");
-      from_bytes(request->second_moment(), shard->optimizer->second_moment().data<float>(), n, "Load: second_moment");
-      shard->filled.assign(specs.size(), true);
-    }
+    shard->filled.assign(specs.size(), {0, 0, 0});
+    shard->unfilled = static_cast<int64_t>(specs.size());
     shard->optimizer->set_steps_taken(request->optimizer_steps());
     shard->generation = request->generation();
     shard->synchronous = request->synchronous();
     shard->slices = request->synchronous() ? request->slices() : 1;
+    shard->workers = request->slices();
     shard->max_staleness = request->max_staleness();
     shard->version = request->version();
     shard->slice_gradients.resize(static_cast<size_t>(shard->slices));
@@ -130,27 +139,26 @@ class ParameterServerService final : public ParameterServer::Service {
       return status;
     }
     Shard& shard = *shard_;
-    const auto pieces = static_cast<int64_t>(shard.filled.size());
-    if (request->piece() < 0 || request->piece() >= pieces) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                    fmt::format("Fill: piece {}, but this shard has pieces 0..{}", request->piece(), pieces - 1));
+    const size_t bytes = request->values().size();
+    // (Bytes that are not whole floats count as none: refused below.)
+    const auto count = bytes % sizeof(float) == 0 ? static_cast<int64_t>(bytes / sizeof(float)) : 0;
+    if (auto status = check_piece_range(shard, "Fill", request->piece(), request->field(), request->offset(), count);
+        !status.ok()) {
+      return status;
     }
     const auto piece = static_cast<size_t>(request->piece());
-    const int64_t offset = shard.parameters.offset_of(piece), count = shard.parameters.at(piece).numel();
-    const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-    if (request->parameters().size() != bytes || request->first_moment().size() != bytes ||
-        request->second_moment().size() != bytes) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                    fmt::format("Fill: piece {} ('{}') holds {} values ({} bytes) but parameters, first_moment and "
-                                "second_moment have {}, {} and {} bytes", piece, shard.parameters.specs()[piece].name,
-                                count, bytes, request->parameters().size(), request->first_moment().size(),
-                                request->second_moment().size()));
+    int64_t& progress = shard.filled[piece][static_cast<size_t>(request->field())];
+    if (request->offset() != 0 && request->offset() != progress) {
+      return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                    fmt::format("Fill: {} bytes of piece {} ('{}') {} at element {}, but its next chunk starts at {}",
+                                bytes, piece, shard.parameters.specs()[piece].name, Field_Name(request->field()),
+                                request->offset(), progress));
     }
-    std::memcpy(shard.parameters.flat().data<float>() + offset, request->parameters().data(), bytes);
-    std::memcpy(shard.optimizer->first_moment().data<float>() + offset, request->first_moment().data(), bytes);
-    std::memcpy(shard.optimizer->second_moment().data<float>() + offset, request->second_moment().data(), bytes);
-    if (!shard.filled[piece]) --shard.unfilled;  // a repeated fill replaces the values
-    shard.filled[piece] = true;
+    const bool was_filled = shard.piece_filled(piece);
+    std::memcpy(shard.values(request->field()) + shard.parameters.offset_of(piece) + request->offset(),
+                request->values().data(), bytes);
+    progress = request->offset() + count;  // a chunk at 0 fills the field again
+    shard.unfilled += static_cast<int64_t>(was_filled) - static_cast<int64_t>(shard.piece_filled(piece));
     shard.bytes_received += static_cast<int64_t>(request->ByteSizeLong());
     return grpc::Status::OK;
   }
@@ -163,11 +171,11 @@ class ParameterServerService final : public ParameterServer::Service {
                     fmt::format("Pull: the step needs version {}, this shard is at {}", request->version(),
                                 shard_->version));
     }
-    const int64_t elements = shard_->elements();
-    const int64_t count = request->count() == 0 ? elements - request->offset() : request->count();
-    if (request->offset() < 0 || request->offset() >= elements || count < 0 || count > elements - request->offset()) {
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Pull: elements [{}, {} + {}) of a shard of {}",
-                    request->offset(), request->offset(), request->count(), elements));
+    const int64_t elements = shard_->elements(), count = request->count();
+    if (request->offset() < 0 || request->offset() >= elements || count <= 0 || count > elements - request->offset() ||
+        count > chunk_) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Pull: elements [{}, {} + {}) of a shard of {} "
+                    "(at most {} a message)", request->offset(), request->offset(), count, elements, chunk_));
     }
     reply->set_version(shard_->version);
     reply->set_parameters(to_bytes(shard_->parameters.flat().data<float>() + request->offset(), count));
@@ -182,13 +190,10 @@ class ParameterServerService final : public ParameterServer::Service {
     const int64_t elements = shard.elements();
     const size_t bytes = request->gradients().size();
     const auto count = static_cast<int64_t>(bytes / sizeof(float));
-    // Asynchronous pushes are whole; a synchronous chunk lies within the shard.
-    const bool whole = request->offset() == 0 && count == elements;
-    if (bytes % sizeof(float) != 0 || count == 0 || request->offset() < 0 || count > elements - request->offset() ||
-        (!shard.synchronous && !whole)) {
+    if (bytes % sizeof(float) != 0 || count == 0 || request->offset() < 0 || count > elements - request->offset()) {
       return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Push: {} bytes of gradients at element {} where "
-                    "this shard's {} float32 values ({} bytes) belong{}", bytes, request->offset(), elements,
-                    elements * static_cast<int64_t>(sizeof(float)), shard.synchronous ? "" : " (asynchronous: all of them)"));
+                    "this shard's {} float32 values ({} bytes) belong", bytes, request->offset(), elements,
+                    elements * static_cast<int64_t>(sizeof(float))));
     }
     shard.bytes_received += static_cast<int64_t>(bytes);
     reply->set_version(shard.version);
@@ -223,12 +228,39 @@ class ParameterServerService final : public ParameterServer::Service {
                     request->grad_scale(), request->closure()));
     }
     if (shard.applied_closures.count(request->closure())) return grpc::Status::OK;  // a rescheduled step's repeat
-    if (shard.version - request->version() > shard.max_staleness) {
+    // The whole push: this chunk when it is all of it, else the chunks gathered so far.
+    const float* gradients = reinterpret_cast<const float*>(request->gradients().data());
+    int64_t computed_on = request->version();
+    std::vector<float> gathered;
+    if (request->offset() != 0 || count != elements) {
+      auto partial = shard.partial_pushes.find(request->closure());
+      if (request->offset() == 0) {
+        if (partial == shard.partial_pushes.end()) partial = start_partial_push(shard, request->closure());
+        partial->second.progress = 0;
+        partial->second.version = request->version();
+      } else if (partial == shard.partial_pushes.end() || request->offset() != partial->second.progress) {
+        return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                      fmt::format("Push: a chunk of step {} at element {}, but {}", request->closure(), request->offset(),
+                                  partial == shard.partial_pushes.end()
+                                      ? std::string("no push of it is in progress")
+                                      : fmt::format("its next chunk starts at {}", partial->second.progress)));
+      }
+      PartialPush& push = partial->second;
+      std::memcpy(push.gradients.data() + request->offset(), gradients, bytes);
+      push.progress = request->offset() + count;
+      push.version = std::min(push.version, request->version());
+      if (push.progress < elements) return grpc::Status::OK;
+      gathered = std::move(push.gradients);
+      computed_on = push.version;
+      shard.partial_pushes.erase(partial);
+      gradients = gathered.data();
+    }
+    if (shard.version - computed_on > shard.max_staleness) {
       ++shard.stale_pushes;
       reply->set_stale(true);
       return grpc::Status::OK;
     }
-    std::memcpy(shard.gradients.flat().data<float>(), request->gradients().data(), bytes);
+    std::memcpy(shard.gradients.flat().data<float>(), gradients, static_cast<size_t>(elements) * sizeof(float));
     shard.optimizer->update(shard.parameters.flat(), shard.gradients.flat(), Tensor(), request->lr(),
                             request->grad_scale());
     shard.applied_closures.insert(request->closure());
@@ -295,26 +327,15 @@ class ParameterServerService final : public ParameterServer::Service {
   grpc::Status Snapshot(grpc::ServerContext* context, const SnapshotRequest* request, SnapshotReply* reply) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto status = check_call(*context, request->generation(), "Snapshot"); !status.ok()) return status;
-    const Shard& shard = *shard_;
-    // The pieces asked for (every piece when none is named), concatenated in the order asked.
-    std::vector<size_t> pieces;
-    for (int32_t piece : request->pieces()) {
-      if (piece < 0 || static_cast<size_t>(piece) >= shard.filled.size()) {
-        return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("Snapshot: piece {}, but this shard has "
-                      "pieces 0..{}", piece, shard.filled.size() - 1));
-      }
-      pieces.push_back(static_cast<size_t>(piece));
+    Shard& shard = *shard_;
+    if (auto status = check_piece_range(shard, "Snapshot", request->piece(), request->field(), request->offset(),
+                                        request->count());
+        !status.ok()) {
+      return status;
     }
-    if (pieces.empty()) {
-      for (size_t piece = 0; piece < shard.filled.size(); ++piece) pieces.push_back(piece);
-    }
-    for (const auto& [field, values] : {std::pair{reply->mutable_parameters(), shard.parameters.flat().data<float>()},
-                                        {reply->mutable_first_moment(), shard.optimizer->first_moment().data<float>()},
-                                        {reply->mutable_second_moment(), shard.optimizer->second_moment().data<float>()}}) {
-      for (size_t piece : pieces) {
-        *field += to_bytes(values + shard.parameters.offset_of(piece), shard.parameters.at(piece).numel());
-      }
-    }
+    const auto piece = static_cast<size_t>(request->piece());
+    reply->set_values(to_bytes(shard.values(request->field()) + shard.parameters.offset_of(piece) + request->offset(),
+                               request->count()));
     reply->set_version(shard.version);
     reply->set_optimizer_steps(shard.optimizer->steps_taken());
     reply->set_stale_pushes(shard.stale_pushes);
@@ -359,9 +380,40 @@ class ParameterServerService final : public ParameterServer::Service {
     }
     if (needs_values && shard_->unfilled > 0) {
       return refuse(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: {} of this shard's {} pieces are not "
-                    "filled yet (the chief is loading it)", method, shard_->unfilled, shard_->filled.size()));
+                    "filled yet (the chief is loading it)", method, shard_->unfilled, shard_->pieces()));
     }
     return grpc::Status::OK;
+  }
+
+  // Elements [offset, offset + count) of `field` of piece `piece`: at most a chunk, within the piece.
+  grpc::Status check_piece_range(const Shard& shard, const char* method, int32_t piece, int field, int64_t offset,
+                                 int64_t count) const {
+    if (piece < 0 || static_cast<size_t>(piece) >= shard.pieces() || !Field_IsValid(field)) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("{}: piece {} field {}, but this shard has pieces "
+                    "0..{} of fields 0..2", method, piece, field, shard.pieces() - 1));
+    }
+    const int64_t elements = shard.parameters.at(static_cast<size_t>(piece)).numel();
+    if (offset < 0 || count <= 0 || count > chunk_ || count > elements - offset) {
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("{}: elements [{}, {} + {}) of piece {} ('{}'), "
+                    "which holds {} values (at most {} a message)", method, offset, offset, count, piece,
+                    shard.parameters.specs()[static_cast<size_t>(piece)].name, elements, chunk_));
+    }
+    return grpc::Status::OK;
+  }
+
+  // A new asynchronous push in chunks; when every worker has one already, the one started first
+  // (its worker failed halfway: the chief hands its step to another) is dropped.
+  static std::map<int64_t, PartialPush>::iterator start_partial_push(Shard& shard, int64_t closure) {
+    if (static_cast<int64_t>(shard.partial_pushes.size()) >= shard.workers) {
+      shard.partial_pushes.erase(std::min_element(shard.partial_pushes.begin(), shard.partial_pushes.end(),
+                                                  [](const auto& a, const auto& b) {
+                                                    return a.second.started < b.second.started;
+                                                  }));
+    }
+    PartialPush push;
+    push.gradients.resize(static_cast<size_t>(shard.elements()));
+    push.started = shard.pushes_started++;
+    return shard.partial_pushes.emplace(closure, std::move(push)).first;
   }
 
   static grpc::Status check_synchronous_step(const Shard& shard, int64_t version, const char* method) {
@@ -373,6 +425,7 @@ class ParameterServerService final : public ParameterServer::Service {
   }
 
   const ChannelSecurity& security_;
+  const int64_t chunk_;  // the most elements a message carries
   Backend& backend_;
   const std::string cluster_;
   const int64_t rss_before_;
@@ -395,7 +448,8 @@ ParameterServerTask::ParameterServerTask(const std::string& address, ChannelSecu
                                          int64_t rss_before)
     : impl_(std::make_unique<Impl>()) {
   impl_->security = std::move(security);
-  impl_->service = std::make_unique<ParameterServerService>(impl_->security, backend, std::move(cluster), rss_before);
+  impl_->service =
+      std::make_unique<ParameterServerService>(impl_->security, max_message_bytes, backend, std::move(cluster), rss_before);
   impl_->server = start_server(address, impl_->security, max_message_bytes, {impl_->service.get()}, &impl_->port);
 }
 

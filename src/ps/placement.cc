@@ -17,12 +17,6 @@ int64_t element_count(const std::vector<Piece>& pieces) {
 
 int64_t Placement::shard_elements(size_t task) const { return element_count(shards.at(task)); }
 
-int64_t Placement::largest_shard_elements() const {
-  int64_t largest = 0;
-  for (size_t task = 0; task < shards.size(); ++task) largest = std::max(largest, shard_elements(task));
-  return largest;
-}
-
 nlohmann::json Placement::to_json() const {
   nlohmann::json tasks = nlohmann::json::array();
   for (const std::vector<Piece>& shard : shards) {

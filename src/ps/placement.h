@@ -30,7 +30,6 @@ struct Placement {
   std::vector<std::vector<Piece>> shards;  // by ps task, each in buffer order
 
   int64_t shard_elements(size_t task) const;
-  int64_t largest_shard_elements() const;
   // A short fingerprint: tasks that disagree about the model refuse each other's requests.
   std::string digest() const;
   nlohmann::json to_json() const;

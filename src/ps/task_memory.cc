@@ -19,9 +19,8 @@ int64_t host_buffer_bytes(int64_t bytes) {
   return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
 }
 
-// One piece's values and both moments in a Fill or a Snapshot: as protobuf's strings and as
-// gRPC's buffer of the message (measured: the chief and a ps task each grow by 6 pieces).
-int64_t piece_message_bytes(int64_t piece_elements) { return 6 * piece_elements * kFloat; }
+// A message of a chunk in flight: as protobuf's string and as gRPC's buffer.
+int64_t message_bytes(int64_t array_bytes) { return 2 * std::min(kChunkBytes, array_bytes); }
 
 // The tensor a piece belongs to: "wte.weight[0:2048]" is a block of wte.weight's rows.
 std::string tensor_of(const Piece& piece) { return piece.tensor.substr(0, piece.tensor.find('[')); }
@@ -44,9 +43,11 @@ std::vector<train::RankPeaks> predict_task_peaks(const model::GptConfig& model, 
   const Placement placement = place_variables(specs, ps_tasks);
   std::vector<train::RankPeaks> entries;
 
-  // The chief holds one piece at a time: it initialises (or reads) and loads each piece, snapshots
-  // each into the checkpoint, and exports each whole tensor from the checkpoint's slices (the
-  // tensor assembled, and the mapped pages of the piece being copied into it).
+  // The chief holds one array of a piece at a time (its values or a moment): it initialises each
+  // piece from its whole tensor (or reads it from a checkpoint: the piece and its mapped pages)
+  // and fills it in, a chunk a message; snapshots each into the checkpoint; and exports each whole
+  // tensor from the checkpoint's slices (the tensor assembled, and the mapped pages of the piece
+  // being copied into it). Initialising and exporting cost the same: a tensor and its largest piece.
   int64_t largest_piece = 0;
   std::map<std::string, int64_t> largest_piece_of;
   for (const std::vector<Piece>& shard : placement.shards) {
@@ -60,15 +61,15 @@ std::vector<train::RankPeaks> predict_task_peaks(const model::GptConfig& model, 
     export_bytes = std::max(export_bytes, (spec.shape.numel() + largest_piece_of[spec.name]) * kFloat);
   }
   train::RunPeaks chief;
-  chief.start_up = chief.checkpoint = piece_message_bytes(largest_piece);
+  chief.start_up = export_bytes + message_bytes(largest_piece * kFloat);
+  chief.checkpoint = largest_piece * kFloat + message_bytes(largest_piece * kFloat);
   chief.export_model = export_bytes;
   add_task(entries, "chief", 0, chief);
 
   // A worker is one process training on its slice of the batch (synchronous: batch_size / W; the
-  // whole batch asynchronously), without optimizer state, and with its messages: synchronously,
-  // per ps task a pull (gRPC's buffer and the parsed string) and a push (the gathered string and
-  // gRPC's copy), a chunk each; asynchronously a whole shard's message, twice (as a string and as
-  // gRPC's buffer; measured: 2.4 shards).
+  // whole batch asynchronously), without optimizer state, and with its messages: per ps task a
+  // pull (gRPC's buffer and the parsed string) and a push (the gathered string and gRPC's copy),
+  // a chunk each.
   train::TrainConfig slice = config;
   slice.batch_size = synchronous ? config.batch_size / workers : config.batch_size;
   slice.grad_accumulation = 1;
@@ -77,7 +78,7 @@ std::vector<train::RankPeaks> predict_task_peaks(const model::GptConfig& model, 
   int64_t worker_messages = 0;
   for (size_t task = 0; task < placement.shards.size(); ++task) {
     const int64_t shard = placement.shard_elements(task) * kFloat;
-    worker_messages += synchronous ? 4 * std::min(kChunkBytes, shard) : 2 * shard;
+    worker_messages += 2 * message_bytes(shard);
   }
   train::RunPeaks worker;
   worker.start_up = host_buffer_bytes(replica.parameters) + host_buffer_bytes(replica.gradients);
@@ -85,23 +86,19 @@ std::vector<train::RankPeaks> predict_task_peaks(const model::GptConfig& model, 
   for (int index = 0; index < workers; ++index) add_task(entries, "worker", index, worker);
 
   // A ps task: its shard's values, gradients and both moments; synchronously, each slice's
-  // gradients but the first kept apart until the sum (W slices a step), and the calls in flight, a
-  // chunk each way per worker and one being sent (asynchronously: per worker a whole shard's
-  // message as a string and as gRPC's buffer; measured: about 1.7 shards per worker); a piece's
-  // Fill at start-up and Snapshot at a checkpoint.
+  // gradients but the first kept apart until the sum (W slices a step), asynchronously per worker
+  // a push being gathered from its chunks (when the shard spans more than one); and the calls in
+  // flight, a chunk each way per worker and one being sent; a chunk of a Fill at start-up and of a
+  // Snapshot at a checkpoint.
   for (int task = 0; task < ps_tasks; ++task) {
     const int64_t shard = placement.shard_elements(static_cast<size_t>(task)) * kFloat;
-    int64_t task_largest_piece = 0;
-    for (const Piece& piece : placement.shards[static_cast<size_t>(task)]) {
-      task_largest_piece = std::max(task_largest_piece, piece.count);
-    }
     const int64_t state = 4 * host_buffer_bytes(shard);
-    const int64_t slices = synchronous ? (workers - 1) * shard : 0;
-    const int64_t messages = synchronous ? (2 * workers + 1) * std::min(kChunkBytes, shard) : 2 * workers * shard;
+    const int64_t gathered = synchronous ? (workers - 1) * shard : shard > kChunkBytes ? workers * shard : 0;
+    const int64_t messages = (2 * workers + 1) * std::min(kChunkBytes, shard);
     train::RunPeaks ps;
-    ps.start_up = state + piece_message_bytes(task_largest_piece);
-    ps.step = state + slices + messages;
-    ps.checkpoint = ps.step + piece_message_bytes(task_largest_piece);
+    ps.start_up = state + message_bytes(shard);
+    ps.step = state + gathered + messages;
+    ps.checkpoint = state + gathered + message_bytes(shard);
     add_task(entries, "ps", task, ps);
   }
   return entries;

@@ -1,11 +1,22 @@
 #include "ps/wire.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
 
 namespace paraflow::ps {
+
+int64_t max_message_bytes() {
+  const char* text = std::getenv("PARAFLOW_PS_MAX_MESSAGE_BYTES");
+  if (text == nullptr) return kMaxMessageBytes;
+  char* end = nullptr;
+  const long long bytes = std::strtoll(text, &end, 10);
+  check(end != text && *end == '\0' && bytes >= 4096 && bytes <= kMaxMessageBytes,
+        "PARAFLOW_PS_MAX_MESSAGE_BYTES '{}': not a whole number of bytes in [4096, {}]", text, kMaxMessageBytes);
+  return bytes;
+}
 
 std::string to_bytes(const float* values, int64_t count) {
   return std::string(reinterpret_cast<const char*>(values), static_cast<size_t>(count) * sizeof(float));

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <mutex>
 
 #include "base/clock.h"
@@ -123,9 +122,10 @@ class WorkerService final : public Worker::Service {
     const size_t tasks = stubs_.size();
     auto start = std::chrono::steady_clock::now();
     float* parameters = parameters_.flat().data<float>();
-    // Synchronous steps move each shard in chunks (every chunk is of the step's version); an
-    // asynchronous step takes each shard whole, as of one version, and pushes it whole.
-    const int64_t chunk = request.synchronous() ? kChunkElements : std::numeric_limits<int64_t>::max();
+    // Each shard moves in chunks. Synchronously every chunk is of the step's version; an
+    // asynchronous step takes each chunk as it is, and its push names the first chunk's version,
+    // the oldest (the staleness bound then holds for every value it was computed on).
+    const int64_t chunk = chunk_elements(settings_.max_message_bytes);
     std::vector<int64_t> versions = for_each_task(tasks, [&](size_t task) {
       const int64_t elements = placement_.shard_elements(task);
       int64_t version = 0;
@@ -138,7 +138,7 @@ class WorkerService final : public Worker::Service {
         PullReply pulled = call_peer(ps_names_[task], "Pull", *stubs_[task], &ParameterServer::Stub::Pull, pull,
                                      settings_.timeout, settings_.security);
         scatter_range(pulled.parameters(), placement_.shards[task], first, parameters, ps_names_[task] + ": Pull");
-        version = pulled.version();
+        if (first == 0) version = pulled.version();
       }
       return version;
     });

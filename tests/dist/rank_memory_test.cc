@@ -163,8 +163,9 @@ TEST_F(RankMemory, ZeroStages) {
   }
 }
 
-// A chief, 2 workers and 2 ps tasks. (A larger vocabulary: the chief holds one piece of the model
-// at a time, and half the embedding is then 4 MiB; the ps tasks 16 MiB of the model each.)
+// A chief, 2 workers and 2 ps tasks. (A larger vocabulary: the chief holds one tensor and one
+// piece of it at a time, and the embedding is then 8 MiB and its half 4; the ps tasks 16 MiB of
+// the model each.)
 TEST_F(RankMemory, ParameterServers) {
   expect_plan_within_15_percent({"ps2x2", 5, "--set model.vocab_size=8192", /*ps_tasks=*/2});
 }

@@ -190,6 +190,34 @@ TEST_F(ParameterServerJob, TheChiefHoldsOnePieceAtATimeAndItsCheckpointResumesEx
       << chief;
 }
 
+// Every message carries at most a chunk of a shard (ps/wire.h), whatever the shard's size. Under a
+// message limit lowered to 4 KiB (PARAFLOW_PS_MAX_MESSAGE_BYTES, for tests only: a chunk is then
+// 512 values), each ps task's half of the embedding (128 rows x 32: 16 KiB, 48 KiB with its
+// moments, which one Fill or Snapshot used to carry) and of the blocks' MLP (32 x 128) spans many
+// messages, as a GPT-2 Large shard of 194M parameters spans 2 GiB: the chief's fills and
+// snapshots, the workers' pulls and pushes all go in chunks. Synchronous training equals one
+// process, across a resume that fills the ps tasks from the checkpoint; asynchronous pushes are
+// applied from their chunks. Load's list of pieces is the one message that grows with the model:
+// past the limit it is refused naming it.
+TEST_F(ParameterServerJob, EveryMessageCarriesAtMostAChunkWhateverTheShardSize) {
+  const std::string capped = "PARAFLOW_PS_MAX_MESSAGE_BYTES=4096 ";
+  const std::string run_12 = "--set train.steps=12 --set train.checkpoint_every=0 ";
+  ASSERT_EQ(run(train_command("one", run_12)), 0);
+  ASSERT_EQ(run(capped + launch(2, 2) + train_command("chunked", run_12 + "--set train.stop_at_step=6")), 0);
+  EXPECT_EQ(latest_checkpoint(dir.path() / "chunked"), 6);
+  ASSERT_EQ(run(capped + launch(2, 2) + train_command("chunked", run_12)), 0);
+  expect_same_training("chunked", "one");
+
+  ASSERT_EQ(run(capped + launch(2, 2) + train_command("async", run_12 + "--set dist.ps_mode=async")), 0);
+  EXPECT_EQ(latest_checkpoint(dir.path() / "async"), 12);
+  EXPECT_EQ(scalars("async", "train/loss").size(), 12u);
+
+  const std::string message = failure_message(capped + launch(1, 1) + train_command("many", "--set model.n_layer=40"));
+  EXPECT_TRUE(std::regex_search(message, std::regex(R"(ps 0 \(127\.0\.0\.1:[0-9]+\): Load's [0-9]+ pieces take [0-9]+ )"
+                                                    R"(bytes, more than a message may carry \(4096\))")))
+      << message;
+}
+
 // The Llama family (grouped k/v heads, an untied head) trains in synchronous mode like one process;
 // both vocabulary tables, the embedding and the head, are split by rows over the ps tasks.
 TEST_F(ParameterServerJob, LlamaSynchronousModeEqualsOneProcess) {

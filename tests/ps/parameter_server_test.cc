@@ -86,16 +86,55 @@ class ParameterServerTest : public ::testing::Test {
     request.set_synchronous(synchronous);
     request.set_slices(slices);
     request.set_max_staleness(max_staleness);
-    const std::vector<float> zeros(kParameters.size(), 0.0f);
-    request.set_parameters(to_bytes(kParameters.data(), 5));
-    request.set_first_moment(to_bytes(zeros.data(), 5));
-    request.set_second_moment(to_bytes(zeros.data(), 5));
     return request;
   }
 
+  // Elements [first, first + values.size()) of one field of piece `piece`.
+  grpc::Status fill(int piece, Field field, int64_t first, const std::vector<float>& values) {
+    FillRequest request;
+    request.set_generation(kGeneration);
+    request.set_piece(piece);
+    request.set_field(field);
+    request.set_offset(first);
+    request.set_values(to_bytes(values.data(), static_cast<int64_t>(values.size())));
+    FillReply filled;
+    return call(&ParameterServer::Stub::Fill, request, &filled);
+  }
+
+  // Loaded with kParameters and zero moments.
   void load(bool synchronous, int slices = 1, int64_t max_staleness = 0) {
     LoadReply reply;
     ASSERT_TRUE(call(&ParameterServer::Stub::Load, load_request(synchronous, slices, max_staleness), &reply).ok());
+    for (auto [piece, first, count] : {std::tuple{0, 0, 3}, std::tuple{1, 3, 2}}) {
+      ASSERT_TRUE(fill(piece, PARAMETERS, 0, {kParameters.begin() + first, kParameters.begin() + first + count}).ok());
+      for (Field moment : {FIRST_MOMENT, SECOND_MOMENT}) {
+        ASSERT_TRUE(fill(piece, moment, 0, std::vector<float>(static_cast<size_t>(count))).ok());
+      }
+    }
+  }
+
+  SnapshotRequest snapshot_request(int piece, Field field, int64_t first, int64_t count) {
+    SnapshotRequest request;
+    request.set_generation(kGeneration);
+    request.set_piece(piece);
+    request.set_field(field);
+    request.set_offset(first);
+    request.set_count(count);
+    return request;
+  }
+
+  // One field of the whole shard (pieces "a" and "b"), a piece a call.
+  std::vector<float> snapshot(Field field, int64_t* optimizer_steps = nullptr) {
+    std::vector<float> values;
+    for (auto [piece, count] : {std::pair{0, 3}, std::pair{1, 2}}) {
+      SnapshotReply reply;
+      EXPECT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot_request(piece, field, 0, count), &reply).ok());
+      std::vector<float> part(static_cast<size_t>(count));
+      from_bytes(reply.values(), part.data(), count, "snapshot");
+      values.insert(values.end(), part.begin(), part.end());
+      if (optimizer_steps) *optimizer_steps = reply.optimizer_steps();
+    }
+    return values;
   }
 
   PushRequest push_request(const std::vector<float>& gradients, int64_t version, int slice, int64_t closure = 0,
@@ -115,6 +154,7 @@ class ParameterServerTest : public ::testing::Test {
     PullRequest request;
     request.set_generation(kGeneration);
     request.set_version(version);
+    request.set_count(5);
     PullReply reply;
     EXPECT_TRUE(call(&ParameterServer::Stub::Pull, request, &reply).ok());
     std::vector<float> values(kParameters.size());
@@ -221,79 +261,72 @@ TEST_F(ParameterServerTest, SynchronousStepSumsTheSlicesAndAppliesAdamW) {
   std::vector<double> twice(5);
   for (size_t i = 0; i < 5; ++i) twice[i] = 2.0 * kSlice0[i];
   reference.step(twice, 0.01, kDecays);
-  SnapshotRequest snapshot;
-  snapshot.set_generation(kGeneration);
-  SnapshotReply snapped;
-  ASSERT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot, &snapped).ok());
-  EXPECT_EQ(snapped.optimizer_steps(), 2);
-  std::vector<float> parameters(5), first(5);
-  from_bytes(snapped.parameters(), parameters.data(), 5, "snapshot");
-  from_bytes(snapped.first_moment(), first.data(), 5, "snapshot");
-  expect_near(parameters, reference.p);
-  expect_near(first, reference.m);
+  int64_t optimizer_steps = 0;
+  expect_near(snapshot(PARAMETERS, &optimizer_steps), reference.p);
+  EXPECT_EQ(optimizer_steps, 2);
+  expect_near(snapshot(FIRST_MOMENT), reference.m);
+  expect_near(snapshot(SECOND_MOMENT), reference.v);
 }
 
-// The chief's streamed load: a shard loaded without values answers nothing until each of its
-// pieces is filled; a snapshot returns the pieces asked for, so that the chief holds one at a time.
-TEST_F(ParameterServerTest, AShardLoadedWithoutValuesIsFilledAndSnapshottedPieceByPiece) {
+// The chief's load: a shard answers nothing until each of its pieces' three fields is filled, a
+// chunk at a time, in order; a snapshot returns a chunk of one field of one piece.
+TEST_F(ParameterServerTest, AShardIsFilledAndSnapshottedAChunkAtATime) {
   start();
-  LoadRequest request = load_request(true, 1, 0);
-  request.clear_parameters();
-  request.clear_first_moment();
-  request.clear_second_moment();
   LoadReply loaded;
-  ASSERT_TRUE(call(&ParameterServer::Stub::Load, request, &loaded).ok());
+  ASSERT_TRUE(call(&ParameterServer::Stub::Load, load_request(true, 1, 0), &loaded).ok());
   PullRequest pull_request;
   pull_request.set_generation(kGeneration);
   pull_request.set_version(-1);
+  pull_request.set_count(5);
   PullReply pulled;
   grpc::Status refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(refused.error_message().find("2 of this shard's 2 pieces are not filled yet"), std::string::npos)
       << refused.error_message();
-  // Piece "b" (2 values) from values 3.. of kParameters, moments 10x and 100x them.
-  auto fill = [&](int piece, int64_t from, int64_t count) {
-    std::vector<float> m(static_cast<size_t>(count)), v(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) {
-      m[static_cast<size_t>(i)] = 10 * kParameters[static_cast<size_t>(from + i)];
-      v[static_cast<size_t>(i)] = 100 * kParameters[static_cast<size_t>(from + i)];
+  // Piece "b" (2 values): values 3.. of kParameters, moments 10x and 100x them, a value a chunk.
+  auto fill_piece = [&](int piece, int64_t first, int64_t count) {
+    for (auto [field, factor] : {std::pair{PARAMETERS, 1.0f}, {FIRST_MOMENT, 10.0f}, {SECOND_MOMENT, 100.0f}}) {
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_TRUE(fill(piece, field, i, {factor * kParameters[static_cast<size_t>(first + i)]}).ok());
+      }
     }
-    FillRequest fill_request;
-    fill_request.set_generation(kGeneration);
-    fill_request.set_piece(piece);
-    fill_request.set_parameters(to_bytes(kParameters.data() + from, count));
-    fill_request.set_first_moment(to_bytes(m.data(), count));
-    fill_request.set_second_moment(to_bytes(v.data(), count));
-    FillReply filled;
-    return call(&ParameterServer::Stub::Fill, fill_request, &filled);
   };
-  ASSERT_TRUE(fill(1, 3, 2).ok());
-  EXPECT_EQ(call(&ParameterServer::Stub::Pull, pull_request, &pulled).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-  const grpc::Status wrong_size = fill(0, 0, 2);  // piece "a" holds 3
-  EXPECT_EQ(wrong_size.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(wrong_size.error_message().find("piece 0 ('a') holds 3 values"), std::string::npos) << wrong_size.error_message();
-  EXPECT_EQ(fill(2, 0, 3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  ASSERT_TRUE(fill(0, 0, 3).ok());
+  fill_piece(1, 3, 2);
+  refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  EXPECT_NE(refused.error_message().find("1 of this shard's 2 pieces are not filled yet"), std::string::npos)
+      << refused.error_message();
+  const grpc::Status skipped = fill(0, PARAMETERS, 1, {1.0f});
+  EXPECT_EQ(skipped.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(skipped.error_message().find("piece 0 ('a') PARAMETERS at element 1, but its next chunk starts at 0"),
+            std::string::npos) << skipped.error_message();
+  const grpc::Status past_the_end = fill(0, PARAMETERS, 0, {1.0f, 2.0f, 3.0f, 4.0f});  // piece "a" holds 3
+  EXPECT_EQ(past_the_end.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(past_the_end.error_message().find("piece 0 ('a'), which holds 3 values"), std::string::npos)
+      << past_the_end.error_message();
+  EXPECT_EQ(fill(2, PARAMETERS, 0, {1.0f}).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "no piece 2";
+  EXPECT_EQ(fill(0, static_cast<Field>(3), 0, {1.0f}).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "no field 3";
+  fill_piece(0, 0, 3);
   ASSERT_TRUE(call(&ParameterServer::Stub::Pull, pull_request, &pulled).ok());
   std::vector<float> values(5);
   from_bytes(pulled.parameters(), values.data(), 5, "pull");
   EXPECT_EQ(values, std::vector<float>(kParameters.begin(), kParameters.begin() + 5));
-  // One piece's snapshot: its values and moments only.
-  SnapshotRequest snapshot;
-  snapshot.set_generation(kGeneration);
-  snapshot.add_pieces(1);
+  // A field filled again from 0: the piece is not filled until that field is whole again.
+  ASSERT_TRUE(fill(0, FIRST_MOMENT, 0, {-1.0f}).ok());
+  EXPECT_EQ(call(&ParameterServer::Stub::Pull, pull_request, &pulled).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(fill(0, FIRST_MOMENT, 1, {-2.0f, -3.0f}).ok());
+  EXPECT_EQ(snapshot(FIRST_MOMENT), (std::vector<float>{-1.0f, -2.0f, -3.0f, 10 * kParameters[3], 10 * kParameters[4]}));
+  // A chunk of one field of one piece: piece "b"'s second moment, element 1.
   SnapshotReply snapped;
-  ASSERT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot, &snapped).ok());
-  std::vector<float> piece(2), first(2), second(2);
-  from_bytes(snapped.parameters(), piece.data(), 2, "snapshot");
-  from_bytes(snapped.first_moment(), first.data(), 2, "snapshot");
-  from_bytes(snapped.second_moment(), second.data(), 2, "snapshot");
-  EXPECT_EQ(piece, (std::vector<float>{kParameters[3], kParameters[4]}));
-  EXPECT_EQ(first, (std::vector<float>{10 * kParameters[3], 10 * kParameters[4]}));
-  EXPECT_EQ(second, (std::vector<float>{100 * kParameters[3], 100 * kParameters[4]}));
-  snapshot.add_pieces(7);
-  EXPECT_EQ(call(&ParameterServer::Stub::Snapshot, snapshot, &snapped).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot_request(1, SECOND_MOMENT, 1, 1), &snapped).ok());
+  std::vector<float> second(1);
+  from_bytes(snapped.values(), second.data(), 1, "snapshot");
+  EXPECT_EQ(second[0], 100 * kParameters[4]);
+  EXPECT_EQ(snapshot(PARAMETERS), std::vector<float>(kParameters.begin(), kParameters.begin() + 5));
+  for (const SnapshotRequest& wrong : {snapshot_request(7, PARAMETERS, 0, 1), snapshot_request(1, PARAMETERS, 1, 2),
+                                       snapshot_request(1, PARAMETERS, 0, 0), snapshot_request(1, PARAMETERS, -1, 1)}) {
+    EXPECT_EQ(call(&ParameterServer::Stub::Snapshot, wrong, &snapped).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << wrong.ShortDebugString();
+  }
 }
 
 TEST_F(ParameterServerTest, SynchronousStepRefusesWhatDoesNotBelongToIt) {
@@ -333,12 +366,21 @@ TEST_F(ParameterServerTest, SynchronousStepRefusesWhatDoesNotBelongToIt) {
 
 TEST_F(ParameterServerTest, AsynchronousPushesApplyOnArrivalOnceEachWithinTheStaleness) {
   start();
-  load(false, 1, /*max_staleness=*/1);
+  load(false, /*slices (the workers)=*/2, /*max_staleness=*/1);
   PushReply pushed;
-  grpc::Status part = call(&ParameterServer::Stub::Push, push_request({0.1f, 0.2f}, 0, 0), &pushed);
-  EXPECT_EQ(part.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "an asynchronous push is whole";
-  EXPECT_NE(part.error_message().find("asynchronous: all of them"), std::string::npos) << part.error_message();
-  ASSERT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0, /*closure=*/0, 0.01, 0.5f), &pushed).ok());
+  // Elements [first, first + count) of `gradients` as a chunk of step `closure`'s push.
+  auto push_chunk = [&](const std::vector<float>& gradients, int64_t first, int64_t count, int64_t version,
+                        int64_t closure, double lr = 0.01, float grad_scale = 0.5f) {
+    PushRequest request = push_request({gradients.begin() + first, gradients.begin() + first + count}, version, 0,
+                                       closure, lr, grad_scale);
+    request.set_offset(first);
+    return call(&ParameterServer::Stub::Push, request, &pushed);
+  };
+  // A push in two chunks is applied when its last chunk comes.
+  ASSERT_TRUE(push_chunk(kSlice0, 0, 2, 0, /*closure=*/0).ok());
+  EXPECT_FALSE(pushed.applied());
+  EXPECT_EQ(status().version(), 0);
+  ASSERT_TRUE(push_chunk(kSlice0, 2, 3, 0, 0).ok());
   EXPECT_TRUE(pushed.applied());
   EXPECT_EQ(pushed.version(), 1);
   ReferenceAdamW reference(kParameters);
@@ -362,8 +404,23 @@ TEST_F(ParameterServerTest, AsynchronousPushesApplyOnArrivalOnceEachWithinTheSta
   EXPECT_TRUE(pushed.stale());
   EXPECT_EQ(status().stale_pushes(), 1);
   EXPECT_EQ(status().version(), 2);
+  // Chunks pulled at different versions: the push counts as computed on the oldest (0: too stale).
+  ASSERT_TRUE(push_chunk(kSlice1, 0, 2, 2, 3).ok());
+  ASSERT_TRUE(push_chunk(kSlice1, 2, 3, 0, 3).ok());
+  EXPECT_TRUE(pushed.stale());
+  EXPECT_EQ(status().stale_pushes(), 2);
   expect_near(pull(), reference.p);
-  PushRequest from_the_future = push_request(kSlice1, 5, 0, 3, 0.02, 1.0f);
+  grpc::Status unstarted = push_chunk(kSlice1, 2, 3, 2, 4);
+  EXPECT_EQ(unstarted.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(unstarted.error_message().find("no push of it is in progress"), std::string::npos) << unstarted.error_message();
+  // At most a push in progress per worker (2): a third drops the one started first.
+  for (int64_t closure : {5, 6, 7}) ASSERT_TRUE(push_chunk(kSlice1, 0, 2, 2, closure).ok());
+  EXPECT_EQ(push_chunk(kSlice1, 2, 3, 2, 5).error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "dropped";
+  ASSERT_TRUE(push_chunk(kSlice1, 2, 3, 2, 6, 0.02, 1.0f).ok());
+  EXPECT_TRUE(pushed.applied());
+  reference.step(g1, 0.02, kDecays);
+  expect_near(pull(), reference.p);
+  PushRequest from_the_future = push_request(kSlice1, 5, 0, 8, 0.02, 1.0f);
   EXPECT_EQ(call(&ParameterServer::Stub::Push, from_the_future, &pushed).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
@@ -382,11 +439,6 @@ TEST_F(ParameterServerTest, RefusesCallsBeforeLoadAndMalformedLoads) {
   LoadRequest no_pieces = load_request(true, 1, 0);
   no_pieces.clear_pieces();
   EXPECT_EQ(call(&ParameterServer::Stub::Load, no_pieces, &loaded).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  LoadRequest short_moment = load_request(true, 1, 0);
-  short_moment.mutable_second_moment()->resize(12);
-  grpc::Status sizes = call(&ParameterServer::Stub::Load, short_moment, &loaded);
-  EXPECT_EQ(sizes.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(sizes.error_message().find("12 bytes"), std::string::npos) << sizes.error_message();
   LoadRequest forged_count = load_request(true, 1, 0);
   forged_count.mutable_pieces(0)->set_count(int64_t{1} << 40);  // must not allocate 4 TiB
   EXPECT_EQ(call(&ParameterServer::Stub::Load, forged_count, &loaded).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -404,6 +456,39 @@ TEST_F(ParameterServerTest, OversizedMessagesGetAnErrorAndTheServerKeepsServing)
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(status().version(), 0);
   EXPECT_TRUE(call(&ParameterServer::Stub::Push, push_request(kSlice0, 0, 0), &pushed).ok());
+}
+
+// A reply carries at most a chunk (half the message limit): a pull or snapshot asking for more is
+// refused by name, before a reply could pass the limit.
+TEST_F(ParameterServerTest, RepliesCarryAtMostAChunk) {
+  start({}, /*max_message_bytes=*/4096);  // a chunk: 512 values
+  LoadRequest request = load_request(true, 1, 0);
+  request.clear_pieces();
+  PieceSpec* piece = request.add_pieces();
+  piece->set_tensor("big");
+  piece->set_count(1000);
+  LoadReply loaded;
+  ASSERT_TRUE(call(&ParameterServer::Stub::Load, request, &loaded).ok());
+  const std::vector<float> values(512, 0.5f);
+  for (Field field : {PARAMETERS, FIRST_MOMENT, SECOND_MOMENT}) {
+    ASSERT_TRUE(fill(0, field, 0, values).ok());
+    ASSERT_TRUE(fill(0, field, 512, {values.begin(), values.begin() + 488}).ok());
+  }
+  PullRequest pull_request;
+  pull_request.set_generation(kGeneration);
+  pull_request.set_version(-1);
+  pull_request.set_count(513);
+  PullReply pulled;
+  grpc::Status refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("at most 512 a message"), std::string::npos) << refused.error_message();
+  pull_request.set_count(512);
+  EXPECT_TRUE(call(&ParameterServer::Stub::Pull, pull_request, &pulled).ok());
+  SnapshotReply snapped;
+  refused = call(&ParameterServer::Stub::Snapshot, snapshot_request(0, PARAMETERS, 0, 513), &snapped);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("at most 512 a message"), std::string::npos) << refused.error_message();
+  EXPECT_TRUE(call(&ParameterServer::Stub::Snapshot, snapshot_request(0, PARAMETERS, 488, 512), &snapped).ok());
 }
 
 // Sends `bytes` as the raw request of `method`, as a client with another idea of the protocol would.
@@ -431,16 +516,15 @@ TEST_F(ParameterServerTest, FuzzedMessagesGetErrorsNeverACrash) {
   const std::vector<std::pair<std::string, std::string>> valid = {
       {"Load", load_request(true, 2, 0).SerializeAsString()},
       {"Push", push_request(kSlice0, 0, 1).SerializeAsString()},
-      {"Pull", [] { PullRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()},
+      {"Pull", [] { PullRequest r; r.set_generation(kGeneration); r.set_count(2); return r.SerializeAsString(); }()},
       {"Reduce", [] { ReduceRequest r; r.set_generation(kGeneration); return r.SerializeAsString(); }()},
       {"Apply", [] { ApplyRequest r; r.set_generation(kGeneration); r.set_lr(0.1); return r.SerializeAsString(); }()},
-      {"Snapshot", [] { SnapshotRequest r; r.set_generation(kGeneration); r.add_pieces(1); return r.SerializeAsString(); }()},
+      {"Snapshot", snapshot_request(1, FIRST_MOMENT, 0, 2).SerializeAsString()},
       {"Fill", [] {
          FillRequest r;
          r.set_generation(kGeneration);
-         r.set_parameters(to_bytes(kParameters.data(), 3));
-         r.set_first_moment(to_bytes(kParameters.data(), 3));
-         r.set_second_moment(to_bytes(kParameters.data(), 3));
+         r.set_field(SECOND_MOMENT);
+         r.set_values(to_bytes(kParameters.data(), 3));
          return r.SerializeAsString();
        }()}};
   int refused = 0, calls = 0;
