@@ -470,11 +470,13 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const Shape& shape = specs_[sources[i]].shape;  // the source's
       const bool transpose = layouts.transposed.count(name) > 0;
       const bool interleave = layouts.interleaved.count(name) > 0;
-      const auto blocks_only = file_blocks_.find(name);
-      check(blocks_only == file_blocks_.end() || !blocks_only->second.only ||
-                (blocks_only->second.blocks.dtype() == types[i] && blocks_only->second.transposed == transpose),
+      // The file's blocks of this tensor, which a copy of their type in their orientation takes.
+      const auto held = file_blocks_.find(name);
+      const FileBlocks* file = held != file_blocks_.end() ? &held->second : nullptr;
+      const bool takes_file_blocks = file != nullptr && file->blocks.dtype() == types[i] && file->transposed == transpose;
+      check(file == nullptr || !file->only || takes_file_blocks,
             "converted_copy: {} is held only as its file's {} blocks{}: it cannot be copied as {}", name,
-            dtype_name(blocks_only->second.blocks.dtype()), blocks_only->second.transposed ? " (transposed)" : "",
+            file != nullptr ? dtype_name(file->blocks.dtype()) : "", file != nullptr && file->transposed ? " (transposed)" : "",
             dtype_name(types[i]));
       // Block-quantized weights are written as rows of blocks, then their groups tiled.
       const bool tile = layouts.tiled.count(name) > 0 && !is_block_quantized(types[i]);
@@ -511,11 +513,10 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
         default: {  // block-quantized: the file's blocks, else the stored rows in f32 quantized block by block
-          const auto kept = file_blocks_.find(name);
-          if (kept != file_blocks_.end() && kept->second.blocks.dtype() == types[i] && kept->second.transposed == transpose) {
-            check(kept->second.blocks.shape() == host.at(i).shape(), "converted_copy: {}'s file blocks are {}, stored {}",
-                  name, kept->second.blocks.shape().to_string(), host.at(i).shape().to_string());
-            std::memcpy(host.at(i).raw(), kept->second.blocks.raw(), host.at(i).nbytes());
+          if (takes_file_blocks) {
+            check(file->blocks.shape() == host.at(i).shape(), "converted_copy: {}'s file blocks are {}, stored {}", name,
+                  file->blocks.shape().to_string(), host.at(i).shape().to_string());
+            std::memcpy(host.at(i).raw(), file->blocks.raw(), host.at(i).nbytes());
             break;
           }
           if (!transpose) {  // stored as the source holds them: quantized from it a MiB of rows at a time

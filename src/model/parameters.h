@@ -157,8 +157,8 @@ class ParameterSet {
   // A copy in `dtype` (f32, bf16, f16, q8_0 or q4_k) on `backend`, with the named 2-D tensors stored in
   // the given layouts (converted on the host once: for weights that decoding reads in another
   // layout); of the tensors named in `only` when given (those a decoding graph reads in `dtype`).
-  // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take neither
-  // interleaving nor tiles; q4_k falls back to q5_0 for a tensor whose rows are not whole
+  // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take no
+  // interleaving, but tiles (backend/quantized_tiles.h); q4_k falls back to q5_0 for a tensor whose rows are not whole
   // super-blocks, as llama.cpp does (quantized_type_for_rows), and says which, once, on stderr; a
   // tensor with file blocks of its type in that orientation (keep_file_blocks) takes those blocks
   // as they are.

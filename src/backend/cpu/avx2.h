@@ -6,6 +6,9 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "backend/cpu/storage.h"
 
 namespace paraflow::cpu {
@@ -29,6 +32,14 @@ inline __m512 load16(const Float16* from) {
 }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+// Four consecutive bytes in every 32-bit lane: the four input values (int8) a vpdpbusd multiplies
+// by four weights of each of 16 rows.
+inline __m512i broadcast_four_bytes(const void* bytes) {
+  int32_t word;
+  std::memcpy(&word, bytes, sizeof word);
+  return _mm512_set1_epi32(word);
+}
+
 // The mask of a chunk of 32 16-bit values starting at column c of a row of `columns`: all of them,
 // or those left in the row.
 inline __mmask32 mask_of_32(int64_t columns, int64_t c) {

@@ -2,10 +2,9 @@
 
 #include <immintrin.h>
 
-#include <cstring>
 #include <vector>
 
-#include "backend/cpu/q8_0_products.h"
+#include "backend/cpu/avx2.h"
 #include "backend/cpu/row_blocks.h"
 #include "backend/quantized_tiles.h"
 #include "base/error.h"
@@ -167,12 +166,6 @@ TileHeads unpack_tile_heads(const uint8_t* head) {
   return h;
 }
 
-inline __m512i broadcast_four(const void* bytes) {
-  int32_t word;
-  std::memcpy(&word, bytes, sizeof word);
-  return _mm512_set1_epi32(word);
-}
-
 // R input rows times one group of 16 weight rows stored out_in_tiles: per sub-block, each row's
 // 16 int32 dot products from eight vpdpbusd of four input values broadcast against four nibbles
 // of every weight row (the nibbles unpacked once for all R rows), times the sub-block's scales;
@@ -204,7 +197,7 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_K* x, const int32_t*
         const __m512i w = _mm512_and_si512(_mm512_srli_epi16(packed, shift), low4);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four(x[r * blocks + b].q + 32 * j + 4 * s));
+          dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four_bytes(x[r * blocks + b].q + 32 * j + 4 * s));
         }
       }
 #pragma GCC unroll 8

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/avx2.h"
 #include "backend/cpu/row_blocks.h"
 #include "backend/quantized_tiles.h"
 #include "base/error.h"
@@ -147,12 +148,6 @@ void dot_rows(float* sums, int64_t sums_ld, const BlockQ8_0* x, int64_t N, int64
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-inline __m512i broadcast_four(const int8_t* values) {
-  int32_t word;
-  std::memcpy(&word, values, sizeof word);
-  return _mm512_set1_epi32(word);
-}
-
 // A tiled group's eight 64-byte operands of block b, operand k holding weights 4k..4k+3 of the
 // 16 rows as unsigned bytes (the stored level, of which kOffset is taken back), and its scales.
 template <typename W>
@@ -205,7 +200,7 @@ void tile_block(float* sums, int64_t sums_ld, const BlockQ8_0* x, const float* x
     for (int k = 0; k < 8; ++k) {
       const __m512i w = Operands::operand(group, blocks, b, k);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four(x[r * blocks + b].q + 4 * k));
+      for (int r = 0; r < R; ++r) dots[r] = _mm512_dpbusd_epi32(dots[r], w, broadcast_four_bytes(x[r * blocks + b].q + 4 * k));
     }
     const __m512 w_scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 16)));
 #pragma GCC unroll 8
