@@ -312,6 +312,11 @@ StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weig
     name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16,
                                                           graph::GraphUse::inference, keep_f32, backend));
   }
+  // A weight now read only through its copy is no f32 parameter of this graph, so nothing binds
+  // its f32 values (a quantized model loaded for decoding has none: load_gguf_model).
+  std::set<graph::ValueId> read;
+  for (const graph::Node& node : g.graph.nodes()) read.insert(node.inputs.begin(), node.inputs.end());
+  std::erase_if(g.parameters, [&](const auto& parameter) { return read.count(parameter.second) == 0; });
   return lay_out_for_decoding(g.graph, g.half_parameters, backend);
 }
 
@@ -357,16 +362,8 @@ ParameterSet decoding_copy(const ParameterSet& parameters, Backend& backend, DTy
 
 void bind_decoding_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
                               const ParameterSet& copy) {
-  if (!graph.half_parameters.empty()) {
-    // The copy holds the 16-bit or quantized weights, read beside the f32 values; an f32 value no
-    // node reads any more (a weight read only through its copy) is not bound: a quantized model
-    // loaded for decoding holds none (load_gguf_model's decoding_weights).
-    std::set<graph::ValueId> read;
-    for (const graph::Node& node : graph.graph.nodes()) read.insert(node.inputs.begin(), node.inputs.end());
-    for (const auto& [name, id] : graph.parameters) {
-      if (read.count(id)) executor.bind(id, parameters.get(name));
-    }
-    for (const auto& [name, id] : graph.half_parameters) executor.bind(id, copy.get(name));
+  if (!graph.half_parameters.empty()) {  // the copy holds the 16-bit or quantized weights, read beside the f32 ones
+    bind_parameters(executor, graph, parameters, nullptr, &copy);
     return;
   }
   for (const auto& [name, id] : graph.parameters) executor.bind(id, (copy.contains(name) ? copy : parameters).get(name));
