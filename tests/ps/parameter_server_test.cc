@@ -150,13 +150,19 @@ class ParameterServerTest : public ::testing::Test {
     return request;
   }
 
-  std::vector<float> pull(int64_t version = -1) {
+  // A Pull of elements [offset, offset + count) of the shard as of `version` (-1: the newest).
+  static PullRequest pull_request(int64_t version, int64_t count = 0, int64_t offset = 0) {
     PullRequest request;
     request.set_generation(kGeneration);
     request.set_version(version);
-    request.set_count(5);
+    request.set_offset(offset);
+    request.set_count(count);
+    return request;
+  }
+
+  std::vector<float> pull(int64_t version = -1) {
     PullReply reply;
-    EXPECT_TRUE(call(&ParameterServer::Stub::Pull, request, &reply).ok());
+    EXPECT_TRUE(call(&ParameterServer::Stub::Pull, pull_request(version, 5), &reply).ok());
     std::vector<float> values(kParameters.size());
     from_bytes(reply.parameters(), values.data(), 5, "pull");
     return values;
@@ -224,11 +230,7 @@ TEST_F(ParameterServerTest, SynchronousStepSumsTheSlicesAndAppliesAdamW) {
   expect_near(pull(), reference.p);
 
   // A pull of a chunk: elements [1, 4).
-  PullRequest chunk_pull;
-  chunk_pull.set_generation(kGeneration);
-  chunk_pull.set_version(1);
-  chunk_pull.set_offset(1);
-  chunk_pull.set_count(3);
+  PullRequest chunk_pull = pull_request(1, 3, 1);
   PullReply chunk_pulled;
   ASSERT_TRUE(call(&ParameterServer::Stub::Pull, chunk_pull, &chunk_pulled).ok());
   std::vector<float> middle(3);
@@ -274,12 +276,9 @@ TEST_F(ParameterServerTest, AShardIsFilledAndSnapshottedAChunkAtATime) {
   start();
   LoadReply loaded;
   ASSERT_TRUE(call(&ParameterServer::Stub::Load, load_request(true, 1, 0), &loaded).ok());
-  PullRequest pull_request;
-  pull_request.set_generation(kGeneration);
-  pull_request.set_version(-1);
-  pull_request.set_count(5);
+  const PullRequest newest = pull_request(-1, 5);
   PullReply pulled;
-  grpc::Status refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  grpc::Status refused = call(&ParameterServer::Stub::Pull, newest, &pulled);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(refused.error_message().find("2 of this shard's 2 pieces are not filled yet"), std::string::npos)
       << refused.error_message();
@@ -292,7 +291,7 @@ TEST_F(ParameterServerTest, AShardIsFilledAndSnapshottedAChunkAtATime) {
     }
   };
   fill_piece(1, 3, 2);
-  refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  refused = call(&ParameterServer::Stub::Pull, newest, &pulled);
   EXPECT_NE(refused.error_message().find("1 of this shard's 2 pieces are not filled yet"), std::string::npos)
       << refused.error_message();
   const grpc::Status skipped = fill(0, PARAMETERS, 1, {1.0f});
@@ -306,13 +305,13 @@ TEST_F(ParameterServerTest, AShardIsFilledAndSnapshottedAChunkAtATime) {
   EXPECT_EQ(fill(2, PARAMETERS, 0, {1.0f}).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "no piece 2";
   EXPECT_EQ(fill(0, static_cast<Field>(3), 0, {1.0f}).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "no field 3";
   fill_piece(0, 0, 3);
-  ASSERT_TRUE(call(&ParameterServer::Stub::Pull, pull_request, &pulled).ok());
+  ASSERT_TRUE(call(&ParameterServer::Stub::Pull, newest, &pulled).ok());
   std::vector<float> values(5);
   from_bytes(pulled.parameters(), values.data(), 5, "pull");
   EXPECT_EQ(values, std::vector<float>(kParameters.begin(), kParameters.begin() + 5));
   // A field filled again from 0: the piece is not filled until that field is whole again.
   ASSERT_TRUE(fill(0, FIRST_MOMENT, 0, {-1.0f}).ok());
-  EXPECT_EQ(call(&ParameterServer::Stub::Pull, pull_request, &pulled).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(call(&ParameterServer::Stub::Pull, newest, &pulled).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   ASSERT_TRUE(fill(0, FIRST_MOMENT, 1, {-2.0f, -3.0f}).ok());
   EXPECT_EQ(snapshot(FIRST_MOMENT), (std::vector<float>{-1.0f, -2.0f, -3.0f, 10 * kParameters[3], 10 * kParameters[4]}));
   // A chunk of one field of one piece: piece "b"'s second moment, element 1.
@@ -357,11 +356,8 @@ TEST_F(ParameterServerTest, SynchronousStepRefusesWhatDoesNotBelongToIt) {
   grpc::Status stale = call(&ParameterServer::Stub::Push, other_generation, &pushed);
   EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(stale.error_message().find("generation"), std::string::npos) << stale.error_message();
-  PullRequest old_version;
-  old_version.set_generation(kGeneration);
-  old_version.set_version(3);
   PullReply pulled;
-  EXPECT_EQ(call(&ParameterServer::Stub::Pull, old_version, &pulled).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(call(&ParameterServer::Stub::Pull, pull_request(3), &pulled).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(ParameterServerTest, AsynchronousPushesApplyOnArrivalOnceEachWithinTheStaleness) {
@@ -426,11 +422,8 @@ TEST_F(ParameterServerTest, AsynchronousPushesApplyOnArrivalOnceEachWithinTheSta
 
 TEST_F(ParameterServerTest, RefusesCallsBeforeLoadAndMalformedLoads) {
   start();
-  PullRequest pull_request;
-  pull_request.set_generation(kGeneration);
-  pull_request.set_version(-1);
   PullReply pulled;
-  grpc::Status empty = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  grpc::Status empty = call(&ParameterServer::Stub::Pull, pull_request(-1), &pulled);
   EXPECT_EQ(empty.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(empty.error_message().find("holds nothing"), std::string::npos) << empty.error_message();
   EXPECT_EQ(status().generation(), 0u);
@@ -474,16 +467,11 @@ TEST_F(ParameterServerTest, RepliesCarryAtMostAChunk) {
     ASSERT_TRUE(fill(0, field, 0, values).ok());
     ASSERT_TRUE(fill(0, field, 512, {values.begin(), values.begin() + 488}).ok());
   }
-  PullRequest pull_request;
-  pull_request.set_generation(kGeneration);
-  pull_request.set_version(-1);
-  pull_request.set_count(513);
   PullReply pulled;
-  grpc::Status refused = call(&ParameterServer::Stub::Pull, pull_request, &pulled);
+  grpc::Status refused = call(&ParameterServer::Stub::Pull, pull_request(-1, 513), &pulled);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(refused.error_message().find("at most 512 a message"), std::string::npos) << refused.error_message();
-  pull_request.set_count(512);
-  EXPECT_TRUE(call(&ParameterServer::Stub::Pull, pull_request, &pulled).ok());
+  EXPECT_TRUE(call(&ParameterServer::Stub::Pull, pull_request(-1, 512), &pulled).ok());
   SnapshotReply snapped;
   refused = call(&ParameterServer::Stub::Snapshot, snapshot_request(0, PARAMETERS, 0, 513), &snapped);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
