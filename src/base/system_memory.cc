@@ -59,6 +59,11 @@ void release_pages(void* begin, void* end) {
   if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+void keep_small_pages(void* begin, void* end) {
+  const uintptr_t first = page_up(begin), last = page_down(end);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_NOHUGEPAGE);  // advice: failure is harmless
+}
+
 void zero_releasing_pages(float* data, int64_t count) {
   float* const end = data + count;
   // The partial pages at either end are written; the whole ones between are released.

@@ -20,6 +20,11 @@ void release_mapped_pages(const void* at, size_t bytes);
 // around stays): they cost nothing until written again, and read as zeros. Host memory only.
 void release_pages(void* begin, void* end);
 
+// Asks the kernel to back the whole pages inside [begin, end) with small pages only (no 2 MiB
+// transparent huge pages, which allocate_host asks for): writing a few bytes there then costs a
+// 4 KiB page, not 2 MiB. For a buffer that may be written only in places. Host memory only.
+void keep_small_pages(void* begin, void* end);
+
 // data[0, count) = 0, its whole pages released rather than written (see release_pages).
 void zero_releasing_pages(float* data, int64_t count);
 

@@ -34,7 +34,7 @@ struct EvalOptions {
 void run_text_perplexity(const EvalOptions& options) {
   Backend& backend = cpu_backend();
   const DType weights = weights_dtype(options.dtype, backend);
-  const infer::ModelSource source = infer::load_model_source(options.model_dir, backend, false, weights);
+  const infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
   const model::LoadedModel& model = source.model;
   const std::vector<int32_t> tokens = source.codec.encode(read_file(options.text_path));
   const int64_t context = options.context > 0 ? options.context : model.config.n_positions;

@@ -85,7 +85,7 @@ infer::EngineOptions one_sequence(const model::GptConfig& config, DType weights,
 void run_generate(const GenerateOptions& options) {
   Backend& backend = cpu_backend();
   const DType weights = weights_dtype(options.dtype, backend);
-  infer::ModelSource source = infer::load_model_source(options.model_dir, backend, false, weights);
+  infer::ModelSource source = infer::load_model_source(options.model_dir, backend);
   const model::LoadedModel& model = source.model;
   const infer::TextCodec& codec = source.codec;
   const DType kv_cache = kv_cache_dtype(options.kv_cache_dtype, weights);

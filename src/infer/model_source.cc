@@ -5,13 +5,10 @@
 
 namespace paraflow::infer {
 
-ModelSource load_model_source(const std::filesystem::path& path, Backend& backend, bool chat_template,
-                              DType decoding_weights) {
+ModelSource load_model_source(const std::filesystem::path& path, Backend& backend, bool chat_template) {
   if (model::is_gguf_file(path)) {
     const model::GgufFile file = model::GgufFile::open(path);
-    const std::optional<DType> quantized =
-        is_block_quantized(decoding_weights) ? std::optional(decoding_weights) : std::nullopt;
-    return {model::load_gguf_model(file, backend, quantized), TextCodec(file),
+    return {model::load_gguf_model(file, backend), TextCodec(file),
             chat_template ? gguf_chat_template(file) : std::nullopt};
   }
   return {model::load_model_dir(path, backend), TextCodec(path), chat_template ? ChatTemplate::load(path) : std::nullopt};

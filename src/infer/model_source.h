@@ -18,10 +18,8 @@ struct ModelSource {
 };
 
 // Errors name the file and the key, tensor or field; with `chat_template`, a template outside the
-// Jinja subset is refused naming its line. A GGUF file read to decode in a block-quantized
-// `decoding_weights` holds the matrices its blocks serve as they are only as those blocks
-// (model::load_gguf_model); other uses need the model read with the default (float32).
-ModelSource load_model_source(const std::filesystem::path& path, Backend& backend, bool chat_template = false,
-                              DType decoding_weights = DType::f32);
+// Jinja subset is refused naming its line. The weights are read from the mapped files when
+// needed (model::load_model_dir, model::load_gguf_model).
+ModelSource load_model_source(const std::filesystem::path& path, Backend& backend, bool chat_template = false);
 
 }  // namespace paraflow::infer

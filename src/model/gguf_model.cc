@@ -19,20 +19,8 @@ bool is_gguf_file(const std::filesystem::path& path) {
 }
 
 void gguf_values(const Tensor& tensor, int64_t first, int64_t count, float* out) {
-  const char* bytes = static_cast<const char*>(tensor.raw()) + dtype_bytes(tensor.dtype(), first);
-  switch (tensor.dtype()) {
-    case DType::f32: std::memcpy(out, bytes, static_cast<size_t>(count) * sizeof(float)); break;
-    case DType::f16:
-    case DType::bf16: {
-      const auto* bits = reinterpret_cast<const uint16_t*>(bytes);
-      for (int64_t i = 0; i < count; ++i) out[i] = tensor.dtype() == DType::f16 ? f16_to_f32(bits[i]) : bf16_to_f32(bits[i]);
-      break;
-    }
-    case DType::q8_0:
-    case DType::q4_k:
-    case DType::q5_0: dequantize_blocks(tensor.dtype(), bytes, out, count); break;
-    default: fail("gguf_values: {} is not a GGUF tensor type we read", dtype_name(tensor.dtype()));
-  }
+  stored_values_as_f32(tensor.dtype(), static_cast<const char*>(tensor.raw()) + dtype_bytes(tensor.dtype(), first), out,
+                       count);
 }
 
 std::vector<float> gguf_values(const Tensor& tensor) {
@@ -96,19 +84,19 @@ std::vector<std::pair<std::string, GgufValue>> gpt2_gguf_metadata(const GptConfi
 
 }  // namespace
 
-LoadedModel load_gguf_model(const GgufFile& file, Backend& backend, std::optional<DType> decoding_weights) {
+LoadedModel load_gguf_model(const GgufFile& file, Backend& backend) {
   const std::string& where = file.path();
   const std::string architecture = file.value("general.architecture").as_string(where + ": general.architecture");
   check(architecture == "gpt2" || architecture == "llama" || architecture == "qwen2",
         "{}: general.architecture '{}': GGUF files of gpt2, llama (Llama, Mistral) and qwen2 are read", where, architecture);
   const GptConfig config = architecture == "gpt2" ? gpt2_config_from_gguf(file) : llama_config_from_gguf(file, architecture);
-  LoadedModel loaded{config, ParameterSet(gpt_tensor_specs(config), backend)};
+  LoadedModel loaded{config, ParameterSet::for_file_values(gpt_tensor_specs(config), backend)};
   // The converter writes GPT-2's tied head out as a copy; Llama 3's rope scaling is in rope_freqs
   // (read into the config).
   std::vector<std::string> extra;
   if (config.is_llama()) extra.push_back("rope_freqs.weight");
   if (config.tie_word_embeddings) extra.push_back("output.weight");
-  read_gguf_parameters(file, config, loaded.parameters, extra, decoding_weights);
+  read_gguf_parameters(file, config, loaded.parameters, extra);
   return loaded;
 }
 

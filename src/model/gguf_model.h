@@ -4,13 +4,12 @@
 // Mistral, `qwen2`: model/gguf_llama.h), their tensors in F32, F16, BF16, Q8_0, Q4_K or Q5_0; which tensor is
 // which parameter: model/gguf_tensors.h. The parameters are float32 (dequantized, GPT-2's linear
 // weights transposed back to Hugging Face's Conv1D [in, out]); decoding them with --dtype q8_0 or
-// q4_k reads the very blocks the file holds for its Q8_0 or Q4_K matrices (kept with the
-// parameters at load, not quantized again). Other architectures are refused naming
+// q4_k reads the very blocks the file holds for its Q8_0 or Q4_K matrices (from the mapped file,
+// not quantized again). Other architectures are refused naming
 // general.architecture.
 #pragma once
 
 #include <filesystem>
-#include <optional>
 
 #include "model/gguf.h"
 #include "model/model_files.h"
@@ -21,10 +20,9 @@ namespace paraflow::model {
 bool is_gguf_file(const std::filesystem::path& path);
 
 // Reads a model: its config from the {architecture}.* metadata, its parameters from the tensors.
-// Errors name the file and the key or tensor at fault. With `decoding_weights` (a block-quantized
-// type), loaded to decode in that type only: the matrices whose blocks its decoding copy takes as
-// they are hold no float values (read_gguf_parameters).
-LoadedModel load_gguf_model(const GgufFile& file, Backend& backend, std::optional<DType> decoding_weights = std::nullopt);
+// Errors name the file and the key or tensor at fault. The matrices are read from the mapping when
+// needed (read_gguf_parameters), which the parameters keep alive.
+LoadedModel load_gguf_model(const GgufFile& file, Backend& backend);
 
 // Writes a model as llama.cpp's converter does (its metadata, tensor names and layouts; GPT-2's
 // tied head written out as output.weight, Llama 3's rope_freqs), every matrix in `type` (f32,

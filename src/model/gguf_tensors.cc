@@ -61,43 +61,33 @@ size_t our_index(const GgufPlacement& placement, size_t r, size_t c, size_t rows
   return r * columns + c;
 }
 
-// The file's blocks of every matrix the file holds block-quantized (Q8_0, Q4_K, Q5_0), by
-// parameter name, in the rows decoding stores ([out, in]: a transposed matrix's rows are the
-// file's; rope_pairs rows moved back to Hugging Face's order, whole rows, so whole blocks), a fused
-// parameter's parts one after another, and whether they are its transpose's rows.
-std::map<std::string, std::pair<Tensor, bool>> file_matrix_blocks(const GgufFile& file, const GptConfig& config,
-                                                                    const std::vector<TensorSpec>& specs) {
-  std::map<std::string, std::pair<Tensor, bool>> kept_blocks;
+// Every matrix of ours as the file's tensors hold it (ParameterSet::read_from_file), by parameter
+// name: a fused parameter's parts one after another, rope_pairs rows in Hugging Face's order, a
+// transposed matrix as its transpose's rows. Not one whose parts are held in different
+// orientations (none the converter writes).
+std::map<std::string, FileTensor> file_matrices(const GgufFile& file, const GptConfig& config,
+                                                const std::vector<TensorSpec>& specs) {
+  std::map<std::string, FileTensor> matrices;
   for (const TensorSpec& spec : specs) {
     if (spec.shape.rank() != 2) continue;
-    std::vector<StoredPart> parts = spec.stored_as;
-    if (parts.empty()) parts.push_back({spec.name, spec.shape[0]});
-    std::vector<std::pair<GgufPlacement, Tensor>> tensors;
+    const std::vector<StoredPart> parts = stored_parts(spec);
+    FileTensor matrix;
+    std::set<bool> orientations;
     for (const StoredPart& part : parts) {
       const GgufPlacement placement = gguf_placement(config, part.name);
-      tensors.emplace_back(placement, file.tensor(placement.name));
-    }
-    const DType type = tensors.front().second.dtype();
-    const bool transposed = tensors.front().first.layout == GgufLayout::transposed;
-    const bool kept = is_block_quantized(type) && std::all_of(tensors.begin(), tensors.end(), [&](const auto& tensor) {
-      return tensor.second.dtype() == type && (tensor.first.layout == GgufLayout::transposed) == transposed;
-    });
-    if (!kept || (transposed && tensors.size() > 1)) continue;
-    Tensor blocks = Tensor::zeros(transposed ? Shape{spec.shape[1], spec.shape[0]} : spec.shape, type);
-    const size_t row_bytes = blocks.nbytes() / static_cast<size_t>(blocks.shape()[0]);
-    size_t first = 0;  // the part's first row in `blocks`
-    for (const auto& [placement, tensor] : tensors) {
-      const size_t rows = static_cast<size_t>(tensor.shape()[0]);
-      for (size_t r = 0; r < rows; ++r) {
-        const size_t row = placement.layout == GgufLayout::rope_pairs ? our_index(placement, r, 0, rows, 1) : r;
-        std::memcpy(static_cast<char*>(blocks.raw()) + (first + row) * row_bytes,
-                    static_cast<const char*>(tensor.raw()) + r * row_bytes, row_bytes);
+      FileTensor::Part held{file.tensor(placement.name), {}};
+      if (placement.layout == GgufLayout::rope_pairs) {
+        const size_t rows = static_cast<size_t>(held.rows.shape()[0]);
+        held.file_row.resize(rows);
+        for (size_t r = 0; r < rows; ++r) held.file_row[our_index(placement, r, 0, rows, 1)] = static_cast<int64_t>(r);
       }
-      first += rows;
+      orientations.insert(placement.layout == GgufLayout::transposed);
+      matrix.parts.push_back(std::move(held));
     }
-    kept_blocks.emplace(spec.name, std::pair{std::move(blocks), transposed});
+    matrix.transposed = *orientations.begin();
+    if (orientations.size() == 1 && (!matrix.transposed || parts.size() == 1)) matrices.emplace(spec.name, std::move(matrix));
   }
-  return kept_blocks;
+  return matrices;
 }
 
 }  // namespace
@@ -125,21 +115,14 @@ GgufPlacement gguf_placement(const GptConfig& config, const std::string& hf_name
 }
 
 void read_gguf_parameters(const GgufFile& file, const GptConfig& config, ParameterSet& device_parameters,
-                          const std::vector<std::string>& allowed_extra, std::optional<DType> decoding_weights) {
+                          const std::vector<std::string>& allowed_extra) {
   const std::string& where = file.path();
   std::set<std::string> read(allowed_extra.begin(), allowed_extra.end());
-  std::map<std::string, std::pair<Tensor, bool>> blocks = file_matrix_blocks(file, config, device_parameters.specs());
-  // For quantized decoding, the matrices whose blocks its copy takes as they are (not the
-  // embedding tables: the embedding reads their float values), as their Hugging Face parts.
-  std::set<std::string> blocks_only, blocks_only_parts;
+  std::map<std::string, FileTensor> matrices = file_matrices(file, config, device_parameters.specs());
+  std::set<std::string> matrix_parts;  // the Hugging Face tensors of those, read from the file when needed
   for (const TensorSpec& spec : device_parameters.specs()) {
-    const auto kept = blocks.find(spec.name);
-    if (!decoding_weights || kept == blocks.end() || config.is_embedding_table(spec.name)) continue;
-    const Tensor& file_blocks = kept->second.first;
-    if (file_blocks.dtype() != quantized_type_for_rows(*decoding_weights, file_blocks.shape()[1])) continue;
-    blocks_only.insert(spec.name);
-    if (spec.stored_as.empty()) blocks_only_parts.insert(spec.name);
-    for (const StoredPart& part : spec.stored_as) blocks_only_parts.insert(part.name);
+    if (!matrices.count(spec.name)) continue;
+    for (const StoredPart& part : stored_parts(spec)) matrix_parts.insert(part.name);
   }
   device_parameters.write_on_host([&](ParameterSet& parameters) {
     for (auto& [hf_name, destination] : hf_tensors(parameters)) {
@@ -152,10 +135,8 @@ void read_gguf_parameters(const GgufFile& file, const GptConfig& config, Paramet
       check(tensor.shape() == expected, "{}: tensor '{}' is {}, expected {} for this config", where, placement.name,
             tensor.shape().to_string(), expected.to_string());
       read.insert(placement.name);
-      if (blocks_only_parts.count(hf_name)) continue;  // its pages never written, never resident
-      // Row by row, with no copy of the whole tensor's values (the embedding table's are 0.5 GB
-      // in f32 at Qwen2.5-0.5B's size): a row moves whole (to its place among ours), or a
-      // transposed one column by column.
+      if (matrix_parts.count(hf_name)) continue;  // read from the file when needed
+      // Row by row, a row moved whole (to its place among ours), or a transposed one column by column.
       float* to = destination.data<float>();
       const size_t rows = static_cast<size_t>(expected[0]), columns = static_cast<size_t>(expected.numel()) / rows;
       const bool transposed = placement.layout == GgufLayout::transposed;
@@ -171,10 +152,7 @@ void read_gguf_parameters(const GgufFile& file, const GptConfig& config, Paramet
       }
     }
   });
-  for (auto& [name, kept] : blocks) {
-    if (blocks_only.count(name)) device_parameters.keep_file_blocks_only(name, std::move(kept.first), kept.second);
-    else device_parameters.keep_file_blocks(name, std::move(kept.first), kept.second);
-  }
+  for (auto& [name, matrix] : matrices) device_parameters.read_from_file(name, std::move(matrix));
   for (const GgufTensorInfo& info : file.tensors()) {
     check(read.count(info.name) > 0, "{}: unexpected tensor '{}' (not part of a {} of this config)", where, info.name,
           gguf_architecture(config));

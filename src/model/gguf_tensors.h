@@ -36,16 +36,13 @@ struct GgufPlacement {
 GgufPlacement gguf_placement(const GptConfig& config, const std::string& hf_name);
 
 // Every parameter read from `file`'s tensors (F32, F16, BF16, Q8_0, Q4_K or Q5_0, as float32), shapes
-// checked, with the file's blocks of each block-quantized matrix kept (ParameterSet::keep_file_blocks:
-// decoding in that type reads them as they are); a tensor the model does not hold is an error naming
-// it, but for `allowed_extra` (a tied head's copy, the llama3 rope_freqs). Errors name the file and
-// the tensor. With `decoding_weights` (a block-quantized type the model is loaded to decode in), the
-// matrices whose blocks its decoding copy takes as they are, but the token table, are kept as those
-// blocks only (ParameterSet::keep_file_blocks_only): their float values are never written, so a
-// quantized model is not also held in f32.
+// checked; a tensor the model does not hold is an error naming it, but for `allowed_extra` (a tied
+// head's copy, the llama3 rope_freqs). Errors name the file and the tensor. The matrices' values
+// are read from the mapped file when needed (ParameterSet::read_from_file): a quantized decoding
+// copy of the file's type takes its blocks as they are, and a matrix only such a copy reads is
+// never held in float32.
 void read_gguf_parameters(const GgufFile& file, const GptConfig& config, ParameterSet& parameters,
-                          const std::vector<std::string>& allowed_extra,
-                          std::optional<DType> decoding_weights = std::nullopt);
+                          const std::vector<std::string>& allowed_extra);
 
 // The parameters as GGUF tensors, in hf_tensors' order: matrices in `type` (f32, f16, bf16, q8_0
 // or q4_k, each rounded or quantized as gguf-py or llama-quantize does; q4_k falling back to q5_0

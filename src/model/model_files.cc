@@ -149,17 +149,42 @@ void check_no_other_tensors(const SafetensorsFile& weights, const std::filesyste
   }
 }
 
+// Reads the parameters from `weights`: every matrix whose parts the file maps in a type we read
+// from it when needed (ParameterSet::read_from_file), so that one which only a decoding copy reads
+// in another type is never held in f32 too; the rest now, each tensor's pages let go once read.
 void read_parameters(const SafetensorsFile& weights, const std::filesystem::path& file, ParameterSet& parameters,
                      const std::string& name_prefix) {
   const std::string prefix = file_prefix(weights, name_prefix);
-  std::set<std::string> expected;
-  for (const auto& [bare_name, tensor] : hf_tensors(parameters)) {
-    const std::string name = file_name(prefix, bare_name);
-    check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
-    weights.read_into(name, tensor);
-    weights.release(name);
-    expected.insert(name);
+  std::map<std::string, FileTensor> matrices;
+  std::set<std::string> matrix_parts;  // their Hugging Face names
+  for (const TensorSpec& spec : parameters.specs()) {
+    if (spec.shape.rank() != 2) continue;
+    FileTensor matrix;
+    for (const StoredPart& part : stored_parts(spec)) {
+      const std::string name = file_name(prefix, part.name);
+      std::optional<Tensor> view = weights.contains(name) ? weights.mapped(name) : std::nullopt;
+      if (!view) break;  // read now, which names what is missing
+      const Shape expected{part.rows, spec.shape[1]};
+      check(view->shape() == expected, "{}: tensor '{}' has shape {}, expected {}", file.string(), name,
+            view->shape().to_string(), expected.to_string());
+      matrix.parts.push_back({std::move(*view), {}});
+    }
+    if (matrix.parts.size() < stored_parts(spec).size()) continue;
+    for (const StoredPart& part : stored_parts(spec)) matrix_parts.insert(part.name);
+    matrices.emplace(spec.name, std::move(matrix));
   }
+  std::set<std::string> expected;
+  parameters.write_on_host([&](ParameterSet& host) {
+    for (const auto& [bare_name, tensor] : hf_tensors(host)) {
+      const std::string name = file_name(prefix, bare_name);
+      check(weights.contains(name), "{}: missing tensor '{}'", file.string(), name);
+      expected.insert(name);
+      if (matrix_parts.count(bare_name)) continue;
+      weights.read_into(name, tensor);
+      weights.release(name);
+    }
+  });
+  for (auto& [name, matrix] : matrices) parameters.read_from_file(name, std::move(matrix));
   check_no_other_tensors(weights, file, expected, parameters);
 }
 
@@ -200,11 +225,9 @@ bool reads_host_memory(Backend& backend) { return backend.empty(Shape{1}, DType:
 
 }  // namespace
 
-void load_parameters(const std::filesystem::path& file, ParameterSet& device_parameters,
-                     const std::string& name_prefix) {
-  // Mapped, each tensor's pages let go once copied: loading holds the weights once, not twice.
-  SafetensorsFile weights = SafetensorsFile::map(file.string());
-  device_parameters.write_on_host([&](ParameterSet& parameters) { read_parameters(weights, file, parameters, name_prefix); });
+void load_parameters(const std::filesystem::path& file, ParameterSet& parameters, const std::string& name_prefix) {
+  // Mapped, each tensor's pages let go once read: loading holds the weights once, not twice.
+  read_parameters(SafetensorsFile::map(file.string()), file, parameters, name_prefix);
 }
 
 LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {
@@ -224,8 +247,8 @@ LoadedModel load_model_dir(const std::filesystem::path& dir, Backend& backend) {
       return loaded;
     }
   }
-  loaded.parameters = ParameterSet(gpt_tensor_specs(loaded.config), backend);
-  loaded.parameters.write_on_host([&](ParameterSet& parameters) { read_parameters(weights, file, parameters, ""); });
+  loaded.parameters = ParameterSet::for_file_values(gpt_tensor_specs(loaded.config), backend);
+  read_parameters(weights, file, loaded.parameters, "");
   return loaded;
 }
 

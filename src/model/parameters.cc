@@ -78,6 +78,11 @@ std::vector<TensorSpec> gpt_tensor_specs(const GptConfig& config, bool decay_emb
   return specs;
 }
 
+std::vector<StoredPart> stored_parts(const TensorSpec& spec) {
+  if (!spec.stored_as.empty()) return spec.stored_as;
+  return {{spec.name, spec.shape.rank() == 0 ? 1 : spec.shape[0]}};
+}
+
 std::string embedding_table_name(const GptConfig& config) {
   return config.is_llama() ? "model.embed_tokens.weight" : "wte.weight";
 }
@@ -320,6 +325,12 @@ ParameterSet::ParameterSet(std::vector<TensorSpec> specs, Backend& backend, DTyp
   view(backend.empty(Shape{numel_}, dtype));
 }
 
+ParameterSet ParameterSet::for_file_values(std::vector<TensorSpec> specs, Backend& backend) {
+  ParameterSet set(std::move(specs), backend);
+  if (set.flat_.host_accessible()) keep_small_pages(set.flat_.raw(), static_cast<char*>(set.flat_.raw()) + set.flat_.nbytes());
+  return set;
+}
+
 ParameterSet ParameterSet::over_mapping(std::vector<TensorSpec> specs, Backend& backend, std::vector<Tensor> views) {
   ParameterSet set;
   set.backend_ = &backend;
@@ -396,6 +407,7 @@ void ParameterSet::view(Tensor flat) {
 
 const Tensor& ParameterSet::flat() const {
   check(!mapped_, "parameters mapped from a file have no flat buffer (their tensors lie where the file holds them)");
+  read_every_file_tensor();
   return flat_;
 }
 
@@ -409,16 +421,64 @@ std::set<std::string> StoredLayouts::names() const {
 const Tensor& ParameterSet::get(const std::string& name) const {
   auto found = index_.find(name);
   if (found == index_.end()) throw Error("model has no tensor named '" + name + "'");
-  const auto kept = file_blocks_.find(name);
-  check(kept == file_blocks_.end() || !kept->second.only,
-        "{}: the model holds it only as its file's {} blocks (loaded for quantized decoding); load it without a "
-        "quantized --dtype to read its values", name, dtype_name(kept->second.blocks.dtype()));
-  return views_[found->second];
+  return values(found->second);
+}
+
+const ParameterSet::FileValues* ParameterSet::file_values(const std::string& name) const {
+  const auto found = file_values_.find(name);
+  return found == file_values_.end() ? nullptr : found->second.get();
+}
+
+const Tensor& ParameterSet::values(size_t index) const {
+  const Tensor& view = views_[index];
+  const auto found = file_values_.find(specs_[index].name);
+  if (found == file_values_.end() || found->second->read) return view;
+  FileValues& file = *found->second;
+  const std::lock_guard<std::mutex> lock(file.reading);
+  if (file.read) return view;
+  // Into host memory a MiB of the file's rows at a time, its transpose's rows scattered to columns.
+  const FileTensor& rows = file.tensor;
+  const int64_t width = rows.columns(), chunk = std::max<int64_t>(1, (int64_t{1} << 20) / (width * 4));
+  Tensor host = view.host_accessible() ? view : Tensor::zeros(view.shape(), DType::f32);
+  float* to = host.data<float>();
+  std::vector<float> staging(rows.transposed ? static_cast<size_t>(chunk * width) : 0);
+  for (int64_t first = 0; first < rows.rows(); first += chunk) {
+    const int64_t count = std::min(chunk, rows.rows() - first);
+    if (!rows.transposed) {
+      rows.read(first, count, to + first * width);
+    } else {
+      rows.read(first, count, staging.data());
+      for (int64_t r = 0; r < count; ++r) {
+        for (int64_t c = 0; c < width; ++c) to[c * rows.rows() + first + r] = staging[static_cast<size_t>(r * width + c)];
+      }
+    }
+    rows.release(first, count);
+  }
+  if (!view.host_accessible()) backend_->upload(host.raw(), view);
+  file.read = true;
+  return view;
+}
+
+void ParameterSet::read_every_file_tensor() const {
+  for (size_t i = 0; i < views_.size(); ++i) values(i);
+}
+
+void ParameterSet::read_from_file(const std::string& name, FileTensor file) {
+  const Tensor& view = views_.at(index_.at(name));
+  const Shape& shape = view.shape();
+  check(!mapped_ && view.dtype() == DType::f32 && shape.rank() == 2 &&
+            Shape{file.rows(), file.columns()} == (file.transposed ? Shape{shape[1], shape[0]} : shape),
+        "read_from_file: {} {} cannot take the file's {} rows of {}{}", name, shape.to_string(), file.rows(),
+        file.columns(), file.transposed ? " (transposed)" : "");
+  auto values = std::make_shared<FileValues>();
+  values->tensor = std::move(file);
+  file_values_[name] = std::move(values);
+  if (!view.host_accessible()) this->values(index_.at(name));  // a device's get() must not write
 }
 
 void ParameterSet::assign_converted(const ParameterSet& source) {
   check_writable();
-  file_blocks_.clear();
+  file_values_.clear();  // every value overwritten
   if (!source.mapped_) {
     backend_->launch(Cast{.src = source.flat_, .dst = flat_});
     return;
@@ -429,6 +489,37 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
 void ParameterSet::check_writable() const {
   check(!mapped_, "parameters mapped from a file are read-only: write a copy (assign_converted)");
 }
+
+namespace {
+
+// A tensor's rows as converted_copy reads them: its file's (FileTensor: maybe our transpose's
+// rows), or its values in memory (a mapped set's: a file's pages, let go once read).
+struct HeldRows {
+  explicit HeldRows(const FileTensor& file)
+      : file(&file), rows(file.rows()), columns(file.columns()), transposed(file.transposed) {}
+  HeldRows(const Tensor& values, bool mapped)
+      : values(values.data<float>()), rows(values.shape()[0]), columns(values.numel() / values.shape()[0]),
+        mapped(mapped) {}
+
+  // Rows [first, first + count) as float32: in memory where they are, else read into `staging`.
+  const float* read(int64_t first, int64_t count, std::vector<float>& staging) const {
+    if (file == nullptr) return values + first * columns;
+    staging.resize(static_cast<size_t>(count * columns));
+    file->read(first, count, staging.data());
+    return staging.data();
+  }
+  void let_go(int64_t first, int64_t count) const {
+    if (file != nullptr) file->release(first, count);
+    else if (mapped) release_mapped_pages(values + first * columns, static_cast<size_t>(count * columns) * sizeof(float));
+  }
+
+  const FileTensor* file = nullptr;
+  const float* values = nullptr;
+  int64_t rows, columns;
+  bool transposed = false, mapped = false;
+};
+
+}  // namespace
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                                           const std::set<std::string>* only) const {
@@ -463,47 +554,48 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
   const ParameterSet source = on_host();
   ParameterSet copy(std::move(specs), backend, types);
   copy.write_on_host([&](ParameterSet& host) {
-    std::vector<float> stored;  // a quantized tensor's f32 values, in its stored layout
+    std::vector<float> staging, stored;  // a MiB of rows read from a file; a quantized tensor's f32 values, stored
     for (size_t i = 0; i < sources.size(); ++i) {
-      const float* from = source.at(sources[i]).data<float>();
       const std::string& name = specs_[sources[i]].name;
-      const Shape& shape = specs_[sources[i]].shape;  // the source's
       const bool transpose = layouts.transposed.count(name) > 0;
       const bool interleave = layouts.interleaved.count(name) > 0;
-      // The file's blocks of this tensor, which a copy of their type in their orientation takes.
-      const auto held = file_blocks_.find(name);
-      const FileBlocks* file = held != file_blocks_.end() ? &held->second : nullptr;
-      const bool takes_file_blocks = file != nullptr && file->blocks.dtype() == types[i] && file->transposed == transpose;
-      check(file == nullptr || !file->only || takes_file_blocks,
-            "converted_copy: {} is held only as its file's {} blocks{}: it cannot be copied as {}", name,
-            file != nullptr ? dtype_name(file->blocks.dtype()) : "", file != nullptr && file->transposed ? " (transposed)" : "",
-            dtype_name(types[i]));
+      const FileValues* file = source.file_values(name);
+      const bool takes_file_blocks = file != nullptr && file->tensor.type() == types[i] &&
+                                     is_block_quantized(types[i]) && file->tensor.transposed == transpose;
+      // Where the values are read: their file's rows (maybe our transpose's), or our memory's.
+      const HeldRows held = file != nullptr && (!file->read || takes_file_blocks)
+                                ? HeldRows(file->tensor)
+                                : HeldRows(source.views_[sources[i]], source.mapped_);
+      // The copy stores the held rows' transpose when exactly one of the two is our transpose.
+      const bool flip = transpose != held.transposed;
+      const int64_t stored_rows = flip ? held.columns : held.rows, stored_columns = flip ? held.rows : held.columns;
       // Block-quantized weights are written as rows of blocks, then their groups tiled.
       const bool tile = layouts.tiled.count(name) > 0 && !is_block_quantized(types[i]);
-      const int64_t rows = shape[0], columns = shape.numel() / rows;
-      const int64_t stored_rows = transpose ? columns : rows, stored_columns = transpose ? rows : columns;
-      // A mapped source's rows are let go a MiB at a time, as they are read: a big tensor (the
-      // embedding table) is never resident whole beside its copy.
-      const int64_t rows_per_mib = std::max<int64_t>(1, (int64_t{1} << 20) / (columns * 4));
-      auto let_go = [&](int64_t first, int64_t count) {
-        if (mapped_) release_mapped_pages(from + first * columns, static_cast<size_t>(count * columns) * sizeof(float));
-      };
-      auto write = [&](auto store) {
-        int64_t kept = 0;  // the first source row whose pages this process may still hold
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < columns; ++c) {
-            const int64_t row = transpose ? c : r, column = transpose ? r : c;
-            store(interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
-                  : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
-                             : row * stored_columns + column,
-                  from[r * columns + c]);
-          }
-          if (r + 1 - kept == rows_per_mib || r + 1 == rows) {
-            let_go(kept, r + 1 - kept);
-            kept = r + 1;
-          }
+      // A MiB of held rows at a time, their pages let go once read: a big tensor (the embedding
+      // table) is never resident whole beside its copy.
+      const int64_t rows_per_mib = std::max<int64_t>(1, (int64_t{1} << 20) / (held.columns * 4));
+      auto for_each_chunk = [&](auto visit) {
+        for (int64_t first = 0; first < held.rows; first += rows_per_mib) {
+          const int64_t count = std::min(rows_per_mib, held.rows - first);
+          visit(first, count);
+          held.let_go(first, count);
         }
       };
+      auto write = [&](auto store) {
+        for_each_chunk([&](int64_t first, int64_t count) {
+          const float* values = held.read(first, count, staging);
+          for (int64_t r = 0; r < count; ++r) {
+            for (int64_t c = 0; c < held.columns; ++c) {
+              const int64_t row = flip ? c : first + r, column = flip ? first + r : c;
+              store(interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
+                    : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
+                               : row * stored_columns + column,
+                    values[r * held.columns + c]);
+            }
+          }
+        });
+      };
+      char* const out = static_cast<char*>(host.at(i).raw());
       switch (dtype) {
         case DType::f32: write([to = host.at(i).data<float>()](int64_t at, float value) { to[at] = value; }); break;
         case DType::bf16:
@@ -513,60 +605,39 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
           write([to = host.at(i).data<uint16_t>()](int64_t at, float value) { to[at] = f32_to_f16(value); });
           break;
         default: {  // block-quantized: the file's blocks, else the stored rows in f32 quantized block by block
+          const int64_t row_bytes = dtype_bytes(types[i], stored_columns);
           if (takes_file_blocks) {
-            check(file->blocks.shape() == host.at(i).shape(), "converted_copy: {}'s file blocks are {}, stored {}", name,
-                  file->blocks.shape().to_string(), host.at(i).shape().to_string());
-            std::memcpy(host.at(i).raw(), file->blocks.raw(), host.at(i).nbytes());
-            break;
+            for_each_chunk([&](int64_t first, int64_t count) { file->tensor.copy_bytes(first, count, out + first * row_bytes); });
+          } else if (!flip) {  // stored as held: quantized a MiB of rows at a time
+            for_each_chunk([&](int64_t first, int64_t count) {
+              quantize_blocks(types[i], held.read(first, count, staging), out + first * row_bytes, count * held.columns);
+            });
+          } else {
+            stored.resize(static_cast<size_t>(stored_rows * stored_columns));
+            write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
+            quantize_blocks(types[i], stored.data(), out, stored_rows * stored_columns);
           }
-          if (!transpose) {  // stored as the source holds them: quantized from it a MiB of rows at a time
-            for (int64_t r = 0; r < rows; r += rows_per_mib) {
-              const int64_t count = std::min(rows_per_mib, rows - r);
-              quantize_blocks(types[i], from + r * columns,
-                              static_cast<char*>(host.at(i).raw()) + dtype_bytes(types[i], r * columns), count * columns);
-              let_go(r, count);
-            }
-            break;
-          }
-          stored.resize(static_cast<size_t>(shape.numel()));
-          write([&](int64_t at, float value) { stored[static_cast<size_t>(at)] = value; });
-          quantize_blocks(types[i], stored.data(), host.at(i).raw(), shape.numel());
+          if (layouts.tiled.count(name)) tile_quantized_rows(types[i], out, stored_rows, stored_columns);
           break;
         }
-      }
-      if (is_block_quantized(types[i]) && layouts.tiled.count(name)) {
-        tile_quantized_rows(types[i], host.at(i).raw(), stored_rows, stored_columns);
       }
     }
   });
   return copy;
 }
 
-void ParameterSet::keep_file_blocks(const std::string& name, Tensor blocks, bool transposed) {
-  const Shape& shape = get(name).shape();
-  check(is_block_quantized(blocks.dtype()) && blocks.host_accessible() && shape.rank() == 2 &&
-            blocks.shape() == (transposed ? Shape{shape[1], shape[0]} : shape),
-        "keep_file_blocks: {} {} cannot take {} blocks {}{}", name, shape.to_string(), dtype_name(blocks.dtype()),
-        blocks.shape().to_string(), transposed ? " (transposed)" : "");
-  file_blocks_[name] = {std::move(blocks), transposed};
-}
-
-void ParameterSet::keep_file_blocks_only(const std::string& name, Tensor blocks, bool transposed) {
-  keep_file_blocks(name, std::move(blocks), transposed);
-  file_blocks_[name].only = true;
-}
-
 ParameterSet ParameterSet::on_host() const {
   if (mapped_ || flat_.host_accessible()) return *this;
   ParameterSet copy(specs_, cpu_backend(), flat_.dtype());
   backend_->download(flat_, copy.flat_.raw());
-  copy.file_blocks_ = file_blocks_;
+  copy.file_values_ = file_values_;  // all read: a device's are read at read_from_file
   return copy;
 }
 
 void ParameterSet::write_on_host(const std::function<void(ParameterSet&)>& write) {
   check_writable();
-  file_blocks_.clear();
+  read_every_file_tensor();  // `write` may change some values only
+  file_values_.clear();
   if (flat_.host_accessible()) {
     write(*this);
     return;

@@ -4,14 +4,18 @@
 // for serving a file in place, a view of that file's mapping (ParameterSet::over_mapping).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "base/random.h"
+#include "model/file_tensor.h"
 #include "model/gpt_config.h"
 #include "tensor/tensor_slice.h"
 
@@ -58,6 +62,9 @@ struct TensorSpec {
   std::vector<StoredPart> stored_as = {};
   TensorSplit split = {};
 };
+
+// The Hugging Face tensors `spec` is stored as: its parts (TensorSpec::stored_as), or itself whole.
+std::vector<StoredPart> stored_parts(const TensorSpec& spec);
 
 // The model's tensors for `config`'s architecture. `decay_embeddings` puts the embedding tables
 // under weight decay too (train.decay_embeddings).
@@ -138,6 +145,10 @@ class ParameterSet {
   // quantized_type_for_rows). flat() is then their bytes, as u16 words (every type's blocks are
   // whole words), each tensor starting 64-byte aligned, at word offset_of(i).
   ParameterSet(std::vector<TensorSpec> specs, Backend& backend, const std::vector<DType>& dtypes);
+  // f32 parameters whose matrices a loader reads from their file when needed (read_from_file),
+  // the rest written now: on small pages only, so that what is written (the norms and biases
+  // between the matrices) costs its own pages, not 2 MiB huge pages holding the matrices' too.
+  static ParameterSet for_file_values(std::vector<TensorSpec> specs, Backend& backend);
   // The tensors of `specs` as `views` (one each, in order) of a read-only file mapping
   // (SafetensorsFile::mapped_f32): nothing copied, never written, and no flat buffer.
   static ParameterSet over_mapping(std::vector<TensorSpec> specs, Backend& backend, std::vector<Tensor> views);
@@ -146,7 +157,7 @@ class ParameterSet {
   const Tensor& flat() const;  // refused for a mapped set
   const Tensor& get(const std::string& name) const;
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
-  const Tensor& at(size_t index) const { return views_[index]; }
+  const Tensor& at(size_t index) const { return values(index); }
   int64_t offset_of(size_t index) const { return offsets_[index]; }
   int64_t numel() const { return numel_; }
   bool mapped() const { return mapped_; }  // made by over_mapping
@@ -160,38 +171,43 @@ class ParameterSet {
   // q8_0 and q4_k quantize each stored row (its columns a multiple of 32, or 256) and take no
   // interleaving, but tiles (backend/quantized_tiles.h); q4_k falls back to q5_0 for a tensor whose rows are not whole
   // super-blocks, as llama.cpp does (quantized_type_for_rows), and says which, once, on stderr; a
-  // tensor with file blocks of its type in that orientation (keep_file_blocks) takes those blocks
-  // as they are.
-  // From a mapped set (over_mapping), the file's pages are let go as they are read: the copy's
-  // peak is the copy plus a MiB (and q8_0/q4_k's f32 staging of one tensor).
+  // tensor whose file holds blocks of its type in that orientation (read_from_file) takes those
+  // blocks as they are.
+  // From a mapped set (over_mapping) or a file's values not yet read, the file's pages are let
+  // go as they are read: the copy's peak is the copy plus a MiB (and q8_0/q4_k's f32 staging of
+  // one transposed tensor).
   ParameterSet converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                               const std::set<std::string>* only = nullptr) const;
   // These parameters in host memory: themselves when the host can read them, else a copy.
   ParameterSet on_host() const;
   // Lets `write` fill the parameters on the host (directly, or in a copy uploaded afterwards);
-  // the values change, so the file blocks kept so far are dropped; refused for a mapped set.
+  // values still in their files are read first, and the files forgotten (the values change);
+  // refused for a mapped set.
   void write_on_host(const std::function<void(ParameterSet&)>& write);
 
-  // Keeps the block-quantized `blocks` a file holds for 2-D tensor `name` (whose float values are
-  // their dequantized values), its rows those of the tensor, or of its transpose when
-  // `transposed`: a quantized copy of that type takes them as they are, the file's own bytes
-  // (requantizing their values would not give back the same Q4_K blocks: its scales and minimums
-  // come from a search over the original values).
-  void keep_file_blocks(const std::string& name, Tensor blocks, bool transposed);
-  // The same for a tensor whose float values were never written (a model loaded for quantized
-  // decoding only: load_gguf_model's decoding_weights): its pages take no memory, get() refuses
-  // it naming the tensor, and a copy takes its blocks or fails.
-  void keep_file_blocks_only(const std::string& name, Tensor blocks, bool transposed);
+  // Tensor `name`'s values are `file`'s (its shape, or its transpose's when file.transposed):
+  // read from the file when first needed (get, at and flat read them in; a copy reads the rows it
+  // converts straight from the file), so a tensor that only a decoding copy reads never takes
+  // memory in f32; a quantized copy of the file's block type in its orientation takes the file's
+  // blocks as they are (requantizing their values would not give back the same Q4_K blocks: its
+  // scales and minimums come from a search over the original values). On a device, read now.
+  void read_from_file(const std::string& name, FileTensor file);
 
  private:
-  struct FileBlocks {
-    Tensor blocks;  // host memory
-    bool transposed;
-    bool only = false;  // the tensor's float values were never written (keep_file_blocks_only)
+  // A tensor's file values (read_from_file); `read` once its values are in this set's memory
+  // (shared by the copies of this set, which share that memory).
+  struct FileValues {
+    FileTensor tensor;
+    std::mutex reading;
+    std::atomic<bool> read = false;
   };
   void place();            // offsets_, numel_ and index_ from specs_
   void view(Tensor flat);  // flat_ and the tensors' views of it
   void check_writable() const;
+  const FileValues* file_values(const std::string& name) const;
+  // Tensor `index`'s values, read from its file first if they are not yet.
+  const Tensor& values(size_t index) const;
+  void read_every_file_tensor() const;
 
   Backend* backend_ = nullptr;
   std::vector<TensorSpec> specs_;
@@ -199,7 +215,7 @@ class ParameterSet {
   std::vector<Tensor> views_;
   std::vector<int64_t> offsets_;
   std::map<std::string, size_t> index_;
-  std::map<std::string, FileBlocks> file_blocks_;
+  std::map<std::string, std::shared_ptr<FileValues>> file_values_;
   int64_t numel_ = 0;
   bool mapped_ = false;  // views_ are of a read-only file mapping; no flat_
 };

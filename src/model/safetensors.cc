@@ -51,14 +51,24 @@ void SafetensorsFile::release(const std::string& name) const {
   release_mapped_pages(bytes_.data() + data_start_ + e.begin, e.end - e.begin);
 }
 
-std::optional<Tensor> SafetensorsFile::mapped_f32(size_t begin, int64_t count) const {
-  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+std::optional<Tensor> SafetensorsFile::mapped_view(size_t begin, const Shape& shape, DType dtype) const {
+  const size_t bytes = dtype_bytes(dtype, shape.numel());
   if (!mapped_ || begin > bytes_.size() - data_start_ || bytes > bytes_.size() - data_start_ - begin) return std::nullopt;
   void* at = const_cast<char*>(bytes_.data() + data_start_ + begin);
-  if (reinterpret_cast<uintptr_t>(at) % alignof(float) != 0) return std::nullopt;  // another writer's padding
+  if (reinterpret_cast<uintptr_t>(at) % dtype_bytes(dtype, 1) != 0) return std::nullopt;  // another writer's padding
   // A storage over those bytes that holds the mapping alive, as GgufFile::tensor's does.
   auto storage = std::make_shared<Storage>(at, bytes, Device{}, true, [mapping = owner_](void*) {});
-  return Tensor(std::move(storage), 0, Shape{count}, DType::f32);
+  return Tensor(std::move(storage), 0, shape, dtype);
+}
+
+std::optional<Tensor> SafetensorsFile::mapped_f32(size_t begin, int64_t count) const {
+  return mapped_view(begin, Shape{count}, DType::f32);
+}
+
+std::optional<Tensor> SafetensorsFile::mapped(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  if (e.dtype != DType::f32 && e.dtype != DType::f16 && e.dtype != DType::bf16) return std::nullopt;
+  return mapped_view(e.begin, e.shape, e.dtype);
 }
 
 SafetensorsFile SafetensorsFile::parse_bytes(std::shared_ptr<const void> owner, std::string_view bytes,

@@ -47,10 +47,16 @@ class SafetensorsFile {
   // the mapping (and keeping it alive): nothing copied, and never to be written (its pages are
   // read-only). None for a file read into memory, a run past the data's end, or one not 4-byte aligned.
   std::optional<Tensor> mapped_f32(size_t begin, int64_t count) const;
+  // A mapped file: the named tensor as it is stored (f32, f16 or bf16), a tensor viewing the
+  // mapping as mapped_f32's do. None for a file read into memory, another dtype, or one not
+  // aligned to its element size.
+  std::optional<Tensor> mapped(const std::string& name) const;
   const std::string& origin() const { return origin_; }
 
  private:
   static SafetensorsFile parse_bytes(std::shared_ptr<const void> owner, std::string_view bytes, const std::string& origin);
+  // `shape` of `dtype` from byte `begin` of the data section, viewing the mapping (see mapped_f32).
+  std::optional<Tensor> mapped_view(size_t begin, const Shape& shape, DType dtype) const;
 
   std::string origin_;
   std::shared_ptr<const void> owner_;  // keeps `bytes_` alive: a string, or a mapping

@@ -127,7 +127,7 @@ std::unique_ptr<ServedVersion> load_export_dir(const fs::path& dir, Backend& bac
                                                const std::optional<BatchingOptions>& batching) {
   auto version = std::make_unique<ServedVersion>();
   // The template is refused here when outside the Jinja subset.
-  infer::ModelSource source = infer::load_model_source(dir, backend, /*chat_template=*/true, options.weights);
+  infer::ModelSource source = infer::load_model_source(dir, backend, /*chat_template=*/true);
   version->weights = std::move(source.model);
   version->codec = std::make_unique<infer::TextCodec>(std::move(source.codec));
   version->chat_template = std::move(source.chat_template);

@@ -272,6 +272,20 @@ void dequantize_blocks(DType dtype, const void* blocks, float* values, int64_t c
   }
 }
 
+void stored_values_as_f32(DType dtype, const void* bytes, float* values, int64_t count) {
+  const auto* bits = static_cast<const uint16_t*>(bytes);
+  switch (dtype) {
+    case DType::f32: std::memcpy(values, bytes, static_cast<size_t>(count) * sizeof(float)); return;
+    case DType::f16:
+      for (int64_t i = 0; i < count; ++i) values[i] = f16_to_f32(bits[i]);
+      return;
+    case DType::bf16:
+      for (int64_t i = 0; i < count; ++i) values[i] = bf16_to_f32(bits[i]);
+      return;
+    default: dequantize_blocks(dtype, bytes, values, count);
+  }
+}
+
 DType quantized_type_for_rows(DType requested, int64_t columns) {
   if (requested == DType::q4_k && columns % BlockQ4_K::kElements != 0) return DType::q5_0;
   return requested;

@@ -90,6 +90,9 @@ void dequantize_q8_k(const BlockQ8_K* blocks, float* values, int64_t count);
 // The two above for a block-quantized tensor type (is_block_quantized), `blocks` its bytes.
 void quantize_blocks(DType dtype, const float* values, void* blocks, int64_t count);
 void dequantize_blocks(DType dtype, const void* blocks, float* values, int64_t count);
+// `count` values stored as `dtype` (f32, f16, bf16 or block-quantized; for blocks a whole number
+// of them) as float32.
+void stored_values_as_f32(DType dtype, const void* bytes, float* values, int64_t count);
 
 // The type a matrix whose rows hold `columns` values is quantized to when `requested` is asked
 // for: llama.cpp's fallback (llama-quant.cpp's tensor_type_fallback) where a K-quant's 256-value

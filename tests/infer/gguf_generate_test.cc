@@ -93,12 +93,12 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   EXPECT_NE(gguf.prefill(prompt), f32.prefill(prompt));
 }
 
-// A GGUF file loaded to decode in its own quantized type (what serve, generate and eval --dtype
-// q8_0|q4_k do) holds its matrices only as their blocks: their float values are refused by name,
-// the token table's (which the embedding reads) are read, and it decodes as the file loaded whole
-// does, the same logits bit for bit; a float copy of it is refused naming the tensor. A tied GPT-2
-// in Q8_0, an untied one in Q4_K, and one whose Q4_K matrices are Q5_0 (rows of 64).
-TEST(GgufGenerate, LoadedForQuantizedDecodingItsMatricesAreBlocksOnly) {
+// A GGUF file's matrices are read from the mapped file when needed: decoding in the file's own
+// quantized type takes its blocks whether or not their float values were read first, and decoding
+// in bf16 converts the file's rows as it converts the values read: the same logits and tokens bit
+// for bit either way. A tied GPT-2 in Q8_0, an untied one in Q4_K, and one whose Q4_K matrices
+// are Q5_0 (rows of 64).
+TEST(GgufGenerate, DecodesTheFileAsItDecodesTheValuesReadFromIt) {
   for (auto [type, n_embd, tied] : {std::tuple{DType::q8_0, 64, true}, std::tuple{DType::q4_k, 256, false},
                                     std::tuple{DType::q4_k, 64, false}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(type) << " n_embd " << n_embd);
@@ -107,25 +107,18 @@ TEST(GgufGenerate, LoadedForQuantizedDecodingItsMatricesAreBlocksOnly) {
     const model::LoadedModel original = model::load_model_dir(dir.path() / "hf", cpu_backend());
     model::save_gguf_model(dir.path() / "model.gguf", original.config, original.parameters, type, {});
     const model::GgufFile file = model::GgufFile::open(dir.path() / "model.gguf");
-    const model::LoadedModel whole = model::load_gguf_model(file, cpu_backend());
-    const model::LoadedModel blocks_only = model::load_gguf_model(file, cpu_backend(), type);
-    testing::expect_error<Error>([&] { blocks_only.parameters.get("h.1.mlp.c_fc.weight"); },
-                                 {"h.1.mlp.c_fc.weight", "only as its file's", "blocks"});
-    const Tensor& table = blocks_only.parameters.get("wte.weight");
-    ASSERT_EQ(std::memcmp(table.raw(), whole.parameters.get("wte.weight").raw(), table.nbytes()), 0);
-
-    infer::Generator from_whole(whole.config, whole.parameters, cpu_backend(), type);
-    infer::Generator from_blocks(blocks_only.config, blocks_only.parameters, cpu_backend(), type);
     const std::vector<int32_t> prompt{5, 17, 0, 42, 42, 8, 60};
-    EXPECT_EQ(from_blocks.prefill(prompt), from_whole.prefill(prompt));
-    infer::Sampler greedy_whole({.temperature = 0}), greedy_blocks({.temperature = 0});
-    EXPECT_EQ(from_blocks.generate(prompt, 12, greedy_blocks).tokens, from_whole.generate(prompt, 12, greedy_whole).tokens);
-    testing::expect_error<Error>(
-        [&] {
-          infer::Generator as_float(blocks_only.config, blocks_only.parameters, cpu_backend(), DType::bf16);
-          as_float.prefill(prompt);
-        },
-        {"only as its file's"});
+    for (DType weights : {type, DType::bf16}) {
+      SCOPED_TRACE(dtype_name(weights));
+      const model::LoadedModel unread = model::load_gguf_model(file, cpu_backend());
+      const model::LoadedModel read = model::load_gguf_model(file, cpu_backend());
+      read.parameters.flat();  // every value read from the file
+      infer::Generator from_file(unread.config, unread.parameters, cpu_backend(), weights);
+      infer::Generator from_values(read.config, read.parameters, cpu_backend(), weights);
+      EXPECT_EQ(from_file.prefill(prompt), from_values.prefill(prompt));
+      infer::Sampler greedy_file({.temperature = 0}), greedy_values({.temperature = 0});
+      EXPECT_EQ(from_file.generate(prompt, 12, greedy_file).tokens, from_values.generate(prompt, 12, greedy_values).tokens);
+    }
   }
 }
 
