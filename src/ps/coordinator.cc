@@ -59,7 +59,7 @@ struct StepMetrics {
 // to hundreds of MiB at GPT-2's shapes). glibc raises its mmap threshold to the size of each
 // mapped buffer freed (up to 32 MiB) and its trim threshold to twice that: the next buffers under
 // the new threshold come from the heap, and up to twice the largest of them stays resident once
-// freed (GPT-2 Large's chief held 52 MiB over the tensor and piece it needs, GPT-2 124M's 17).
+// freed (GPT-2 Large's chief held 52 MiB over the tensor and piece it needs, GPT-2 124M's 17-20).
 // A fixed threshold (glibc's default, 128 KiB) turns that off: every such buffer is a mapping of
 // its own, given back when freed. (The chief's allocations are few: nothing to gain from the heap.)
 void give_freed_buffers_back() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
