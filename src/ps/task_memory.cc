@@ -19,6 +19,14 @@ int64_t host_buffer_bytes(int64_t bytes) {
   return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
 }
 
+// What a tensor allocated whole costs once `written` of its bytes are written: allocate_host
+// zero-fills a buffer under 64 MiB (all of it resident) and maps a larger one anew, zero until
+// written (only the written pages resident).
+int64_t host_tensor_bytes(int64_t bytes, int64_t written) {
+  constexpr int64_t kMappedAnew = int64_t{64} << 20;
+  return host_buffer_bytes(bytes < kMappedAnew ? bytes : written);
+}
+
 // A message of a chunk in flight: as protobuf's string and as gRPC's buffer.
 int64_t message_bytes(int64_t array_bytes) { return 2 * std::min(kChunkBytes, array_bytes); }
 
@@ -43,27 +51,37 @@ std::vector<train::RankPeaks> predict_task_peaks(const model::GptConfig& model, 
   const Placement placement = place_variables(specs, ps_tasks);
   std::vector<train::RankPeaks> entries;
 
-  // The chief holds one array of a piece at a time (its values or a moment): it initialises each
-  // piece from its whole tensor (or reads it from a checkpoint: the piece and its mapped pages)
-  // and fills it in, a chunk a message; snapshots each into the checkpoint; and exports each whole
-  // tensor from the checkpoint's slices (the tensor assembled, and the mapped pages of the piece
-  // being copied into it). Initialising and exporting cost the same: a tensor and its largest piece.
-  int64_t largest_piece = 0;
+  // The chief holds one array of a piece at a time (its values or a moment):
+  // - start-up: it initialises each piece from its whole tensor (allocated, the piece's rows
+  //   written, the piece copied out) and fills it in, a chunk a message; a resumed run reads the
+  //   piece from the checkpoint instead (its mapped pages and the copy: no more);
+  // - checkpoint: it snapshots each piece into the checkpoint, a chunk a message;
+  // - export: it assembles each whole tensor from the checkpoint's slices, the mapped pages of
+  //   the piece being copied into it resident meanwhile.
+  // From its first snapshot on, gRPC keeps a read buffer of about a reply on its channel to
+  // each ps task (heaptrack: 1.2-1.3 MiB a ps task after 1 MiB replies, through the export).
+  int64_t largest_piece = 0, read_buffers = 0;
   std::map<std::string, int64_t> largest_piece_of;
   for (const std::vector<Piece>& shard : placement.shards) {
+    int64_t largest_here = 0;
     for (const Piece& piece : shard) {
-      largest_piece = std::max(largest_piece, piece.count);
+      largest_here = std::max(largest_here, piece.count);
       largest_piece_of[tensor_of(piece)] = std::max(largest_piece_of[tensor_of(piece)], piece.count);
     }
+    largest_piece = std::max(largest_piece, largest_here);
+    read_buffers += std::min(kChunkBytes, largest_here * kFloat);
   }
-  int64_t export_bytes = 0;
+  const int64_t piece_bytes = largest_piece * kFloat;
+  int64_t initialise_bytes = piece_bytes + message_bytes(piece_bytes), export_bytes = 0;
   for (const model::TensorSpec& spec : specs) {
-    export_bytes = std::max(export_bytes, (spec.shape.numel() + largest_piece_of[spec.name]) * kFloat);
+    const int64_t tensor = spec.shape.numel() * kFloat, piece = largest_piece_of[spec.name] * kFloat;
+    initialise_bytes = std::max(initialise_bytes, host_tensor_bytes(tensor, piece) + piece);
+    export_bytes = std::max(export_bytes, tensor + piece);
   }
   train::RunPeaks chief;
-  chief.start_up = export_bytes + message_bytes(largest_piece * kFloat);
-  chief.checkpoint = largest_piece * kFloat + message_bytes(largest_piece * kFloat);
-  chief.export_model = export_bytes;
+  chief.start_up = initialise_bytes;
+  chief.checkpoint = piece_bytes + message_bytes(piece_bytes) + read_buffers;
+  chief.export_model = export_bytes + read_buffers;
   add_task(entries, "chief", 0, chief);
 
   // A worker is one process training on its slice of the batch (synchronous: batch_size / W; the
