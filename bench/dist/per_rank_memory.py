@@ -38,6 +38,11 @@ LAYOUTS = {
     "zero1": (4, "--set dist.zero=1"),
     "zero2": (4, "--set dist.zero=2"),
     "zero3": (4, "--set dist.zero=3"),
+    # Two replicas: ZeRO-1/2 x4 on the whole 36 layers need 30.4 and 22.7 GiB together (each replica
+    # holds every weight, ZeRO-1 every gradient too), more than a 24 GiB machine has; x2 fits.
+    "zero1_x2": (2, "--set dist.zero=1"),
+    "zero2_x2": (2, "--set dist.zero=2"),
+    "zero3_x2": (2, "--set dist.zero=3"),
     # Each ps task holds a quarter of the weights, gradients and moments; the worker every weight and
     # gradient (it computes every layer): 19 GiB together.
     "ps4x1": ((4, 1), ""),

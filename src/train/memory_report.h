@@ -30,6 +30,7 @@ struct RunPeaks {
 struct MemoryReport {
   int64_t parameters = 0;       // held between steps: ZeRO-3 holds its shard only
   int64_t gradients = 0;        // parameter gradients (+ the accumulator with grad_accumulation > 1); ZeRO-2: its shard + the buckets in flight
+  int64_t gradients_in_flight = 0;  // ZeRO-2/3: the buckets' part of `gradients`, handed back once reduce-scattered
   int64_t optimizer_state = 0;  // AdamW's two moments
   int64_t activations = 0;      // the planned arena
   int64_t activations_unplanned = 0;  // the same values with a buffer each (what planning saves)

@@ -116,6 +116,13 @@ TEST(MemoryPlan, ZeroStagingBuffersAreCounted) {
   const int64_t largest_tensor = int64_t{50257} * 768 * 4;
   EXPECT_EQ(zero1.checkpoint_extra, largest_tensor);
   EXPECT_EQ(plain.checkpoint_extra, largest_tensor);
+  // The other replicas write their shard of the moments (elements 41,479,936 on: inside the
+  // blocks, whose largest tensors are the MLP's 768 x 3072), or without ZeRO nothing.
+  const dist::MeshCoordinates replica_1{.data = 1};
+  EXPECT_EQ(train::estimate_training_memory(gpt2, config, 3, 2, replica_1).checkpoint_extra, int64_t{768} * 3072 * 4);
+  config.sync.zero = 0;
+  EXPECT_EQ(train::estimate_training_memory(gpt2, config, 3, 2, replica_1).checkpoint_extra, 0);
+  config.sync.zero = 1;
   EXPECT_EQ(zero1.optimizer_state, 2 * shard * 4);
   EXPECT_EQ(zero1.gradients, 2 * parameters * 4) << "ZeRO-1 accumulates in a whole buffer";
   EXPECT_NE(zero1.to_text().find("gradient sync"), std::string::npos) << zero1.to_text();
@@ -140,6 +147,11 @@ TEST(MemoryPlan, ZeroStagingBuffersAreCounted) {
   EXPECT_EQ(zero3.gradients, zero2.gradients);
   EXPECT_EQ(zero3.step_allocations() - zero2.step_allocations(), zero3.gathered_layers);
   EXPECT_EQ(zero3.checkpoint_extra, largest_tensor);  // its shard's slices, nothing gathered
+  // A checkpoint is saved after the update: the buckets outside the shard and the gathered layers
+  // have been handed back, so it holds the shard of the gradients and one slice's copy.
+  EXPECT_EQ(zero2.run.checkpoint, zero2.total() - (zero2.gradients - shard * 4) + largest_tensor);
+  EXPECT_EQ(zero3.run.checkpoint,
+            zero3.total() - (zero3.gradients - shard * 4) - 2 * int64_t{7087872} * 4 + largest_tensor);
 }
 
 // Every data-parallel ZeRO stage on 2 ranks: `plan`'s step allocations within 15% of the largest
