@@ -221,7 +221,7 @@ Engine::Impl::Impl(const model::GptConfig& config, const model::ParameterSet& pa
                                                    options.kv_cache_dtype);
   // The weights' copy for decoding, as the generator makes it (model::use_weights_for_decoding).
   const bool half = options.weights != DType::f32;
-  auto lay_out = [&](model::GptGraph& g) { return model::use_weights_for_decoding(g, backend, options.weights); };
+  auto lay_out = [&](model::GptGraph& g) { return model::use_weights_for_decoding(g, backend, options.weights, &parameters); };
   model::StoredLayouts layouts = lay_out(decoder_graph);
   head_graph = model::build_gpt_serving_head(config, options.max_num_seqs,
                                              decoder_graph.graph.value(decoder_graph.hidden).dtype);

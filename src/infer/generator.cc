@@ -32,7 +32,7 @@ Generator::Step& Generator::step_for(int64_t new_tokens) {
     model::GptGraph& g = slot->second.graph;
     g = model::build_gpt_decode_graph(config_, 1, new_tokens, config_.n_positions);
     // Every step's graph reads its weights in the same layouts (none depends on the token count).
-    const model::StoredLayouts layouts = model::use_weights_for_decoding(g, backend_, weights_);
+    const model::StoredLayouts layouts = model::use_weights_for_decoding(g, backend_, weights_, &parameters_);
     if (!decoding_parameters_) {
       decoding_parameters_ = model::decoding_copy(parameters_, backend_, weights_, layouts, model::half_parameter_names(g));
     }

@@ -301,9 +301,34 @@ void check_decoding_weights(const Backend& backend, DType weights) {
 
 }  // namespace
 
-StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights) {
+namespace {
+
+// The embedding reads the token table where `parameters`' file holds it, where it does and the
+// backend's embedding reads the file's type (use_weights_for_decoding).
+void read_table_as_stored(GptGraph& g, const ParameterSet& parameters, const Backend& backend) {
+  for (const auto& [name, table] : g.parameters) {
+    const std::optional<Tensor> stored = parameters.stored_rows(name);
+    if (!stored || !backend.supports(KernelOp::embedding_forward, stored->dtype())) continue;
+    graph::ValueId as_stored = graph::kNoValue;
+    for (int32_t n : g.graph.schedule()) {
+      const graph::Node& node = g.graph.nodes()[static_cast<size_t>(n)];
+      if (node.kind != graph::OpKind::embedding || node.is_backward || node.inputs[1] != table) continue;
+      if (as_stored == graph::kNoValue) {
+        const graph::Value& value = g.graph.value(table);
+        as_stored = g.graph.add_value(value.name + ".stored", value.shape, stored->dtype(), graph::ValueRole::parameter);
+      }
+      g.graph.replace_input(n, table, as_stored);
+    }
+    if (as_stored != graph::kNoValue) g.stored_tables[name] = as_stored;
+  }
+}
+
+}  // namespace
+
+StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights, const ParameterSet* parameters) {
   check_decoding_weights(backend, weights);
   if (weights == DType::f32) return lay_out_for_decoding(g.graph, g.parameters, backend);
+  if (parameters != nullptr) read_table_as_stored(g, *parameters, backend);
   if (weights == DType::f16 || is_block_quantized(weights)) {
     name_half_parameters(g, graph::read_matmul_weights_in(g.graph, weights));
   } else {
@@ -362,6 +387,7 @@ ParameterSet decoding_copy(const ParameterSet& parameters, Backend& backend, DTy
 
 void bind_decoding_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
                               const ParameterSet& copy) {
+  for (const auto& [name, id] : graph.stored_tables) executor.bind(id, *parameters.stored_rows(name));
   if (!graph.half_parameters.empty()) {  // the copy holds the 16-bit or quantized weights, read beside the f32 ones
     bind_parameters(executor, graph, parameters, nullptr, &copy);
     return;

@@ -34,6 +34,9 @@ struct GptGraph {
   std::map<std::string, graph::ValueId> parameters;  // by TensorSpec name
   // 16-bit copies of parameters that a precision policy gave to ops taking 16-bit inputs.
   std::map<std::string, graph::ValueId> half_parameters;  // by TensorSpec name
+  // Token embedding tables a decoding graph reads as their model file stores them
+  // (ParameterSet::stored_rows), by TensorSpec name.
+  std::map<std::string, graph::ValueId> stored_tables;
 };
 
 // Serving's ragged batch, as two graphs so that only the rows that need logits pay for the
@@ -63,8 +66,13 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 //   kernel).
 // With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
 // 16-bit copy as half_parameters); g.parameters then lists only the f32 values a node still reads. Returns the layouts, for ParameterSet::converted_copy. Fails
-// with a message naming the backend where it has no matmul for those weights.
-StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights);
+// with a message naming the backend where it has no matmul for those weights. With 16-bit or
+// quantized weights and `parameters` given, the embedding reads the token table where its file
+// holds it, in the file's type (a GGUF file's blocks, a bf16 file's values: g.stored_tables), when
+// `parameters` holds it so (ParameterSet::stored_rows) and the backend's embedding reads that
+// type: the table is then never read into f32 (Qwen2.5-0.5B's would take 545 MB).
+StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weights,
+                                       const ParameterSet* parameters = nullptr);
 
 // Records a precision policy's 16-bit parameter copies in g.half_parameters.
 void name_half_parameters(GptGraph& g, const graph::PrecisionPlan& plan);
@@ -97,7 +105,7 @@ void bind_parameters(graph::Executor& executor, const GptGraph& graph, const Par
 ParameterSet decoding_copy(const ParameterSet& parameters, Backend& backend, DType weights,
                            const StoredLayouts& layouts, const std::set<std::string>& half_names);
 // Binds a decoding graph's weights: each from `copy` (decoding_copy's) where it holds it, every
-// other from `parameters`.
+// other from `parameters` (a table read as stored from its file's rows).
 void bind_decoding_parameters(graph::Executor& executor, const GptGraph& graph, const ParameterSet& parameters,
                               const ParameterSet& copy);
 

@@ -459,6 +459,15 @@ const Tensor& ParameterSet::values(size_t index) const {
   return view;
 }
 
+std::optional<Tensor> ParameterSet::stored_rows(const std::string& name) const {
+  const FileValues* file = file_values(name);
+  if (file == nullptr || file->tensor.transposed || file->tensor.parts.size() != 1 ||
+      !file->tensor.parts.front().file_row.empty()) {
+    return std::nullopt;
+  }
+  return file->tensor.parts.front().rows;
+}
+
 void ParameterSet::read_every_file_tensor() const {
   for (size_t i = 0; i < views_.size(); ++i) values(i);
 }
@@ -480,7 +489,7 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
   check_writable();
   file_values_.clear();  // every value overwritten
   if (!source.mapped_) {
-    backend_->launch(Cast{.src = source.flat_, .dst = flat_});
+    backend_->launch(Cast{.src = source.flat(), .dst = flat_});
     return;
   }
   for (size_t i = 0; i < views_.size(); ++i) backend_->launch(Cast{.src = source.views_[i], .dst = views_[i]});

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -192,6 +193,9 @@ class ParameterSet {
   // blocks as they are (requantizing their values would not give back the same Q4_K blocks: its
   // scales and minimums come from a search over the original values). On a device, read now.
   void read_from_file(const std::string& name, FileTensor file);
+  // Tensor `name` as its file stores it, row for row in our order (read_from_file's, of one part
+  // in order, not transposed): a view of the mapping in the file's type. None otherwise.
+  std::optional<Tensor> stored_rows(const std::string& name) const;
 
  private:
   // A tensor's file values (read_from_file); `read` once its values are in this set's memory

@@ -13,6 +13,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/opaque_backend.h"
 #include "backend/reference_kernels.h"
+#include "tensor/quantized.h"
 #include "test_util.h"
 
 namespace paraflow {
@@ -75,6 +76,49 @@ TEST_P(OpsTest, Embedding) {
   EXPECT_CLOSE(get(out), ref_out, 2, "embedding out");
   EXPECT_CLOSE(get(dwte), ref_dwte, d.B * d.T, "embedding dwte");
   EXPECT_CLOSE(get(dwpe), ref_dwpe, d.B, "embedding dwpe");
+}
+
+// A decoding graph's embedding reads the token table where a model file holds it (bf16, f16 or
+// block-quantized rows): each row looked up is the row's values as the tensor layer converts them,
+// plus its position's; a token outside a vocabulary shard's rows adds nothing.
+TEST(CpuEmbedding, ReadsTheTableAsAFileStoresIt) {
+  Rng rng{testing::test_seed()};
+  const int64_t B = 2, T = 5, V = 11, C = 256, vocab_begin = 3;
+  std::vector<float> table(static_cast<size_t>(V * C)), wpe(static_cast<size_t>(T * C));
+  for (float& value : table) value = static_cast<float>(rng.normal());
+  for (float& value : wpe) value = static_cast<float>(rng.normal());
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T));
+  for (int32_t& token : tokens) token = static_cast<int32_t>(rng.below(V + vocab_begin));  // some below the shard
+  Backend& cpu = cpu_backend();
+  for (DType stored : {DType::bf16, DType::f16, DType::q8_0, DType::q4_k, DType::q5_0}) {
+    SCOPED_TRACE(dtype_name(stored));
+    Tensor rows = Tensor::zeros(Shape{V, C}, stored);
+    auto* bits = static_cast<uint16_t*>(rows.raw());
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (stored == DType::bf16) bits[i] = f32_to_bf16(table[i]);
+      if (stored == DType::f16) bits[i] = f32_to_f16(table[i]);
+    }
+    if (is_block_quantized(stored)) quantize_blocks(stored, table.data(), rows.raw(), V * C);
+    std::vector<float> values(table.size());  // the stored rows' values
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (stored == DType::bf16) values[i] = bf16_to_f32(bits[i]);
+      if (stored == DType::f16) values[i] = f16_to_f32(bits[i]);
+    }
+    if (is_block_quantized(stored)) dequantize_blocks(stored, rows.raw(), values.data(), V * C);
+    Tensor out = Tensor::zeros(Shape{B, T, C}, DType::f32);
+    cpu.launch(EmbeddingForward{.out = out,
+                                .tokens = cpu.upload(tokens, Shape{B, T}, DType::i32),
+                                .wte = rows,
+                                .wpe = cpu.upload(wpe, Shape{T, C}, DType::f32),
+                                .vocab_begin = vocab_begin});
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      const int64_t row = tokens[static_cast<size_t>(bt)] - vocab_begin;
+      for (int64_t c = 0; c < C; ++c) {
+        const float token = row >= 0 ? values[static_cast<size_t>(row * C + c)] : 0.0f;
+        ASSERT_EQ(out.data<float>()[bt * C + c], token + wpe[static_cast<size_t>((bt % T) * C + c)]) << bt << ", " << c;
+      }
+    }
+  }
 }
 
 TEST_P(OpsTest, LayerNorm) {

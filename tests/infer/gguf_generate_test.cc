@@ -93,11 +93,22 @@ TEST(GgufGenerate, AQ8_0FileDecodesAsItsSafetensorsModelQuantizedAtLoad) {
   EXPECT_NE(gguf.prefill(prompt), f32.prefill(prompt));
 }
 
-// A GGUF file's matrices are read from the mapped file when needed: decoding in the file's own
-// quantized type takes its blocks whether or not their float values were read first, and decoding
-// in bf16 converts the file's rows as it converts the values read: the same logits and tokens bit
-// for bit either way. A tied GPT-2 in Q8_0, an untied one in Q4_K, and one whose Q4_K matrices
-// are Q5_0 (rows of 64).
+// `a` and `b` decode `prompt` alike with `weights`: the same logits and greedy tokens, bit for bit.
+void expect_same_decoding(const model::GptConfig& config, const model::ParameterSet& a, const model::ParameterSet& b,
+                          DType weights) {
+  const std::vector<int32_t> prompt{5, 17, 0, 42, 42, 8, 60};
+  infer::Generator from_a(config, a, cpu_backend(), weights), from_b(config, b, cpu_backend(), weights);
+  EXPECT_EQ(from_a.prefill(prompt), from_b.prefill(prompt));
+  infer::Sampler greedy_a({.temperature = 0}), greedy_b({.temperature = 0});
+  EXPECT_EQ(from_a.generate(prompt, 12, greedy_a).tokens, from_b.generate(prompt, 12, greedy_b).tokens);
+}
+
+// A GGUF file's matrices are read from the mapped file when needed, and the embedding reads the
+// token table's rows where the file holds them: decoding in the file's own quantized type takes
+// its blocks whether or not their float values were read first, and decoding in bf16 from the
+// file's rows and table decodes as it does from the same values in memory (no file behind them),
+// bit for bit. A tied GPT-2 in Q8_0, an untied one in Q4_K, and one whose Q4_K matrices are Q5_0
+// (rows of 64).
 TEST(GgufGenerate, DecodesTheFileAsItDecodesTheValuesReadFromIt) {
   for (auto [type, n_embd, tied] : {std::tuple{DType::q8_0, 64, true}, std::tuple{DType::q4_k, 256, false},
                                     std::tuple{DType::q4_k, 64, false}}) {
@@ -107,18 +118,13 @@ TEST(GgufGenerate, DecodesTheFileAsItDecodesTheValuesReadFromIt) {
     const model::LoadedModel original = model::load_model_dir(dir.path() / "hf", cpu_backend());
     model::save_gguf_model(dir.path() / "model.gguf", original.config, original.parameters, type, {});
     const model::GgufFile file = model::GgufFile::open(dir.path() / "model.gguf");
-    const std::vector<int32_t> prompt{5, 17, 0, 42, 42, 8, 60};
-    for (DType weights : {type, DType::bf16}) {
-      SCOPED_TRACE(dtype_name(weights));
-      const model::LoadedModel unread = model::load_gguf_model(file, cpu_backend());
-      const model::LoadedModel read = model::load_gguf_model(file, cpu_backend());
-      read.parameters.flat();  // every value read from the file
-      infer::Generator from_file(unread.config, unread.parameters, cpu_backend(), weights);
-      infer::Generator from_values(read.config, read.parameters, cpu_backend(), weights);
-      EXPECT_EQ(from_file.prefill(prompt), from_values.prefill(prompt));
-      infer::Sampler greedy_file({.temperature = 0}), greedy_values({.temperature = 0});
-      EXPECT_EQ(from_file.generate(prompt, 12, greedy_file).tokens, from_values.generate(prompt, 12, greedy_values).tokens);
-    }
+    const model::LoadedModel unread = model::load_gguf_model(file, cpu_backend());
+    const model::LoadedModel read = model::load_gguf_model(file, cpu_backend());
+    read.parameters.flat();  // every value read from the file
+    model::ParameterSet in_memory(read.parameters.specs(), cpu_backend());
+    in_memory.assign_converted(read.parameters);
+    expect_same_decoding(unread.config, unread.parameters, read.parameters, type);
+    expect_same_decoding(unread.config, unread.parameters, in_memory, DType::bf16);
   }
 }
 

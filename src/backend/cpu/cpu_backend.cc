@@ -17,7 +17,10 @@ namespace {
 
 void register_cpu_kernels(KernelRegistry& registry) {
   constexpr DeviceKind cpu = DeviceKind::cpu;
-  registry.add(cpu, DType::f32, &cpu::embedding_forward);
+  // The token table in f32, or as a model file stores it (a decoding graph reads it there).
+  for (DType table : {DType::f32, DType::bf16, DType::f16, DType::q8_0, DType::q4_k, DType::q5_0}) {
+    registry.add(cpu, table, &cpu::embedding_forward);
+  }
   registry.add(cpu, DType::f32, &cpu::embedding_backward);
   registry.add(cpu, DType::f32, &cpu::matmul_forward);
   registry.add(cpu, DType::f32, &cpu::matmul_backward);
