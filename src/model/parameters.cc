@@ -632,6 +632,13 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       }
     }
   });
+  // The page cache may hold a file in large folios, and a fault maps a whole folio: reading the
+  // next tensor mapped the end of one let go before (Qwen2.5-0.5B's bf16 file: 112 MB of its
+  // matrices' pages were left mapped, a folio at each tensor's edge). Let every page read go.
+  for (size_t index : sources) {
+    if (const FileValues* file = source.file_values(specs_[index].name)) file->tensor.release(0, file->tensor.rows());
+    else if (source.mapped_) release_mapped_pages(source.views_[index].raw(), source.views_[index].nbytes());
+  }
   return copy;
 }
 
