@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <set>
 
 #include "base/error.h"

@@ -6,7 +6,6 @@
 // undone here on read and redone on write (`qwen2` keeps Hugging Face's order: GGML's NEOX RoPE).
 #pragma once
 
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>

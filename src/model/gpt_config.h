@@ -54,12 +54,6 @@ struct GptConfig {
   // What the names of block i's tensors and nodes start with, before i: "h." (GPT-2's),
   // "model.layers." (the Llama family's).
   std::string block_prefix() const { return is_llama() ? "model.layers." : "h."; }
-  // The token embedding table's tensor name (which a tied head also multiplies by).
-  std::string token_table_name() const { return is_llama() ? "model.embed_tokens.weight" : "wte.weight"; }
-  // Whether tensor `name` is a table the embedding looks rows up in (the tokens', GPT-2's positions').
-  bool is_embedding_table(const std::string& name) const {
-    return name == token_table_name() || (!is_llama() && name == "wpe.weight");
-  }
   // Fails naming the setting when sequences of `length` positions would need what is not implemented.
   void check_sequence_length(int64_t length, const std::string& what) const;
 

@@ -337,8 +337,8 @@ StoredLayouts use_weights_for_decoding(GptGraph& g, Backend& backend, DType weig
     name_half_parameters(g, graph::apply_precision_policy(g.graph, graph::PrecisionPolicy::mixed_bfloat16,
                                                           graph::GraphUse::inference, keep_f32, backend));
   }
-  // A weight now read only through its copy is no f32 parameter of this graph, so nothing binds
-  // its f32 values (a quantized model loaded for decoding has none: load_gguf_model).
+  // A weight now read only through its copy (or, a table, where its file holds it) is no f32
+  // parameter of this graph, so nothing binds its f32 values and a file's are never read in.
   std::set<graph::ValueId> read;
   for (const graph::Node& node : g.graph.nodes()) read.insert(node.inputs.begin(), node.inputs.end());
   std::erase_if(g.parameters, [&](const auto& parameter) { return read.count(parameter.second) == 0; });

@@ -65,8 +65,9 @@ GptGraph build_gpt_serving_head(const GptConfig& config, int64_t max_rows, DType
 //   in] (its input features a multiple of 32, or 256), activations f32 (quantized per row by the
 //   kernel).
 // With 16-bit weights the graph reads the f32 parameters for the rest (bind_parameters with the
-// 16-bit copy as half_parameters); g.parameters then lists only the f32 values a node still reads. Returns the layouts, for ParameterSet::converted_copy. Fails
-// with a message naming the backend where it has no matmul for those weights. With 16-bit or
+// 16-bit copy as half_parameters); g.parameters then lists only the f32 values a node still
+// reads. Returns the layouts, for ParameterSet::converted_copy. Fails with a message naming the
+// backend where it has no matmul for those weights. With 16-bit or
 // quantized weights and `parameters` given, the embedding reads the token table where its file
 // holds it, in the file's type (a GGUF file's blocks, a bf16 file's values: g.stored_tables), when
 // `parameters` holds it so (ParameterSet::stored_rows) and the backend's embedding reads that

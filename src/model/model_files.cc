@@ -159,8 +159,9 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
   std::set<std::string> matrix_parts;  // their Hugging Face names
   for (const TensorSpec& spec : parameters.specs()) {
     if (spec.shape.rank() != 2) continue;
+    const std::vector<StoredPart> parts = stored_parts(spec);
     FileTensor matrix;
-    for (const StoredPart& part : stored_parts(spec)) {
+    for (const StoredPart& part : parts) {
       const std::string name = file_name(prefix, part.name);
       std::optional<Tensor> view = weights.contains(name) ? weights.mapped(name) : std::nullopt;
       if (!view) break;  // read now, which names what is missing
@@ -169,8 +170,8 @@ void read_parameters(const SafetensorsFile& weights, const std::filesystem::path
             view->shape().to_string(), expected.to_string());
       matrix.parts.push_back({std::move(*view), {}});
     }
-    if (matrix.parts.size() < stored_parts(spec).size()) continue;
-    for (const StoredPart& part : stored_parts(spec)) matrix_parts.insert(part.name);
+    if (matrix.parts.size() < parts.size()) continue;
+    for (const StoredPart& part : parts) matrix_parts.insert(part.name);
     matrices.emplace(spec.name, std::move(matrix));
   }
   std::set<std::string> expected;

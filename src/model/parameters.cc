@@ -429,6 +429,61 @@ const ParameterSet::FileValues* ParameterSet::file_values(const std::string& nam
   return found == file_values_.end() ? nullptr : found->second.get();
 }
 
+namespace {
+
+// A tensor's rows as a copy reads them: its file's (FileTensor: maybe our transpose's rows), or
+// its values in memory (a mapped set's: a file's pages, let go once read).
+struct HeldRows {
+  explicit HeldRows(const FileTensor& file)
+      : file(&file), rows(file.rows()), columns(file.columns()), transposed(file.transposed) {}
+  HeldRows(const Tensor& values, bool mapped)
+      : values(values.data<float>()), rows(values.shape()[0]), columns(values.numel() / values.shape()[0]),
+        mapped(mapped) {}
+
+  // Rows [first, first + count) as float32: in memory where they are, else read into `staging`.
+  const float* read(int64_t first, int64_t count, std::vector<float>& staging) const {
+    if (file == nullptr) return values + first * columns;
+    staging.resize(static_cast<size_t>(count * columns));
+    file->read(first, count, staging.data());
+    return staging.data();
+  }
+  void let_go(int64_t first, int64_t count) const {
+    if (file != nullptr) file->release(first, count);
+    else if (mapped) release_mapped_pages(values + first * columns, static_cast<size_t>(count * columns) * sizeof(float));
+  }
+  // visit(first, count) for a MiB of rows at a time, their pages let go once visited: a big tensor
+  // (the embedding table) is never resident whole beside what is made of it.
+  template <typename Visit>
+  void for_each_chunk(Visit visit) const {
+    const int64_t rows_per_mib = std::max<int64_t>(1, (int64_t{1} << 20) / (columns * 4));
+    for (int64_t first = 0; first < rows; first += rows_per_mib) {
+      const int64_t count = std::min(rows_per_mib, rows - first);
+      visit(first, count);
+      let_go(first, count);
+    }
+  }
+  // store(offset(row, column), value) for every value, (row, column) its place in the tensor
+  // written: the held rows' own, or their transpose's when `flip`.
+  template <typename Offset, typename Store>
+  void write(bool flip, Offset offset, Store store, std::vector<float>& staging) const {
+    for_each_chunk([&](int64_t first, int64_t count) {
+      const float* held = read(first, count, staging);
+      for (int64_t r = 0; r < count; ++r) {
+        for (int64_t c = 0; c < columns; ++c) {
+          store(flip ? offset(c, first + r) : offset(first + r, c), held[r * columns + c]);
+        }
+      }
+    });
+  }
+
+  const FileTensor* file = nullptr;
+  const float* values = nullptr;
+  int64_t rows, columns;
+  bool transposed = false, mapped = false;
+};
+
+}  // namespace
+
 const Tensor& ParameterSet::values(size_t index) const {
   const Tensor& view = views_[index];
   const auto found = file_values_.find(specs_[index].name);
@@ -436,24 +491,14 @@ const Tensor& ParameterSet::values(size_t index) const {
   FileValues& file = *found->second;
   const std::lock_guard<std::mutex> lock(file.reading);
   if (file.read) return view;
-  // Into host memory a MiB of the file's rows at a time, its transpose's rows scattered to columns.
-  const FileTensor& rows = file.tensor;
-  const int64_t width = rows.columns(), chunk = std::max<int64_t>(1, (int64_t{1} << 20) / (width * 4));
+  // Into host memory in our layout, a MiB of the file's rows at a time.
+  const HeldRows held(file.tensor);
+  const int64_t columns = held.transposed ? held.rows : held.columns;
   Tensor host = view.host_accessible() ? view : Tensor::zeros(view.shape(), DType::f32);
-  float* to = host.data<float>();
-  std::vector<float> staging(rows.transposed ? static_cast<size_t>(chunk * width) : 0);
-  for (int64_t first = 0; first < rows.rows(); first += chunk) {
-    const int64_t count = std::min(chunk, rows.rows() - first);
-    if (!rows.transposed) {
-      rows.read(first, count, to + first * width);
-    } else {
-      rows.read(first, count, staging.data());
-      for (int64_t r = 0; r < count; ++r) {
-        for (int64_t c = 0; c < width; ++c) to[c * rows.rows() + first + r] = staging[static_cast<size_t>(r * width + c)];
-      }
-    }
-    rows.release(first, count);
-  }
+  std::vector<float> staging;
+  held.write(
+      held.transposed, [&](int64_t row, int64_t column) { return row * columns + column; },
+      [to = host.data<float>()](int64_t at, float value) { to[at] = value; }, staging);
   if (!view.host_accessible()) backend_->upload(host.raw(), view);
   file.read = true;
   return view;
@@ -498,37 +543,6 @@ void ParameterSet::assign_converted(const ParameterSet& source) {
 void ParameterSet::check_writable() const {
   check(!mapped_, "parameters mapped from a file are read-only: write a copy (assign_converted)");
 }
-
-namespace {
-
-// A tensor's rows as converted_copy reads them: its file's (FileTensor: maybe our transpose's
-// rows), or its values in memory (a mapped set's: a file's pages, let go once read).
-struct HeldRows {
-  explicit HeldRows(const FileTensor& file)
-      : file(&file), rows(file.rows()), columns(file.columns()), transposed(file.transposed) {}
-  HeldRows(const Tensor& values, bool mapped)
-      : values(values.data<float>()), rows(values.shape()[0]), columns(values.numel() / values.shape()[0]),
-        mapped(mapped) {}
-
-  // Rows [first, first + count) as float32: in memory where they are, else read into `staging`.
-  const float* read(int64_t first, int64_t count, std::vector<float>& staging) const {
-    if (file == nullptr) return values + first * columns;
-    staging.resize(static_cast<size_t>(count * columns));
-    file->read(first, count, staging.data());
-    return staging.data();
-  }
-  void let_go(int64_t first, int64_t count) const {
-    if (file != nullptr) file->release(first, count);
-    else if (mapped) release_mapped_pages(values + first * columns, static_cast<size_t>(count * columns) * sizeof(float));
-  }
-
-  const FileTensor* file = nullptr;
-  const float* values = nullptr;
-  int64_t rows, columns;
-  bool transposed = false, mapped = false;
-};
-
-}  // namespace
 
 ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const StoredLayouts& layouts,
                                           const std::set<std::string>* only) const {
@@ -580,29 +594,15 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
       const int64_t stored_rows = flip ? held.columns : held.rows, stored_columns = flip ? held.rows : held.columns;
       // Block-quantized weights are written as rows of blocks, then their groups tiled.
       const bool tile = layouts.tiled.count(name) > 0 && !is_block_quantized(types[i]);
-      // A MiB of held rows at a time, their pages let go once read: a big tensor (the embedding
-      // table) is never resident whole beside its copy.
-      const int64_t rows_per_mib = std::max<int64_t>(1, (int64_t{1} << 20) / (held.columns * 4));
-      auto for_each_chunk = [&](auto visit) {
-        for (int64_t first = 0; first < held.rows; first += rows_per_mib) {
-          const int64_t count = std::min(rows_per_mib, held.rows - first);
-          visit(first, count);
-          held.let_go(first, count);
-        }
-      };
       auto write = [&](auto store) {
-        for_each_chunk([&](int64_t first, int64_t count) {
-          const float* values = held.read(first, count, staging);
-          for (int64_t r = 0; r < count; ++r) {
-            for (int64_t c = 0; c < held.columns; ++c) {
-              const int64_t row = flip ? c : first + r, column = flip ? first + r : c;
-              store(interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
-                    : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
-                               : row * stored_columns + column,
-                    values[r * held.columns + c]);
-            }
-          }
-        });
+        held.write(
+            flip,
+            [&](int64_t row, int64_t column) {
+              return interleave ? interleaved_offset(row, column, stored_rows, stored_columns)
+                     : tile     ? tiles_offset(row, column, stored_rows, stored_columns)
+                                : row * stored_columns + column;
+            },
+            store, staging);
       };
       char* const out = static_cast<char*>(host.at(i).raw());
       switch (dtype) {
@@ -616,9 +616,9 @@ ParameterSet ParameterSet::converted_copy(Backend& backend, DType dtype, const S
         default: {  // block-quantized: the file's blocks, else the stored rows in f32 quantized block by block
           const int64_t row_bytes = dtype_bytes(types[i], stored_columns);
           if (takes_file_blocks) {
-            for_each_chunk([&](int64_t first, int64_t count) { file->tensor.copy_bytes(first, count, out + first * row_bytes); });
+            held.for_each_chunk([&](int64_t first, int64_t count) { file->tensor.copy_bytes(first, count, out + first * row_bytes); });
           } else if (!flip) {  // stored as held: quantized a MiB of rows at a time
-            for_each_chunk([&](int64_t first, int64_t count) {
+            held.for_each_chunk([&](int64_t first, int64_t count) {
               quantize_blocks(types[i], held.read(first, count, staging), out + first * row_bytes, count * held.columns);
             });
           } else {
